@@ -1,0 +1,26 @@
+"""Process-wide settings that keep a hardened node from phoning home.
+
+Applied on import of the package, so every entry point (CLI, Flower apps, tests, benchmarks)
+gets them before Flower, Ray or transformers read their environment.
+"""
+
+from __future__ import annotations
+
+import os
+
+# Forced: a hospital client must not send telemetry even if the host environment asks for it.
+_FORCED = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    # Ray otherwise binds its services to the machine's outward address on Linux.
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
+}
+# Defaults: a user may point at a model hub on purpose.
+_DEFAULTS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def harden_environment() -> None:
+    os.environ.update(_FORCED)
+    for key, value in _DEFAULTS.items():
+        os.environ.setdefault(key, value)

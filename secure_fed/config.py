@@ -1,0 +1,181 @@
+"""One pydantic tree for every setting of a run, loadable from TOML.
+
+Unknown keys are rejected (``extra="forbid"``) so that a typo in a hospital's policy file is an
+error, not a silently ignored privacy setting.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class SynthConfig(_Strict):
+    sites: int = Field(3, ge=1, le=64)
+    patients: int = Field(60, ge=2, description="patients per site")
+    visits: int = Field(5, ge=1, le=16, description="maximum visits per patient (T)")
+    image_size: int = Field(32, ge=16, le=256)
+    seed: int = 0
+
+
+class DataConfig(_Strict):
+    source: Literal["synthetic", "manifest", "annotation"] = "synthetic"
+    path: Path | None = Field(None, description="manifest.jsonl or annotation.json when not synthetic")
+    synth: SynthConfig = SynthConfig()
+    val_fraction: float = Field(0.2, gt=0.0, lt=0.5, description="patients held out for α")
+    test_fraction: float = Field(0.2, gt=0.0, lt=0.5)
+    max_visits: int = Field(5, ge=1, le=16, description="T: visit indices beyond this are dropped")
+    max_report_tokens: int = Field(48, ge=8, le=512)
+
+    @model_validator(mode="after")
+    def _needs_path(self) -> DataConfig:
+        if self.source != "synthetic" and self.path is None:
+            raise ValueError(f"data.path is required when data.source = {self.source!r}")
+        return self
+
+
+class ModelConfig(_Strict):
+    preset: Literal["tiny", "small", "paper"] = "tiny"
+    encoder: str | None = Field(None, description="timm model name or local path; None = preset")
+    decoder_path: Path | None = Field(None, description="local GPT-2-family checkpoint")
+    tokenizer_path: Path | None = None
+    lora_rank: int = Field(4, ge=1, le=64)
+    lora_alpha: float = Field(128.0, gt=0)
+    hyper_lora: bool = True
+    hyper_rank: int = Field(2, ge=1, le=16)
+    profile_dim: int = Field(8, ge=1, le=128, description="dimension of φ_p")
+    gmm_components: int = Field(16, ge=1, le=64)
+    gmm_reg_covar: float = Field(1e-6, ge=1e-6)
+    cache_dir: Path = Path(".cache/secure_fed")
+    pretrain_steps: int = Field(400, ge=0, description="tiny preset: base pretraining steps")
+
+
+class TrainConfig(_Strict):
+    lr: float = Field(3e-3, gt=0, description="adapters (paper: 1e-5 on the full backbone)")
+    meta_lr: float = Field(1e-4, gt=0, description="ψ, the temporal meta-learner (paper: 1e-4)")
+    local_epochs: int = Field(1, ge=1)
+    batch_size: int = Field(16, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    threads: int | None = Field(None, ge=1, description="torch threads; None = leave default")
+
+
+Method = Literal[
+    "fedtar", "fedtar-no-gmm", "fedtar-no-temporal", "fedavg", "fedprox", "fedadam", "scaffold", "drfa"
+]
+
+
+class FedConfig(_Strict):
+    method: Method = "fedtar"
+    rounds: int = Field(5, ge=1)
+    min_sites: int = Field(2, ge=1, description="a round needs at least this many sites")
+    fedprox_mu: float = Field(0.01, ge=0)
+    fedadam_lr: float = Field(1e-2, gt=0)
+    drfa_lr: float = Field(0.1, gt=0, description="DRFA's step on the site-weight simplex")
+    time_embedding_dim: int = Field(32, ge=1)
+    engine: Literal["simulation", "inprocess"] = "simulation"
+
+
+class DPConfig(_Strict):
+    enabled: bool = False
+    target_epsilon: float | None = Field(None, gt=0)
+    delta: float | None = Field(None, gt=0, lt=1, description="None = min(1e-5, 1/(10 n))")
+    max_grad_norm: float = Field(1.0, gt=0, description="C: per-patient clipping bound")
+    sample_rate: float = Field(0.25, gt=0, le=1, description="Poisson rate over patients")
+    noise_multiplier: float | None = Field(None, ge=0, description="σ; None = calibrate")
+    budget_epsilon: float | None = Field(None, gt=0, description="site policy; None = target")
+    gmm_fraction: float = Field(0.1, gt=0, lt=0.5, description="share of the train ε for the GMM histogram")
+    alpha_clip: float = Field(1.0, gt=0, description="C_α for the hypergradient scalars")
+    alpha_noise_multiplier: float | None = Field(None, gt=0, description="σ_α; None = calibrate")
+    accountant: Literal["rdp", "prv"] = Field("rdp", description="accountant the budget guard uses")
+
+    @model_validator(mode="after")
+    def _target(self) -> DPConfig:
+        if self.enabled and self.target_epsilon is None and self.noise_multiplier is None:
+            raise ValueError("dp.target_epsilon (or dp.noise_multiplier) is required when dp.enabled")
+        return self
+
+
+class SecAggConfig(_Strict):
+    enabled: bool | None = Field(None, description="None = on exactly when DP is on")
+    neighbours: int | None = Field(None, ge=2, description="k of the k-regular graph; None = log-scale")
+    threshold: float = Field(0.6, gt=0.5, le=1.0, description="fraction of neighbours to unmask")
+    clip: float = Field(8.0, gt=0, description="values are clipped to [-clip, clip] before encoding")
+    bits: int = Field(24, ge=8, le=40, description="quantisation levels per unit range, as bits")
+
+
+class HEConfig(_Strict):
+    enabled: bool = False
+    keys_dir: Path | None = None
+    poly_modulus_degree: int = 8192
+    coeff_mod_bit_sizes: list[int] = [60, 40, 40, 60]
+    scale_bits: int = Field(40, ge=20, le=60)
+
+
+class AuditConfig(_Strict):
+    enabled: bool = True
+    keys_dir: Path | None = Field(None, description="Ed25519 keys; None = ephemeral keys in out/")
+
+
+class RunConfig(_Strict):
+    seed: int = 0
+    out: Path = Path("runs/default")
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    fed: FedConfig = FedConfig()
+    dp: DPConfig = DPConfig()
+    secagg: SecAggConfig = SecAggConfig()
+    he: HEConfig = HEConfig()
+    audit: AuditConfig = AuditConfig()
+
+    @property
+    def secagg_on(self) -> bool:
+        return self.dp.enabled if self.secagg.enabled is None else self.secagg.enabled
+
+
+class ConfigError(ValueError):
+    """A configuration problem, with every offending key named."""
+
+
+def _describe(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        key = ".".join(str(p) for p in e["loc"]) or "<root>"
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"{key}: {msg}")
+    return "\n".join(lines)
+
+
+def build_config(data: dict[str, Any]) -> RunConfig:
+    try:
+        return RunConfig.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_describe(err)) from None
+
+
+def load_config(path: Path | None = None, overrides: dict[str, Any] | None = None) -> RunConfig:
+    """Read TOML (if given), apply dotted-key overrides, validate the whole tree once."""
+    data: dict[str, Any] = {}
+    if path is not None:
+        try:
+            data = tomllib.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise ConfigError(f"{path}: no such config file") from None
+        except tomllib.TOMLDecodeError as err:
+            raise ConfigError(f"{path}: {err}") from None
+    for dotted, value in (overrides or {}).items():
+        if value is None:
+            continue
+        node = data
+        *parents, leaf = dotted.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return build_config(data)
