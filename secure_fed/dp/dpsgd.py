@@ -1,0 +1,199 @@
+"""Patient-level DP-SGD over any set of torch modules (Opacus per-row gradients, our clipping).
+
+Opacus' own optimizer clips per *row*; our privacy unit is the patient, whose rows are spread
+over T per-visit-index module copies. So Opacus only supplies per-row gradients (hooks mode,
+loss reduction "sum"), and this module sums them per patient across all modules, clips each
+patient's joint gradient (over every trainable parameter of every module) to L2 ≤ C, adds
+N(0, σ²C²) and divides by the expected batch size (Opacus' convention under Poisson sampling:
+the divisor must not depend on the sampled batch).
+
+Usage per step:
+    batch = poisson_sample(n_patients, q, generator)      # patient ids in this step
+    loss = Σ over rows of every module's row losses         # a SUM, not a mean
+    loss.backward()
+    dp.privatize([slot_of_row_for_module_t for t], num_patients=len(batch))
+    optimizer.step(); dp.zero_grad()
+Any other pass through the same modules (validation loss, JVPs) goes inside `with dp.paused():`.
+
+Noise is drawn from `generator` parameter by parameter, modules in the given order and each
+module's trainable parameters in `named_parameters()` order, so a step is reproducible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+from opacus.grad_sample import GradSampleModule
+from torch import nn
+
+from secure_fed.dp.events import PoissonSampledGaussian
+
+
+def poisson_sample(n_patients: int, sampling_rate: float, generator: torch.Generator) -> torch.Tensor:
+    """Indices of the patients in this step: each independently with probability q (may be empty)."""
+    if n_patients < 0:
+        raise ValueError(f"n_patients must be >= 0, got {n_patients}")
+    if not 0 <= sampling_rate <= 1:
+        raise ValueError(f"sampling_rate must lie in [0, 1], got {sampling_rate}")
+    draws = torch.rand(n_patients, generator=generator, device=generator.device)
+    return torch.nonzero(draws < sampling_rate).flatten().cpu()
+
+
+@dataclass(frozen=True)
+class StepStats:
+    per_patient_norms: torch.Tensor  # [num_patients] joint L2 norms before clipping
+    clipped_fraction: float  # share of patients whose gradient was scaled down
+    num_patients: int
+
+
+class PatientDPSGD:
+    def __init__(
+        self,
+        modules: Sequence[nn.Module],
+        max_grad_norm: float,
+        noise_multiplier: float,
+        expected_batch_size: float,
+        generator: torch.Generator,
+    ) -> None:
+        if not max_grad_norm > 0:
+            raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
+        if not noise_multiplier >= 0:
+            raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}")
+        if not expected_batch_size > 0:
+            raise ValueError(f"expected_batch_size (q × n_patients) must be > 0, got {expected_batch_size}")
+        self.max_grad_norm = float(max_grad_norm)
+        self.noise_multiplier = float(noise_multiplier)
+        self.expected_batch_size = float(expected_batch_size)
+        self.generator = generator
+        self.modules = list(modules)
+        # Hooks go on the modules' own sub-layers, so callers may keep calling the unwrapped modules.
+        self.wrapped = [
+            GradSampleModule(m, batch_first=True, loss_reduction="sum", strict=True) for m in modules
+        ]
+        self.trainable_parameters: list[list[nn.Parameter]] = [
+            [p for _, p in m.named_parameters() if p.requires_grad] for m in self.modules
+        ]
+        seen: set[int] = set()
+        for params in self.trainable_parameters:
+            for p in params:
+                # One tensor in two modules would get two gradients and be clipped twice over.
+                if id(p) in seen:
+                    raise ValueError(
+                        "a trainable parameter is shared between modules; give each copy its own"
+                    )
+                seen.add(id(p))
+        if not seen:
+            raise ValueError("the modules have no trainable parameters")
+
+    def event(self, sampling_rate: float, steps: int) -> PoissonSampledGaussian:
+        """The ledger event for `steps` steps at Poisson rate `sampling_rate`."""
+        return PoissonSampledGaussian(sampling_rate, self.noise_multiplier, steps)
+
+    def _per_patient(
+        self, param: nn.Parameter, index: torch.Tensor | None, num_patients: int
+    ) -> torch.Tensor:
+        summed = torch.zeros((num_patients, *param.shape), dtype=param.dtype, device=param.device)
+        grad_sample = getattr(param, "grad_sample", None)
+        if index is None or index.numel() == 0:
+            return summed  # module not run this step: no patient touched it
+        if grad_sample is None:
+            if param.grad is not None:
+                # Autograd reached the parameter but Opacus' hooks did not (module in eval mode,
+                # a forward under no_grad, or a path around the hooked layer): using zero here
+                # would silently train on noise alone.
+                raise RuntimeError(
+                    "a trainable parameter got a gradient but no per-row gradient; run the modules in "
+                    "train mode through their own forward, and call zero_grad() between steps"
+                )
+            return summed  # the parameter took no part in this step's loss
+        if isinstance(grad_sample, list):
+            raise RuntimeError(
+                "several backward passes were accumulated before privatize(); "
+                "run one backward of the summed loss per step"
+            )
+        if grad_sample.shape[0] != index.shape[0]:
+            raise ValueError(
+                f"patient index has {index.shape[0]} rows but the module saw {grad_sample.shape[0]} rows"
+            )
+        return summed.index_add_(0, index.to(param.device), grad_sample)
+
+    def privatize(self, patient_index: Sequence[torch.Tensor | None], num_patients: int) -> StepStats:
+        """Replace every trainable parameter's `.grad` with the clipped, noised, scaled patient sum.
+
+        `patient_index[t][row]` is the patient slot (0..num_patients-1) of row `row` of module t's
+        batch; None (or empty) for a module that saw no rows this step.
+        """
+        if len(patient_index) != len(self.modules):
+            raise ValueError(f"{len(patient_index)} patient index tensors for {len(self.modules)} modules")
+        for index in patient_index:
+            if (
+                index is not None
+                and index.numel()
+                and (int(index.min()) < 0 or int(index.max()) >= num_patients)
+            ):
+                raise ValueError(f"patient slots must lie in [0, {num_patients})")
+        per_patient = [
+            [self._per_patient(p, index, num_patients) for p in params]
+            for params, index in zip(self.trainable_parameters, patient_index, strict=True)
+        ]
+        flat = [g for module_grads in per_patient for g in module_grads]
+        squared = sum(
+            (g.flatten(start_dim=1).pow(2).sum(dim=1).to(torch.float64).cpu() for g in flat),
+            start=torch.zeros(num_patients, dtype=torch.float64),
+        )
+        norms = squared.sqrt()
+        # C / max(‖g‖, C) = min(1, C/‖g‖) without dividing by zero for an all-zero gradient.
+        factors = self.max_grad_norm / torch.clamp(norms, min=self.max_grad_norm)
+        std = self.noise_multiplier * self.max_grad_norm
+        for params, module_grads in zip(self.trainable_parameters, per_patient, strict=True):
+            for p, g in zip(params, module_grads, strict=True):
+                clipped_sum = torch.einsum("p,p...->...", factors.to(g.device, g.dtype), g)
+                noise = torch.randn(
+                    p.shape, generator=self.generator, device=self.generator.device, dtype=p.dtype
+                )
+                p.grad = (clipped_sum + std * noise.to(p.device)) / self.expected_batch_size
+        self._clear_grad_samples()
+        clipped = float((norms > self.max_grad_norm).double().mean()) if num_patients else 0.0
+        return StepStats(per_patient_norms=norms, clipped_fraction=clipped, num_patients=num_patients)
+
+    def _clear_grad_samples(self) -> None:
+        for params in self.trainable_parameters:
+            for p in params:
+                p.grad_sample = None
+                # A forward whose output never reached the loss leaves Opacus' bookkeeping behind;
+                # stale activations would be paired with the next step's backprops.
+                p._forward_counter = 0
+                if hasattr(p, "_current_grad_sample"):
+                    del p._current_grad_sample
+        for module in self.modules:
+            for sub in module.modules():
+                if hasattr(sub, "activations"):
+                    del sub.activations
+                if hasattr(sub, "max_batch_len"):
+                    del sub.max_batch_len
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Run the modules without per-row bookkeeping (validation losses, JVPs, evaluation):
+        a forward or backward outside a DP step would otherwise leave activations that Opacus
+        pairs with the next step's backward."""
+        for wrapped in self.wrapped:
+            wrapped.disable_hooks()
+        try:
+            yield
+        finally:
+            for wrapped in self.wrapped:
+                wrapped.enable_hooks()
+
+    def zero_grad(self) -> None:
+        for params in self.trainable_parameters:
+            for p in params:
+                p.grad = None
+        self._clear_grad_samples()
+
+    def close(self) -> list[nn.Module]:
+        """Remove Opacus' hooks and attributes; returns the plain modules."""
+        return [wrapped.to_standard_module() for wrapped in self.wrapped]
