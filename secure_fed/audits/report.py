@@ -1,0 +1,322 @@
+"""`audit report`: one self-contained HTML page for a compliance officer, plus JSON and CSV.
+
+Self-contained means no network fetch of any kind: inline CSS, the plot as inline SVG (a bare
+matplotlib Figure, no pyplot or GUI backend, glyphs as paths), no scripts. The JSON holds every
+figure on the page; the CSV is the mechanism table.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import io
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+from rich.console import Console
+
+from secure_fed.audits.keys import KeyFileError, load_public_keys
+from secure_fed.audits.report_data import Guarantee, MechanismRow, ReportData, collect, epsilon_series
+from secure_fed.audits.verify import verify_logs
+
+_CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;
+       color: #1d2430; line-height: 1.5; padding: 0 1rem; }
+h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { font-size: 1.2rem; margin-top: 2rem; }
+.muted { color: #5b6575; font-size: .9rem; }
+.verdict { padding: .8rem 1rem; border-radius: 6px; font-weight: 600; }
+.ok { background: #e3f5e8; border: 1px solid #58a86b; }
+.bad { background: #fbe5e5; border: 1px solid #c84a4a; }
+.summary { background: #f3f6fa; border-left: 4px solid #3b6fb6; padding: .8rem 1.2rem; }
+table { border-collapse: collapse; font-size: .85rem; width: 100%; }
+th, td { border: 1px solid #d5dae2; padding: .3rem .5rem; text-align: left; }
+th { background: #eef1f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+.plot svg { max-width: 100%; height: auto; }
+"""
+
+
+def _num(value: float | None, digits: int = 4) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float) and math.isinf(value):
+        return "∞"
+    return f"{value:.{digits}g}"
+
+
+def _e(value: Any) -> str:
+    return html.escape("—" if value is None else str(value))
+
+
+def plot_svg(data: ReportData) -> str:
+    """ε over rounds, one panel per site, each population a line, the site's budget dotted."""
+    series = epsilon_series(data.mechanisms)
+    if not data.guarantees:
+        return "<p>No privacy records: nothing to plot.</p>"
+    figure = Figure(figsize=(5.2 * len(data.guarantees), 3.6))
+    axes = figure.subplots(1, len(data.guarantees), squeeze=False)[0]
+    for axis, guarantee in zip(axes, data.guarantees, strict=True):
+        for (site, population), points in sorted(series.items()):
+            if site == guarantee.site:
+                style = "-o" if population == "train" else "--s"
+                axis.plot(
+                    [p[0] for p in points], [p[1] for p in points], style, label=f"{population} patients"
+                )
+        if guarantee.budget is not None:
+            label = f"budget ε = {guarantee.budget:g}"
+            axis.axhline(guarantee.budget, color="#c84a4a", linestyle=":", label=label)
+        axis.set_title(f"{guarantee.site}: ε per patient (δ = {guarantee.delta:g})", fontsize=10)
+        axis.set_xlabel("round (0 = before training)")
+        axis.set_ylabel(f"cumulative ε ({guarantee.accountant})")
+        axis.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axis.grid(alpha=0.3)
+        axis.legend(fontsize=8)
+    figure.tight_layout()
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "path", "svg.hashsalt": "secure-fed"}):
+        figure.savefig(buffer, format="svg")
+    svg = buffer.getvalue()
+    # Drop the XML prolog and DOCTYPE (which names an external DTD) so the SVG can sit inline.
+    return svg[svg.index("<svg") :]
+
+
+def _guarantee_sentence(g: Guarantee, refusals: list[dict[str, Any]]) -> str:
+    sizes = ", ".join(f"{size} {pop} patients" for pop, size in g.population_sizes.items())
+    data = f" ({sizes})" if sizes else ""
+    sentence = (
+        f"<li><b>{_e(g.site)}</b>{_e(data)}: each patient's privacy loss is at most "
+        f"<b>(ε = {_num(g.epsilon, 3)}, δ = {g.delta:g}) per patient at {_e(g.site)}</b>, "
+        f"over every release that touched patient data ({_e(', '.join(g.mechanisms))}). "
+    )
+    if g.budget is None:
+        sentence += "No budget was set in the log. "
+    elif g.exceeded:
+        sentence += f"<b>Its budget of ε = {g.budget:g} was EXCEEDED.</b> "
+    else:
+        sentence += f"This is within its budget of ε = {g.budget:g}. "
+    declined = [r for r in refusals if r.get("site", r.get("party")) == g.site]
+    for refusal in declined:
+        reason = refusal.get("reason", "it would have exceeded its privacy budget")
+        sentence += f"It declined round {_e(refusal.get('round'))}: {_e(reason)}. "
+    return sentence + "</li>"
+
+
+def _summary(data: ReportData) -> str:
+    sites = [g.site for g in data.guarantees]
+    period = f" from {data.period[0][:19]} to {data.period[1][:19]} UTC" if data.period else ""
+    verdict = data.verification
+    if verdict.get("ok"):
+        integrity = (
+            "The audit logs were checked: they are complete and unmodified, every entry carries a valid "
+            "signature of the party that wrote it, and every privacy figure was recomputed independently "
+            "and matches."
+        )
+    else:
+        integrity = (
+            "<b>The audit logs did NOT pass verification</b> (see below), so the figures in this report "
+            "cannot be relied on as they stand."
+        )
+    exceeded = [g.site for g in data.guarantees if g.exceeded]
+    budget_line = (
+        f"<b>Privacy budget exceeded at: {_e(', '.join(exceeded))}.</b>"
+        if exceeded
+        else "No site exceeded its privacy budget."
+    )
+    refusal_line = (
+        f" {len(data.refusals)} training round(s) were declined by a site to stay within its budget."
+        if data.refusals
+        else " No site had to decline a round."
+    )
+    items = "".join(_guarantee_sentence(g, data.refusals) for g in data.guarantees)
+    return (
+        '<div class="summary" id="summary">'
+        f"<p>This report covers the federated training run <b>{_e(', '.join(data.run_ids))}</b>{period}. "
+        f"The hospitals taking part ({_e(', '.join(sites)) or 'none logged'}) each trained the shared "
+        "model on their own patients' records and X-ray images; patient data never left a hospital, and "
+        "what did leave (model updates and a few statistics) was deliberately blurred with random noise "
+        "so that no individual patient can be singled out.</p>"
+        "<p>How strong that protection is, per hospital — ε measures the most anyone could learn about "
+        "one patient from everything released (smaller is stronger; below about 1 is very strong, "
+        "around 10 is weak), and δ is the tiny chance that this bound does not hold:</p>"
+        f"<ul>{items}</ul>"
+        f"<p>{budget_line}{refusal_line}</p><p>{integrity}</p></div>"
+    )
+
+
+def _verification_html(data: ReportData) -> str:
+    verdict = data.verification
+    if verdict.get("ok"):
+        head = '<p class="verdict ok">Verified: logs complete, unmodified, signed; every ε re-derived.</p>'
+    else:
+        head = (
+            f'<p class="verdict bad">Verification FAILED ({len(verdict.get("problems", []))} problem(s)).</p>'
+        )
+    problems = "".join(f"<li><code>{_e(problem)}</code></li>" for problem in verdict.get("problems", []))
+    logs = "".join(
+        f"<tr><td>{_e(log['path'])}</td><td>{_e(log['party'])}</td><td class='num'>{log['records']}</td>"
+        f"<td>{'yes' if log['closed'] else 'missing'}</td></tr>"
+        for log in verdict.get("logs", [])
+    )
+    table = (
+        f"<table><tr><th>log</th><th>party</th><th>records</th><th>head record</th></tr>{logs}</table>"
+        if logs
+        else ""
+    )
+    return head + (f"<ul>{problems}</ul>" if problems else "") + table
+
+
+_COLUMNS: list[tuple[str, str]] = [
+    ("site", "site"),
+    ("population", "patients"),
+    ("round", "round"),
+    ("mechanism", "mechanism"),
+    ("sampling_rate", "q"),
+    ("noise_multiplier", "σ"),
+    ("clip_norm", "C"),
+    ("steps", "steps"),
+    ("population_size", "population"),
+    ("delta", "δ"),
+    ("epsilon_rdp", "ε RDP (logged)"),
+    ("rederived_rdp", "ε RDP (re-derived)"),
+    ("epsilon_prv", "ε PRV (logged)"),
+    ("rederived_pld", "ε PLD (re-derived)"),
+    ("budget", "budget"),
+    ("matches", "matches"),
+]
+
+
+def _cell(row: MechanismRow, name: str) -> str:
+    value = getattr(row, name)
+    if name == "matches":
+        return "—" if value is None else ("✓" if value else "✗ MISMATCH")
+    if isinstance(value, float):
+        return _num(value)
+    return _e(value)
+
+
+def _mechanism_table(rows: list[MechanismRow]) -> str:
+    header = "".join(f"<th>{_e(title)}</th>" for _, title in _COLUMNS)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{_cell(row, name)}</td>" for name, _ in _COLUMNS) + "</tr>" for row in rows
+    )
+    return f"<table id='mechanisms'><tr>{header}</tr>{body}</table>"
+
+
+def _events_html(data: ReportData) -> str:
+    parts = []
+    if data.secagg_rounds:
+        rows = "".join(
+            f"<tr><td>{_e(item.get('round'))}</td>"
+            f"<td>{_e(', '.join(map(str, item.get('participants', []))))}</td>"
+            f"<td>{_e(', '.join(map(str, item.get('dropped', []))) or 'none')}</td></tr>"
+            for item in data.secagg_rounds
+        )
+        parts.append(
+            "<h3>Secure aggregation: participants and dropouts</h3>"
+            f"<table><tr><th>round</th><th>participants</th><th>dropped</th></tr>{rows}</table>"
+        )
+    if data.refusals:
+        rows = "".join(
+            f"<tr><td>{_e(item.get('site', item.get('party')))}</td><td>{_e(item.get('round'))}</td>"
+            f"<td>{_e(item.get('epsilon_after'))}</td><td>{_e(item.get('budget'))}</td>"
+            f"<td>{_e(item.get('reason'))}</td></tr>"
+            for item in data.refusals
+        )
+        parts.append(
+            "<h3>Budget refusals</h3><table><tr><th>site</th><th>round</th><th>ε if it had taken part</th>"
+            f"<th>budget</th><th>reason</th></tr>{rows}</table>"
+        )
+    else:
+        parts.append("<p>No budget refusals were logged.</p>")
+    if data.alpha is not None:
+        parts.append(f"<p>Aggregated α: <code>{_e(json.dumps(data.alpha))}</code></p>")
+    if data.model_hash is not None:
+        parts.append(f"<p>Released model: <code>{_e(json.dumps(data.model_hash))}</code></p>")
+    return "".join(parts)
+
+
+def render_html(data: ReportData) -> str:
+    generated = datetime.now(UTC).isoformat(timespec="seconds")
+    return (
+        "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        'img-src data:">'
+        f"<title>Privacy compliance report — {_e(', '.join(data.run_ids))}</title>"
+        f"<style>{_CSS}</style></head><body>"
+        f"<h1>Privacy compliance report</h1><p class='muted'>Generated {generated} by secure-fed audit "
+        "report "
+        f"from the signed audit logs of: {_e(', '.join(data.parties))}.</p>"
+        f"<h2>Summary</h2>{_summary(data)}"
+        f"<h2>Privacy loss over rounds</h2><div class='plot' id='plot'>{plot_svg(data)}</div>"
+        "<p class='muted'>Each point is the cumulative ε after that round; the dotted red line is the "
+        "site's budget. Train and validation patients are different people, so a patient's loss is that "
+        "of their own group.</p>"
+        f"<h2>Verification</h2>{_verification_html(data)}"
+        f"<h2>Every mechanism that touched patient data</h2>{_mechanism_table(data.mechanisms)}"
+        "<p class='muted'>q: sampling rate; σ: noise multiplier (noise std / clipping bound C); steps: "
+        "releases; ε re-derived independently with Google's dp_accounting (RDP on Opacus' orders; PLD for "
+        "the tight value).</p>"
+        f"<h2>Dropouts and refusals</h2>{_events_html(data)}"
+        "</body></html>"
+    )
+
+
+def _csv(rows: list[MechanismRow]) -> str:
+    buffer = io.StringIO()
+    names = [item.name for item in fields(MechanismRow)]
+    writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({key: ("" if value is None else value) for key, value in asdict(row).items()})
+    return buffer.getvalue()
+
+
+def write_report(
+    paths: Sequence[Path | str],
+    out_html: Path | str,
+    public_keys: Mapping[str, Ed25519PublicKey] | None = None,
+) -> tuple[Path, Path, Path]:
+    """Verify the logs, then write out_html and the same figures as .json and .csv beside it."""
+    verification = verify_logs(paths, public_keys)
+    data = collect(paths, verification)
+    out_html = Path(out_html)
+    out_html.parent.mkdir(parents=True, exist_ok=True)
+    json_path, csv_path = out_html.with_suffix(".json"), out_html.with_suffix(".csv")
+    out_html.write_text(render_html(data), encoding="utf-8")
+    json_path.write_text(json.dumps(data.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    csv_path.write_text(_csv(data.mechanisms), encoding="utf-8")
+    return out_html, json_path, csv_path
+
+
+def report_main(
+    paths: Sequence[Path | str], out: Path | str, keys_dir: Path | str | None, console: Console | None = None
+) -> int:
+    """`secure-fed audit report`: writes the report in every case; 0 only if the logs also verified."""
+    console = console or Console(soft_wrap=True)
+    public_keys = None
+    if keys_dir is None:
+        console.print("[yellow]No --keys DIR given: the report will say that signatures were not checked.[/]")
+    else:
+        try:
+            public_keys = load_public_keys(keys_dir)
+        except KeyFileError as err:
+            console.print(f"[bold red]Cannot load keys:[/] {err}")
+            return 1
+    html_path, json_path, csv_path = write_report(paths, out, public_keys)
+    verdict = json.loads(json_path.read_text(encoding="utf-8"))["verification"]
+    console.print(f"Wrote {html_path}, {json_path}, {csv_path}", markup=False, highlight=False)
+    if verdict["ok"]:
+        console.print("[green]Logs verified.[/]")
+        return 0
+    console.print(
+        f"[red]Logs did not verify: {len(verdict['problems'])} problem(s), listed in the report.[/]"
+    )
+    return 1

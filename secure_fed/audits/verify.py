@@ -1,0 +1,344 @@
+"""`audit verify`: is every log complete, unmodified, correctly signed, and is every ε honest?
+
+Checks, per log: each line is a whole record; its hash matches its content; its signature verifies
+with the public key of its party; seq runs 0, 1, 2, … and each prev_hash is the previous hash (so
+nothing was deleted, reordered or inserted); every head record matches the count and last hash
+before it, and the log ends with one (else it was truncated). Records of other parties embedded in
+a log (`site_record`) must be intact, signed by that party, and identical to the party's own log
+when that log is verified too. Finally, every privacy record's ε is re-derived from the logged
+mechanism events with dp_accounting (composition per (signer, site, population) in log order):
+RDP within 1% of the logged Opacus RDP ε, and the logged PRV ε against dp_accounting's PLD.
+
+Keys: the verifier takes public keys only from the caller (a KEYS directory the officer trusts).
+It never uses keys or fingerprints carried inside a log: whoever can rewrite a log could rewrite
+those too, so they would prove nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from rich.console import Console
+from rich.table import Table
+
+from secure_fed.audits.accounting import EventError, StreamAccountant, prv_matches, rdp_matches
+from secure_fed.audits.keys import KeyFileError, load_public_keys
+from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
+from secure_fed.audits.reader import TORN, Line, read_log
+from secure_fed.audits.records import GENESIS_HASH, record_hash, shape_problem, signature_holds
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    line: int | None
+    reason: str
+    seq: int | None = None
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}:{self.line}: {self.reason}"
+            if self.line is not None
+            else f"{self.path}: {self.reason}"
+        )
+
+
+@dataclass(frozen=True)
+class Rederived:
+    """ε of a privacy record as re-derived by dp_accounting (at the record's δ)."""
+
+    rdp: float
+    pld: float
+    rdp_ok: bool
+    prv_ok: bool | None  # None when no PRV ε was logged
+
+
+@dataclass(frozen=True)
+class LogSummary:
+    path: str
+    party: str | None
+    run_id: str | None
+    records: int
+    privacy_records: int
+    closed: bool  # ends with a valid head record
+
+
+@dataclass
+class Verification:
+    ok: bool
+    problems: list[Problem]
+    logs: list[LogSummary] = field(default_factory=list)
+    # By record hash; embedded copies share their original's hash.
+    rederived: dict[str, Rederived] = field(default_factory=dict)
+    keys_checked: bool = True
+
+
+@dataclass
+class _Privacy:
+    line: Line
+    record: dict[str, Any]
+    label: str  # "" for a record of this log, "embedded site-0 record seq 7: " for a copy
+
+
+@dataclass
+class _LogState:
+    path: str
+    party: str | None = None
+    run_id: str | None = None
+    records: dict[int, dict[str, Any]] = field(default_factory=dict)
+    privacy: list[_Privacy] = field(default_factory=list)
+    embedded: list[tuple[Line, dict[str, Any]]] = field(default_factory=list)
+    count: int = 0
+    closed: bool = False
+
+
+class _Checker:
+    def __init__(self, public_keys: Mapping[str, Ed25519PublicKey]) -> None:
+        self.keys = public_keys
+        self.problems: list[Problem] = []
+        self._missing_key_reported: set[tuple[str, str]] = set()
+
+    def report(self, path: str, line: Line | None, reason: str, seq: int | None = None) -> None:
+        self.problems.append(Problem(path, line.number if line else None, reason, seq))
+
+    def signature_problem(self, path: str, line: Line, record: dict[str, Any], label: str = "") -> bool:
+        """Report a bad hash or signature of `record`; True when one was found."""
+        if record_hash(record) != record["hash"]:
+            self.report(path, line, f"{label}hash mismatch (record was modified)", record["seq"])
+            return True
+        party = record["party"]
+        key = self.keys.get(party)
+        if key is None:
+            if (path, party) not in self._missing_key_reported:
+                self._missing_key_reported.add((path, party))
+                self.report(path, line, f"{label}no public key for party {party!r}: signatures not checked")
+            return True
+        if not signature_holds(record["hash"], record["signature"], key):
+            self.report(path, line, f"{label}signature does not verify with {party}'s key", record["seq"])
+            return True
+        return False
+
+    def check_log(self, path: str, lines: list[Line]) -> _LogState:
+        state = _LogState(path)
+        expected_seq, prev_hash = 0, GENESIS_HASH
+        last_record: tuple[Line, dict[str, Any]] | None = None
+        if not lines:
+            self.report(path, None, "empty log (truncated: no head record)")
+            return state
+        for line in lines:
+            if line.record is None:
+                self.report(path, line, line.error or "unreadable line")
+                continue
+            record = line.record
+            shape = shape_problem(record)
+            if shape:
+                self.report(path, line, f"not an audit record: {shape}")
+                continue
+            state.count += 1
+            if state.party is None:
+                state.party, state.run_id = record["party"], record["run_id"]
+            self.signature_problem(path, line, record)
+            seq = record["seq"]
+            if record["party"] != state.party:
+                self.report(
+                    path,
+                    line,
+                    f"party {record['party']!r} in a log of {state.party!r} (record inserted)",
+                    seq,
+                )
+            elif record["run_id"] != state.run_id:
+                self.report(
+                    path,
+                    line,
+                    f"run_id {record['run_id']!r} differs from {state.run_id!r} (record inserted)",
+                    seq,
+                )
+            if seq != expected_seq:
+                self.report(
+                    path, line, f"seq {seq} expected {expected_seq} (record deleted or reordered)", seq
+                )
+            elif record["prev_hash"] != prev_hash:
+                self.report(
+                    path,
+                    line,
+                    "prev_hash does not match the previous record (record inserted or replaced)",
+                    seq,
+                )
+            if record["event"] == "head":
+                payload = record["payload"]
+                if payload.get("count") != seq or payload.get("last_hash") != prev_hash:
+                    self.report(
+                        path,
+                        line,
+                        f"head record does not match the log (count {payload.get('count')!r}, "
+                        f"expected {seq}; or last hash differs)",
+                        seq,
+                    )
+            elif record["event"] == "privacy":
+                state.privacy.append(_Privacy(line, record, ""))
+            elif record["event"] == "site_record":
+                self.check_embedded(path, line, record, state)
+            state.records.setdefault(seq, record)
+            # Resynchronise on this record so one deletion is one problem, not a cascade.
+            expected_seq, prev_hash = seq + 1, record["hash"]
+            last_record = (line, record)
+        tail_torn = lines[-1].error == TORN
+        if last_record is not None and last_record[1]["event"] == "head" and not tail_torn:
+            state.closed = True
+        elif not tail_torn:
+            self.report(path, lines[-1], "truncated: no head record (log cut short or not closed cleanly)")
+        return state
+
+    def check_embedded(self, path: str, line: Line, record: dict[str, Any], state: _LogState) -> None:
+        inner = record["payload"]
+        shape = shape_problem(inner)
+        if shape:
+            self.report(path, line, f"embedded record is malformed: {shape}", record["seq"])
+            return
+        label = f"embedded {inner['party']} record seq {inner['seq']}: "
+        if self.signature_problem(path, line, inner, label):
+            return
+        if inner["run_id"] != record["run_id"]:
+            self.report(path, line, f"{label}run_id {inner['run_id']!r} is not this run's", record["seq"])
+        earlier = [seen for _, seen in state.embedded if seen["party"] == inner["party"]]
+        if earlier and earlier[-1]["seq"] >= inner["seq"]:
+            self.report(
+                path,
+                line,
+                f"{label}copied after seq {earlier[-1]['seq']} (copies duplicated or reordered)",
+                record["seq"],
+            )
+        state.embedded.append((line, inner))
+        if inner["event"] == "privacy":
+            state.privacy.append(_Privacy(line, inner, label))
+
+    def check_copies(self, states: list[_LogState]) -> None:
+        """Each embedded record must equal the record of the same seq in its party's own log."""
+        own = {(state.party, state.run_id): state for state in states if state.party is not None}
+        for state in states:
+            for line, inner in state.embedded:
+                source = own.get((inner["party"], inner["run_id"]))
+                if source is None or source is state:
+                    continue
+                original = source.records.get(inner["seq"])
+                if original is None or original["hash"] != inner["hash"]:
+                    self.report(
+                        state.path,
+                        line,
+                        f"embedded {inner['party']} record seq {inner['seq']} differs from {source.path}",
+                        inner["seq"],
+                    )
+
+    def rederive(self, state: _LogState, rederived: dict[str, Rederived]) -> None:
+        streams: dict[tuple[str, str, str], StreamAccountant] = defaultdict(StreamAccountant)
+        for item in state.privacy:
+            record, label, seq = item.record, item.label, item.record["seq"]
+            try:
+                entry = parse_privacy(record["payload"])
+                stream = streams[(record["party"], entry.site, entry.population)]
+                stream.compose(entry.event)
+            except (PrivacyPayloadError, EventError) as err:
+                self.report(state.path, item.line, f"{label}privacy record unreadable: {err}", seq)
+                continue
+            rdp, pld = stream.epsilon_rdp(entry.delta), stream.epsilon_pld(entry.delta)
+            rdp_ok = rdp_matches(entry.epsilon_rdp, rdp)
+            prv_ok = None if entry.epsilon_prv is None else prv_matches(entry.epsilon_prv, pld)
+            rederived.setdefault(record["hash"], Rederived(rdp, pld, rdp_ok, prv_ok))
+            if not rdp_ok:
+                self.report(
+                    state.path,
+                    item.line,
+                    f"{label}epsilon {_fmt(entry.epsilon_rdp)} does not match mechanism parameters "
+                    f"(re-derived {_fmt(rdp)}; {entry.site}/{entry.population}, δ={entry.delta:g})",
+                    seq,
+                )
+            if prv_ok is False:
+                self.report(
+                    state.path,
+                    item.line,
+                    f"{label}prv epsilon {_fmt(entry.epsilon_prv or 0.0)} does not match mechanism "
+                    "parameters "
+                    f"(re-derived {_fmt(pld)} with PLD; {entry.site}/{entry.population}, δ={entry.delta:g})",
+                    seq,
+                )
+
+
+def _fmt(value: float) -> str:
+    return "inf" if math.isinf(value) else f"{value:.4g}"
+
+
+def verify_logs(
+    paths: Sequence[Path | str], public_keys: Mapping[str, Ed25519PublicKey] | None
+) -> Verification:
+    """Verify the logs together (copies across logs are cross-checked). `public_keys=None` checks
+    everything but signatures, and the result is then never ok."""
+    checker = _Checker(public_keys or {})
+    states: list[_LogState] = []
+    for raw in paths:
+        path = str(raw)
+        try:
+            lines = read_log(path)
+        except OSError as err:
+            checker.report(path, None, f"cannot read: {err.strerror or err}")
+            continue
+        states.append(checker.check_log(path, lines))
+    checker.check_copies(states)
+    rederived: dict[str, Rederived] = {}
+    for state in states:
+        checker.rederive(state, rederived)
+    order = {str(path): index for index, path in enumerate(paths)}
+    problems = sorted(checker.problems, key=lambda p: (order.get(p.path, 0), p.line or 0))
+    logs = [LogSummary(s.path, s.party, s.run_id, s.count, len(s.privacy), s.closed) for s in states]
+    return Verification(not problems, problems, logs, rederived, keys_checked=public_keys is not None)
+
+
+def verify_main(
+    paths: Sequence[Path | str], keys_dir: Path | str | None, console: Console | None = None
+) -> int:
+    """Print a readable verdict for `secure-fed audit verify`; 0 when everything holds, else 1."""
+    console = console or Console(soft_wrap=True)
+    public_keys: dict[str, Ed25519PublicKey] | None = None
+    if keys_dir is None:
+        console.print(
+            "[bold red]No --keys DIR given:[/] signatures cannot be checked. The verifier only trusts "
+            "public keys you supply (KEYS/signing/<party>.pub), never keys found inside a log."
+        )
+    else:
+        try:
+            public_keys = load_public_keys(keys_dir)
+        except KeyFileError as err:
+            console.print(f"[bold red]Cannot load keys:[/] {err}")
+            return 1
+    result = verify_logs(paths, public_keys)
+    table = Table(title="Audit logs")
+    for column in ("log", "party", "records", "privacy records", "head"):
+        table.add_column(column)
+    for log in result.logs:
+        table.add_row(
+            log.path,
+            log.party or "?",
+            str(log.records),
+            str(log.privacy_records),
+            "yes" if log.closed else "[red]missing[/]",
+        )
+    console.print(table)
+    if result.ok:
+        checked = len(result.rederived)
+        console.print(
+            f"[bold green]OK[/]: {len(result.logs)} log(s) complete and unmodified, every signature "
+            "verifies, "
+            f"{checked} privacy record(s) re-derived with dp_accounting and matching."
+        )
+        return 0
+    console.print(
+        f"[bold red]FAILED[/]: {len(result.problems)} problem(s); the first one names the first bad record."
+    )
+    for problem in result.problems:
+        console.print(f"  {problem}", markup=False, highlight=False)
+    return 1

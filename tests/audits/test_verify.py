@@ -1,0 +1,245 @@
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from secure_fed.audits.keys import load_public_keys
+from secure_fed.audits.log import AuditLog
+from secure_fed.audits.records import seal
+from secure_fed.audits.verify import verify_logs, verify_main
+
+from .conftest import DELTA, Run, mechanism_json
+from .tamper import first_index, read_records, reseal_from, write_records
+
+
+def _verify(run: Run, *parties: str):
+    paths = [run.paths[party] for party in parties] if parties else run.all_paths
+    return verify_logs(paths, load_public_keys(run.keys_dir))
+
+
+def _first(result) -> str:
+    assert not result.ok and result.problems
+    return str(result.problems[0])
+
+
+def test_untouched_logs_verify_and_match_opacus_within_1_percent(pristine: Run) -> None:
+    result = _verify(pristine)
+    assert result.ok, [str(p) for p in result.problems]
+    assert all(log.closed for log in result.logs)
+    # Every privacy record re-derived once (copies share their original's hash).
+    assert len(result.rederived) == sum(pristine.privacy_count.values()) == 12
+    logged = {}
+    for path in pristine.all_paths[:2]:
+        for record in read_records(path):
+            if record["event"] == "privacy":
+                logged[record["hash"]] = record["payload"]["epsilon"]["rdp"]
+    for digest, epsilon in logged.items():
+        again = result.rederived[digest]
+        assert abs(again.rdp - epsilon) / epsilon < 0.01
+        assert again.pld < again.rdp  # the tight value is below the RDP bound
+    # The server's log alone carries the sites' signed records and verifies on its own.
+    assert _verify(pristine, "server").ok
+
+
+def test_changed_number_is_a_hash_mismatch(run: Run) -> None:
+    path = run.paths["site-0"]
+    lines = path.read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if '"dp_sgd"' in line)
+    lines[index] = lines[index].replace('"noise_multiplier":1.1', '"noise_multiplier":1.5')
+    path.write_text("\n".join(lines) + "\n")
+    assert _first(_verify(run, "site-0")) == f"{path}:{index + 1}: hash mismatch (record was modified)"
+
+
+def test_deleted_record(run: Run) -> None:
+    path = run.paths["site-0"]
+    records = read_records(path)
+    del records[3]
+    write_records(path, records)
+    assert _first(_verify(run, "site-0")) == f"{path}:4: seq 4 expected 3 (record deleted or reordered)"
+
+
+def test_swapped_records(run: Run) -> None:
+    path = run.paths["site-0"]
+    records = read_records(path)
+    records[2], records[3] = records[3], records[2]
+    write_records(path, records)
+    problems = [str(p) for p in _verify(run, "site-0").problems]
+    assert problems[0] == f"{path}:3: seq 3 expected 2 (record deleted or reordered)"
+    assert f"{path}:4: seq 2 expected 4 (record deleted or reordered)" in problems
+
+
+def test_inserted_forged_record(run: Run) -> None:
+    path = run.paths["site-0"]
+    records = read_records(path)
+    forged = seal(
+        {
+            **{k: v for k, v in records[2].items() if k not in ("hash", "signature")},
+            "seq": 3,
+            "prev_hash": records[2]["hash"],
+            "event": "policy",
+            "payload": {"budget": 1000.0},
+        },
+        Ed25519PrivateKey.generate(),  # the forger does not hold site-0's key
+    )
+    records.insert(3, forged)
+    write_records(path, records)
+    problems = [str(p) for p in _verify(run, "site-0").problems]
+    assert problems[0] == f"{path}:4: signature does not verify with site-0's key"
+    assert f"{path}:5: seq 3 expected 4 (record deleted or reordered)" in problems
+
+
+def test_missing_head_is_truncation(run: Run) -> None:
+    path = run.paths["site-1"]
+    records = read_records(path)
+    write_records(path, records[:-3])
+    result = _verify(run, "site-1")
+    assert [str(p) for p in result.problems] == [
+        f"{path}:{len(records) - 3}: truncated: no head record (log cut short or not closed cleanly)"
+    ]
+    assert not result.logs[0].closed
+
+
+def test_torn_last_line(run: Run) -> None:
+    path = run.paths["site-1"]
+    data = path.read_bytes()
+    lines = data.count(b"\n")
+    path.write_bytes(data[:-25])
+    assert _first(_verify(run, "site-1")).startswith(f"{path}:{lines}: torn last line")
+
+
+def test_record_signed_with_another_key(run: Run) -> None:
+    path = run.paths["site-0"]
+    records = read_records(path)
+    body = {k: v for k, v in records[4].items() if k not in ("hash", "signature")}
+    records[4] = seal(body, run.keys["site-1"])  # same content and hash, signed by another site
+    write_records(path, records)
+    assert [str(p) for p in _verify(run, "site-0").problems] == [
+        f"{path}:5: signature does not verify with site-0's key"
+    ]
+
+
+def _forge_epsilon(run: Run, party: str) -> tuple[Path, int, float]:
+    """Halve the ε of the last dp_sgd record and re-sign the chain with the party's real key."""
+    path = run.paths[party]
+    records = read_records(path)
+    index = max(i for i, r in enumerate(records) if r["payload"].get("mechanism") == "dp_sgd")
+    original = records[index]["payload"]["epsilon"]["rdp"]
+    records[index]["payload"]["epsilon"]["rdp"] = original / 2
+    write_records(path, reseal_from(records, index, run.keys[party]))
+    return path, index, original
+
+
+def test_forged_epsilon_is_caught_only_by_rederivation(run: Run) -> None:
+    path, index, original = _forge_epsilon(run, "site-0")
+    problems = [str(p) for p in _verify(run, "site-0").problems]
+    assert len(problems) == 1, problems
+    match = re.fullmatch(
+        rf"{re.escape(str(path))}:{index + 1}: epsilon ([0-9.]+) does not match mechanism parameters "
+        r"\(re-derived ([0-9.]+); site-0/train, δ=1e-05\)",
+        problems[0],
+    )
+    assert match, problems[0]
+    assert float(match.group(1)) == pytest.approx(original / 2, rel=1e-3)
+    assert float(match.group(2)) == pytest.approx(original, rel=0.01)
+
+
+def test_server_copy_must_match_the_site_log(run: Run) -> None:
+    _forge_epsilon(run, "site-0")
+    problems = [str(p) for p in _verify(run).problems]
+    server = str(run.paths["server"])
+    assert any(
+        p.startswith(server) and "differs from" in p and "embedded site-0 record" in p for p in problems
+    )
+
+
+def test_edited_embedded_copy_is_detected(run: Run) -> None:
+    path = run.paths["server"]
+    records = read_records(path)
+    index = first_index(records, "site_record")
+    records[index]["payload"]["payload"]["epsilon"]["rdp"] = 0.01
+    # Even the server's own key cannot make a site's record say something else.
+    write_records(path, reseal_from(records, index, run.keys["server"]))
+    inner_seq = records[index]["payload"]["seq"]
+    assert _first(_verify(run, "server")) == (
+        f"{path}:{index + 1}: embedded site-0 record seq {inner_seq}: hash mismatch (record was modified)"
+    )
+
+
+def test_prv_epsilon_is_rederived(tmp_path: Path) -> None:
+    from opacus.accountants import PRVAccountant
+
+    key = Ed25519PrivateKey.generate()
+    accountant = PRVAccountant()
+    accountant.history = [(1.1, 0.25, 24)]
+    prv = float(accountant.get_epsilon(delta=DELTA))
+    path = tmp_path / "site-0.jsonl"
+
+    def write(prv_value: float) -> None:
+        path.unlink(missing_ok=True)
+        with AuditLog(path, "site-0", "run-1", key) as log:
+            rdp = 8.405205789654573  # Opacus RDP for q=0.25, σ=1.1, 24 steps, δ=1e-5
+            log.append(
+                "privacy",
+                {
+                    "site": "site-0",
+                    "population": "train",
+                    "mechanism": "dp_sgd",
+                    "event": mechanism_json(0.25, 1.1, 24),
+                    "delta": DELTA,
+                    "epsilon": {"rdp": rdp, "prv": prv_value},
+                    "budget": None,
+                },
+            )
+
+    write(prv)
+    result = verify_logs([path], {"site-0": key.public_key()})
+    assert result.ok, result.problems
+    write(prv * 0.8)
+    assert "prv epsilon" in _first(verify_logs([path], {"site-0": key.public_key()}))
+
+
+def test_without_keys_nothing_is_ok(pristine: Run) -> None:
+    result = verify_logs(pristine.all_paths, None)
+    assert not result.ok and not result.keys_checked
+    assert "no public key for party 'site-0': signatures not checked" in str(result.problems[0])
+
+
+def test_malformed_privacy_record_is_reported(tmp_path: Path) -> None:
+    key = Ed25519PrivateKey.generate()
+    path = tmp_path / "a.jsonl"
+    with AuditLog(path, "site-0", "run-1", key) as log:
+        record = log.append("policy", {"budget": 1.0})
+    records = read_records(path)
+    records[0] = seal(
+        {**{k: v for k, v in record.items() if k not in ("hash", "signature")}, "event": "privacy"}, key
+    )
+    write_records(path, reseal_from(records, 0, key))
+    assert "privacy record unreadable" in _first(verify_logs([path], {"site-0": key.public_key()}))
+
+
+def test_verify_main_output_and_exit_codes(run: Run, capsys: pytest.CaptureFixture[str]) -> None:
+    assert verify_main(run.all_paths, run.keys_dir) == 0
+    assert "OK" in capsys.readouterr().out
+    assert verify_main(run.all_paths, None) == 1
+    assert "No --keys DIR given" in capsys.readouterr().out
+    records = read_records(run.paths["site-1"])
+    write_records(run.paths["site-1"], records[:-1])
+    assert verify_main(run.all_paths, run.keys_dir) == 1
+    out = capsys.readouterr().out
+    assert "FAILED" in out and f"{run.paths['site-1']}:{len(records) - 1}: truncated: no head record" in out
+    assert verify_main(run.all_paths, run.root / "nowhere") == 1
+    assert "Cannot load keys" in capsys.readouterr().out
+
+
+def test_missing_file_is_a_problem(pristine: Run, tmp_path: Path) -> None:
+    result = verify_logs([tmp_path / "gone.jsonl"], load_public_keys(pristine.keys_dir))
+    assert not result.ok and "cannot read" in str(result.problems[0])
+
+
+def test_json_lines_are_canonical(pristine: Run) -> None:
+    line = pristine.paths["site-0"].read_text().splitlines()[0]
+    assert line == json.dumps(json.loads(line), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
