@@ -1,0 +1,109 @@
+"""The synthetic cohort's report language: findings, per-site synonyms, templates per era.
+
+One table feeds three consumers that must agree word for word: the generator (synthetic.py), the
+public vocabulary (and so the tokenizer) and the rule-based labeler (eval/labeler.py). Keeping the
+words here, and nowhere else, is what makes the vocabulary data-independent: it is read off these
+tables, never off generated or private reports.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+
+FINDINGS: tuple[str, ...] = ("nodule", "effusion", "cardiomegaly", "consolidation")
+
+PROGRESSION_STATES: tuple[str, ...] = ("new", "larger", "smaller", "stable", "resolved", "absent")
+
+# Site k words finding f with TERMS[f][variant(k, f)]; every variant is part of the vocabulary.
+TERMS: dict[str, tuple[str, ...]] = {
+    "nodule": ("nodule", "opacity", "lesion"),
+    "effusion": ("pleural effusion", "effusion", "pleural fluid"),
+    "cardiomegaly": ("cardiomegaly", "cardiac enlargement", "heart enlargement"),
+    "consolidation": ("consolidation", "airspace disease", "infiltrate"),
+}
+
+SIDES: tuple[str, ...] = ("right", "left")
+NODULE_SIZES: tuple[str, ...] = ("small", "moderate", "large")
+EFFUSION_SIZES: tuple[str, ...] = ("small", "moderate", "large")
+CARDIO_GRADES: tuple[str, ...] = ("mild", "moderate", "marked")
+
+# The report template changed on this year (wording drift the model has to follow).
+NEW_STYLE_FROM_YEAR = 2021
+
+# Per era: positive finding sentences, normal sentences, comparison wording. Placeholders:
+# {term} {size} {side} {grade}; normals also use {nodule} {effusion} {consolidation} (site terms).
+TEMPLATES: dict[str, dict[str, str]] = {
+    "old": {
+        "nodule": "{size} {term} in the {side} lung.",
+        "effusion": "{size} {side} {term}.",
+        "cardiomegaly": "{grade} {term}.",
+        "consolidation": "{side} lower lobe {term}.",
+        "normal_lungs": "the lungs are clear.",
+        "normal_effusion": "no {effusion}.",
+        "normal_heart": "heart size is normal.",
+        "no_prior": "no prior study for comparison.",
+        "compare": "compared with the prior study, {changes}.",
+        "no_change": "no interval change",
+    },
+    "new": {
+        "nodule": "{side} lung {term}, {size}.",
+        "effusion": "{side} {term}, {size}.",
+        "cardiomegaly": "{term}, {grade}.",
+        "consolidation": "{side} lower lobe {term}.",
+        "normal_lungs": "no focal {nodule} or {consolidation}.",
+        "normal_effusion": "no {effusion}.",
+        "normal_heart": "normal heart size.",
+        "no_prior": "no prior exam available.",
+        "compare": "since the prior exam, {changes}.",
+        "no_change": "no change",
+    },
+}
+
+# How each era words a change; a present finding the comparison does not name is stable.
+CHANGE_WORDS: dict[str, dict[str, str]] = {
+    "old": {"larger": "increased", "smaller": "decreased", "new": "new", "resolved": "resolved"},
+    "new": {"larger": "larger", "smaller": "smaller", "new": "new", "resolved": "resolved"},
+}
+
+# Words the labeler also accepts for a stated "stable" (the generator never needs them).
+STABLE_WORDS: tuple[str, ...] = ("unchanged", "stable")
+
+CHANGE_JOINER = ", "
+
+
+def era(year: int) -> str:
+    return "new" if year >= NEW_STYLE_FROM_YEAR else "old"
+
+
+def term_variant(site_index: int, finding_index: int) -> int:
+    """Which synonym a site uses for a finding: sites past the third mix the variants differently."""
+    return (site_index + finding_index * (site_index // 3)) % 3
+
+
+def site_terms(site_index: int) -> dict[str, str]:
+    return {f: TERMS[f][term_variant(site_index, i)] for i, f in enumerate(FINDINGS)}
+
+
+_WORD = re.compile(r"[a-z0-9]+|[.,]")
+
+
+def words(text: str) -> list[str]:
+    """The one word splitter shared by generator, tokenizer and labeler: lowercase words, "." and ","."""
+    return _WORD.findall(text.lower())
+
+
+def template_words() -> set[str]:
+    """Every word any template or slot filler can produce (the public vocabulary's source)."""
+    vocab: set[str] = set()
+    formatter = string.Formatter()
+    for table in TEMPLATES.values():
+        for template in table.values():
+            literal = " ".join(part[0] for part in formatter.parse(template))
+            vocab.update(words(literal))
+    fillers = [*SIDES, *NODULE_SIZES, *EFFUSION_SIZES, *CARDIO_GRADES, CHANGE_JOINER]
+    fillers += [t for terms in TERMS.values() for t in terms]
+    fillers += [w for table in CHANGE_WORDS.values() for w in table.values()]
+    for filler in fillers:
+        vocab.update(words(filler))
+    return vocab

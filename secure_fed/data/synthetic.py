@@ -1,0 +1,358 @@
+"""A synthetic longitudinal chest-imaging cohort whose images determine their reports.
+
+Sites differ in wording (synonyms) and scanner look (contrast, brightness, noise) and in the age
+mix of their patients; findings depend on age and sex and evolve between visits (a nodule grows or
+shrinks, an effusion appears or resolves); the report template changes in 2021 and every follow-up
+report compares with the prior study. Everything is drawn from ``numpy`` generators keyed by
+(seed, site, patient), so a cohort is reproducible and a patient does not change when the number of
+patients does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from PIL import Image
+
+from secure_fed.data import lexicon
+from secure_fed.data.lexicon import FINDINGS
+
+FIRST_DAY = dt.date(2018, 1, 1)
+LAST_DAY = dt.date(2024, 12, 31)
+VISIT_GAP_DAYS = (90, 365)
+SKIP_PROBABILITY = 0.1
+FULL_FOLLOW_UP = 0.4  # share of patients seen at every one of the T visits
+
+# Lung fields, as fractions of the image: (centre x, centre y, radius x, radius y), right then left.
+LUNGS = ((0.30, 0.47, 0.16, 0.30), (0.70, 0.47, 0.16, 0.30))
+HEART_CENTRE = (0.54, 0.66)
+HEART_RADIUS, HEART_GROWTH = 0.12, 0.035
+
+NODULE_ONSET = (0.035, 0.06)
+NODULE_STEP = (0.012, 0.025)
+NODULE_RESOLVED_BELOW, NODULE_MAX, NODULE_TOL = 0.03, 0.11, 0.006
+EFFUSION_ONSET = (0.12, 0.20)
+EFFUSION_STEP = (0.06, 0.10)
+EFFUSION_RESOLVED_BELOW, EFFUSION_MAX, EFFUSION_TOL = 0.08, 0.45, 0.02
+
+
+@dataclass(frozen=True)
+class SiteLook:
+    contrast: float
+    brightness: float
+    noise: float
+
+
+@dataclass(frozen=True)
+class Disease:
+    """The truth behind one visit. Sizes are fractions of the image; 0 means absent."""
+
+    nodule: float = 0.0
+    nodule_side: int = 0
+    nodule_x: float = 0.0
+    nodule_y: float = 0.45
+    effusion: float = 0.0
+    effusion_side: int = 0
+    cardiomegaly: int = 0
+    consolidation: int = 0
+    consolidation_side: int = 0
+
+    def size(self, finding: str) -> float:
+        return float(getattr(self, finding))
+
+    def findings(self) -> dict[str, int]:
+        return {f: int(self.size(f) > 0) for f in FINDINGS}
+
+
+def site_look(site: int) -> SiteLook:
+    base = (SiteLook(1.0, 0.0, 0.02), SiteLook(0.75, 0.08, 0.05), SiteLook(1.25, -0.06, 0.035))[site % 3]
+    return dataclasses.replace(base, contrast=base.contrast * (1 + 0.05 * (site // 3)))
+
+
+def site_age_mean(site: int) -> float:
+    return 50.0 + 8.0 * (site % 4)
+
+
+def onset_probability(finding: str, age: float, sex: str) -> float:
+    """Chance a finding appears between two visits: all but pneumonia-like consolidation rise with age."""
+    older = max(0.0, age - 40.0) / 50.0
+    male = 1.0 if sex == "M" else 0.0
+    female = 1.0 if sex == "F" else 0.0
+    p = {
+        "nodule": 0.05 + 0.12 * older + 0.04 * male,
+        "effusion": 0.03 + 0.10 * older,
+        "cardiomegaly": 0.01 + 0.12 * older + 0.03 * male,
+        "consolidation": 0.06 + 0.04 * older + 0.02 * female,
+    }[finding]
+    return min(p, 0.6)
+
+
+def progression(prev: float, cur: float, tol: float) -> str:
+    if prev <= 0 and cur <= 0:
+        return "absent"
+    if prev <= 0:
+        return "new"
+    if cur <= 0:
+        return "resolved"
+    if cur - prev > tol:
+        return "larger"
+    if prev - cur > tol:
+        return "smaller"
+    return "stable"
+
+
+_TOL = {"nodule": NODULE_TOL, "effusion": EFFUSION_TOL, "cardiomegaly": 0.5, "consolidation": 0.5}
+
+
+def progression_labels(prev: Disease, cur: Disease) -> dict[str, str]:
+    return {f: progression(prev.size(f), cur.size(f), _TOL[f]) for f in FINDINGS}
+
+
+def _onset(d: Disease, finding: str, rng: np.random.Generator) -> Disease:
+    side = int(rng.integers(2))
+    if finding == "nodule":
+        return dataclasses.replace(
+            d,
+            nodule=float(rng.uniform(*NODULE_ONSET)),
+            nodule_side=side,
+            nodule_x=float(rng.uniform(-0.06, 0.06)),
+            nodule_y=float(rng.uniform(0.30, 0.55)),
+        )
+    if finding == "effusion":
+        return dataclasses.replace(d, effusion=float(rng.uniform(*EFFUSION_ONSET)), effusion_side=side)
+    if finding == "cardiomegaly":
+        return dataclasses.replace(d, cardiomegaly=1)
+    return dataclasses.replace(d, consolidation=1, consolidation_side=side)
+
+
+def _evolve_nodule(r: float, rng: np.random.Generator) -> float:
+    u = rng.random()
+    if u < 0.35:
+        r += rng.uniform(*NODULE_STEP)
+    elif u < 0.6:
+        r -= rng.uniform(*NODULE_STEP)
+    else:
+        r += rng.uniform(-0.002, 0.002)
+    return 0.0 if r < NODULE_RESOLVED_BELOW else min(r, NODULE_MAX)
+
+
+def _evolve_effusion(a: float, rng: np.random.Generator) -> float:
+    u = rng.random()
+    if u < 0.2:
+        return 0.0
+    if u < 0.5:
+        a += rng.uniform(*EFFUSION_STEP)
+    elif u < 0.8:
+        a -= rng.uniform(*EFFUSION_STEP)
+    else:
+        a += rng.uniform(-0.005, 0.005)
+    return 0.0 if a < EFFUSION_RESOLVED_BELOW else min(a, EFFUSION_MAX)
+
+
+def advance(d: Disease, age: float, sex: str, rng: np.random.Generator, onset_scale: float = 1.0) -> Disease:
+    """One visit interval of natural history; the first visit is ``advance(Disease(), ...)`` at 2x onset."""
+    if d.nodule > 0:
+        d = dataclasses.replace(d, nodule=_evolve_nodule(d.nodule, rng))
+    elif rng.random() < onset_scale * onset_probability("nodule", age, sex):
+        d = _onset(d, "nodule", rng)
+    if d.effusion > 0:
+        d = dataclasses.replace(d, effusion=_evolve_effusion(d.effusion, rng))
+    elif rng.random() < onset_scale * onset_probability("effusion", age, sex):
+        d = _onset(d, "effusion", rng)
+    if d.cardiomegaly > 0:
+        if rng.random() < 0.2:
+            d = dataclasses.replace(d, cardiomegaly=min(d.cardiomegaly + 1, len(lexicon.CARDIO_GRADES)))
+    elif rng.random() < onset_scale * onset_probability("cardiomegaly", age, sex):
+        d = _onset(d, "cardiomegaly", rng)
+    if d.consolidation > 0:
+        if rng.random() < 0.7:
+            d = dataclasses.replace(d, consolidation=0)
+    elif rng.random() < onset_scale * onset_probability("consolidation", age, sex):
+        d = _onset(d, "consolidation", rng)
+    return d
+
+
+def _size_word(value: float, cuts: tuple[float, float], words: tuple[str, ...]) -> str:
+    return words[int(value >= cuts[0]) + int(value >= cuts[1])]
+
+
+def finding_sentences(d: Disease, terms: dict[str, str], style: str) -> list[str]:
+    t = lexicon.TEMPLATES[style]
+    out: list[str] = []
+    if d.nodule > 0:
+        size = _size_word(d.nodule, (0.055, 0.08), lexicon.NODULE_SIZES)
+        out.append(t["nodule"].format(size=size, term=terms["nodule"], side=lexicon.SIDES[d.nodule_side]))
+    if d.consolidation > 0:
+        out.append(
+            t["consolidation"].format(term=terms["consolidation"], side=lexicon.SIDES[d.consolidation_side])
+        )
+    if d.nodule <= 0 and d.consolidation <= 0:
+        out.append(t["normal_lungs"].format(**terms))
+    if d.effusion > 0:
+        size = _size_word(d.effusion, (0.2, 0.32), lexicon.EFFUSION_SIZES)
+        out.append(
+            t["effusion"].format(size=size, term=terms["effusion"], side=lexicon.SIDES[d.effusion_side])
+        )
+    else:
+        out.append(t["normal_effusion"].format(**terms))
+    if d.cardiomegaly > 0:
+        grade = lexicon.CARDIO_GRADES[d.cardiomegaly - 1]
+        out.append(t["cardiomegaly"].format(grade=grade, term=terms["cardiomegaly"]))
+    else:
+        out.append(t["normal_heart"])
+    return out
+
+
+def comparison_sentence(changes: dict[str, str] | None, terms: dict[str, str], style: str) -> str:
+    t = lexicon.TEMPLATES[style]
+    if changes is None:
+        return t["no_prior"]
+    said = [
+        f"{terms[f]} {lexicon.CHANGE_WORDS[style][s]}"
+        for f, s in changes.items()
+        if s in lexicon.CHANGE_WORDS[style]
+    ]
+    return t["compare"].format(changes=lexicon.CHANGE_JOINER.join(said) if said else t["no_change"])
+
+
+def write_report(d: Disease, changes: dict[str, str] | None, terms: dict[str, str], year: int) -> str:
+    style = lexicon.era(year)
+    return " ".join([*finding_sentences(d, terms, style), comparison_sentence(changes, terms, style)])
+
+
+def _soft_disc(xx: np.ndarray, yy: np.ndarray, cx: float, cy: float, r: float, size: int) -> np.ndarray:
+    """Coverage of a disc, anti-aliased over one pixel so that sub-pixel growth still shows."""
+    d = np.hypot(xx - cx, yy - cy)
+    return np.clip((r - d) * size + 0.5, 0.0, 1.0)
+
+
+def render_image(d: Disease, look: SiteLook, size: int, rng: np.random.Generator) -> np.ndarray:
+    """A chest-like float image in [0, 1] in which each present finding is drawn where it is."""
+    yy, xx = (np.mgrid[0:size, 0:size] + 0.5) / size
+    img = np.full((size, size), 0.55)
+    masks = [((xx - cx) / rx) ** 2 + ((yy - cy) / ry) ** 2 <= 1.0 for cx, cy, rx, ry in LUNGS]
+    for m in masks:
+        img[m] = 0.18
+    img[(np.abs(xx - 0.5) < 0.04) & (yy > 0.1)] = 0.6
+    heart = _soft_disc(xx, yy, *HEART_CENTRE, HEART_RADIUS + HEART_GROWTH * d.cardiomegaly, size)
+    img = img * (1 - heart) + 0.75 * heart
+    if d.effusion > 0:
+        _, cy, _, ry = LUNGS[d.effusion_side]
+        band = masks[d.effusion_side] & (yy > cy + ry - 2 * ry * d.effusion)
+        img[band] = 0.7
+    if d.consolidation > 0:
+        cx, _, _, _ = LUNGS[d.consolidation_side]
+        blob = np.exp(-((xx - cx) ** 2 + (yy - 0.62) ** 2) / (2 * 0.07**2))
+        img = img + 0.45 * blob * masks[d.consolidation_side]
+    if d.nodule > 0:
+        cx = LUNGS[d.nodule_side][0] + d.nodule_x
+        disc = _soft_disc(xx, yy, cx, d.nodule_y, d.nodule, size)
+        img = img * (1 - disc) + 0.95 * disc
+    img = 0.5 + look.contrast * (img - 0.5) + look.brightness
+    img = img + rng.normal(0.0, look.noise, img.shape)
+    return np.clip(img, 0.0, 1.0)
+
+
+def _visit_slots(rng: np.random.Generator, max_visits: int) -> list[int]:
+    """Visit indices a patient attends: up to T, some stop early, a few miss a visit in between."""
+    if max_visits == 1:
+        return [1]
+    share = (1 - FULL_FOLLOW_UP) / (max_visits - 1)
+    last = int(rng.choice(np.arange(1, max_visits + 1), p=[share] * (max_visits - 1) + [FULL_FOLLOW_UP]))
+    return [v for v in range(1, last + 1) if v in (1, last) or rng.random() >= SKIP_PROBABILITY]
+
+
+def _visit_dates(rng: np.random.Generator, last_slot: int) -> list[dt.date]:
+    """Dates of slots 1..last_slot, spread so that the cohort covers 2018-2024."""
+    gaps = rng.integers(VISIT_GAP_DAYS[0], VISIT_GAP_DAYS[1] + 1, size=last_slot - 1)
+    span = int(gaps.sum())
+    start = FIRST_DAY + dt.timedelta(days=int(rng.integers(0, (LAST_DAY - FIRST_DAY).days - span + 1)))
+    offsets = np.concatenate([[0], np.cumsum(gaps)])
+    return [start + dt.timedelta(days=int(o)) for o in offsets]
+
+
+def _patient(
+    seed: int, site: int, index: int, max_visits: int, image_size: int, out_dir: Path
+) -> tuple[list[dict], list[dict]]:
+    rng = np.random.default_rng([seed, site, index])
+    site_name = f"site{site}"
+    pid = f"{site_name}-p{index:04d}"
+    terms = lexicon.site_terms(site)
+    look = site_look(site)
+    sex = str(rng.choice(["M", "F", "U"], p=[0.485, 0.485, 0.03]))
+    base_age = float(np.clip(rng.normal(site_age_mean(site), 14.0), 18.0, 95.0))
+    slots = _visit_slots(rng, max_visits)
+    dates = _visit_dates(rng, slots[-1])
+    records: list[dict] = []
+    labels: list[dict] = []
+    disease, seen = Disease(), None
+    for slot in range(1, slots[-1] + 1):
+        age = base_age + (dates[slot - 1] - dates[0]).days / 365.25
+        disease = advance(disease, age, sex, rng, onset_scale=2.0 if slot == 1 else 1.0)
+        if slot not in slots:
+            continue  # the disease moves on between the visits the patient missed
+        changes = None if seen is None else progression_labels(seen, disease)
+        date = dates[slot - 1]
+        image_rel = f"images/{site_name}/{pid}_v{slot}.png"
+        pixels = render_image(disease, look, image_size, rng)
+        Image.fromarray(np.round(pixels * 255).astype(np.uint8)).save(out_dir / image_rel)
+        records.append(
+            {
+                "patient_id": pid,
+                "visit_index": slot,
+                "study_date": date.isoformat(),
+                "image": image_rel,
+                "report": write_report(disease, changes, terms, date.year),
+                "age": round(age, 1),
+                "sex": sex,
+                "site": site_name,
+            }
+        )
+        labels.append(
+            {
+                "patient_id": pid,
+                "visit_index": slot,
+                "findings": disease.findings(),
+                "progression": changes or {},
+            }
+        )
+        seen = disease
+    return records, labels
+
+
+def synthesize(
+    out_dir: str | Path,
+    sites: int = 3,
+    patients: int = 60,
+    visits: int = 5,
+    seed: int = 0,
+    image_size: int = 32,
+) -> Path:
+    """Write ``manifest.jsonl``, ``labels.jsonl`` and ``images/`` under ``out_dir``; return the manifest.
+
+    ``patients`` is per site and ``visits`` the most visits a patient has (T). The same arguments
+    always give byte-identical files.
+    """
+    out = Path(out_dir)
+    manifest, labels = out / "manifest.jsonl", out / "labels.jsonl"
+    all_records: list[dict] = []
+    all_labels: list[dict] = []
+    for site in range(sites):
+        (out / "images" / f"site{site}").mkdir(parents=True, exist_ok=True)
+        for index in range(patients):
+            recs, labs = _patient(seed, site, index, visits, image_size, out)
+            all_records += recs
+            all_labels += labs
+    manifest.write_text("".join(json.dumps(r) + "\n" for r in all_records))
+    labels.write_text("".join(json.dumps(r) + "\n" for r in all_labels))
+    return manifest
+
+
+def public_vocabulary() -> list[str]:
+    """Every word the generator can emit at any site in any year, read off its templates."""
+    return sorted(lexicon.template_words())
