@@ -1,0 +1,245 @@
+"""SecAgg+ server driver (Bell et al. 2020, semi-honest server): routes keys and encrypted shares,
+sums masked vectors, and rebuilds just enough secrets to cancel the masks of the survivors.
+
+The server only ever holds public keys, ciphertexts, masked vectors, and -- after the masked
+vectors are in -- the self-mask seeds of survivors and the mask keys of dropped nodes.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from secure_fed.crypto import secagg_channel as channel
+from secure_fed.crypto.masking import add_masks
+from secure_fed.crypto.quantize import dequantise, error_bound, from_ring, ring_dtype
+from secure_fed.crypto.secagg_graph import neighbour_graph
+from secure_fed.crypto.secagg_protocol import (
+    KEYS,
+    MASKED,
+    SETUP,
+    SHARES,
+    UNMASK,
+    RoundParams,
+    SecAggAbort,
+    SecAggSettings,
+    VectorSum,
+    round_params,
+)
+from secure_fed.crypto.secagg_shamir import combine_secret
+from secure_fed.crypto.transport import Transport
+
+
+def _require(alive: Sequence[int], params: RoundParams, phase: str) -> None:
+    # every survivor needs `threshold` live neighbours to rebuild its seed, so fewer nodes is hopeless
+    if len(alive) < params.threshold + 1:
+        raise SecAggAbort(
+            f"SecAgg+ aborted after {phase}: {len(alive)} sites left, at least {params.threshold + 1} needed "
+            f"(threshold {params.threshold} of {params.degree} neighbours); no aggregate released"
+        )
+
+
+def _is_bytes_list(value: Any, count: int) -> bool:
+    return isinstance(value, list) and len(value) == count and all(isinstance(v, bytes) for v in value)
+
+
+def _rebuild(owner: int, shares: list[bytes], params: RoundParams, what: str) -> bytes:
+    if len(shares) < params.threshold:
+        raise SecAggAbort(
+            f"SecAgg+ aborted: only {len(shares)} of node {owner}'s {what} shares came back, "
+            f"{params.threshold} needed; no aggregate released"
+        )
+    try:
+        return combine_secret(shares, params.threshold)
+    except ValueError as exc:
+        raise SecAggAbort(f"SecAgg+ aborted: node {owner}'s {what} shares do not combine: {exc}") from exc
+
+
+def _setup(
+    transport: Transport,
+    graph: dict[int, list[int]],
+    dim: int,
+    settings: SecAggSettings,
+    params: RoundParams,
+    round_id: int | str,
+) -> list[int]:
+    requests = {
+        u: {
+            "round_id": round_id,
+            "node_id": u,
+            "neighbours": peers,
+            "threshold": params.threshold,
+            "num_nodes": len(graph),
+            "dim": dim,
+            "bits": settings.bits,
+            "clip": settings.clip,
+            "modulus_bits": params.modulus_bits,
+        }
+        for u, peers in graph.items()
+    }
+    return sorted(
+        u for u, r in transport.exchange(SETUP, requests).items() if u in requests and r.get("ok") is True
+    )
+
+
+def _collect_keys(
+    transport: Transport, ready: list[int], round_id: int | str
+) -> dict[int, tuple[bytes, bytes]]:
+    """(encryption public key, mask public key) of each node that answered."""
+    keys = {}
+    for u, r in transport.exchange(KEYS, {u: {"round_id": round_id} for u in ready}).items():
+        pair = [r.get("enc_pk"), r.get("mask_pk")]
+        if u in ready and _is_bytes_list(pair, 2):
+            keys[u] = (pair[0], pair[1])
+    return keys
+
+
+def _route_shares(
+    transport: Transport,
+    graph: dict[int, list[int]],
+    keys: dict[int, tuple[bytes, bytes]],
+    round_id: int | str,
+) -> dict[int, dict[str, Any]]:
+    """Hand each node its live neighbours' public keys; return the masked-phase request of every
+    node that shared its secrets, carrying the ciphertexts other such nodes addressed to it."""
+    requests = {}
+    for u in keys:
+        peers = [v for v in graph[u] if v in keys]
+        requests[u] = {
+            "round_id": round_id,
+            "peers": peers,
+            "peer_enc_pk": [keys[v][0] for v in peers],
+            "peer_mask_pk": [keys[v][1] for v in peers],
+        }
+    shared = []
+    inbox: dict[int, list[tuple[int, bytes]]] = {}
+    for u, r in transport.exchange(SHARES, requests).items():
+        to, sealed = r.get("share_to"), r.get("share_ct")
+        if u in requests and to == requests[u]["peers"] and _is_bytes_list(sealed, len(to)):
+            shared.append(u)
+            for v, blob in zip(to, sealed, strict=True):
+                inbox.setdefault(v, []).append((u, blob))
+    return {
+        v: {
+            "round_id": round_id,
+            "share_from": [u for u, _ in inbox.get(v, [])],
+            "share_ct": [blob for _, blob in inbox.get(v, [])],
+        }
+        for v in sorted(shared)
+    }
+
+
+def _collect_masked(
+    transport: Transport, requests: dict[int, dict[str, Any]], dim: int, word: np.dtype
+) -> tuple[np.ndarray, list[int]]:
+    """Sum of the masked vectors in Z_{2^w}, and who sent one."""
+    total = np.zeros(dim + 1, dtype=word)
+    senders = []
+    for v, r in transport.exchange(MASKED, requests).items():
+        y = r.get("masked")
+        if v in requests and isinstance(y, np.ndarray) and y.dtype == word and y.shape == (dim + 1,):
+            np.add(total, y, out=total)  # wraps mod the word, a multiple of 2^m
+            senders.append(v)
+    return total, sorted(senders)
+
+
+def _collect_unmask_shares(
+    transport: Transport, partners: dict[int, list[int]], survivors: list[int], round_id: int | str
+) -> tuple[dict[int, list[bytes]], dict[int, list[bytes]]]:
+    """Ask each survivor for its shares of survivors' seeds and of dropped nodes' mask keys."""
+    alive = set(survivors)
+    requests = {
+        u: {
+            "round_id": round_id,
+            "survived": [w for w in partners[u] if w in alive],
+            "dropped": [w for w in partners[u] if w not in alive],
+        }
+        for u in survivors
+    }
+    seed_shares: dict[int, list[bytes]] = {u: [] for u in survivors}
+    key_shares: dict[int, list[bytes]] = {v: [] for v in partners if v not in alive}
+    for u, r in transport.exchange(UNMASK, requests).items():
+        asked = requests.get(u)
+        if (
+            asked is None
+            or r.get("seed_of") != asked["survived"]
+            or r.get("key_of") != asked["dropped"]
+            or not _is_bytes_list(r.get("seed_shares"), len(asked["survived"]))
+            or not _is_bytes_list(r.get("key_shares"), len(asked["dropped"]))
+        ):
+            continue
+        for w, share in zip(asked["survived"], r["seed_shares"], strict=True):
+            seed_shares[w].append(share)
+        for w, share in zip(asked["dropped"], r["key_shares"], strict=True):
+            key_shares[w].append(share)
+    return seed_shares, key_shares
+
+
+def _unmasking_keys(
+    partners: dict[int, list[int]],
+    survivors: list[int],
+    seed_shares: dict[int, list[bytes]],
+    key_shares: dict[int, list[bytes]],
+    mask_pks: dict[int, bytes],
+    params: RoundParams,
+    round_id: int | str,
+) -> list[tuple[bytes, int]]:
+    """(key, sign) of every mask left in the sum: survivors' self masks, and the pairwise masks
+    survivors share with nodes that dropped after sharing their secrets."""
+    masks = [(_rebuild(u, seed_shares[u], params, "self-mask seed"), -1) for u in survivors]
+    for v in sorted(key_shares):
+        masked_with_v = [u for u in survivors if v in partners[u]]
+        if not masked_with_v:
+            continue
+        mask_sk = _rebuild(v, key_shares[v], params, "mask key")
+        if channel.public_key(mask_sk) != mask_pks[v]:
+            raise SecAggAbort(f"SecAgg+ aborted: node {v}'s rebuilt mask key does not match its public key")
+        # u added +PRG(s_uv) if u < v, else -PRG(s_uv); take that back
+        masks += [
+            (channel.pairwise_mask_key(mask_sk, mask_pks[u], round_id), -1 if u < v else +1)
+            for u in masked_with_v
+        ]
+    return masks
+
+
+def run_secagg(
+    transport: Transport,
+    node_ids: Sequence[int],
+    dim: int,
+    settings: SecAggSettings,
+    round_id: int | str,
+    rng: random.Random | None = None,
+) -> VectorSum:
+    """Securely sum the clients' `dim`-vectors; raise `SecAggAbort` if too many drop out."""
+    nodes = sorted(set(node_ids))
+    params = round_params(len(nodes), dim, settings)
+    graph = neighbour_graph(nodes, params.degree, rng or random.SystemRandom())
+
+    ready = _setup(transport, graph, dim, settings, params, round_id)
+    _require(ready, params, SETUP)
+    keys = _collect_keys(transport, ready, round_id)
+    _require(list(keys), params, KEYS)
+    masked_requests = _route_shares(transport, graph, keys, round_id)
+    _require(list(masked_requests), params, SHARES)
+    total, survivors = _collect_masked(transport, masked_requests, dim, ring_dtype(params.modulus_bits))
+    _require(survivors, params, MASKED)
+
+    # partners[v]: the nodes whose shares v was routed, i.e. whom v masked with
+    partners = {v: r["share_from"] for v, r in masked_requests.items()}
+    seed_shares, key_shares = _collect_unmask_shares(transport, partners, survivors, round_id)
+    mask_pks = {u: pair[1] for u, pair in keys.items()}
+    add_masks(
+        total, _unmasking_keys(partners, survivors, seed_shares, key_shares, mask_pks, params, round_id)
+    )
+
+    signed = from_ring(total, params.modulus_bits)
+    return VectorSum(
+        total=dequantise(signed[:dim], settings.clip, settings.bits),
+        survivors=survivors,
+        dropped=sorted(set(nodes) - set(survivors)),
+        quantisation_bound=error_bound(len(survivors), settings.clip, settings.bits),
+        clipped_fraction=float(signed[dim]) / (len(survivors) * dim) if dim else 0.0,
+    )

@@ -1,0 +1,72 @@
+"""Entry point for summing one vector per site, in the clear or with SecAgg+."""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from secure_fed.crypto.secagg_client import Entropy, secagg_client_step
+from secure_fed.crypto.secagg_protocol import PLAIN_SUM, SecAggAbort, SecAggRefused, SecAggSettings, VectorSum
+from secure_fed.crypto.secagg_server import run_secagg
+from secure_fed.crypto.transport import Transport
+
+__all__ = ["VectorSum", "client_step", "sum_vectors"]
+
+
+def _plain_sum(transport: Transport, nodes: list[int], dim: int, round_id: int | str) -> VectorSum:
+    total = np.zeros(dim, dtype=np.float64)
+    survivors = []
+    for node, reply in transport.exchange(
+        PLAIN_SUM, {u: {"round_id": round_id, "dim": dim} for u in nodes}
+    ).items():
+        vec = reply.get("vector")
+        if node in nodes and isinstance(vec, np.ndarray) and vec.shape == (dim,):
+            total += vec
+            survivors.append(node)
+    if not survivors:
+        raise SecAggAbort("plain sum: no site answered")
+    return VectorSum(total=total, survivors=sorted(survivors), dropped=sorted(set(nodes) - set(survivors)))
+
+
+def sum_vectors(
+    transport: Transport,
+    node_ids: Sequence[int],
+    dim: int,
+    settings: SecAggSettings | None,
+    round_id: int | str = 0,
+    rng: random.Random | None = None,
+) -> VectorSum:
+    """Sum the sites' `dim`-vectors: plainly when `settings` is None, else with SecAgg+.
+
+    With SecAgg+ the server learns only the survivors' sum (to within `quantisation_bound` per
+    coordinate) and the clipped fraction; `SecAggAbort` is raised, with nothing released, when too
+    few sites stay. `rng` only shapes the masking graph (default: the OS's randomness).
+    """
+    nodes = sorted(set(node_ids))
+    if settings is None:
+        return _plain_sum(transport, nodes, dim, round_id)
+    return run_secagg(transport, nodes, dim, settings, round_id, rng)
+
+
+def client_step(
+    phase: str,
+    request: Mapping[str, Any],
+    state: Mapping[str, Any],
+    vector: np.ndarray,
+    *,
+    entropy: Entropy = os.urandom,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Client side of `sum_vectors` for every phase (plain and SecAgg+); `vector` never leaves unmasked
+    except in the plain phase, which a client whose policy demands SecAgg+ must not be asked to run."""
+    if phase == PLAIN_SUM:
+        vec = np.asarray(vector)
+        if vec.ndim != 1 or request.get("dim") != len(vec):
+            raise SecAggRefused(
+                f"server expects a {request.get('dim')}-vector, this client holds shape {vec.shape}"
+            )
+        return {"vector": vec}, {}
+    return secagg_client_step(phase, request, state, vector, entropy=entropy)

@@ -1,0 +1,127 @@
+import functools
+import random
+
+import numpy as np
+import pytest
+
+from secure_fed.crypto.secagg_protocol import (
+    KEYS,
+    MASKED,
+    SETUP,
+    SHARES,
+    UNMASK,
+    SecAggAbort,
+    SecAggSettings,
+    round_params,
+)
+from secure_fed.crypto.transport import LocalTransport
+from secure_fed.crypto.vectors import client_step, sum_vectors
+
+DIM = 2000
+
+
+def seeded_entropy(seed: int):
+    gen = np.random.default_rng(seed)
+    return lambda n: gen.bytes(n)
+
+
+def make_inputs(n: int, dim: int = DIM, seed: int = 0, scale: float = 1.0) -> dict[int, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    # sparse, large node ids, as Flower assigns them
+    return {int(rng.integers(1, 2**62)): rng.normal(0, scale, dim).astype(np.float32) for _ in range(n)}
+
+
+def run_round(inputs, settings=None, dropouts=None, round_id=1, seed=0, transport_cls=LocalTransport):
+    step = functools.partial(client_step, entropy=seeded_entropy(seed))
+    transport = transport_cls(inputs, step, dropouts=dropouts or {})
+    dim = len(next(iter(inputs.values())))
+    result = sum_vectors(transport, list(inputs), dim, settings, round_id, rng=random.Random(seed))
+    return result, transport
+
+
+def expected_sum(inputs, nodes, clip=8.0):
+    return np.sum([np.clip(inputs[u].astype(np.float64), -clip, clip) for u in nodes], axis=0)
+
+
+def test_plain_sum():
+    inputs = make_inputs(4)
+    result, transport = run_round(inputs, None)
+    assert np.allclose(result.total, expected_sum(inputs, inputs))
+    assert result.survivors == sorted(inputs) and result.dropped == []
+    assert result.quantisation_bound == 0.0 and [r.phase for r in transport.received] == ["plain_sum"] * 4
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_secagg_sum_matches_plain_sum_within_bound(n):
+    inputs = make_inputs(n, seed=n)
+    result, transport = run_round(inputs, SecAggSettings(), seed=n)
+    err = np.max(np.abs(result.total - expected_sum(inputs, inputs)))
+    assert err <= result.quantisation_bound == n / 2**21
+    assert result.survivors == sorted(inputs) and result.dropped == [] and result.clipped_fraction == 0.0
+    assert not transport.errors
+
+
+def test_clipped_fraction_is_reported_and_the_sum_is_of_clipped_values():
+    inputs = make_inputs(5, seed=3, scale=4.0)
+    settings = SecAggSettings(clip=6.0, bits=20)
+    result, _ = run_round(inputs, settings)
+    clipped = sum(np.count_nonzero(np.abs(v) > 6.0) for v in inputs.values())
+    assert clipped > 0
+    assert result.clipped_fraction == pytest.approx(clipped / (5 * DIM))
+    assert np.max(np.abs(result.total - expected_sum(inputs, inputs, clip=6.0))) <= result.quantisation_bound
+
+
+def tolerable(n: int) -> int:
+    p = round_params(n, DIM, SecAggSettings())
+    return p.degree - p.threshold
+
+
+@pytest.mark.parametrize("phase", [SETUP, KEYS, SHARES, MASKED, UNMASK])
+@pytest.mark.parametrize("n", [5, 10])
+def test_dropouts_at_each_phase(n, phase):
+    inputs = make_inputs(n, seed=n)
+    gone = random.Random(phase).sample(sorted(inputs), tolerable(n))
+    result, _ = run_round(inputs, SecAggSettings(), dropouts={phase: gone})
+    # a site that drops during unmasking has already contributed its masked vector
+    contributed = sorted(inputs) if phase == UNMASK else sorted(set(inputs) - set(gone))
+    assert result.survivors == contributed
+    assert result.dropped == sorted(set(inputs) - set(contributed))
+    err = np.max(np.abs(result.total - expected_sum(inputs, contributed)))
+    assert err <= result.quantisation_bound == len(contributed) / 2**21
+
+
+def test_dropouts_spread_over_phases():
+    inputs = make_inputs(10, seed=4)
+    a, b = sorted(inputs)[2], sorted(inputs)[7]
+    result, _ = run_round(inputs, SecAggSettings(), dropouts={SHARES: [a], UNMASK: [b]})
+    assert a in result.dropped and b in result.survivors
+    assert np.max(np.abs(result.total - expected_sum(inputs, result.survivors))) <= result.quantisation_bound
+
+
+@pytest.mark.parametrize("phase", [SETUP, MASKED, UNMASK])
+def test_below_threshold_aborts_without_a_result(phase):
+    inputs = make_inputs(5, seed=5)
+    gone = sorted(inputs)[: tolerable(5) + 1]
+    with pytest.raises(SecAggAbort, match="no aggregate released"):
+        run_round(inputs, SecAggSettings(), dropouts={phase: gone})
+
+
+def test_rounds_are_independent():
+    inputs = make_inputs(5, seed=6)
+    first, _ = run_round(inputs, SecAggSettings(), round_id="run-a:1", seed=1)
+    second, _ = run_round(inputs, SecAggSettings(), round_id="run-a:2", seed=2)
+    target = expected_sum(inputs, inputs)
+    assert np.max(np.abs(first.total - target)) <= first.quantisation_bound
+    assert np.max(np.abs(second.total - target)) <= second.quantisation_bound
+
+
+def test_64_bit_ring():
+    inputs = make_inputs(4, dim=300, seed=7)
+    result, transport = run_round(inputs, SecAggSettings(bits=40, clip=4.0))
+    masked = [r.payload["masked"] for r in transport.received if r.phase == MASKED]
+    assert masked and all(m.dtype == np.uint64 for m in masked)
+    assert (
+        np.max(np.abs(result.total - expected_sum(inputs, inputs, clip=4.0)))
+        <= result.quantisation_bound
+        < 1e-10
+    )

@@ -1,0 +1,160 @@
+import random
+
+import numpy as np
+import pytest
+from cryptography.exceptions import InvalidTag
+
+from secure_fed.config import SecAggConfig
+from secure_fed.crypto import secagg_channel as channel
+from secure_fed.crypto.masking import add_masks, keystream_words
+from secure_fed.crypto.secagg_graph import neighbour_graph
+from secure_fed.crypto.secagg_protocol import (
+    SecAggAbort,
+    SecAggSettings,
+    default_degree,
+    round_params,
+    share_associated_data,
+)
+from secure_fed.crypto.secagg_shamir import combine_secret, split_secret
+from secure_fed.crypto.transport import LocalTransport, decode_payload, encode_payload
+
+urandom = random.Random(0).randbytes
+
+
+@pytest.mark.parametrize(("n", "k"), [(3, 2), (5, 4), (10, 7), (11, 8), (30, 9), (12, 5)])
+def test_graph_is_regular_symmetric_and_connected(n, k):
+    nodes = [1000 + 7 * i for i in range(n)]
+    graph = neighbour_graph(nodes, k, random.Random(n))
+    assert set(graph) == set(nodes)
+    for u, peers in graph.items():
+        assert len(peers) == k and u not in peers
+        assert all(u in graph[v] for v in peers)
+    seen, todo = {nodes[0]}, [nodes[0]]
+    while todo:
+        for v in graph[todo.pop()]:
+            if v not in seen:
+                seen.add(v)
+                todo.append(v)
+    assert seen == set(nodes)
+
+
+def test_graph_rejects_impossible_degree():
+    with pytest.raises(ValueError):
+        neighbour_graph([1, 2, 3, 4, 5], 3, random.Random(0))  # 5 * 3 is odd
+
+
+def test_round_parameters():
+    assert [default_degree(n) for n in (3, 5, 10, 20, 100)] == [2, 4, 7, 9, 14]
+    p = round_params(10, 1000, SecAggSettings())
+    assert (p.degree, p.threshold) == (7, 5)
+    assert 2 * p.threshold > p.degree
+    assert round_params(11, 10, SecAggSettings(neighbours=3)).degree == 4  # 11 * 3 is odd
+    assert round_params(5, 10, SecAggSettings(neighbours=50)).degree == 4
+    with pytest.raises(SecAggAbort, match="at least 3"):
+        round_params(2, 10, SecAggSettings())
+
+
+def test_settings_validation_and_config():
+    with pytest.raises(ValueError):
+        SecAggSettings(threshold=0.5)
+    with pytest.raises(ValueError):
+        SecAggSettings(bits=41)
+    cfg = SecAggConfig(neighbours=4, threshold=0.75, clip=2.0, bits=20)
+    assert SecAggSettings.from_config(cfg) == SecAggSettings(neighbours=4, threshold=0.75, clip=2.0, bits=20)
+
+
+def test_shamir_threshold():
+    secret = bytes(range(32))
+    shares = split_secret(secret, 3, 5)
+    assert combine_secret(shares[2:], 3) == secret
+    assert combine_secret([shares[4], shares[0], shares[0], shares[2]], 3) == secret
+    with pytest.raises(ValueError, match="3 needed"):
+        combine_secret(shares[:2] + [shares[0]], 3)
+    # two shares of a threshold-3 sharing interpolate to something else
+    assert combine_secret(shares[:2], 2) != secret
+
+
+def test_channel_keys_agree_and_bind_the_associated_data():
+    a_sk, a_pk = channel.new_keypair(urandom)
+    b_sk, b_pk = channel.new_keypair(urandom)
+    key = channel.channel_key(a_sk, b_pk)
+    assert key == channel.channel_key(b_sk, a_pk)
+    ad = share_associated_data(7, 1, 2)
+    sealed = channel.seal(key, ad, b"share", urandom)
+    assert channel.open_sealed(key, ad, sealed) == b"share"
+    for other in (
+        share_associated_data(8, 1, 2),
+        share_associated_data(7, 2, 1),
+        share_associated_data(7, 1, 3),
+    ):
+        with pytest.raises(InvalidTag):
+            channel.open_sealed(key, other, sealed)
+    flipped = bytearray(sealed)
+    flipped[-1] ^= 1
+    with pytest.raises(InvalidTag):
+        channel.open_sealed(key, ad, bytes(flipped))
+
+
+def test_pairwise_mask_keys_agree_per_round_only():
+    a_sk, a_pk = channel.new_keypair(urandom)
+    b_sk, b_pk = channel.new_keypair(urandom)
+    assert channel.pairwise_mask_key(a_sk, b_pk, 1) == channel.pairwise_mask_key(b_sk, a_pk, 1)
+    assert channel.pairwise_mask_key(a_sk, b_pk, 1) != channel.pairwise_mask_key(a_sk, b_pk, 2)
+    assert channel.pairwise_mask_key(a_sk, b_pk, 1) != channel.channel_key(a_sk, b_pk)
+
+
+def test_masks_cancel_and_are_keyed_by_all_32_bytes():
+    key, other = bytes(32), bytes(31) + b"\x01"
+    acc = np.arange(1000, dtype=np.uint32)
+    add_masks(acc, [(key, +1), (other, -1)])
+    assert not np.array_equal(acc, np.arange(1000))
+    add_masks(acc, [(other, +1), (key, -1)])
+    assert np.array_equal(acc, np.arange(1000))
+    # keys differing only in the last byte give unrelated streams (no 32-bit folding of the key)
+    assert np.mean(keystream_words(key, 1000, np.uint64) == keystream_words(other, 1000, np.uint64)) == 0
+
+
+def test_codec_round_trip_and_type_contract():
+    payload = {
+        "a": np.arange(6, dtype=np.uint32).reshape(2, 3),
+        "b": [b"\x00\x01", b""],
+        "i": [1, -(2**63)],
+        "f": 0.5,
+        "s": "x",
+        "t": True,
+        "n": 3,
+    }
+    back = decode_payload(encode_payload(payload))
+    assert np.array_equal(back["a"], payload["a"]) and back["a"].dtype == np.uint32
+    assert {k: v for k, v in back.items() if k != "a"} == {k: v for k, v in payload.items() if k != "a"}
+    assert type(back["t"]) is bool and type(back["n"]) is int
+    for bad in (
+        {"d": {"x": 1}},
+        {"l": [[1]]},
+        {"np": np.int64(3)},
+        {"o": np.array([None])},
+        {"l": [np.zeros(2)]},
+    ):
+        with pytest.raises(TypeError):
+            encode_payload(bad)
+
+
+def test_local_transport_dropouts_errors_and_bytes():
+    def step(phase, request, state, secret):
+        if secret == "boom":
+            raise RuntimeError("client failed")
+        return {"echo": request["x"] + secret}, {"calls": state.get("calls", 0) + 1}
+
+    t = LocalTransport({1: 1, 2: 2, 3: "boom"}, step, dropouts={"second": [2]})
+    assert t.exchange("first", {n: {"x": 10} for n in (1, 2, 3)}) == {1: {"echo": 11}, 2: {"echo": 12}}
+    assert isinstance(t.errors[3], RuntimeError)
+    assert t.exchange("second", {n: {"x": 10} for n in (1, 2)}) == {1: {"echo": 11}}
+    assert t.exchange("third", {n: {"x": 10} for n in (1, 2)}) == {1: {"echo": 11}}  # 2 stays gone
+    assert decode_payload(t.states[1]) == {"calls": 3}
+    assert [(r.phase, r.node) for r in t.received] == [
+        ("first", 1),
+        ("first", 2),
+        ("second", 1),
+        ("third", 1),
+    ]
+    assert t.bytes_sent[1] == 3 * len(encode_payload({"echo": 11}))
