@@ -41,6 +41,7 @@ EVENTS: dict[str, str] = {
     '"reason"}',
     "secagg_round": 'secure aggregation of one round: {"participants": [...], "dropped": [...]}',
     "alpha": "the aggregated (final) α",
+    "run_stopped": 'the run ended before its planned rounds: {"reason"}',
     "model_hash": 'hash of the released model: {"sha256": hex, ...}',
     "site_record": "a site's signed record copied verbatim into the server's log (payload = the record)",
     "head": "written by close(): {count: records before it, last_hash}",

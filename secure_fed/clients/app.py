@@ -1,0 +1,124 @@
+"""Flower ClientApp: a hospital's node. Every phase goes through `handle` after the policy mod.
+
+Which site a node is: `site` in the node config (deployment), else the simulation's partition id.
+The site runtime (data, model, GMM, ledger) is built once per process and reused across messages;
+the protocol state of secure aggregation lives in `context.state`, as Flower intends.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context, Message
+from flwr.clientapp import ClientApp
+
+from secure_fed.clients.handler import handle
+from secure_fed.clients.policy import PolicyViolation, SitePolicy
+from secure_fed.clients.runtime import SiteRuntime
+from secure_fed.clients.site import site_names
+from secure_fed.config import RunConfig, load_config
+from secure_fed.wire import from_records, load_state, store_state, to_records
+
+log = logging.getLogger(__name__)
+
+PHASES = (
+    "hello",
+    "finish",
+    "hypergrad",
+    "evaluate",
+    "plain_sum",
+    "secagg_setup",
+    "secagg_keys",
+    "secagg_shares",
+    "secagg_masked",
+    "secagg_unmask",
+    "plain_scalars",
+    "he_encrypt",
+    "he_decrypt",
+)
+_STATE_KEY = "secure_fed_protocol"
+_RUNTIMES: dict[tuple[str, str], SiteRuntime] = {}
+_SECRETS: dict[str, Any] = {}
+
+
+def config_from_context(context: Context) -> RunConfig:
+    run = dict(context.run_config)
+    path = str(run.get("config-file") or "")
+    overrides = {"fed.method": run.get("method"), "fed.rounds": run.get("num-server-rounds")}
+    return load_config(Path(path) if path else None, overrides)
+
+
+def _site_of(cfg: RunConfig, context: Context) -> str:
+    node = dict(context.node_config)
+    if "site" in node:
+        return str(node["site"])
+    return site_names(cfg)[int(node["partition-id"])]
+
+
+def _runtime(cfg: RunConfig, site: str, keys_dir: Path | None, run_id: str) -> SiteRuntime:
+    key = (cfg.model_dump_json(), site)
+    if key not in _RUNTIMES:
+        _RUNTIMES[key] = SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=run_id)
+    return _RUNTIMES[key]
+
+
+def _secret_context(cfg: RunConfig) -> Any:
+    if not cfg.he.enabled:
+        return None
+    key = str(cfg.he.keys_dir)
+    if key not in _SECRETS:
+        from secure_fed.runner import site_secret_context
+
+        _SECRETS[key] = site_secret_context(cfg)
+    return _SECRETS[key]
+
+
+def policy_mod(cfg_of: Any) -> Any:
+    """Flower mod: refuse, before any handler runs, what the site's own policy forbids."""
+
+    def mod(message: Message, context: Context, call_next: Any) -> Message:
+        cfg = cfg_of(context)
+        phase = message.metadata.message_type.split(".")[-1]
+        phase = "train" if phase == "default" or message.metadata.message_type == "train" else phase
+        try:
+            SitePolicy.from_config(cfg).check(phase, from_records(message.content))
+        except PolicyViolation as err:
+            log.warning("refused %s: %s", message.metadata.message_type, err)
+            return Message(to_records({"status": "refused", "error": str(err)}), reply_to=message)
+        return call_next(message, context)
+
+    return mod
+
+
+def make_client_app(
+    cfg: RunConfig | None = None, keys_dir: Path | None = None, run_id: str = ""
+) -> ClientApp:
+    """`cfg` given: the simulation started by `secure-fed run`; None: read it from the run config."""
+
+    def cfg_of(context: Context) -> RunConfig:
+        return cfg if cfg is not None else config_from_context(context)
+
+    app = ClientApp(mods=[policy_mod(cfg_of)])
+
+    def respond(phase: str, message: Message, context: Context) -> Message:
+        run_cfg = cfg_of(context)
+        node = dict(context.node_config)
+        site_keys = Path(str(node["keys-dir"])) if "keys-dir" in node else keys_dir
+        runtime = _runtime(run_cfg, _site_of(run_cfg, context), site_keys, run_id or str(context.run_id))
+        state = load_state(context.state, _STATE_KEY)
+        reply, state = handle(runtime, phase, from_records(message.content), state, _secret_context(run_cfg))
+        store_state(context.state, _STATE_KEY, state)
+        return Message(to_records(reply), reply_to=message)
+
+    @app.train()
+    def train(message: Message, context: Context) -> Message:
+        return respond("train", message, context)
+
+    for phase in PHASES:
+        app.query(phase)(lambda message, context, phase=phase: respond(phase, message, context))
+    return app
+
+
+app = make_client_app()

@@ -1,0 +1,38 @@
+"""The site's own privacy policy, enforced on every server instruction before it is acted on.
+
+A hardened site does not trust the server to ask for the right thing: it refuses a plain sum when
+its policy requires secure aggregation, plaintext α scalars when it requires CKKS, and training
+without DP when it requires DP.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from secure_fed.config import RunConfig
+
+
+class PolicyViolation(PermissionError):
+    """The server asked for something this site's policy forbids."""
+
+
+@dataclass(frozen=True)
+class SitePolicy:
+    require_dp: bool
+    require_secagg: bool
+    require_he: bool
+
+    @classmethod
+    def from_config(cls, cfg: RunConfig) -> SitePolicy:
+        return cls(require_dp=cfg.dp.enabled, require_secagg=cfg.secagg_on, require_he=cfg.he.enabled)
+
+    def check(self, phase: str, request: dict[str, Any]) -> None:
+        if phase == "plain_sum" and self.require_secagg:
+            raise PolicyViolation("policy requires secure aggregation: refusing to send an unmasked update")
+        if phase == "plain_scalars" and self.require_he:
+            raise PolicyViolation("policy requires CKKS: refusing to send plaintext α scalars")
+        if phase == "train" and self.require_dp and not request.get("dp", False):
+            raise PolicyViolation("policy requires DP-SGD: refusing a non-private training round")
+        if phase == "evaluate" and request.get("split", "test") not in ("test", "val"):
+            raise PolicyViolation(f"unknown evaluation split {request.get('split')!r}")

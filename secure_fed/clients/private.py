@@ -1,0 +1,264 @@
+"""A site's privacy plan and bookkeeping: calibration before round 1, the ledger, the budget guard,
+and the DP releases it makes (DP-SGD gradients, GMM histogram, α scalars).
+
+Privacy unit: the patient. Train and validation patients are disjoint populations (parallel
+composition): DP-SGD and the GMM histogram spend the train population's budget, the α scalars the
+validation population's. Noise is drawn from a generator keyed by the site's secret, never by a
+seed the server knows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from secure_fed.config import RunConfig
+from secure_fed.dp.budget import Admission, BudgetGuard
+from secure_fed.dp.calibration import (
+    calibrate_gaussian,
+    calibrate_gaussian_for,
+    check_delta,
+    default_delta,
+    split_budget,
+)
+from secure_fed.dp.clipped_sum import clip_and_noise_sum, clipped_sum_event
+from secure_fed.dp.dpsgd import PatientDPSGD, poisson_sample
+from secure_fed.dp.events import Event, Gaussian, PoissonSampledGaussian
+from secure_fed.dp.ledger import PrivacyLedger
+
+TRAIN, VALIDATION = "train", "validation"
+
+
+def steps_per_epoch(sampling_rate: float) -> int:
+    """Poisson sampling at rate q takes 1/q steps to see each patient once in expectation."""
+    return max(1, math.ceil(1.0 / sampling_rate))
+
+
+class DPGradients:
+    """Patient-level DP-SGD for `train_copies`: Poisson-sampled patients, joint clipping over copies."""
+
+    def __init__(
+        self,
+        sampling_rate: float,
+        clip: float,
+        sigma: float,
+        n_patients: int,
+        steps: int,
+        generator: torch.Generator,
+    ) -> None:
+        self.q, self.clip, self.sigma = sampling_rate, clip, sigma
+        self.n_patients, self.steps, self.generator = n_patients, steps, generator
+        self.engine: PatientDPSGD | None = None
+        self.clipped: list[float] = []
+
+    def steps_per_epoch(self, n_patients: int) -> int:
+        return steps_per_epoch(self.q)
+
+    def sample(self, n_patients: int) -> torch.Tensor:
+        return poisson_sample(n_patients, self.q, self.generator)
+
+    def wrap(self, copies: list[torch.nn.Module]) -> list[torch.nn.Module]:
+        self.engine = PatientDPSGD(copies, self.clip, self.sigma, self.q * self.n_patients, self.generator)
+        return copies
+
+    def backward(
+        self, copies: list[torch.nn.Module], losses: list[torch.Tensor], patient_index: list[torch.Tensor]
+    ) -> None:
+        assert self.engine is not None
+        live = [loss.sum() for loss in losses if loss.numel()]
+        if live:
+            sum(live).backward()
+        index = [i if i.numel() else None for i in patient_index]
+        stats = self.engine.privatize(index, self.n_patients)
+        self.clipped.append(stats.clipped_fraction)
+
+
+@dataclass
+class SitePrivacy:
+    site: str
+    sampling_rate: float
+    clip: float
+    sigma: float
+    steps: int
+    histogram_sigma: float
+    alpha_clip: float
+    alpha_sigma: float
+    delta: dict[str, float]
+    budget: float
+    n_patients: dict[str, int]
+    noise_key: bytes
+    ledger: PrivacyLedger = field(default_factory=PrivacyLedger)
+    accountant: str = "rdp"
+    last_round: int = 0
+    trail: Any = None  # SiteTrail: the site's signed audit log
+    refused_population: str | None = None
+    ledger_path: Path | None = None
+
+    @classmethod
+    def plan(
+        cls, cfg: RunConfig, site: str, n_train: int, n_val: int, noise_key: bytes | None = None
+    ) -> SitePrivacy:
+        dp = cfg.dp
+        delta = {}
+        for pop, n in ((TRAIN, n_train), (VALIDATION, max(n_val, 1))):
+            d = dp.delta if dp.delta is not None else default_delta(n)
+            check_delta(d, n)
+            delta[pop] = d
+        steps = cfg.train.local_epochs * steps_per_epoch(dp.sample_rate)
+        target = dp.target_epsilon
+        if dp.noise_multiplier is not None:
+            sigma = dp.noise_multiplier
+            hist_sigma = calibrate_gaussian(dp.gmm_fraction * target, delta[TRAIN]) if target else sigma
+        else:
+            assert target is not None
+            split = split_budget(
+                target,
+                delta[TRAIN],
+                sampling_rate=dp.sample_rate,
+                rounds=cfg.fed.rounds,
+                steps_per_round=steps,
+                gmm_fraction=dp.gmm_fraction,
+                accountant=dp.accountant,
+            )
+            sigma = split.dpsgd_noise_multiplier
+            hist_sigma = split.gmm_noise_multiplier or sigma
+        alpha_sigma = dp.alpha_noise_multiplier or calibrate_gaussian_for(
+            target or 1.0, delta[VALIDATION], cfg.fed.rounds, dp.accountant
+        )
+        key = noise_key or hashlib.sha256(f"sim-noise:{cfg.seed}:{site}".encode()).digest()
+        return cls(
+            site=site,
+            sampling_rate=dp.sample_rate,
+            clip=dp.max_grad_norm,
+            sigma=sigma,
+            steps=steps,
+            histogram_sigma=hist_sigma,
+            alpha_clip=dp.alpha_clip,
+            alpha_sigma=alpha_sigma,
+            delta=delta,
+            budget=dp.budget_epsilon or target or float("inf"),
+            n_patients={TRAIN: n_train, VALIDATION: n_val},
+            noise_key=key,
+            accountant=dp.accountant,
+        )
+
+    # -- releases ---------------------------------------------------------------------------
+    def _generator(self, purpose: str, round_id: int) -> torch.Generator:
+        seed = int.from_bytes(
+            hashlib.sha256(self.noise_key + f"{purpose}:{round_id}".encode()).digest()[:8], "big"
+        )
+        return torch.Generator().manual_seed(seed)
+
+    def _rng(self, purpose: str, round_id: int) -> np.random.Generator:
+        return np.random.default_rng(
+            list(hashlib.sha256(self.noise_key + f"{purpose}:{round_id}".encode()).digest())
+        )
+
+    def _log(self, round_id: int, population: str, mechanism: str, event: Event) -> None:
+        if self.ledger_path is not None:
+            tmp = self.ledger_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.ledger.to_json()))
+            tmp.replace(self.ledger_path)
+        if self.trail is None:
+            return
+        eps = self.ledger.epsilon(self.site, population, delta=self.delta[population])
+        extra: dict[str, Any] = {"population_size": self.n_patients[population]}
+        if mechanism == "dp_sgd":
+            extra.update(clip_norm=self.clip, steps=self.steps)
+        elif mechanism == "alpha_scalars":
+            extra.update(clip_norm=self.alpha_clip)
+        self.trail.privacy(
+            round_id, population, mechanism, event, self.delta[population], eps, self.budget, extra
+        )
+
+    def load_ledger(self, path: Path) -> None:
+        """Resume: the ledger on disk already holds every release made before a crash."""
+        self.ledger_path = path
+        if path.exists():
+            self.ledger = PrivacyLedger.from_json(json.loads(path.read_text()))
+
+    def already_released(self, round_id: int) -> bool:
+        return (
+            round_id in self.ledger.rounds(self.site, TRAIN)
+            if TRAIN in self.ledger.populations(self.site)
+            else False
+        )
+
+    def record_gmm(self, event: Gaussian) -> None:
+        if 0 in (self.ledger.rounds(self.site, TRAIN) if TRAIN in self.ledger.populations(self.site) else []):
+            return  # fitted before a restart: same noise key, same release, charged once
+        self.ledger.record(self.site, TRAIN, 0, "gmm_histogram", event)
+        self._log(0, TRAIN, "gmm_histogram", event)
+
+    def round_events(self) -> dict[str, list[tuple[str, Event]]]:
+        return {
+            TRAIN: [("dp_sgd", PoissonSampledGaussian(self.sampling_rate, self.sigma, self.steps))],
+            VALIDATION: [("alpha_scalars", clipped_sum_event(self.alpha_sigma))],
+        }
+
+    def admit_round(self, round_id: int) -> Admission:
+        """Admit both populations' releases of this round, or neither."""
+        guard = BudgetGuard(self.ledger, self.budget, accountant=self.accountant)  # type: ignore[arg-type]
+        planned = self.round_events()
+        for pop, events in planned.items():
+            eps = self.ledger.projected_epsilon(self.site, pop, [e for _, e in events], delta=self.delta[pop])
+            value = eps.get(self.accountant) or eps["rdp"]
+            if value is not None and value > self.budget:
+                self.refused_population = pop
+                return Admission(
+                    False,
+                    float(value),
+                    f"round {round_id} would bring {pop} patients to ε = {value:.3f} "
+                    f"(δ = {self.delta[pop]:.1e}) above this site's budget {self.budget:g}",
+                )
+        worst = 0.0
+        for pop, events in planned.items():
+            admission = guard.admit(self.site, pop, events, self.delta[pop], round=round_id)
+            if not admission.ok:  # cannot happen after the projection above; kept as a hard stop
+                return admission
+            worst = max(worst, admission.would_be_epsilon)
+            for mechanism, event in events:
+                self._log(round_id, pop, mechanism, event)
+        self.last_round = round_id
+        return Admission(True, worst, "")
+
+    def gradients(self, round_id: int) -> DPGradients:
+        return DPGradients(
+            self.sampling_rate,
+            self.clip,
+            self.sigma,
+            self.n_patients[TRAIN],
+            self.steps,
+            self._generator("dpsgd", round_id),
+        )
+
+    def release_alpha_scalars(self, per_patient: np.ndarray, round_id: int) -> np.ndarray:
+        return clip_and_noise_sum(
+            per_patient, self.alpha_clip, self.alpha_sigma, self._rng("alpha", round_id)
+        )
+
+    # -- reporting --------------------------------------------------------------------------
+    def epsilon(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for pop in (TRAIN, VALIDATION):
+            if self.ledger.events(self.site, pop) if pop in self.ledger.populations(self.site) else []:
+                out[pop] = self.ledger.epsilon(self.site, pop, delta=self.delta[pop])
+        return out
+
+    def after_round_summary(self) -> dict[str, Any]:
+        eps = self.epsilon()
+        return {
+            "epsilon_rdp": max((v["rdp"] for v in eps.values() if v.get("rdp") is not None), default=0.0),
+            "epsilon_prv": max(
+                (v["prv"] for v in eps.values() if v.get("prv") is not None), default=float("nan")
+            ),
+            "delta": max(self.delta.values()),
+            "noise_multiplier": self.sigma,
+        }

@@ -1,0 +1,222 @@
+"""Everything one site does in a round, independent of how messages travel."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from secure_fed.clients.evaluation import evaluate_split
+from secure_fed.clients.hypergrad import flatten, per_patient_hypergradients, unflatten
+from secure_fed.clients.private import SitePrivacy
+from secure_fed.clients.profile import fit_gmm
+from secure_fed.clients.site import SiteData, attach_profiles, load_site, patient_profiles
+from secure_fed.clients.trail import SiteTrail
+from secure_fed.clients.training import LocalTrainSettings, train_copies
+from secure_fed.config import RunConfig
+from secure_fed.data.tokenizer import load_tokenizer
+from secure_fed.model.report_model import ReportModel
+from secure_fed.model.setup import build_report_model
+
+log = logging.getLogger(__name__)
+
+POOLED = {"fedavg", "fedprox", "fedadam", "scaffold", "drfa"}
+
+
+def visit_groups(method: str, t_max: int) -> list[int] | None:
+    """Visit indices of the per-timestep copies; None = one pooled copy over all visits."""
+    return None if method in POOLED else list(range(1, t_max + 1))
+
+
+@dataclass
+class SiteRuntime:
+    cfg: RunConfig
+    site: str
+    data: SiteData
+    model: ReportModel
+    privacy: SitePrivacy | None
+    scaffold_c: dict[str, torch.Tensor] | None = None
+    stash: dict[str, Any] = field(default_factory=dict)
+
+    trail: SiteTrail | None = None
+
+    @property
+    def folder(self) -> Path:
+        """Site-private working folder (ledger, released values); never sent anywhere."""
+        return Path(self.cfg.out) / "sites" / self.site
+
+    @classmethod
+    def create(
+        cls,
+        cfg: RunConfig,
+        site: str,
+        site_key: bytes | None = None,
+        keys_dir: Path | None = None,
+        run_id: str = "",
+    ) -> SiteRuntime:
+        data = load_site(cfg, site, site_key)
+        folder = Path(cfg.out) / "sites" / site
+        folder.mkdir(parents=True, exist_ok=True)
+        trail = None
+        if cfg.audit.enabled and keys_dir is not None:
+            trail = SiteTrail(Path(cfg.out) / "audit" / f"{site}.jsonl", site, run_id, keys_dir)
+        privacy = None
+        if cfg.dp.enabled:
+            privacy = SitePrivacy.plan(cfg, site, data.n_train_patients, data.n_val_patients)
+            privacy.trail = trail
+            privacy.load_ledger(folder / "ledger.json")
+        gmm, event = fit_gmm(
+            patient_profiles(data.train),
+            cfg.model.gmm_components,
+            cfg.model.gmm_reg_covar,
+            cfg.seed,
+            privacy.histogram_sigma if privacy else None,
+        )
+        if privacy is not None and event is not None:
+            privacy.record_gmm(event)
+        attach_profiles(data, gmm)
+        model = build_report_model(cfg)
+        return cls(cfg=cfg, site=site, data=data, model=model, privacy=privacy, trail=trail)
+
+    # -- phase: train -------------------------------------------------------------------------
+    def train(
+        self, round_id: int, method: str, global_vec: np.ndarray, options: dict[str, Any]
+    ) -> dict[str, Any]:
+        cfg = self.cfg
+        released = self.folder / f"release-r{round_id}.npy"
+        if self.privacy is not None:
+            if self.privacy.already_released(round_id) and released.exists():
+                # A retried round (after a crash) re-sends the very values released before:
+                # nothing new is disclosed and the ledger charges the round once.
+                self.stash["upload"] = np.load(released)
+                return {
+                    "status": "ok",
+                    "dim": int(self.stash["upload"].size),
+                    "steps": 0,
+                    "train_loss": float("nan"),
+                    **self.privacy.after_round_summary(),
+                }
+            if self.privacy.already_released(round_id):
+                return {
+                    "status": "declined",
+                    "population": "train",
+                    "budget": self.privacy.budget,
+                    "would_be_epsilon": self.privacy.after_round_summary()["epsilon_rdp"],
+                    "reason": f"round {round_id} was charged before a restart but its release was lost; "
+                    "sitting it out rather than releasing twice",
+                }
+            admission = self.privacy.admit_round(round_id)
+            if not admission.ok:
+                self.stash.pop("upload", None)
+                if self.trail is not None:
+                    self.trail.append(
+                        "budget_refusal",
+                        {
+                            "site": self.site,
+                            "population": self.privacy.refused_population,
+                            "epsilon_after": admission.would_be_epsilon,
+                            "budget": self.privacy.budget,
+                            "reason": admission.reason,
+                        },
+                        round_id,
+                    )
+                return {
+                    "status": "declined",
+                    "reason": admission.reason,
+                    "would_be_epsilon": admission.would_be_epsilon,
+                    "budget": self.privacy.budget,
+                    "population": self.privacy.refused_population or "",
+                }
+        template = self.model.trainable_state()
+        start = unflatten(torch.as_tensor(global_vec), template)
+        t_max = cfg.data.max_visits
+        visits = visit_groups(method, t_max)
+        groups = [self.data.train] if visits is None else [self.data.train.at_visit(t) for t in visits]
+        settings = LocalTrainSettings(
+            lr=cfg.train.lr,
+            epochs=cfg.train.local_epochs,
+            batch_patients=cfg.train.batch_size,
+            prox_mu=cfg.fed.fedprox_mu if method == "fedprox" else 0.0,
+        )
+        if method == "scaffold":
+            server_c = unflatten(torch.as_tensor(options["control"]), template)
+            local_c = self.scaffold_c or {n: torch.zeros_like(v) for n, v in template.items()}
+            settings.grad_correction = {n: server_c[n] - local_c[n] for n in template}
+        gradients = self.privacy.gradients(round_id) if self.privacy is not None else None
+        result = train_copies(
+            self.model, start, groups, settings, seed=cfg.seed * 7919 + round_id, gradients=gradients
+        )
+        start_vec = flatten(start)
+        deltas = [flatten(s) - start_vec for s in result.states]
+        # DP: weights must be public (post-processing of DP-SGD only), so every site counts once.
+        weights = [1.0] * len(deltas) if self.privacy is not None else [float(n) for n in result.rows]
+        parts = [
+            torch.cat([w * d, torch.tensor([w], dtype=torch.float64)])
+            for w, d in zip(weights, deltas, strict=True)
+        ]
+        if method == "scaffold":
+            local_c = self.scaffold_c or {n: torch.zeros_like(v) for n, v in template.items()}
+            steps = max(result.steps, 1)
+            new_c = {
+                n: local_c[n] - server_c[n] + (start[n] - result.states[0][n]) / (steps * cfg.train.lr)
+                for n in template
+            }
+            control_delta = flatten(new_c) - flatten(local_c)
+            self.scaffold_c = new_c
+            parts.append(weights[0] * control_delta)
+        if method == "drfa":
+            parts[0] = parts[0] * float(options.get("lambda", 1.0))
+        upload = torch.cat(parts).numpy()
+        self.stash["upload"] = upload
+        if self.privacy is not None:
+            np.save(released, upload)
+        reply: dict[str, Any] = {
+            "status": "ok",
+            "dim": int(upload.size),
+            "steps": result.steps,
+            "train_loss": result.mean_loss if self.privacy is None else float("nan"),
+        }
+        if self.privacy is not None:
+            reply.update(self.privacy.after_round_summary())
+        if self.trail is not None:
+            reply["audit_records"] = self.trail.take_pending()
+        return reply
+
+    def finish(self) -> dict[str, Any]:
+        """End of run: close the site's audit log with a signed head record."""
+        if self.trail is not None:
+            self.trail.close()
+        return {"status": "ok"}
+
+    # -- phase: hypergradient -----------------------------------------------------------------
+    def hypergrad(self, round_id: int, final: np.ndarray, directions: np.ndarray) -> dict[str, Any]:
+        if len(self.data.val) == 0:
+            self.stash["scalars"] = np.zeros(directions.shape[0])
+            return {"status": "ok", "val_loss_sum": 0.0, "val_patients": 0}
+        per_patient, losses = per_patient_hypergradients(
+            self.model, torch.as_tensor(final), torch.as_tensor(directions), self.data.val
+        )
+        if self.privacy is not None:
+            released = self.folder / f"alpha-r{round_id}.npy"
+            if released.exists():
+                scalars = np.load(released)
+            else:
+                scalars = self.privacy.release_alpha_scalars(per_patient.numpy(), round_id)
+                np.save(released, scalars)
+            self.stash["scalars"] = scalars
+            return {"status": "ok"}
+        self.stash["scalars"] = per_patient.sum(0).numpy()
+        return {"status": "ok", "val_loss_sum": float(losses.sum()), "val_patients": int(losses.numel())}
+
+    # -- phase: evaluate ----------------------------------------------------------------------
+    def evaluate(self, global_vec: np.ndarray, split: str = "test") -> dict[str, Any]:
+        template = self.model.trainable_state()
+        self.model.load_trainable_state(unflatten(torch.as_tensor(global_vec), template))
+        examples = getattr(self.data, split)
+        tokenizer = load_tokenizer(self.cfg.model.tokenizer_path)
+        scores = evaluate_split(self.model, examples, tokenizer.decode, self.cfg.data.max_report_tokens + 1)
+        return {"status": "ok", "n": len(examples), **scores}

@@ -1,0 +1,105 @@
+"""A site's local world: its patients split train / validation / test, encoded for the model,
+and the local patient GMM. Nothing here leaves the site."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from secure_fed.config import RunConfig
+from secure_fed.data.batching import Examples, make_examples
+from secure_fed.data.cohort import Visit, load_cohort, split_patients
+from secure_fed.data.synthetic import synthesize
+from secure_fed.data.tokenizer import load_tokenizer
+from secure_fed.model.profile_gmm import PatientGMM
+
+
+@dataclass
+class SiteData:
+    name: str
+    train: Examples
+    val: Examples
+    test: Examples
+    site_key: bytes
+
+    @property
+    def n_train_patients(self) -> int:
+        return len(set(self.train.patient_ids))
+
+    @property
+    def n_val_patients(self) -> int:
+        return len(set(self.val.patient_ids))
+
+
+def cohort_manifest(cfg: RunConfig) -> Path:
+    """The manifest to load; a synthetic cohort is generated once per setting and cached."""
+    if cfg.data.source != "synthetic":
+        assert cfg.data.path is not None
+        return Path(cfg.data.path)
+    s = cfg.data.synth
+    folder = (
+        Path(cfg.model.cache_dir)
+        / f"cohort-s{s.sites}-p{s.patients}-v{s.visits}-i{s.image_size}-seed{s.seed}"
+    )
+    manifest = folder / "manifest.jsonl"
+    if not manifest.exists():
+        tmp = folder.with_name(folder.name + f".tmp{np.random.randint(1 << 30)}")
+        synthesize(
+            tmp, sites=s.sites, patients=s.patients, visits=s.visits, seed=s.seed, image_size=s.image_size
+        )
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process made it first
+            pass
+    return manifest
+
+
+def site_names(cfg: RunConfig) -> list[str]:
+    if cfg.data.source == "synthetic":
+        return [f"site{k}" for k in range(cfg.data.synth.sites)]
+    cohort = load_cohort(cohort_manifest(cfg), cfg.data.synth.image_size)
+    return sorted(cohort.sites)
+
+
+def simulation_site_key(seed: int, site: str) -> bytes:
+    """Stand-in for the site's secret HMAC key in simulation; a deployed site reads its own."""
+    return hashlib.sha256(f"secure-fed-simulation-site-key:{seed}:{site}".encode()).digest()
+
+
+def encode_split(visits: list[Visit], cfg: RunConfig, tokenizer: object, site_key: bytes) -> Examples:
+    return make_examples(visits, tokenizer, site_key, cfg.data.max_report_tokens, cfg.data.max_visits)
+
+
+def load_site(cfg: RunConfig, site: str, site_key: bytes | None = None) -> SiteData:
+    cohort = load_cohort(cohort_manifest(cfg), cfg.data.synth.image_size)
+    if site not in cohort.sites:
+        raise ValueError(f"site {site!r} not in the cohort (sites: {', '.join(sorted(cohort.sites))})")
+    key = site_key or simulation_site_key(cfg.seed, site)
+    tokenizer = load_tokenizer(cfg.model.tokenizer_path)
+    train, val, test = split_patients(
+        cohort.sites[site], cfg.data.val_fraction, cfg.data.test_fraction, cfg.seed
+    )
+    return SiteData(
+        name=site,
+        train=encode_split(train, cfg, tokenizer, key),
+        val=encode_split(val, cfg, tokenizer, key),
+        test=encode_split(test, cfg, tokenizer, key),
+        site_key=key,
+    )
+
+
+def patient_profiles(examples: Examples) -> np.ndarray:
+    """One v_p per patient (the GMM models patients, not visits)."""
+    first: dict[str, int] = {}
+    for row, pid in enumerate(examples.patient_ids):
+        first.setdefault(pid, row)
+    return examples.raw_profiles[list(first.values())]
+
+
+def attach_profiles(data: SiteData, gmm: PatientGMM) -> None:
+    for split in (data.train, data.val, data.test):
+        split.profiles = torch.from_numpy(gmm.responsibilities(split.raw_profiles))

@@ -1,0 +1,101 @@
+"""Assemble a ReportModel from the config: base (cached pretraining for offline presets) + adapters."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from secure_fed.config import ModelConfig
+from secure_fed.model.decoder import build_decoder
+from secure_fed.model.encoder import build_encoder
+from secure_fed.model.presets import PRESETS
+from secure_fed.model.report_model import ReportModel
+
+log = logging.getLogger(__name__)
+
+# Bump when the base architecture or pretraining recipe changes, so stale caches are not reused.
+_BASE_VERSION = 1
+
+
+def build_base(
+    cfg: ModelConfig, vocab_size: int, pad_id: int, bos_id: int, eos_id: int, image_size: int, seed: int = 0
+) -> ReportModel:
+    preset = PRESETS[cfg.preset]
+    encoder_name = cfg.encoder or preset.encoder
+    if not encoder_name:
+        raise ValueError(
+            f"model.preset = {cfg.preset!r} needs model.encoder (a local CvT path or a timm name)"
+        )
+    if cfg.preset == "paper" and cfg.decoder_path is None:
+        raise ValueError("model.preset = 'paper' needs model.decoder_path (a local DistilGPT2 checkpoint)")
+    torch.manual_seed(seed)
+    encoder = build_encoder(encoder_name, in_chans=2, img_size=image_size, **preset.encoder_kwargs)
+    decoder = build_decoder(
+        vocab_size,
+        preset.n_embd,
+        preset.n_layer,
+        preset.n_head,
+        preset.n_positions,
+        bos_id,
+        eos_id,
+        pad_id,
+        cfg.decoder_path,
+    )
+    return ReportModel(encoder, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
+
+
+def base_cache_path(cfg: ModelConfig, vocab_size: int, image_size: int, seed: int) -> Path:
+    key = json.dumps(
+        {
+            "v": _BASE_VERSION,
+            "preset": cfg.preset,
+            "encoder": cfg.encoder,
+            "vocab": vocab_size,
+            "image": image_size,
+            "steps": cfg.pretrain_steps,
+            "seed": seed,
+        },
+        sort_keys=True,
+    )
+    digest = hashlib.sha256(key.encode()).hexdigest()[:16]
+    return Path(cfg.cache_dir) / f"base-{cfg.preset}-{digest}.pt"
+
+
+def build_model(
+    cfg: ModelConfig,
+    vocab_size: int,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
+    image_size: int,
+    pretrain: Callable[[ReportModel], None] | None = None,
+    adapter_seed: int = 0,
+) -> ReportModel:
+    """Base weights are identical at every site: built from a fixed seed, pretrained on public
+    synthetic data once, cached, then frozen under the adapters."""
+    seed = 0  # the base is public and identical for every run and site
+    model = build_base(cfg, vocab_size, pad_id, bos_id, eos_id, image_size, seed)
+    local_checkpoints = cfg.decoder_path is not None
+    if pretrain is not None and not local_checkpoints and cfg.pretrain_steps > 0:
+        path = base_cache_path(cfg, vocab_size, image_size, seed)
+        if path.exists():
+            model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
+        else:
+            log.info(
+                "pretraining the %s base on the public synthetic cohort (cached at %s)", cfg.preset, path
+            )
+            pretrain(model)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_suffix(".tmp")
+            torch.save(model.state_dict(), tmp)
+            tmp.replace(path)
+    torch.manual_seed(adapter_seed + 1)
+    model.add_adapters(
+        cfg.lora_rank, cfg.lora_alpha, cfg.hyper_lora, cfg.gmm_components, cfg.profile_dim, cfg.hyper_rank
+    )
+    return model

@@ -1,0 +1,38 @@
+"""Model presets. `tiny` runs everywhere offline; `small` (~10M parameters) sizes the DP benchmark;
+`paper` is CvT + DistilGPT2 from local checkpoints, as in the FedTAR paper."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Preset:
+    encoder: str
+    encoder_kwargs: dict[str, object] = field(default_factory=dict)
+    n_embd: int = 64
+    n_layer: int = 2
+    n_head: int = 2
+    n_positions: int = 64
+
+
+PRESETS: dict[str, Preset] = {
+    "tiny": Preset(
+        encoder="vit_tiny_patch16_224",
+        encoder_kwargs={"patch_size": 8, "embed_dim": 64, "depth": 2, "num_heads": 2},
+        n_embd=64,
+        n_layer=2,
+        n_head=2,
+    ),
+    "small": Preset(
+        encoder="vit_tiny_patch16_224",
+        encoder_kwargs={"patch_size": 8, "embed_dim": 192, "depth": 4, "num_heads": 3},
+        n_embd=256,
+        n_layer=6,
+        n_head=4,
+        n_positions=128,
+    ),
+    # The paper's backbones have no offline default: model.encoder and model.decoder_path must
+    # point at local checkpoints.
+    "paper": Preset(encoder="", n_embd=768, n_layer=6, n_head=12, n_positions=256),
+}

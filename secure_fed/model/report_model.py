@@ -1,0 +1,101 @@
+"""The FedTAR report generator: frozen image encoder + GPT-2 decoder, shared LoRA, hyper-LoRA."""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from secure_fed.model.hyper_lora import PatientContext, add_hyper_lora, add_shared_lora
+
+
+class ReportModel(nn.Module):
+    """images (B, 2, H, W) = [current, prior] → report tokens, personalised by q_p (B, K)."""
+
+    def __init__(self, encoder: nn.Module, decoder: nn.Module, pad_id: int, bos_id: int, eos_id: int) -> None:
+        super().__init__()
+        self.encoder = encoder
+        n_embd = int(decoder.config.n_embd)
+        self.vis_proj = nn.Linear(int(encoder.out_dim), n_embd)
+        self.decoder = decoder
+        self.pad_id, self.bos_id, self.eos_id = pad_id, bos_id, eos_id
+        self.ctx = PatientContext()
+        self.proj: nn.Linear | None = None  # W_proj, b_proj: q_p → φ_p
+        self.adapted_layers: list[str] = []
+
+    # -- structure ------------------------------------------------------------------------
+    def add_adapters(
+        self,
+        lora_rank: int,
+        lora_alpha: float,
+        hyper: bool,
+        gmm_components: int,
+        profile_dim: int,
+        hyper_rank: int,
+    ) -> None:
+        """Freeze the base, add the shared LoRA and (optionally) the patient hyper-LoRA."""
+        for p in self.parameters():
+            p.requires_grad_(False)
+        add_shared_lora(self.decoder, lora_rank, lora_alpha)
+        if hyper:
+            self.proj = nn.Linear(gmm_components, profile_dim)
+            self.adapted_layers = add_hyper_lora(self.decoder, profile_dim, hyper_rank, self.ctx)
+        for name, p in self.named_parameters():
+            p.requires_grad_("lora_" in name or ".hyper." in name or name.startswith("proj."))
+
+    def trainable_state(self) -> OrderedDict[str, torch.Tensor]:
+        return OrderedDict((n, p.detach().clone()) for n, p in self.named_parameters() if p.requires_grad)
+
+    def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
+        params = dict(self.named_parameters())
+        with torch.no_grad():
+            for name, value in state.items():
+                params[name].copy_(value)
+
+    # -- forward --------------------------------------------------------------------------
+    def visual_tokens(self, images: torch.Tensor) -> torch.Tensor:
+        return self.vis_proj(self.encoder(images))
+
+    def forward(self, images: torch.Tensor, input_ids: torch.Tensor, profiles: torch.Tensor) -> torch.Tensor:
+        """Per-row mean token cross-entropy (B,): callers sum it for per-patient DP gradients."""
+        logits = self.logits(images, input_ids, profiles)
+        targets = input_ids[:, 1:]
+        mask = (targets != self.pad_id).float()
+        nll = F.cross_entropy(logits[:, :-1].transpose(1, 2), targets, reduction="none")
+        return (nll * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+
+    def logits(self, images: torch.Tensor, input_ids: torch.Tensor, profiles: torch.Tensor) -> torch.Tensor:
+        visual = self.visual_tokens(images)
+        self.ctx.phi = self.proj(profiles) if self.proj is not None else None
+        try:
+            attn = (input_ids != self.pad_id).long()
+            return self.decoder(input_ids=input_ids, attention_mask=attn, encoder_hidden_states=visual).logits
+        finally:
+            self.ctx.phi = None
+
+    @torch.no_grad()
+    def generate(self, images: torch.Tensor, profiles: torch.Tensor, max_len: int) -> list[list[int]]:
+        """Greedy decoding; short reports make recomputing the prefix cheaper than a KV cache."""
+        was_training = self.training
+        self.eval()
+        batch = images.shape[0]
+        ids = torch.full((batch, 1), self.bos_id, dtype=torch.long, device=images.device)
+        done = torch.zeros(batch, dtype=torch.bool, device=images.device)
+        visual = self.visual_tokens(images)
+        phi = self.proj(profiles) if self.proj is not None else None
+        for _ in range(max_len):
+            self.ctx.phi = phi
+            try:
+                logits = self.decoder(input_ids=ids, encoder_hidden_states=visual).logits[:, -1]
+            finally:
+                self.ctx.phi = None
+            nxt = logits.argmax(-1)
+            nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
+            ids = torch.cat([ids, nxt[:, None]], dim=1)
+            done |= nxt == self.eos_id
+            if bool(done.all()):
+                break
+        self.train(was_training)
+        return [row[1:].tolist() for row in ids]

@@ -1,0 +1,77 @@
+"""Build the run's report model: public tokenizer, base pretrained on a public synthetic cohort."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+
+import torch
+
+from secure_fed.config import RunConfig
+from secure_fed.data.batching import make_examples
+from secure_fed.data.cohort import load_cohort
+from secure_fed.data.synthetic import synthesize
+from secure_fed.data.tokenizer import load_tokenizer
+from secure_fed.model.build import build_model
+from secure_fed.model.report_model import ReportModel
+
+log = logging.getLogger(__name__)
+
+# The public cohort shares no seed with any private cohort a run generates (those use small seeds).
+PUBLIC_SEED = 1_000_003
+PUBLIC_PATIENTS = 240
+
+
+def _public_examples(cfg: RunConfig, tokenizer: object) -> object:
+    folder = Path(cfg.model.cache_dir) / f"public-cohort-i{cfg.data.synth.image_size}-v{cfg.data.max_visits}"
+    manifest = folder / "manifest.jsonl"
+    if not manifest.exists():
+        synthesize(
+            folder,
+            sites=1,
+            patients=PUBLIC_PATIENTS,
+            visits=cfg.data.max_visits,
+            seed=PUBLIC_SEED,
+            image_size=cfg.data.synth.image_size,
+        )
+    cohort = load_cohort(manifest, cfg.data.synth.image_size)
+    key = hashlib.sha256(b"public-cohort").digest()
+    return make_examples(cohort.visits, tokenizer, key, cfg.data.max_report_tokens, cfg.data.max_visits)
+
+
+def pretrain_base(
+    model: ReportModel, examples: object, steps: int, lr: float = 3e-3, batch: int = 32
+) -> None:
+    """Plain supervised training of every base weight on public data (before adapters exist)."""
+    gen = torch.Generator().manual_seed(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    n = len(examples)  # type: ignore[arg-type]
+    zeros = torch.zeros(1, 1)
+    model.train()
+    for step in range(steps):
+        rows = torch.randint(0, n, (min(batch, n),), generator=gen)
+        loss = model(examples.images[rows], examples.input_ids[rows], zeros.expand(len(rows), 1)).mean()  # type: ignore[attr-defined]
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if step % 100 == 0:
+            log.info("base pretraining step %d/%d loss %.3f", step, steps, float(loss))
+
+
+def build_report_model(cfg: RunConfig) -> ReportModel:
+    tokenizer = load_tokenizer(cfg.model.tokenizer_path)
+
+    def pretrain(model: ReportModel) -> None:
+        pretrain_base(model, _public_examples(cfg, tokenizer), cfg.model.pretrain_steps)
+
+    return build_model(
+        cfg.model,
+        tokenizer.vocab_size,
+        tokenizer.pad_id,
+        tokenizer.bos_id,
+        tokenizer.eos_id,
+        cfg.data.synth.image_size,
+        pretrain=pretrain,
+        adapter_seed=cfg.seed,
+    )

@@ -1,0 +1,142 @@
+"""What every strategy shares: the training broadcast and the secure sum of the uploads."""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from secure_fed.config import RunConfig
+from secure_fed.crypto.transport import Transport
+from secure_fed.server.aggregation import AggregationSettings, secure_sum
+
+
+@dataclass
+class RoundContext:
+    round: int
+    transport: Transport
+    nodes: list[int]
+    sites: dict[int, str]
+    cfg: RunConfig
+    aggregation: AggregationSettings
+    log_event: Callable[[str, dict[str, Any]], None] = lambda event, payload: None
+    copy_site_record: Callable[[dict[str, Any]], None] = lambda record: None
+
+
+@dataclass
+class RoundResult:
+    global_state: np.ndarray
+    participants: list[int]
+    declined: dict[str, str]
+    alpha: list[float] | None = None
+    val_loss: float | None = None
+    train_loss: float | None = None
+    epsilon: dict[str, dict[str, float]] = field(default_factory=dict)
+    dropped: list[int] = field(default_factory=list)
+    quantisation_bound: float = 0.0
+
+
+class TooFewSites(RuntimeError):
+    """Fewer sites than `fed.min_sites` took part; the run ends cleanly."""
+
+
+class Strategy(ABC):
+    name: str
+    pooled: bool = True
+
+    def __init__(self, dim: int, cfg: RunConfig) -> None:
+        self.dim = dim
+        self.cfg = cfg
+
+    def upload_dim(self) -> int:
+        """Length of one site's upload: Σ n Δ, then n (per copy)."""
+        return self.dim + 1
+
+    def train_options(self, round_id: int) -> dict[str, Any]:
+        return {}
+
+    @abstractmethod
+    def run_round(self, ctx: RoundContext, global_state: np.ndarray) -> RoundResult: ...
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        return None
+
+    # -- shared phases ---------------------------------------------------------------------
+    def train_phase(
+        self, ctx: RoundContext, global_state: np.ndarray
+    ) -> tuple[list[int], dict[str, str], dict]:
+        request = {
+            "round": ctx.round,
+            "method": self.name,
+            "global": global_state.astype(np.float64),
+            "dp": ctx.cfg.dp.enabled,
+            **self.train_options(ctx.round),
+        }
+        replies = ctx.transport.exchange("train", {n: dict(request) for n in ctx.nodes})
+        participants, declined, eps = [], {}, {}
+        for node in ctx.nodes:
+            reply = replies.get(node)
+            site = ctx.sites[node]
+            if reply is None:
+                declined[site] = "no reply (dropped out)"
+            elif reply.get("status") != "ok":
+                declined[site] = str(reply.get("reason", reply.get("error", "declined")))
+                if reply.get("status") == "declined":
+                    ctx.log_event(
+                        "budget_refusal",
+                        {
+                            "site": site,
+                            "population": reply.get("population"),
+                            "reason": declined[site],
+                            "epsilon_after": reply.get("would_be_epsilon"),
+                            "budget": reply.get("budget"),
+                        },
+                    )
+            else:
+                participants.append(node)
+                for record in reply.get("audit_records", []):
+                    ctx.copy_site_record(json.loads(record))
+                if "epsilon_rdp" in reply:
+                    eps[site] = {"rdp": float(reply["epsilon_rdp"]), "prv": float(reply["epsilon_prv"])}
+        if len(participants) < ctx.cfg.fed.min_sites:
+            raise TooFewSites(
+                f"round {ctx.round}: only {len(participants)} site(s) took part, fewer than fed.min_sites = "
+                f"{ctx.cfg.fed.min_sites}" + "".join(f"\n  {s}: {why}" for s, why in declined.items())
+            )
+        train_losses = [float(replies[n].get("train_loss", float("nan"))) for n in participants]
+        return (
+            participants,
+            declined,
+            {
+                "epsilon": eps,
+                "train_loss": float(np.nanmean(train_losses)) if not all(np.isnan(train_losses)) else None,
+            },
+        )
+
+    def sum_uploads(self, ctx: RoundContext, participants: list[int], dim: int) -> tuple[np.ndarray, Any]:
+        summed = secure_sum(ctx.transport, participants, dim, ctx.aggregation, ctx.round)
+        ctx.log_event(
+            "secagg_round",
+            {
+                "round": ctx.round,
+                "mode": ctx.aggregation.mode,
+                "participants": [ctx.sites[n] for n in participants],
+                "survivors": [ctx.sites[n] for n in summed.survivors],
+                "dropped": [ctx.sites[n] for n in summed.dropped],
+                "quantisation_bound": summed.quantisation_bound,
+            },
+        )
+        return summed.total, summed
+
+
+def weighted_mean(total: np.ndarray, dim: int, start: np.ndarray) -> np.ndarray:
+    """Σ n Δ / Σ n applied to the start state (Σ n = 0 keeps the start)."""
+    count = total[dim]
+    return start + (total[:dim] / count if count > 0 else 0.0)

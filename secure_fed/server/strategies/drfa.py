@@ -1,0 +1,68 @@
+"""DRFA (Deng et al. 2020), distributionally robust averaging: the server keeps weights λ on the
+simplex over sites, sites pre-scale their updates by their λ_k, and λ ascends on the sites' losses.
+
+The loss of each site is an individual (non-aggregated) release: DRFA is a non-private baseline.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from secure_fed.config import RunConfig
+from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy, weighted_mean
+
+
+def project_simplex(v: np.ndarray) -> np.ndarray:
+    u = np.sort(v)[::-1]
+    css = np.cumsum(u)
+    rho = np.nonzero(u * np.arange(1, len(v) + 1) > (css - 1))[0][-1]
+    theta = (css[rho] - 1) / (rho + 1.0)
+    return np.maximum(v - theta, 0.0)
+
+
+class DRFA(Strategy):
+    name = "drfa"
+
+    def __init__(self, dim: int, cfg: RunConfig) -> None:
+        super().__init__(dim, cfg)
+        self.lam: dict[str, float] = {}
+        self._round_nodes: dict[int, str] = {}
+
+    def run_round(self, ctx: RoundContext, global_state: np.ndarray) -> RoundResult:
+        sites = [ctx.sites[n] for n in ctx.nodes]
+        for s in sites:
+            self.lam.setdefault(s, 1.0 / len(sites))
+        request_base = {
+            "round": ctx.round,
+            "method": self.name,
+            "global": global_state,
+            "dp": ctx.cfg.dp.enabled,
+        }
+        replies = ctx.transport.exchange(
+            "train", {n: {**request_base, "lambda": self.lam[ctx.sites[n]] * len(sites)} for n in ctx.nodes}
+        )
+        participants = [n for n in ctx.nodes if replies.get(n, {}).get("status") == "ok"]
+        declined = {ctx.sites[n]: "no reply" for n in ctx.nodes if n not in participants}
+        total, summed = self.sum_uploads(ctx, participants, self.upload_dim())
+        new_state = weighted_mean(total, self.dim, global_state)
+        losses = np.array([float(replies[n].get("train_loss", 0.0)) for n in participants])
+        lam = np.array([self.lam[ctx.sites[n]] for n in participants])
+        lam = project_simplex(lam + self.cfg.fed.drfa_lr * np.nan_to_num(losses))
+        for n, value in zip(participants, lam, strict=True):
+            self.lam[ctx.sites[n]] = float(value)
+        return RoundResult(
+            global_state=new_state,
+            participants=summed.survivors,
+            declined=declined,
+            train_loss=float(np.mean(losses)) if len(losses) else None,
+            dropped=summed.dropped,
+            quantisation_bound=summed.quantisation_bound,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"lambda_sites": list(self.lam), "lambda_values": np.array(list(self.lam.values()))}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.lam = dict(zip(state["lambda_sites"], np.asarray(state["lambda_values"]).tolist(), strict=True))

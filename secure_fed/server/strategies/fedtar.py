@@ -1,0 +1,79 @@
+"""FedTAR: per-visit-index updates, temporal residual aggregation, meta-learned α.
+
+Round phases: (a) sites train one adapter copy per visit index; (b) the uploads are summed
+(`secure_sum`); (c) the server forms the snapshots and the residual chain; (d) sites compute their
+validation hypergradient scalars along ∂w^(T)/∂α_t; (e) the scalars are summed (`scalar_sum`);
+(f) ψ takes a step and w^(T) becomes the global state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from secure_fed.config import RunConfig
+from secure_fed.server.aggregation import scalar_sum
+from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy
+from secure_fed.server.temporal import MetaUpdater, TemporalMetaLearner, residual_chain, weighted_snapshots
+
+
+class FedTAR(Strategy):
+    pooled = False
+
+    def __init__(
+        self, dim: int, t_max: int, cfg: RunConfig, temporal: bool = True, name: str = "fedtar"
+    ) -> None:
+        super().__init__(dim, cfg)
+        self.name = name
+        self.t_max = t_max
+        self.temporal = temporal
+        self.learner = TemporalMetaLearner(t_max, cfg.fed.time_embedding_dim, seed=cfg.seed)
+        self.meta = MetaUpdater(self.learner, cfg.train.meta_lr)
+
+    def upload_dim(self) -> int:
+        return self.t_max * (self.dim + 1)
+
+    def alpha(self) -> np.ndarray:
+        return self.learner.alpha() if self.temporal else np.full(self.t_max, 1.0 / self.t_max)
+
+    def run_round(self, ctx: RoundContext, global_state: np.ndarray) -> RoundResult:
+        participants, declined, info = self.train_phase(ctx, global_state)
+        total, summed = self.sum_uploads(ctx, participants, self.upload_dim())
+        per_t = total.reshape(self.t_max, self.dim + 1)
+        counts = per_t[:, self.dim]
+        snapshots = weighted_snapshots(global_state, per_t[:, : self.dim], counts)
+        alpha = self.alpha()
+        chain = residual_chain(global_state, snapshots, alpha, present=counts > 0)
+        val_loss = None
+        if self.temporal:
+            request = {"round": ctx.round, "final": chain.final, "directions": chain.directions}
+            replies = ctx.transport.exchange("hypergrad", {n: dict(request) for n in summed.survivors})
+            answered = [n for n in summed.survivors if replies.get(n, {}).get("status") == "ok"]
+            if len(answered) >= ctx.cfg.fed.min_sites:
+                grad = scalar_sum(ctx.transport, answered, ctx.aggregation, ctx.round)
+                alpha = self.meta.step(np.asarray(grad, dtype=np.float64))
+                n_val = sum(int(replies[n].get("val_patients", 0)) for n in answered)
+                if n_val:
+                    val_loss = sum(float(replies[n]["val_loss_sum"]) for n in answered) / n_val
+        return RoundResult(
+            global_state=chain.final,
+            participants=summed.survivors,
+            declined=declined,
+            alpha=[float(a) for a in alpha],
+            val_loss=val_loss,
+            train_loss=info["train_loss"],
+            epsilon=info["epsilon"],
+            dropped=summed.dropped,
+            quantisation_bound=summed.quantisation_bound,
+        )
+
+    def state_dict(self) -> dict[str, Any]:
+        params = {f"psi.{k}": v.detach().numpy() for k, v in self.learner.state_dict().items()}
+        return params
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.learner.load_state_dict(
+            {k[4:]: torch.as_tensor(v) for k, v in state.items() if k.startswith("psi.")}
+        )

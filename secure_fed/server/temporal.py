@@ -1,0 +1,96 @@
+"""Temporal residual aggregation and the meta-learned coefficients α (FedTAR, server side).
+
+w^(t) = w^(t−1) + α_t (w̄^(t) − w^(t−1)), w^(0) = w_g. Each w^(t) is a convex combination of
+w^(0) and the snapshots w̄^(1..t) (paper Thm. 1) and each step moves by α_t‖w̄^(t) − w^(t−1)‖
+(Thm. 2). Because w^(T) is linear in the snapshots, ∂w^(T)/∂α_t = Π_{s>t}(1 − α_s)(w̄^(t) − w^(t−1)),
+so a site's validation hypergradient is a directional derivative along these T directions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class ResidualChain:
+    states: np.ndarray  # (T + 1, D): w^(0) … w^(T)
+    directions: np.ndarray  # (T, D): ∂w^(T)/∂α_t
+
+    @property
+    def final(self) -> np.ndarray:
+        return self.states[-1]
+
+
+def weighted_snapshots(start: np.ndarray, weighted_delta_sums: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """w̄^(t) = w_g + Σ_k n_{k,t} Δ_{k,t} / Σ_k n_{k,t}; a visit index nobody trained on keeps w_g."""
+    snaps = np.repeat(start[None, :], len(counts), axis=0).astype(np.float64)
+    for t, n in enumerate(counts):
+        if n > 0:
+            snaps[t] += weighted_delta_sums[t] / n
+    return snaps
+
+
+def residual_chain(
+    start: np.ndarray, snapshots: np.ndarray, alpha: np.ndarray, present: np.ndarray | None = None
+) -> ResidualChain:
+    """Apply the chain; a visit index absent this round (`present[t]` False) is skipped (Δ_t = 0)."""
+    t_max = len(snapshots)
+    present = np.ones(t_max, dtype=bool) if present is None else present
+    states = np.empty((t_max + 1, start.size), dtype=np.float64)
+    states[0] = start
+    steps = np.zeros((t_max, start.size), dtype=np.float64)
+    for t in range(t_max):
+        if present[t]:
+            steps[t] = snapshots[t] - states[t]
+        states[t + 1] = states[t] + alpha[t] * steps[t]
+    directions = np.empty_like(steps)
+    carry = 1.0
+    for t in range(t_max - 1, -1, -1):
+        directions[t] = carry * steps[t]
+        if present[t]:
+            carry *= 1.0 - alpha[t]
+    return ResidualChain(states=states, directions=directions)
+
+
+class TemporalMetaLearner(nn.Module):
+    """u_t = g(e(t); ψ), α = softmax(u): a learned time embedding and a small MLP."""
+
+    def __init__(self, t_max: int, embed_dim: int = 32, hidden: int = 32, seed: int = 0) -> None:
+        super().__init__()
+        gen = torch.Generator().manual_seed(seed)
+        self.t_max = t_max
+        self.embedding = nn.Embedding(t_max, embed_dim)
+        self.mlp = nn.Sequential(nn.Linear(embed_dim, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        with torch.no_grad():
+            for p in self.parameters():
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+            # Start from uniform α: equal scores for every visit index.
+            self.mlp[-1].weight.zero_()
+            self.mlp[-1].bias.zero_()
+
+    def forward(self) -> torch.Tensor:
+        u = self.mlp(self.embedding(torch.arange(self.t_max))).squeeze(-1)
+        return torch.softmax(u, dim=0)
+
+    def alpha(self) -> np.ndarray:
+        with torch.no_grad():
+            return self().double().numpy()
+
+
+class MetaUpdater:
+    """Back-propagates the summed hypergradient ∂L_val/∂α through softmax and g to update ψ."""
+
+    def __init__(self, learner: TemporalMetaLearner, lr: float) -> None:
+        self.learner = learner
+        self.optim = torch.optim.Adam(learner.parameters(), lr=lr)
+
+    def step(self, alpha_grad: np.ndarray) -> np.ndarray:
+        self.optim.zero_grad()
+        alpha = self.learner()
+        alpha.backward(torch.as_tensor(alpha_grad, dtype=alpha.dtype))
+        self.optim.step()
+        return self.learner.alpha()

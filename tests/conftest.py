@@ -1,0 +1,52 @@
+"""Shared fixtures: a small, fast configuration and one cache for the whole session.
+
+Every test runs with Flower telemetry off and Ray on loopback (secure_fed sets both on import).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import secure_fed  # noqa: F401  (hardens the environment before Flower/Ray are imported)
+from secure_fed.config import RunConfig, build_config
+
+assert os.environ["FLWR_TELEMETRY_ENABLED"] == "0"
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Cohorts and the pretrained base are built once per session and shared by the tests."""
+    env = os.environ.get("SECURE_FED_TEST_CACHE")
+    return Path(env) if env else tmp_path_factory.mktemp("secure_fed_cache")
+
+
+def small_config(cache_dir: Path, out: Path, **overrides: object) -> RunConfig:
+    data: dict = {
+        "seed": 0,
+        "out": str(out),
+        "data": {"synth": {"sites": 3, "patients": 16, "visits": 3}, "max_visits": 3,
+                 "val_fraction": 0.25, "test_fraction": 0.25},
+        "model": {"cache_dir": str(cache_dir), "pretrain_steps": 150},
+        "train": {"batch_size": 8},
+        "fed": {"rounds": 2, "engine": "inprocess"},
+    }
+    for dotted, value in overrides.items():
+        node = data
+        *parents, leaf = dotted.split("__")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return build_config(data)
+
+
+@pytest.fixture
+def make_config(cache_dir: Path, tmp_path: Path):
+    """make_config(fed__method="fedavg", dp__enabled=True, ...) → a small RunConfig in tmp_path."""
+
+    def make(**overrides: object) -> RunConfig:
+        return small_config(cache_dir, tmp_path / "run", **overrides)
+
+    return make
