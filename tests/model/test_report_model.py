@@ -1,0 +1,220 @@
+"""The report model: frozen base, shared LoRA + patient hyper-LoRA, DP-compatibility (no BatchNorm,
+Opacus per-sample gradients for every trainable leaf).
+
+The base is built unpretrained (pretraining changes weights, not structure), which keeps this file fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import opacus
+import pytest
+import torch
+from torch import nn
+
+from secure_fed.config import RunConfig
+from secure_fed.data.tokenizer import load_tokenizer
+from secure_fed.model.build import build_model
+from secure_fed.model.hyper_lora import HyperLoRALayer
+from secure_fed.model.profile_gmm import PatientGMM, profile_vector
+from secure_fed.model.report_model import ReportModel
+from tests.conftest import small_config
+
+KEY = b"test-site-key"
+
+
+def build(cfg: RunConfig) -> ReportModel:
+    tok = load_tokenizer(cfg.model.tokenizer_path)
+    return build_model(
+        cfg.model, tok.vocab_size, tok.pad_id, tok.bos_id, tok.eos_id, cfg.data.synth.image_size
+    )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread() -> Iterator[None]:
+    """Tiny matrices gain nothing from intra-op threads, and on a shared 2-core machine the spinning
+    OpenMP workers made these tests ~10× slower (measured: 0.5 s vs 3–9 s CPU per JVP pass)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def config(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> RunConfig:
+    return small_config(cache_dir, tmp_path_factory.mktemp("model"))
+
+
+def inputs(cfg: RunConfig, batch: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    size = cfg.data.synth.image_size
+    images = torch.rand(batch, 2, size, size, generator=gen)
+    tok = load_tokenizer(cfg.model.tokenizer_path)
+    ids = torch.randint(3, tok.vocab_size, (batch, 12), generator=gen)
+    ids[:, 0] = tok.bos_id
+    ids[:, -3] = tok.eos_id
+    ids[:, -2:] = tok.pad_id  # padding rows must not break anything either
+    return images, ids
+
+
+def demographic_profiles(k: int) -> torch.Tensor:
+    """q_p for a young woman and an old man under the public prior GMM."""
+    gmm = PatientGMM(k)
+    v = [profile_vector("P1", 24, "F", KEY), profile_vector("P2", 83, "M", KEY)]
+    return torch.from_numpy(gmm.responsibilities(v))
+
+
+def trainable_kind(name: str) -> str | None:
+    if "lora_" in name:
+        return "lora"
+    if ".hyper." in name:
+        return "hyper"
+    if name.startswith("proj."):
+        return "proj"
+    return None
+
+
+# -- structure ---------------------------------------------------------------------------------------
+
+
+def test_base_frozen_only_adapters_trainable(config: RunConfig) -> None:
+    model = build(config)
+    kinds: dict[str, int] = {"lora": 0, "hyper": 0, "proj": 0}
+    for name, p in model.named_parameters():
+        kind = trainable_kind(name)
+        assert p.requires_grad == (kind is not None), name
+        if kind:
+            kinds[kind] += 1
+    assert all(kinds.values()), kinds
+    # The hypernetworks wrap every shared-LoRA layer of the decoder.
+    n_hyper = sum(isinstance(m, HyperLoRALayer) for m in model.modules())
+    assert n_hyper == len(model.adapted_layers) > 0
+    assert set(model.trainable_state()) == {n for n, p in model.named_parameters() if p.requires_grad}
+
+    # A training step moves adapters only.
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    images, ids = inputs(config, 2)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.1)
+    model(images, ids, demographic_profiles(config.model.gmm_components)).sum().backward()
+    assert all(p.grad is None for p in model.parameters() if not p.requires_grad)
+    opt.step()
+    for n, p in model.named_parameters():
+        if not p.requires_grad:
+            assert torch.equal(p, frozen[n]), n
+
+
+@pytest.mark.parametrize("preset", ["tiny", "small"])
+def test_no_batchnorm(cache_dir: Path, tmp_path: Path, preset: str) -> None:
+    """BatchNorm mixes rows of a batch: per-patient gradients (DP-SGD) would no longer be per patient."""
+    cfg = small_config(cache_dir, tmp_path, model__preset=preset)
+    model = build(cfg)
+    offenders = [
+        name
+        for name, m in model.named_modules()
+        if isinstance(m, nn.modules.batchnorm._BatchNorm | nn.SyncBatchNorm)
+        or "batchnorm" in type(m).__name__.lower()
+    ]
+    assert offenders == []
+    # And the model really is row-separable: a row's loss does not depend on the other rows.
+    model.eval()
+    images, ids = inputs(cfg, 3, seed=1)
+    q = torch.rand(3, cfg.model.gmm_components)
+    with torch.no_grad():
+        full = model(images, ids, q)
+        alone = torch.cat([model(images[i : i + 1], ids[i : i + 1], q[i : i + 1]) for i in range(3)])
+    torch.testing.assert_close(full, alone, rtol=1e-4, atol=1e-5)
+
+
+# -- patient personalisation -----------------------------------------------------------------------
+
+
+def test_hyper_lora_personalises(config: RunConfig) -> None:
+    model = build(config)
+    model.eval()
+    q = demographic_profiles(config.model.gmm_components)
+    assert not torch.allclose(q[0], q[1], atol=1e-3)
+    images, ids = inputs(config, 1)
+    images, ids = images.expand(2, -1, -1, -1), ids.expand(2, -1)  # same image and tokens
+
+    with torch.no_grad():
+        before = model.logits(images, ids, q)
+    # Like LoRA, the patient term starts at zero (B_p = 0), so nobody is personalised yet.
+    torch.testing.assert_close(before[0], before[1], rtol=0, atol=1e-5)
+
+    # A couple of training steps on patient-specific targets give the hypernetworks non-zero B_p.
+    model.train()
+    opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
+    _, targets = inputs(config, 2, seed=7)
+    for _ in range(3):
+        opt.zero_grad()
+        model(images, targets, q).sum().backward()
+        opt.step()
+    model.eval()
+    with torch.no_grad():
+        after = model.logits(images, ids, q)
+    assert (after[0] - after[1]).abs().max() > 1e-3
+
+
+def test_without_hyper_lora_profiles_do_not_matter(cache_dir: Path, tmp_path: Path) -> None:
+    cfg = small_config(cache_dir, tmp_path, model__hyper_lora=False)
+    model = build(cfg)
+    assert model.proj is None and model.adapted_layers == []
+    assert not any(isinstance(m, HyperLoRALayer) for m in model.modules())
+    assert all(trainable_kind(n) == "lora" for n, p in model.named_parameters() if p.requires_grad)
+    # Make the shared LoRA non-trivial, so equality below is not an artefact of zero adapters.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.05)
+    model.eval()
+    images, ids = inputs(cfg, 1)
+    images, ids = images.expand(2, -1, -1, -1), ids.expand(2, -1)
+    q = demographic_profiles(cfg.model.gmm_components)
+    with torch.no_grad():
+        a = model.logits(images, ids, q)
+        b = model.logits(images, ids, q.flip(0))
+        base = model.logits(images, ids, torch.zeros_like(q))
+    torch.testing.assert_close(a, b, rtol=0, atol=0)
+    torch.testing.assert_close(a, base, rtol=0, atol=0)
+
+
+# -- Opacus -----------------------------------------------------------------------------------------
+
+
+def test_opacus_per_sample_grads_for_every_trainable_parameter(config: RunConfig) -> None:
+    model = build(config)
+    # Non-zero adapters everywhere, so every factor of every per-sample gradient is exercised.
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.02)
+    model.train()
+    batch = 3
+    images, ids = inputs(config, batch, seed=3)
+    q = torch.softmax(torch.randn(batch, config.model.gmm_components) * 3, dim=1)
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+
+    # Reference: each row's gradient from its own backward pass, before Opacus touches the model.
+    reference = []
+    for i in range(batch):
+        grads = torch.autograd.grad(
+            model(images[i : i + 1], ids[i : i + 1], q[i : i + 1]).sum(), list(trainable.values())
+        )
+        reference.append(dict(zip(trainable, grads, strict=True)))
+
+    gsm = opacus.GradSampleModule(model, batch_first=True, loss_reduction="sum", strict=True)
+    try:
+        gsm(images, ids, q).sum().backward()
+        missing = [n for n, p in trainable.items() if getattr(p, "grad_sample", None) is None]
+        assert missing == []
+        for name, p in trainable.items():
+            gs = p.grad_sample
+            assert gs.shape == (batch, *p.shape), name
+            torch.testing.assert_close(gs.sum(0), p.grad, rtol=1e-4, atol=1e-6, msg=name)
+            for i in range(batch):
+                torch.testing.assert_close(gs[i], reference[i][name], rtol=1e-3, atol=1e-6, msg=name)
+        assert all(getattr(p, "grad_sample", None) is None for p in model.parameters() if not p.requires_grad)
+    finally:
+        gsm.to_standard_module()

@@ -1,0 +1,253 @@
+"""Temporal residual aggregation (FedTAR server math): snapshots, the residual chain, its
+derivatives and the meta-learned α. Pure numpy/torch, no model, no transport."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from secure_fed.server.temporal import MetaUpdater, TemporalMetaLearner, residual_chain, weighted_snapshots
+
+SEEDS = range(40)
+
+
+def convex_weights(alpha: np.ndarray, present: np.ndarray) -> np.ndarray:
+    """Closed form of Thm. 1: w^(T) = c_0 w^(0) + Σ_t c_t w̄^(t) with
+    c_t = α_t Π_{s>t, present}(1 − α_s) and c_0 = Π_{s present}(1 − α_s); absent t get c_t = 0."""
+    t_max = len(alpha)
+    c = np.zeros(t_max + 1)
+    carry = 1.0
+    for t in range(t_max - 1, -1, -1):
+        if present[t]:
+            c[t + 1] = alpha[t] * carry
+            carry *= 1.0 - alpha[t]
+    c[0] = carry
+    return c
+
+
+def random_case(seed: int, dim: int = 7, t_max: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    start = rng.normal(size=dim)
+    snapshots = start + rng.normal(scale=rng.uniform(0.1, 3.0), size=(t_max, dim))
+    # Half the seeds use α from the simplex (what the learner outputs), half arbitrary α ∈ [0, 1]:
+    # the theorems need only the latter.
+    alpha = rng.dirichlet(np.ones(t_max)) if seed % 2 else rng.uniform(0.0, 1.0, size=t_max)
+    return start, snapshots, alpha
+
+
+# -- hand-computed example: 2 sites, T = 3, D = 2 -----------------------------------------------
+
+
+def hand_example() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    start = np.array([0.0, 1.0])
+    # Site A has no third visit; the uploads are Σ n Δ per visit index and n, as in a FedTAR round.
+    n_a, d_a = np.array([2.0, 1.0, 0.0]), np.array([[1.0, 0.0], [0.0, 2.0], [0.0, 0.0]])
+    n_b, d_b = np.array([2.0, 3.0, 4.0]), np.array([[3.0, 2.0], [4.0, -2.0], [-1.0, 1.0]])
+    sums = n_a[:, None] * d_a + n_b[:, None] * d_b
+    counts = n_a + n_b
+    alpha = np.array([0.5, 0.25, 0.25])
+    return start, sums, counts, alpha
+
+
+def test_weighted_snapshots_by_hand() -> None:
+    start, sums, counts, _ = hand_example()
+    # t=1: (2·[1,0] + 2·[3,2]) / 4 = [2, 1]   → [2, 2]
+    # t=2: (1·[0,2] + 3·[4,−2]) / 4 = [3, −1] → [3, 0]
+    # t=3: (0 + 4·[−1,1]) / 4 = [−1, 1]       → [−1, 2]
+    expected = np.array([[2.0, 2.0], [3.0, 0.0], [-1.0, 2.0]])
+    np.testing.assert_allclose(weighted_snapshots(start, sums, counts), expected, rtol=0, atol=1e-15)
+
+
+def test_weighted_snapshot_without_visits_keeps_start() -> None:
+    start = np.array([0.5, -1.0, 2.0])
+    sums = np.array([[3.0, 3.0, 3.0], [0.0, 0.0, 0.0]])
+    snaps = weighted_snapshots(start, sums, np.array([3.0, 0.0]))
+    np.testing.assert_array_equal(snaps[0], start + 1.0)
+    np.testing.assert_array_equal(snaps[1], start)  # no 0/0
+    assert np.isfinite(snaps).all()
+
+
+def test_residual_chain_by_hand() -> None:
+    start, sums, counts, alpha = hand_example()
+    chain = residual_chain(start, weighted_snapshots(start, sums, counts), alpha)
+    # w1 = [0,1] + ½([2,2] − [0,1]) = [1, 1.5]
+    # w2 = [1,1.5] + ¼([3,0] − [1,1.5]) = [1.5, 1.125]
+    # w3 = [1.5,1.125] + ¼([−1,2] − [1.5,1.125]) = [0.875, 1.34375]
+    expected_states = np.array([[0.0, 1.0], [1.0, 1.5], [1.5, 1.125], [0.875, 1.34375]])
+    np.testing.assert_allclose(chain.states, expected_states, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(chain.final, chain.states[-1])
+    # ∂w3/∂α3 = w̄3 − w2 = [−2.5, 0.875]
+    # ∂w3/∂α2 = (1 − α3)(w̄2 − w1) = ¾[2, −1.5] = [1.5, −1.125]
+    # ∂w3/∂α1 = (1 − α3)(1 − α2)(w̄1 − w0) = (9/16)[2, 1] = [1.125, 0.5625]
+    expected_dirs = np.array([[1.125, 0.5625], [1.5, -1.125], [-2.5, 0.875]])
+    np.testing.assert_allclose(chain.directions, expected_dirs, rtol=0, atol=1e-15)
+    # Thm. 1 weights: c0 = c1 = ½·¾·¾ = 0.28125, c2 = ¼·¾ = 0.1875, c3 = ¼.
+    np.testing.assert_allclose(
+        convex_weights(alpha, np.ones(3, bool)), [0.28125, 0.28125, 0.1875, 0.25], rtol=0, atol=1e-15
+    )
+
+
+# -- Theorems 1 and 2, property style --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_final_state_in_convex_hull(seed: int) -> None:
+    """Thm. 1: w^(T) is a convex combination of w^(0) and the snapshots. The weights are recovered
+    by solving the linear system (D > T + 1, so the points are affinely independent almost surely),
+    then compared with the closed form."""
+    start, snapshots, alpha = random_case(seed)
+    present = np.ones(len(alpha), dtype=bool)
+    chain = residual_chain(start, snapshots, alpha)
+    points = np.vstack([start, snapshots])  # (T + 1, D)
+    system = np.vstack([points.T, np.ones(len(points))])  # (D + 1, T + 1)
+    rhs = np.concatenate([chain.final, [1.0]])
+    solved, *_ = np.linalg.lstsq(system, rhs, rcond=None)
+    np.testing.assert_allclose(system @ solved, rhs, atol=1e-10)
+    assert solved.min() >= -1e-10
+    assert solved.sum() == pytest.approx(1.0, abs=1e-10)
+    closed = convex_weights(alpha, present)
+    np.testing.assert_allclose(solved, closed, atol=1e-8)
+    np.testing.assert_allclose(closed @ points, chain.final, atol=1e-12)
+    # Every intermediate state too: w^(t) is in the hull of w^(0), w̄^(1..t).
+    for t in range(1, len(alpha) + 1):
+        c = convex_weights(alpha[:t], present[:t])
+        assert c.min() >= 0 and c.sum() == pytest.approx(1.0, abs=1e-12)
+        np.testing.assert_allclose(c @ points[: t + 1], chain.states[t], atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_step_length_is_alpha_times_residual(seed: int) -> None:
+    """Thm. 2: ‖w^(t) − w^(t−1)‖ ≤ α_t ‖w̄^(t) − w^(t−1)‖, and the chain meets it with equality."""
+    start, snapshots, alpha = random_case(seed)
+    chain = residual_chain(start, snapshots, alpha)
+    for t in range(len(alpha)):
+        step = np.linalg.norm(chain.states[t + 1] - chain.states[t])
+        residual = np.linalg.norm(snapshots[t] - chain.states[t])
+        assert step <= alpha[t] * residual * (1 + 1e-12) + 1e-15
+        assert step == pytest.approx(alpha[t] * residual, rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_directions_are_derivatives(seed: int) -> None:
+    """∂w^(T)/∂α_t by central differences. w^(T) is affine in each α_t separately, so the central
+    difference is exact up to rounding and the tolerance can be tight."""
+    rng = np.random.default_rng(1000 + seed)
+    start, snapshots, alpha = random_case(seed)
+    present = rng.random(len(alpha)) < 0.75
+    chain = residual_chain(start, snapshots, alpha, present=present)
+    h = 1e-4
+    for t in range(len(alpha)):
+        up, down = alpha.copy(), alpha.copy()
+        up[t] += h
+        down[t] -= h
+        fd = (
+            residual_chain(start, snapshots, up, present=present).final
+            - residual_chain(start, snapshots, down, present=present).final
+        ) / (2 * h)
+        np.testing.assert_allclose(chain.directions[t], fd, rtol=1e-7, atol=1e-9)
+
+
+def test_absent_visit_index_is_skipped() -> None:
+    rng = np.random.default_rng(3)
+    start = rng.normal(size=5)
+    snapshots = rng.normal(size=(3, 5))
+    # The absent snapshot is deliberately far from everything: it must not pull the chain anywhere.
+    snapshots[1] = 1e6
+    alpha = np.array([0.3, 0.4, 0.3])
+    present = np.array([True, False, True])
+    chain = residual_chain(start, snapshots, alpha, present=present)
+    np.testing.assert_array_equal(chain.states[2], chain.states[1])
+    np.testing.assert_array_equal(chain.directions[1], np.zeros(5))
+    # Same result as the chain over the present indices only, with the absent α never applied:
+    # the earlier direction is scaled by (1 − α_3) only, not by (1 − α_2).
+    reduced = residual_chain(start, snapshots[[0, 2]], alpha[[0, 2]])
+    np.testing.assert_allclose(chain.final, reduced.final, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(chain.directions[[0, 2]], reduced.directions, rtol=0, atol=1e-12)
+    assert np.abs(chain.final).max() < 10  # nothing of the 1e6 leaked in
+    # Without the mask the zero-count snapshot (= start, from weighted_snapshots) would pull back.
+    snaps_from_sums = weighted_snapshots(
+        start, np.zeros((3, 5)) + np.array([[1.0], [0.0], [2.0]]), np.array([1.0, 0.0, 1.0])
+    )
+    masked = residual_chain(start, snaps_from_sums, alpha, present=np.array([True, False, True]))
+    unmasked = residual_chain(start, snaps_from_sums, alpha)
+    assert not np.allclose(masked.final, unmasked.final)
+
+
+def test_all_absent_keeps_start() -> None:
+    start = np.arange(4.0)
+    chain = residual_chain(start, np.ones((3, 4)) * 9.0, np.full(3, 1 / 3), present=np.zeros(3, bool))
+    np.testing.assert_array_equal(chain.final, start)
+    np.testing.assert_array_equal(chain.directions, np.zeros((3, 4)))
+
+
+# -- the meta-learner --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("t_max", [1, 3, 6])
+def test_learner_starts_uniform_and_sums_to_one(t_max: int) -> None:
+    learner = TemporalMetaLearner(t_max, embed_dim=16, seed=5)
+    alpha = learner.alpha()
+    assert alpha.shape == (t_max,)
+    np.testing.assert_allclose(alpha, np.full(t_max, 1.0 / t_max), rtol=0, atol=1e-7)
+    assert alpha.sum() == pytest.approx(1.0, abs=1e-7)
+    # Still on the simplex after arbitrary updates.
+    updater = MetaUpdater(learner, lr=0.1)
+    rng = np.random.default_rng(t_max)
+    for _ in range(5):
+        alpha = updater.step(rng.normal(size=t_max))
+        assert (alpha > 0).all()
+        assert alpha.sum() == pytest.approx(1.0, abs=1e-6)
+
+
+def test_alpha_moves_towards_favoured_visit_index() -> None:
+    """∂L_val/∂α_2 < 0 (a larger α_2 lowers the loss) → α_2 grows and becomes the largest."""
+    learner = TemporalMetaLearner(3, embed_dim=32, seed=0)
+    updater = MetaUpdater(learner, lr=0.01)
+    before = learner.alpha()
+    grad = np.array([0.2, -1.0, 0.3])
+    for _ in range(10):
+        alpha = updater.step(grad)
+    assert alpha[1] > before[1] + 0.05
+    assert int(np.argmax(alpha)) == 1
+    # α_1 and α_3 have positive hypergradients: they lose weight.
+    assert alpha[0] < before[0] and alpha[2] < before[2]
+
+
+def test_alpha_learns_from_chain_hypergradients() -> None:
+    """End to end on the server math: L(α) = ½‖w^(T)(α) − w̄^(2)‖², hypergradient ⟨∇L, ∂w^(T)/∂α_t⟩
+    from the chain's directions; descending it must raise α_2 and lower L."""
+    rng = np.random.default_rng(11)
+    start = rng.normal(size=6)
+    snapshots = start + rng.normal(size=(3, 6))
+    target = snapshots[1]
+    learner = TemporalMetaLearner(3, seed=1)
+    updater = MetaUpdater(learner, lr=0.02)
+
+    def loss_and_grad(alpha: np.ndarray) -> tuple[float, np.ndarray]:
+        chain = residual_chain(start, snapshots, alpha)
+        resid = chain.final - target
+        return 0.5 * float(resid @ resid), chain.directions @ resid
+
+    alpha = learner.alpha()
+    loss0, _ = loss_and_grad(alpha)
+    for _ in range(30):
+        _, grad = loss_and_grad(alpha)
+        alpha = updater.step(grad)
+    loss1, _ = loss_and_grad(alpha)
+    assert loss1 < 0.8 * loss0
+    assert int(np.argmax(alpha)) == 1
+
+
+def test_meta_step_is_chain_rule_through_softmax() -> None:
+    """The gradient reaching ψ equals J_softmax(u)ᵀ g: the α-gradient in the direction of the
+    all-ones vector (which leaves α on the simplex unchanged) must have no effect."""
+    learner = TemporalMetaLearner(4, seed=2)
+    before = [p.detach().clone() for p in learner.parameters()]
+    updater = MetaUpdater(learner, lr=0.1)
+    updater.step(np.full(4, 3.0))
+    grads = [p.grad for p in learner.parameters()]
+    assert all(g is not None and torch.allclose(g, torch.zeros_like(g), atol=1e-7) for g in grads)
+    # Adam with a zero gradient leaves the parameters where they were.
+    for b, p in zip(before, learner.parameters(), strict=True):
+        torch.testing.assert_close(p.detach(), b, atol=1e-7, rtol=0)
