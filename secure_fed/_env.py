@@ -7,6 +7,7 @@ gets them before Flower, Ray or transformers read their environment.
 from __future__ import annotations
 
 import os
+import sys
 
 # Forced: a hospital client must not send telemetry even if the host environment asks for it.
 _FORCED = {
@@ -24,3 +25,10 @@ def harden_environment() -> None:
     os.environ.update(_FORCED)
     for key, value in _DEFAULTS.items():
         os.environ.setdefault(key, value)
+    # Flower and Ray read these once at import: if either was imported before us, fix the copies.
+    telemetry = sys.modules.get("flwr.supercore.telemetry")
+    if telemetry is not None:
+        telemetry.FLWR_TELEMETRY_ENABLED = "0"  # type: ignore[attr-defined]
+    ray_constants = sys.modules.get("ray._private.ray_constants")
+    if ray_constants is not None:
+        ray_constants.ENABLE_RAY_CLUSTER = False  # type: ignore[attr-defined]

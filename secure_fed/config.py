@@ -54,13 +54,15 @@ class ModelConfig(_Strict):
     gmm_components: int = Field(16, ge=1, le=64)
     gmm_reg_covar: float = Field(1e-6, ge=1e-6)
     cache_dir: Path = Path(".cache/secure_fed")
-    pretrain_steps: int = Field(400, ge=0, description="tiny preset: base pretraining steps")
+    pretrain_steps: int = Field(2000, ge=0, description="tiny preset: base pretraining steps (public data)")
 
 
 class TrainConfig(_Strict):
-    lr: float = Field(3e-3, gt=0, description="adapters (paper: 1e-5 on the full backbone)")
-    meta_lr: float = Field(1e-4, gt=0, description="ψ, the temporal meta-learner (paper: 1e-4)")
-    local_epochs: int = Field(1, ge=1)
+    lr: float = Field(1e-3, gt=0, description="adapters (paper: 1e-5 with a full-size backbone)")
+    meta_lr: float = Field(
+        5e-2, gt=0, description="ψ, the temporal meta-learner (paper: 1e-4 over many more rounds)"
+    )
+    local_epochs: int = Field(2, ge=1)
     batch_size: int = Field(16, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(None, ge=1, description="torch threads; None = leave default")
@@ -106,8 +108,15 @@ class SecAggConfig(_Strict):
     enabled: bool | None = Field(None, description="None = on exactly when DP is on")
     neighbours: int | None = Field(None, ge=2, description="k of the k-regular graph; None = log-scale")
     threshold: float = Field(0.6, gt=0.5, le=1.0, description="fraction of neighbours to unmask")
-    clip: float = Field(8.0, gt=0, description="values are clipped to [-clip, clip] before encoding")
-    bits: int = Field(24, ge=8, le=40, description="quantisation levels per unit range, as bits")
+    clip: float = Field(1.0, gt=0, description="values are clipped to [-clip, clip] before encoding")
+    bits: int = Field(
+        30, ge=8, le=40, description="2^bits quantisation steps per clip (step = clip / 2^bits)"
+    )
+    count_scale: float = Field(
+        1024.0,
+        gt=0,
+        description="uploads carry n / count_scale (public), keeping weighted updates within clip",
+    )
 
 
 class HEConfig(_Strict):

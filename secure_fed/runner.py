@@ -170,6 +170,10 @@ def run_federated(
     resume: bool = False,
     progress: Callable[[int, int, RoundResult], None] | None = None,
 ) -> RunOutcome:
+    if cfg.train.threads is not None:
+        import torch
+
+        torch.set_num_threads(cfg.train.threads)
     runner = run_simulation if cfg.fed.engine == "simulation" else run_inprocess
     outcome = runner(cfg, out, resume=resume, progress=progress)
     if cfg.audit.enabled:

@@ -27,8 +27,12 @@ def small_config(cache_dir: Path, out: Path, **overrides: object) -> RunConfig:
     data: dict = {
         "seed": 0,
         "out": str(out),
-        "data": {"synth": {"sites": 3, "patients": 16, "visits": 3}, "max_visits": 3,
-                 "val_fraction": 0.25, "test_fraction": 0.25},
+        "data": {
+            "synth": {"sites": 3, "patients": 16, "visits": 3},
+            "max_visits": 3,
+            "val_fraction": 0.25,
+            "test_fraction": 0.25,
+        },
         "model": {"cache_dir": str(cache_dir), "pretrain_steps": 150},
         "train": {"batch_size": 8},
         "fed": {"rounds": 2, "engine": "inprocess"},
@@ -46,7 +50,7 @@ def small_config(cache_dir: Path, out: Path, **overrides: object) -> RunConfig:
 def make_config(cache_dir: Path, tmp_path: Path):
     """make_config(fed__method="fedavg", dp__enabled=True, ...) → a small RunConfig in tmp_path."""
 
-    def make(**overrides: object) -> RunConfig:
-        return small_config(cache_dir, tmp_path / "run", **overrides)
+    def make(name: str = "run", **overrides: object) -> RunConfig:
+        return small_config(cache_dir, tmp_path / name, **overrides)
 
     return make

@@ -1,8 +1,11 @@
 """Flower ClientApp: a hospital's node. Every phase goes through `handle` after the policy mod.
 
 Which site a node is: `site` in the node config (deployment), else the simulation's partition id.
-The site runtime (data, model, GMM, ledger) is built once per process and reused across messages;
-the protocol state of secure aggregation lives in `context.state`, as Flower intends.
+The site runtime (data, model, GMM, ledger) is cached per process as a speed-up only: Flower's
+deployment runtime runs every message in a fresh `flwr-clientapp` process, so whatever one phase
+leaves for a later one (the round's upload, the α scalars, SCAFFOLD's control variate, audit records
+not yet handed over) and the secure-aggregation protocol state live in `context.state`, which the
+SuperNode keeps between messages and never sends to the server.
 """
 
 from __future__ import annotations
@@ -11,10 +14,12 @@ import logging
 from pathlib import Path
 from typing import Any
 
+import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from secure_fed.clients.handler import handle
+from secure_fed.clients.hypergrad import flatten, unflatten
 from secure_fed.clients.policy import PolicyViolation, SitePolicy
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.clients.site import site_names
@@ -39,6 +44,8 @@ PHASES = (
     "he_decrypt",
 )
 _STATE_KEY = "secure_fed_protocol"
+_MEMORY_KEY = "secure_fed_site"
+_STASHED = ("upload", "scalars")
 _RUNTIMES: dict[tuple[str, str], SiteRuntime] = {}
 _SECRETS: dict[str, Any] = {}
 
@@ -48,6 +55,18 @@ def config_from_context(context: Context) -> RunConfig:
     path = str(run.get("config-file") or "")
     overrides = {"fed.method": run.get("method"), "fed.rounds": run.get("num-server-rounds")}
     return load_config(Path(path) if path else None, overrides)
+
+
+def site_config_from_context(context: Context) -> RunConfig:
+    """A deployed site trusts its own policy file, not the server's: with `config-file` in the node
+    config, every setting comes from the site's file and only the method and the number of rounds
+    from the run the server submitted."""
+    node = dict(context.node_config)
+    if "config-file" not in node:
+        return config_from_context(context)
+    run = dict(context.run_config)
+    overrides = {"fed.method": run.get("method"), "fed.rounds": run.get("num-server-rounds")}
+    return load_config(Path(str(node["config-file"])), overrides)
 
 
 def _site_of(cfg: RunConfig, context: Context) -> str:
@@ -62,6 +81,26 @@ def _runtime(cfg: RunConfig, site: str, keys_dir: Path | None, run_id: str) -> S
     if key not in _RUNTIMES:
         _RUNTIMES[key] = SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=run_id)
     return _RUNTIMES[key]
+
+
+def _restore_memory(runtime: SiteRuntime, context: Context) -> None:
+    """Load what earlier messages of this run left behind. Always, not only for a fresh runtime:
+    `context.state` is the one copy that is right whichever process ran the previous message."""
+    memory = load_state(context.state, _MEMORY_KEY)
+    runtime.stash = {key: memory[key] for key in _STASHED if key in memory}
+    if "scaffold_c" in memory:
+        runtime.scaffold_c = unflatten(torch.as_tensor(memory["scaffold_c"]), runtime.model.trainable_state())
+    if runtime.trail is not None and "pending" in memory:
+        runtime.trail.pending = list(memory["pending"])
+
+
+def _save_memory(runtime: SiteRuntime, context: Context) -> None:
+    memory: dict[str, Any] = {key: runtime.stash[key] for key in _STASHED if key in runtime.stash}
+    if runtime.scaffold_c is not None:
+        memory["scaffold_c"] = flatten(runtime.scaffold_c).numpy()
+    if runtime.trail is not None and runtime.trail.pending:
+        memory["pending"] = list(runtime.trail.pending)
+    store_state(context.state, _MEMORY_KEY, memory)
 
 
 def _secret_context(cfg: RunConfig) -> Any:
@@ -98,7 +137,7 @@ def make_client_app(
     """`cfg` given: the simulation started by `secure-fed run`; None: read it from the run config."""
 
     def cfg_of(context: Context) -> RunConfig:
-        return cfg if cfg is not None else config_from_context(context)
+        return cfg if cfg is not None else site_config_from_context(context)
 
     app = ClientApp(mods=[policy_mod(cfg_of)])
 
@@ -107,9 +146,11 @@ def make_client_app(
         node = dict(context.node_config)
         site_keys = Path(str(node["keys-dir"])) if "keys-dir" in node else keys_dir
         runtime = _runtime(run_cfg, _site_of(run_cfg, context), site_keys, run_id or str(context.run_id))
+        _restore_memory(runtime, context)
         state = load_state(context.state, _STATE_KEY)
         reply, state = handle(runtime, phase, from_records(message.content), state, _secret_context(run_cfg))
         store_state(context.state, _STATE_KEY, state)
+        _save_memory(runtime, context)
         return Message(to_records(reply), reply_to=message)
 
     @app.train()

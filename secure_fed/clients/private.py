@@ -132,7 +132,9 @@ class SitePrivacy:
         alpha_sigma = dp.alpha_noise_multiplier or calibrate_gaussian_for(
             target or 1.0, delta[VALIDATION], cfg.fed.rounds, dp.accountant
         )
-        key = noise_key or hashlib.sha256(f"sim-noise:{cfg.seed}:{site}".encode()).digest()
+        if noise_key is None:
+            raise ValueError("DP noise needs the site's secret noise key")
+        key = noise_key
         return cls(
             site=site,
             sampling_rate=dp.sample_rate,
@@ -155,6 +157,9 @@ class SitePrivacy:
             hashlib.sha256(self.noise_key + f"{purpose}:{round_id}".encode()).digest()[:8], "big"
         )
         return torch.Generator().manual_seed(seed)
+
+    def numpy_rng(self, purpose: str, round_id: int) -> np.random.Generator:
+        return self._rng(purpose, round_id)
 
     def _rng(self, purpose: str, round_id: int) -> np.random.Generator:
         return np.random.default_rng(

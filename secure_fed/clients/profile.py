@@ -29,15 +29,22 @@ def fit_gmm(
     reg_covar: float,
     seed: int,
     histogram_sigma: float | None,
+    noise_rng: np.random.Generator | None = None,
 ) -> tuple[PatientGMM, Gaussian | None]:
-    """Returns the fitted GMM and the privacy event of the release it depends on (None = not private)."""
+    """Returns the fitted GMM and the privacy event of the release it depends on (None = not private).
+
+    The histogram noise must come from `noise_rng`, keyed by a secret the server never sees: noise
+    anyone can regenerate from the run's seed protects nothing.
+    """
     gmm = PatientGMM(n_components, reg_covar, seed)
     if histogram_sigma is None:
         return gmm.fit(patient_profiles), None
-    rng = np.random.default_rng(seed)
+    if noise_rng is None:
+        raise ValueError("a private GMM fit needs a noise generator keyed by the site's secret")
+    rng = np.random.default_rng(seed)  # sampling from the noisy histogram is post-processing
     bins = HistogramBins()
     ages, sexes = _ages_and_sexes(patient_profiles)
-    noisy = gaussian_histogram(bins.cells_of(ages, sexes), bins.n_cells, histogram_sigma, rng)
+    noisy = gaussian_histogram(bins.cells_of(ages, sexes), bins.n_cells, histogram_sigma, noise_rng)
     s_ages, s_sexes = sample_from_histogram(noisy, bins, SAMPLES_FROM_HISTOGRAM, rng)
     samples = np.column_stack(
         [

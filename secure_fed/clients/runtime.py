@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,18 @@ POOLED = {"fedavg", "fedprox", "fedadam", "scaffold", "drfa"}
 def visit_groups(method: str, t_max: int) -> list[int] | None:
     """Visit indices of the per-timestep copies; None = one pooled copy over all visits."""
     return None if method in POOLED else list(range(1, t_max + 1))
+
+
+def site_noise_key(folder: Path) -> bytes:
+    """The site's secret for DP noise: random, created once, readable by the site alone."""
+    path = folder / "noise.key"
+    if path.exists():
+        return path.read_bytes()
+    key = os.urandom(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(key)
+    return key
 
 
 @dataclass
@@ -66,7 +79,9 @@ class SiteRuntime:
             trail = SiteTrail(Path(cfg.out) / "audit" / f"{site}.jsonl", site, run_id, keys_dir)
         privacy = None
         if cfg.dp.enabled:
-            privacy = SitePrivacy.plan(cfg, site, data.n_train_patients, data.n_val_patients)
+            privacy = SitePrivacy.plan(
+                cfg, site, data.n_train_patients, data.n_val_patients, noise_key=site_noise_key(folder)
+            )
             privacy.trail = trail
             privacy.load_ledger(folder / "ledger.json")
         gmm, event = fit_gmm(
@@ -75,6 +90,7 @@ class SiteRuntime:
             cfg.model.gmm_reg_covar,
             cfg.seed,
             privacy.histogram_sigma if privacy else None,
+            noise_rng=privacy.numpy_rng("gmm_histogram", 0) if privacy else None,
         )
         if privacy is not None and event is not None:
             privacy.record_gmm(event)
@@ -132,7 +148,7 @@ class SiteRuntime:
                     "population": self.privacy.refused_population or "",
                 }
         template = self.model.trainable_state()
-        start = unflatten(torch.as_tensor(global_vec), template)
+        start = unflatten(torch.tensor(global_vec), template)
         t_max = cfg.data.max_visits
         visits = visit_groups(method, t_max)
         groups = [self.data.train] if visits is None else [self.data.train.at_visit(t) for t in visits]
@@ -153,7 +169,10 @@ class SiteRuntime:
         start_vec = flatten(start)
         deltas = [flatten(s) - start_vec for s in result.states]
         # DP: weights must be public (post-processing of DP-SGD only), so every site counts once.
-        weights = [1.0] * len(deltas) if self.privacy is not None else [float(n) for n in result.rows]
+        scale = cfg.secagg.count_scale  # public: keeps n·Δ and n inside the SecAgg+ clip range
+        weights = (
+            [1.0 / scale] * len(deltas) if self.privacy is not None else [n / scale for n in result.rows]
+        )
         parts = [
             torch.cat([w * d, torch.tensor([w], dtype=torch.float64)])
             for w, d in zip(weights, deltas, strict=True)

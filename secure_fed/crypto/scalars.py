@@ -287,7 +287,8 @@ def _decrypt(
 
     key = tag_key(ctx)
     forged = [
-        p for p, ct, tag in zip(participants, cts, tags, strict=True)
+        p
+        for p, ct, tag in zip(participants, cts, tags, strict=True)
         if not hmac.compare_digest(tag, make_tag(key, round_id, p, me, ct))
     ]
     if forged:

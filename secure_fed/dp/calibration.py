@@ -186,11 +186,13 @@ def split_budget(
     )
 
 
-def calibrate_gaussian_for(target_epsilon: float, delta: float, count: int, accountant: Accountant,
-                           tolerance: float = 0.01) -> float:
+def calibrate_gaussian_for(
+    target_epsilon: float, delta: float, count: int, accountant: Accountant, tolerance: float = 0.01
+) -> float:
     """σ for `count` Gaussian releases priced by the same accountant the budget guard uses, so the
     plan cannot be refused by a looser bound than the one it was solved with."""
     if count < 1:
         raise CalibrationError(f"count must be >= 1, got {count}")
-    return _solve_sigma(lambda sigma: epsilon_of([Gaussian(sigma, count)], delta, accountant), target_epsilon,
-                        tolerance)
+    return _solve_sigma(
+        lambda sigma: epsilon_of([Gaussian(sigma, count)], delta, accountant), target_epsilon, tolerance
+    )

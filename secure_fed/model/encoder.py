@@ -19,6 +19,10 @@ class TimmEncoder(nn.Module):
             name, pretrained=False, in_chans=in_chans, img_size=img_size, num_classes=0, **kwargs
         )
         self.out_dim = int(self.backbone.num_features)
+        # Forward-mode AD (the α hypergradient JVPs) is not implemented for fused SDPA kernels.
+        for module in self.backbone.modules():
+            if hasattr(module, "fused_attn"):
+                module.fused_attn = False
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         feats = self.backbone.forward_features(images)

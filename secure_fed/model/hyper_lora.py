@@ -8,6 +8,7 @@ hooks apply to all trainable leaves; the wrapper itself owns no parameters.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import torch
@@ -52,6 +53,19 @@ class HyperLoRALayer(nn.Module):
         a = factors[:, :split].reshape(-1, self.d_in, self.rank)
         b = factors[:, split:].reshape(-1, self.d_out, self.rank)
         return out + torch.bmm(torch.bmm(x, a), b.transpose(1, 2))
+
+
+# The image encoder's attention projections (timm ViT naming); "every transformer layer" in the paper.
+ENCODER_LORA_TARGETS = r".*attn\.(qkv|proj)$"
+
+
+def add_encoder_lora(encoder: nn.Module, rank: int, alpha: float) -> nn.Module:
+    if not any(re.fullmatch(ENCODER_LORA_TARGETS, name) for name, _ in encoder.named_modules()):
+        return encoder  # e.g. a convolutional backbone: nothing to adapt
+    config = LoraConfig(
+        r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=ENCODER_LORA_TARGETS, bias="none"
+    )
+    return inject_adapter_in_model(config, encoder)
 
 
 def add_shared_lora(decoder: nn.Module, rank: int, alpha: float) -> nn.Module:

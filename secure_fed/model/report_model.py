@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from secure_fed.model.hyper_lora import PatientContext, add_hyper_lora, add_shared_lora
+from secure_fed.model.hyper_lora import PatientContext, add_encoder_lora, add_hyper_lora, add_shared_lora
 
 
 class ReportModel(nn.Module):
@@ -39,6 +39,7 @@ class ReportModel(nn.Module):
         for p in self.parameters():
             p.requires_grad_(False)
         add_shared_lora(self.decoder, lora_rank, lora_alpha)
+        add_encoder_lora(self.encoder, lora_rank, lora_alpha)
         if hyper:
             self.proj = nn.Linear(gmm_components, profile_dim)
             self.adapted_layers = add_hyper_lora(self.decoder, profile_dim, hyper_rank, self.ctx)

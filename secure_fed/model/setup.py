@@ -56,7 +56,7 @@ def pretrain_base(
         loss.backward()
         opt.step()
         if step % 100 == 0:
-            log.info("base pretraining step %d/%d loss %.3f", step, steps, float(loss))
+            log.info("base pretraining step %d/%d loss %.3f", step, steps, float(loss.detach()))
 
 
 def build_report_model(cfg: RunConfig) -> ReportModel:

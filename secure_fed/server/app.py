@@ -13,6 +13,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from secure_fed.config import RunConfig
 from secure_fed.server.orchestrator import EventSink, Orchestrator
+from secure_fed.server.trail import ServerTrail
 from secure_fed.server.transports import GridTransport
 
 log = logging.getLogger(__name__)
@@ -41,6 +42,23 @@ def wait_for_nodes(grid: Grid, expected: int, minimum: int, timeout: float = NOD
         time.sleep(0.5)
 
 
+def deployment_trail(cfg: RunConfig, out: Path, run_id: str) -> ServerTrail | None:
+    """The server's audit log under `flwr run` (`secure-fed run` keeps its own in the runner).
+
+    Needs `audit.keys_dir`, the server's key folder: ephemeral keys made here would not be the
+    ones the sites sign with, so without it the server keeps no log (the sites still keep theirs).
+    """
+    if not cfg.audit.enabled:
+        return None
+    if cfg.audit.keys_dir is None:
+        log.warning("audit.keys_dir is not set: the server keeps no audit log of this run")
+        return None
+    keys_dir = Path(cfg.audit.keys_dir)
+    trail = ServerTrail(out / "audit" / "server.jsonl", run_id, keys_dir)
+    trail.start(cfg, keys_dir)
+    return trail
+
+
 def make_server_app(
     cfg: RunConfig | None = None,
     out: Path | None = None,
@@ -61,22 +79,28 @@ def make_server_app(
         run_cfg = cfg if cfg is not None else config_from_context(context)
         target = out if out is not None else Path(run_cfg.out)
         nodes = wait_for_nodes(grid, expected_sites(run_cfg), run_cfg.fed.min_sites)
+        # Every party of a Flower run knows its run id; the sites sign their logs with it too.
+        trail = deployment_trail(run_cfg, target, str(context.run_id)) if cfg is None else None
         orchestrator = Orchestrator(
             run_cfg,
             GridTransport(grid),
             nodes,
             initial_adapter_state(run_cfg),
             target,
-            events=events or (lambda *a: None),
+            events=trail.event if trail else (events or (lambda *a: None)),
             progress=progress,
-            copy_record=copy_record,
+            copy_record=trail.copy if trail else copy_record,
         )
         try:
             outcome = orchestrator.run(resume=resume)
         except Exception as err:
+            if trail is not None:
+                trail.log.abandon()  # no head record: the log shows the run did not stop cleanly
             if result is not None:
                 result["error"] = repr(err)
             raise
+        if trail is not None:
+            trail.finish(orchestrator.final_state)
         if result is not None:
             result["outcome"] = outcome
             result["final_state"] = orchestrator.final_state

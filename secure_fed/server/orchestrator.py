@@ -60,6 +60,7 @@ class Orchestrator:
         self.events = events
         self.progress = progress
         self.copy_record = copy_record or (lambda record: None)
+        self.site_deltas: dict[str, float] = {}
         self.aggregation = AggregationSettings.from_config(cfg)
 
     def hello(self) -> dict[int, str]:
@@ -140,6 +141,8 @@ class Orchestrator:
             "he": self.aggregation.he is not None,
             "stopped_early": stopped,
         }
+        if cfg.dp.enabled:
+            metrics["privacy"] = privacy_summary(per_round, self.site_deltas)
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=_json_default))
         np.save(self.out / "global_adapters.npy", state)
@@ -157,6 +160,19 @@ class Orchestrator:
             pairs = [(float(r[name]), int(r["n"])) for r in rows if not np.isnan(float(r[name]))]
             out[name] = sum(v * n for v, n in pairs) / sum(n for _, n in pairs) if pairs else float("nan")
         return out
+
+
+def privacy_summary(per_round: list[dict[str, Any]], deltas: dict[str, float]) -> dict[str, Any]:
+    """metrics.json's privacy block: each site's cumulative ε after its last admitted round."""
+    latest: dict[str, dict[str, float]] = {}
+    for row in per_round:
+        latest.update(row.get("epsilon") or {})
+    return {
+        "delta": max(deltas.values()) if deltas else None,
+        "delta_per_site": deltas,
+        "epsilon": latest,
+        "per_round": [{"round": row["round"], "epsilon": row.get("epsilon") or {}} for row in per_round],
+    }
 
 
 def _json_default(value: Any) -> Any:

@@ -25,6 +25,7 @@ class RoundContext:
     aggregation: AggregationSettings
     log_event: Callable[[str, dict[str, Any]], None] = lambda event, payload: None
     copy_site_record: Callable[[dict[str, Any]], None] = lambda record: None
+    site_deltas: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -104,7 +105,9 @@ class Strategy(ABC):
                 for record in reply.get("audit_records", []):
                     ctx.copy_site_record(json.loads(record))
                 if "epsilon_rdp" in reply:
-                    eps[site] = {"rdp": float(reply["epsilon_rdp"]), "prv": float(reply["epsilon_prv"])}
+                    prv = float(reply["epsilon_prv"])
+                    eps[site] = {"rdp": float(reply["epsilon_rdp"]), "prv": None if np.isnan(prv) else prv}
+                    ctx.site_deltas[site] = float(reply["delta"])
         if len(participants) < ctx.cfg.fed.min_sites:
             raise TooFewSites(
                 f"round {ctx.round}: only {len(participants)} site(s) took part, fewer than fed.min_sites = "

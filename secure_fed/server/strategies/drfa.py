@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from secure_fed.config import RunConfig
-from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy, weighted_mean
+from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy, TooFewSites, weighted_mean
 
 
 def project_simplex(v: np.ndarray) -> np.ndarray:
@@ -44,14 +44,24 @@ class DRFA(Strategy):
             "train", {n: {**request_base, "lambda": self.lam[ctx.sites[n]] * len(sites)} for n in ctx.nodes}
         )
         participants = [n for n in ctx.nodes if replies.get(n, {}).get("status") == "ok"]
-        declined = {ctx.sites[n]: "no reply" for n in ctx.nodes if n not in participants}
+        declined = {
+            ctx.sites[n]: str(replies.get(n, {}).get("reason", replies.get(n, {}).get("error", "no reply")))
+            for n in ctx.nodes
+            if n not in participants
+        }
+        if len(participants) < ctx.cfg.fed.min_sites:
+            raise TooFewSites(f"round {ctx.round}: only {len(participants)} site(s) took part")
         total, summed = self.sum_uploads(ctx, participants, self.upload_dim())
         new_state = weighted_mean(total, self.dim, global_state)
         losses = np.array([float(replies[n].get("train_loss", 0.0)) for n in participants])
-        lam = np.array([self.lam[ctx.sites[n]] for n in participants])
-        lam = project_simplex(lam + self.cfg.fed.drfa_lr * np.nan_to_num(losses))
-        for n, value in zip(participants, lam, strict=True):
-            self.lam[ctx.sites[n]] = float(value)
+        # Ascend on the losses of the sites that reported one; project over every site so λ stays
+        # a distribution even when some sites sat the round out.
+        ascent = {
+            ctx.sites[n]: self.cfg.fed.drfa_lr * float(np.nan_to_num(loss))
+            for n, loss in zip(participants, losses, strict=True)
+        }
+        lam = project_simplex(np.array([self.lam[s] + ascent.get(s, 0.0) for s in sites]))
+        self.lam.update({s: float(v) for s, v in zip(sites, lam, strict=True)})
         return RoundResult(
             global_state=new_state,
             participants=summed.survivors,

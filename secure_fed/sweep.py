@@ -1,0 +1,93 @@
+"""Privacy–utility sweeps: methods × seeds × ε on the same data, summarised as mean ± std."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from secure_fed.clients.evaluation import METRIC_NAMES
+from secure_fed.config import RunConfig
+from secure_fed.runner import run_inprocess
+
+
+def run_label(method: str, epsilon: float | None) -> str:
+    return method if epsilon is None else f"{method} ε={epsilon:g}"
+
+
+def sweep(
+    base: RunConfig,
+    methods: Sequence[str],
+    seeds: Sequence[int],
+    epsilons: Sequence[float | None],
+    out: Path,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Every (method, ε, seed) run in its own folder; results.json holds each run's test metrics."""
+    if base.train.threads is not None:
+        import torch
+
+        torch.set_num_threads(base.train.threads)
+    results: dict[str, Any] = {"runs": []}
+    out.mkdir(parents=True, exist_ok=True)
+    for epsilon in epsilons:
+        for method in methods:
+            for seed in seeds:
+                update: dict[str, Any] = {"seed": seed}
+                cfg = base.model_copy(deep=True, update=update)
+                cfg.fed.method = method  # type: ignore[assignment]
+                cfg.data.synth.seed = seed
+                if epsilon is not None:
+                    cfg.dp.enabled = True
+                    cfg.dp.target_epsilon = epsilon
+                folder = out / f"{method}-eps{epsilon if epsilon is not None else 'inf'}-seed{seed}"
+                log(f"{run_label(method, epsilon)} seed {seed} → {folder}")
+                metrics = run_inprocess(cfg, folder).metrics
+                results["runs"].append(
+                    {
+                        "method": method,
+                        "epsilon": epsilon,
+                        "seed": seed,
+                        "test": metrics["test"],
+                        "alpha": metrics.get("alpha"),
+                        "privacy": metrics.get("privacy"),
+                    }
+                )
+                (out / "results.json").write_text(json.dumps(results, indent=1))
+    results["summary"] = summarise(results["runs"])
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "results.md").write_text(markdown_table(results["summary"]))
+    return results
+
+
+def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    groups: dict[tuple[str, float | None], list[dict[str, float]]] = {}
+    for run in runs:
+        groups.setdefault((run["method"], run["epsilon"]), []).append(run["test"])
+    rows = []
+    for (method, epsilon), tests in groups.items():
+        row: dict[str, Any] = {"method": method, "epsilon": epsilon, "n": len(tests)}
+        for name in METRIC_NAMES:
+            values = np.array([t[name] for t in tests if not math.isnan(t[name])])
+            row[name] = (
+                (float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0)
+                if len(values)
+                else (math.nan, math.nan)
+            )
+        rows.append(row)
+    return rows
+
+
+def markdown_table(rows: list[dict[str, Any]]) -> str:
+    head = "| method | ε | n | " + " | ".join(METRIC_NAMES) + " |\n"
+    head += "|" + " --- |" * (3 + len(METRIC_NAMES)) + "\n"
+    lines = []
+    for row in rows:
+        eps = "∞" if row["epsilon"] is None else f"{row['epsilon']:g}"
+        cells = [f"{m:.3f} ± {s:.3f}" for m, s in (row[name] for name in METRIC_NAMES)]
+        lines.append(f"| {row['method']} | {eps} | {row['n']} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"

@@ -1,0 +1,94 @@
+"""Whole federated runs in process: the FedTAR round with plain sums, SecAgg+, CKKS and DP."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from secure_fed.audits.keys import load_public_keys
+from secure_fed.audits.verify import verify_logs
+from secure_fed.crypto.keys import init_keys
+from secure_fed.runner import run_inprocess
+
+METRICS = (
+    "BLEU-1",
+    "BLEU-2",
+    "BLEU-3",
+    "BLEU-4",
+    "METEOR",
+    "ROUGE-L",
+    "CIDEr",
+    "CE-F1",
+    "temporal_consistency",
+)
+
+
+def _run(cfg, **kw):
+    return run_inprocess(cfg, cfg.out, **kw)
+
+
+def test_fedtar_run_writes_metrics_checkpoint_and_verifiable_audit(make_config):
+    cfg = make_config()
+    outcome = _run(cfg)
+    metrics = json.loads((cfg.out / "metrics.json").read_text())
+    assert metrics["method"] == "fedtar" and metrics["rounds"] == 2
+    assert set(METRICS) <= set(metrics["test"])
+    assert all(0.0 <= metrics["test"][m] for m in METRICS if not math.isnan(metrics["test"][m]))
+    assert len(metrics["alpha"]) == cfg.data.max_visits
+    assert abs(sum(metrics["alpha"]) - 1.0) < 1e-9
+    assert [r["round"] for r in metrics["per_round"]] == [1, 2]
+    assert all(r["val_loss"] is not None and r["val_loss"] > 0 for r in metrics["per_round"])
+    assert metrics["upload_bytes_per_site_per_round"] > 0
+    assert (cfg.out / "checkpoint" / "state.pt").exists()
+    assert outcome.stopped_early is None
+    logs = sorted((cfg.out / "audit").glob("*.jsonl"))
+    assert {p.stem for p in logs} == {"server", "site0", "site1", "site2"}
+    result = verify_logs(logs, load_public_keys(cfg.out / "keys"))
+    assert result.ok, [str(p) for p in result.problems]
+
+
+def test_secagg_run_matches_plain_run_within_quantisation(make_config):
+    plain = _run(make_config("plain", secagg__enabled=False)).metrics
+    masked = _run(make_config("masked", secagg__enabled=True)).metrics
+    assert masked["secure_aggregation"] == "secagg+"
+    bound = max(r["quantisation_bound"] for r in masked["per_round"])
+    assert 0 < bound < 1e-4
+    # α and the validation loss move by at most what the quantisation error can explain.
+    assert np.allclose(plain["alpha"], masked["alpha"], atol=1e-4)
+    for a, b in zip(plain["per_round"], masked["per_round"], strict=True):
+        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-3)
+
+
+def test_he_alpha_trajectory_equals_plain_run(make_config, tmp_path):
+    keys = tmp_path / "keys"
+    init_keys(keys, ["server", "site0", "site1", "site2"])
+    plain = _run(make_config("plain")).metrics
+    he = _run(make_config("he", he__enabled=True, he__keys_dir=str(keys), audit__keys_dir=str(keys))).metrics
+    assert he["he"] is True
+    for a, b in zip(plain["per_round"], he["per_round"], strict=True):
+        assert np.allclose(a["alpha"], b["alpha"], atol=1e-6)
+
+
+def test_policy_refuses_plain_sum_when_secagg_required(make_config):
+    from secure_fed.clients.policy import PolicyViolation, SitePolicy
+
+    policy = SitePolicy.from_config(make_config(dp__enabled=True, dp__target_epsilon=4.0))
+    assert policy.require_secagg and policy.require_dp
+    with pytest.raises(PolicyViolation, match="secure aggregation"):
+        policy.check("plain_sum", {})
+    with pytest.raises(PolicyViolation, match="DP-SGD"):
+        policy.check("train", {"dp": False})
+
+
+@pytest.mark.parametrize(
+    "method", ["fedavg", "fedprox", "fedadam", "scaffold", "drfa", "fedtar-no-gmm", "fedtar-no-temporal"]
+)
+def test_every_method_runs(make_config, method):
+    metrics = _run(make_config(fed__method=method, fed__rounds=1)).metrics
+    assert metrics["method"] == method and metrics["rounds"] == 1
+    assert not math.isnan(metrics["test"]["BLEU-1"])
+    if method == "fedtar-no-temporal":
+        assert metrics["alpha"] == pytest.approx([1 / 3] * 3)

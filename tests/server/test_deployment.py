@@ -1,0 +1,472 @@
+"""The Flower app in Flower's deployment runtime: a SuperLink, three SuperNodes and `flwr run`.
+
+Everything is started the way an operator would (`flower-superlink`, `flower-supernode`, `flwr run`
+on the app as pyproject.toml declares it), bound to 127.0.0.1, with a throw-away FLWR_HOME so
+nothing is written to the real home. While the run goes, every TCP socket of those processes and
+of their children (SuperExec, `flwr-serverapp`, one `flwr-clientapp` per message) is recorded.
+
+Flower 1.42 runs each message in a fresh `flwr-clientapp` process, so the fast test below also
+checks that a site keeps what one phase leaves for the next in `context.state`, not in memory.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from secure_fed.config import RunConfig, load_config
+
+REPO = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+RUN_TIMEOUT = 420.0  # ~250 s for the run on 2 busy cores
+SITES = 3
+# FedAvg: 7 messages for 2 rounds, against FedTAR's 12 (each starts 3 `flwr-clientapp` processes,
+# ~10-25 s on 2 cores). FedTAR's own phases across processes are the fast test's subject.
+METHOD = "fedavg"
+
+
+# -- helpers shared with test_simulation.py ----------------------------------------------------
+
+
+def is_loopback(ip: str) -> bool:
+    addr = ipaddress.ip_address(ip.split("%")[0])
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped  # Ray and gRPC listen on dual-stack sockets: ::ffff:127.0.0.1
+    return addr.is_loopback
+
+
+@dataclass
+class SocketWatch:
+    """Polls the TCP sockets of some process trees until stopped (psutil, children recursive)."""
+
+    roots: list[int]
+    interval: float = 0.5
+    seen: set[tuple[int, str, str, str, str]] = field(default_factory=set)
+    polls: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def add(self, pid: int) -> None:
+        self.roots.append(pid)
+
+    def _processes(self) -> list[psutil.Process]:
+        found: dict[int, psutil.Process] = {}
+        for pid in list(self.roots):
+            try:
+                root = psutil.Process(pid)
+                found[pid] = root
+                for child in root.children(recursive=True):
+                    found[child.pid] = child
+            except psutil.NoSuchProcess:
+                continue
+        return list(found.values())
+
+    def poll(self) -> None:
+        for proc in self._processes():
+            try:
+                name = proc.name()
+                conns = proc.net_connections(kind="tcp")
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                continue
+            for c in conns:  # every state: a SYN_SENT to the outside counts as much as a listener
+                if c.status == psutil.CONN_NONE or not c.laddr:
+                    continue
+                local = f"{c.laddr.ip}:{c.laddr.port}"
+                remote = f"{c.raddr.ip}:{c.raddr.port}" if c.raddr else ""
+                self.seen.add((proc.pid, name, c.status, local, remote))
+        self.polls += 1
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.poll()
+            self._stop.wait(self.interval)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+
+    def off_loopback(self) -> list[tuple[int, str, str, str, str]]:
+        bad = []
+        for entry in sorted(self.seen):
+            _, _, _, local, remote = entry
+            hosts = [local.rsplit(":", 1)[0]] + ([remote.rsplit(":", 1)[0]] if remote else [])
+            if not all(is_loopback(h) for h in hosts):
+                bad.append(entry)
+        return bad
+
+    def listening(self) -> list[tuple[int, str, str, str, str]]:
+        return sorted(e for e in self.seen if e[2] == psutil.CONN_LISTEN)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def small_run_toml(path: Path, out: Path, cache_dir: Path, rounds: int, extra: str = "") -> Path:
+    """3 sites × 12 patients × 3 visits, a 100-step base: the smallest run that exercises everything."""
+    path.write_text(
+        f"""seed = 0
+out = "{out}"
+{extra}
+[data]
+max_visits = 3
+val_fraction = 0.25
+test_fraction = 0.25
+
+[data.synth]
+sites = {SITES}
+patients = 12
+visits = 3
+
+[model]
+cache_dir = "{cache_dir}"
+pretrain_steps = 100
+
+[train]
+batch_size = 8
+
+[fed]
+rounds = {rounds}
+"""
+    )
+    return path
+
+
+def warm_cache(cfg: RunConfig) -> None:
+    """Build the pretrained base and cohorts once here, not in four processes racing for the cache."""
+    from secure_fed.clients.site import load_site, site_names
+    from secure_fed.runner import initial_adapter_state
+
+    initial_adapter_state(cfg)
+    for site in site_names(cfg):
+        load_site(cfg, site)
+
+
+def stop_group(proc: subprocess.Popen, grace: float = 10.0) -> None:
+    """End a process we started, and its children, through its own process group."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=grace)
+
+
+def stop_all(procs: list[subprocess.Popen]) -> None:
+    """Stop what we started and everything it started: Flower runs SuperExec's ServerApp and
+    ClientApp processes in sessions of their own, out of reach of their parent's process group."""
+    descendants: list[psutil.Process] = []
+    for proc in procs:
+        try:
+            descendants += psutil.Process(proc.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            pass
+    for proc in reversed(procs):
+        stop_group(proc)
+    for child in descendants:
+        try:
+            child.terminate()  # psutil refuses if the pid now belongs to another process
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(descendants, timeout=10)
+    for child in alive:
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
+
+
+# -- the deployment ----------------------------------------------------------------------------
+
+
+def copy_app(dest: Path) -> Path:
+    """The app exactly as the repository declares it. A copy because `flwr run` walks the whole
+    folder (the repository's .venv included) and may rewrite the pyproject.toml it is given."""
+    dest.mkdir(parents=True)
+    shutil.copy2(REPO / "pyproject.toml", dest / "pyproject.toml")
+    shutil.copy2(REPO / "README.md", dest / "README.md")
+    shutil.copytree(REPO / "secure_fed", dest / "secure_fed", ignore=shutil.ignore_patterns("__pycache__"))
+    return dest
+
+
+def deployment_env(flwr_home: Path) -> dict[str, str]:
+    env = dict(os.environ)  # already hardened: conftest imports secure_fed
+    env.update(
+        {
+            "FLWR_HOME": str(flwr_home),
+            "FLWR_TELEMETRY_ENABLED": "0",
+            "FLWR_DISABLE_UPDATE_CHECK": "1",
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
+    return env
+
+
+@dataclass
+class Deployment:
+    out: Path
+    status: dict
+    watch: SocketWatch
+    logs: dict[str, str]
+
+
+def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int = 2) -> Deployment:
+    keys = work / "keys"
+    subprocess.run(
+        [str(BIN / "secure-fed"), "keys", "init", "--out", str(keys), "--sites", str(SITES)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    out = work / "out"
+    run_toml = small_run_toml(
+        work / "run.toml", out, cache_dir, rounds, extra=f'[audit]\nkeys_dir = "{keys}"\n'
+    )
+    warm_cache(load_config(run_toml))
+
+    flwr_home = work / "flwr_home"
+    flwr_home.mkdir()
+    link_port = free_port()
+    # A named connection, not the default "local" one (which would start its own SuperLink).
+    (flwr_home / "config.toml").write_text(
+        f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\naddress = "127.0.0.1:{link_port}"\n'
+        "insecure = true\n"
+    )
+    env = deployment_env(flwr_home)
+    logs_dir = work / "logs"
+    logs_dir.mkdir()
+    procs: dict[str, subprocess.Popen] = {}
+
+    def start(name: str, args: list[str]) -> subprocess.Popen:
+        log_file = open(logs_dir / f"{name}.log", "w")  # noqa: SIM115 (closed with the process)
+        proc = subprocess.Popen(
+            args, env=env, cwd=work, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        log_file.close()
+        procs[name] = proc
+        watch.add(proc.pid)
+        return proc
+
+    watch = SocketWatch(roots=[])
+    watch.start()
+    status: dict = {}
+    try:
+        start(
+            "superlink",
+            [
+                str(BIN / "flower-superlink"),
+                "--insecure",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(link_port),
+                # No `uv sync` of the app's dependencies: offline, and they are installed already.
+                "--disable-runtime-dependency-installation",
+            ],
+        )
+        wait_for_port(link_port, procs["superlink"], logs_dir / "superlink.log")
+        for k in range(SITES):
+            start(
+                f"supernode{k}",
+                [
+                    str(BIN / "flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    f"127.0.0.1:{link_port}",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(free_port()),
+                    "--node-config",
+                    f"site='site{k}' keys-dir='{keys}'",
+                ],
+            )
+        flwr = [str(BIN / "flwr")]
+        submit = start(
+            "flwr-run",
+            [
+                *flwr,
+                "run",
+                str(app_dir),
+                "deploy",
+                "--format",
+                "json",
+                "--run-config",
+                f"config-file='{run_toml}' method='{METHOD}' num-server-rounds={rounds}",
+            ],
+        )
+        submit.wait(timeout=120)
+        said = (logs_dir / "flwr-run.log").read_text()
+        if submit.returncode != 0 or "{" not in said:
+            pytest.fail(f"`flwr run` failed ({submit.returncode}):\n{said[-3000:]}")
+        submitted = json.loads(said[said.index("{") :])
+        if not submitted.get("success"):
+            pytest.fail(f"`flwr run` refused the app: {submitted.get('error-message', submitted)}")
+        run_id = submitted["run-id"]
+        deadline = time.monotonic() + RUN_TIMEOUT
+        while time.monotonic() < deadline:
+            listing = subprocess.run(
+                [*flwr, "ls", "deploy", "--run-id", run_id, "--format", "json"],
+                env=env,
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            runs = json.loads(listing.stdout[listing.stdout.index("{") :]).get("runs", [])
+            status = runs[0] if runs else {}
+            if str(status.get("status", "")).startswith("finished"):
+                break
+            time.sleep(2.0)
+        else:
+            pytest.fail(f"the run did not finish within {RUN_TIMEOUT:.0f} s: {status}")
+        for name, proc in procs.items():
+            if name != "flwr-run":
+                assert proc.poll() is None, f"{name} died: see {logs_dir / (name + '.log')}"
+    finally:
+        watch.stop()
+        stop_all(list(procs.values()))
+    logs = {p.stem: p.read_text(errors="replace") for p in logs_dir.glob("*.log")}
+    if status.get("status") != "finished:completed":
+        log = (
+            subprocess.run(
+                [str(BIN / "flwr"), "log", str(status.get("run-id", "")), "deploy", "--show"],
+                env=env,
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            if status
+            else None
+        )
+        pytest.fail(
+            f"run ended {status.get('status')}: {status.get('status-details')}\n"
+            f"{log.stdout[-4000:] if log else ''}"
+        )
+    return Deployment(out=out, status=status, watch=watch, logs=logs)
+
+
+def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"flower-superlink exited with {proc.returncode}:\n{log.read_text()[-3000:]}")
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.3)
+    pytest.fail(f"flower-superlink did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
+
+
+def test_flwr_run_on_a_local_deployment(tmp_path: Path, cache_dir: Path) -> None:
+    app_dir = copy_app(tmp_path / "app")
+    result = run_local_deployment(app_dir, tmp_path, cache_dir, rounds=2)
+
+    metrics = json.loads((result.out / "metrics.json").read_text())
+    assert metrics["rounds"] == 2 and len(metrics["per_round"]) == 2
+    assert metrics["method"] == METHOD
+    assert set(metrics["test"]) >= {"BLEU-4", "ROUGE-L", "CIDEr"}
+    assert all(np.isfinite(metrics["test"][k]) for k in ("BLEU-4", "ROUGE-L", "CIDEr"))
+
+    # Every party signed its own log of the run; together they verify with the parties' keys.
+    logs = sorted((result.out / "audit").glob("*.jsonl"))
+    assert [p.stem for p in logs] == ["server", "site0", "site1", "site2"]
+    verify = subprocess.run(
+        [str(BIN / "secure-fed"), "audit", "verify", *map(str, logs), "--keys", str(tmp_path / "keys")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+    # Only loopback, and the watch did see the servers and the apps' connections.
+    watch = result.watch
+    assert watch.off_loopback() == []
+    names = {name for _, name, *_ in watch.seen}  # as the kernel has them: 15 characters at most
+    assert {"flower-superlin", "flower-supernod", "flwr-serverapp", "flwr-clientapp"} <= names, names
+    listening = watch.listening()
+    assert len(listening) >= 1 + SITES, listening
+    assert not any(local.startswith(("0.0.0.0:", ":::", "[::]")) for *_, local, _ in listening)
+    # Flower installed the app under our FLWR_HOME, not the real home.
+    assert any((tmp_path / "flwr_home" / "apps").iterdir())
+
+
+# -- fast: a process per message ---------------------------------------------------------------
+
+
+def test_client_app_keeps_its_memory_in_context_state(make_config) -> None:
+    """What `train` leaves for `plain_sum`, and SCAFFOLD's control variate, survive a process
+    restart between messages (as in Flower's deployment runtime), because they live in
+    `context.state`."""
+    from flwr.app import Context, Message, RecordDict
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from secure_fed.clients import app as client_module
+    from secure_fed.clients.hypergrad import flatten
+    from secure_fed.runner import initial_adapter_state
+    from secure_fed.wire import from_records, to_records
+
+    cfg = make_config(fed__method="scaffold")
+    TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 7, 1, 1
+    context = Context(
+        run_id=7, node_id=11, node_config={"partition-id": 0}, state=RecordDict(), run_config={}
+    )
+    start = initial_adapter_state(cfg)
+
+    def send(message_type: str, payload: dict) -> tuple[dict, object]:
+        client_module._RUNTIMES.clear()  # a new `flwr-clientapp` process for every message
+        client = client_module.make_client_app(cfg)
+        message = Message(to_records(payload), dst_node_id=11, message_type=message_type)
+        reply = from_records(client(message, context).content)
+        (runtime,) = client_module._RUNTIMES.values()
+        return reply, runtime
+
+    request = {"round": 1, "method": "scaffold", "global": start, "dp": False}
+    request["control"] = np.zeros_like(start)
+    train, trained = send("train", request)
+    assert train["status"] == "ok"
+    upload = trained.stash["upload"]
+    control = flatten(trained.scaffold_c).numpy()
+    assert np.abs(control).sum() > 0
+
+    summed, fresh = send("query.plain_sum", {"round_id": 1, "dim": train["dim"]})
+    assert "error" not in summed, summed
+    np.testing.assert_array_equal(summed["vector"], upload)
+    np.testing.assert_array_equal(flatten(fresh.scaffold_c).numpy(), control)
+
+    # FedTAR's α step: the hypergradient scalars wait in one process for `plain_scalars` in the next.
+    directions = np.random.default_rng(0).normal(size=(cfg.data.max_visits, start.size)) * 1e-3
+    hyper, computed = send("query.hypergrad", {"round": 1, "final": start, "directions": directions})
+    assert hyper["status"] == "ok"
+    scalars = computed.stash["scalars"]
+    assert scalars.shape == (cfg.data.max_visits,) and np.abs(scalars).sum() > 0
+    released, _ = send("query.plain_scalars", {"round_id": 1})
+    np.testing.assert_array_equal(released["scalars"], scalars)

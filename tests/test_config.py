@@ -1,0 +1,45 @@
+"""One pydantic tree: unknown keys and out-of-range values are rejected with the key named."""
+
+from __future__ import annotations
+
+import pytest
+
+from secure_fed.config import ConfigError, build_config, load_config
+
+
+def test_defaults_are_the_embedded_demo():
+    cfg = build_config({})
+    assert cfg.fed.method == "fedtar" and cfg.model.preset == "tiny" and cfg.data.synth.sites == 3
+    assert cfg.model.lora_rank == 4 and cfg.model.lora_alpha == 128 and cfg.model.gmm_components == 16
+    assert not cfg.secagg_on  # secure aggregation follows DP unless set
+
+
+def test_unknown_key_is_named(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[fed]\nrouns = 3\n")
+    with pytest.raises(ConfigError, match=r"fed\.rouns: unknown key"):
+        load_config(path)
+
+
+def test_out_of_range_value_is_named():
+    with pytest.raises(ConfigError, match=r"dp\.sample_rate"):
+        build_config({"dp": {"sample_rate": 1.5}})
+    with pytest.raises(ConfigError, match=r"model\.gmm_reg_covar"):
+        build_config({"model": {"gmm_reg_covar": 1e-9}})
+
+
+def test_dp_needs_a_target_and_secagg_follows_dp():
+    with pytest.raises(ConfigError, match="target_epsilon"):
+        build_config({"dp": {"enabled": True}})
+    cfg = build_config({"dp": {"enabled": True, "target_epsilon": 4.0}})
+    assert cfg.secagg_on
+    assert not build_config(
+        {"dp": {"enabled": True, "target_epsilon": 4.0}, "secagg": {"enabled": False}}
+    ).secagg_on
+
+
+def test_overrides_and_missing_file(tmp_path):
+    cfg = load_config(None, {"fed.rounds": 7, "fed.method": None})
+    assert cfg.fed.rounds == 7 and cfg.fed.method == "fedtar"
+    with pytest.raises(ConfigError, match="no such config file"):
+        load_config(tmp_path / "absent.toml")
