@@ -179,6 +179,54 @@ def sweep(
     console.print(f"wrote {out / 'results.json'} ({len(results['runs'])} runs)")
 
 
+@app.command()
+def client(
+    site: Annotated[str, typer.Option(help="this hospital's site name (as in the cohort)")],
+    config: Annotated[
+        Path, typer.Option("--config", "-c", help="the SITE's own policy TOML (RunConfig tree)")
+    ],
+    superlink: Annotated[str, typer.Option(help="SuperLink Fleet API address host:port")] = "127.0.0.1:9092",
+    keys: Annotated[
+        Path | None, typer.Option(help="this site's key folder (signing key for its audit log)")
+    ] = None,
+    root_certificates: Annotated[
+        Path | None, typer.Option(help="CA certificate of the SuperLink (TLS)")
+    ] = None,
+    auth_key: Annotated[
+        Path | None, typer.Option(help="SuperNode private key (SuperNode authentication)")
+    ] = None,
+    insecure: Annotated[bool, typer.Option(help="no TLS (local tests only)")] = False,
+    dry_run: Annotated[bool, typer.Option(help="print the command instead of running it")] = False,
+) -> None:
+    """Run this hospital's hardened node: a Flower SuperNode whose ClientApp takes every privacy
+    setting from the site's own --config, never from the server, with telemetry off.
+
+    Example: secure-fed client --site site0 --config site0.toml --superlink link.hospital.net:9092
+    --root-certificates ca.crt --auth-key node.key --keys keys
+    """
+    import os
+    import shutil
+    import subprocess
+
+    _config(config, {})  # fail here, not mid-round, on a bad policy file
+    if not insecure and root_certificates is None:
+        _fail("TLS needs --root-certificates (or pass --insecure for a local test)")
+    node_config = f"site='{site}' config-file='{config.resolve()}'"
+    if keys is not None:
+        node_config += f" keys-dir='{keys.resolve()}'"
+    beside = Path(sys.executable).parent / "flower-supernode"
+    exe = str(beside) if beside.exists() else shutil.which("flower-supernode") or "flower-supernode"
+    cmd = [exe, "--superlink", superlink, "--node-config", node_config]
+    cmd += ["--insecure"] if insecure else ["--root-certificates", str(root_certificates)]
+    if auth_key is not None:
+        cmd += ["--auth-supernode-private-key", str(auth_key)]
+    if dry_run:
+        Console().print(" ".join(cmd))
+        return
+    # The SuperNode process does not import secure_fed itself: hand it the hardened environment.
+    raise typer.Exit(subprocess.call(cmd, env=dict(os.environ)))
+
+
 @data_app.command("synth")
 def data_synth(
     out: Annotated[

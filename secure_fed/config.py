@@ -145,6 +145,11 @@ class RunConfig(_Strict):
     audit: AuditConfig = AuditConfig()
 
     @property
+    def hyper_lora_on(self) -> bool:
+        """The `fedtar-no-gmm` ablation drops the patient hyper-LoRA (and so the GMM's role)."""
+        return self.model.hyper_lora and self.fed.method != "fedtar-no-gmm"
+
+    @property
     def secagg_on(self) -> bool:
         return self.dp.enabled if self.secagg.enabled is None else self.secagg.enabled
 

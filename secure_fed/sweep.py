@@ -42,8 +42,8 @@ def sweep(
                 cfg.fed.method = method  # type: ignore[assignment]
                 cfg.data.synth.seed = seed
                 if epsilon is not None:
+                    cfg.dp.target_epsilon = epsilon  # before enabling: the validator needs it
                     cfg.dp.enabled = True
-                    cfg.dp.target_epsilon = epsilon
                 folder = out / f"{method}-eps{epsilon if epsilon is not None else 'inf'}-seed{seed}"
                 log(f"{run_label(method, epsilon)} seed {seed} → {folder}")
                 metrics = run_inprocess(cfg, folder).metrics
@@ -91,3 +91,29 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
         cells = [f"{m:.3f} ± {s:.3f}" for m, s in (row[name] for name in METRIC_NAMES)]
         lines.append(f"| {row['method']} | {eps} | {row['n']} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"
+
+
+def evaluate_base(base: RunConfig, seeds: Sequence[int], out: Path) -> list[dict[str, Any]]:
+    """The pretrained base with untrained adapters, scored exactly as a run's final evaluation
+    (each site's test split, n-weighted across sites): the "no federated training" reference."""
+    from secure_fed.clients.handler import handle
+    from secure_fed.clients.runtime import SiteRuntime
+    from secure_fed.clients.site import site_names
+    from secure_fed.runner import initial_adapter_state
+
+    runs = []
+    for seed in seeds:
+        cfg = base.model_copy(deep=True, update={"seed": seed, "out": out / f"base-seed{seed}"})
+        cfg.data.synth.seed = seed
+        cfg.audit.enabled = False
+        state = initial_adapter_state(cfg)
+        replies = [
+            handle(SiteRuntime.create(cfg, site), "evaluate", {"global": state}, {})[0]
+            for site in site_names(cfg)
+        ]
+        test = {}
+        for name in METRIC_NAMES:
+            pairs = [(r[name], r["n"]) for r in replies if not math.isnan(r[name])]
+            test[name] = sum(v * n for v, n in pairs) / sum(n for _, n in pairs) if pairs else math.nan
+        runs.append({"method": "base (no FL)", "epsilon": None, "seed": seed, "test": test})
+    return runs

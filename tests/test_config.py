@@ -43,3 +43,13 @@ def test_overrides_and_missing_file(tmp_path):
     assert cfg.fed.rounds == 7 and cfg.fed.method == "fedtar"
     with pytest.raises(ConfigError, match="no such config file"):
         load_config(tmp_path / "absent.toml")
+
+
+def test_no_gmm_ablation_drops_the_hyper_lora(make_config):
+    from secure_fed.model.setup import build_report_model
+
+    full = build_report_model(make_config(model__pretrain_steps=0))
+    ablated = build_report_model(make_config(model__pretrain_steps=0, fed__method="fedtar-no-gmm"))
+    assert any(".hyper." in n for n in full.trainable_state())
+    assert not any(".hyper." in n or n.startswith("proj.") for n in ablated.trainable_state())
+    assert ablated.proj is None

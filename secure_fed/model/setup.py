@@ -65,8 +65,9 @@ def build_report_model(cfg: RunConfig) -> ReportModel:
     def pretrain(model: ReportModel) -> None:
         pretrain_base(model, _public_examples(cfg, tokenizer), cfg.model.pretrain_steps)
 
+    model_cfg = cfg.model if cfg.hyper_lora_on else cfg.model.model_copy(update={"hyper_lora": False})
     return build_model(
-        cfg.model,
+        model_cfg,
         tokenizer.vocab_size,
         tokenizer.pad_id,
         tokenizer.bos_id,
