@@ -14,6 +14,8 @@ from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.config import RunConfig
 from secure_fed.runner import run_inprocess
 
+BASE = "base"  # the pretrained base with untrained adapters: the "no federated training" reference
+
 
 def run_label(method: str, epsilon: float | None) -> str:
     return method if epsilon is None else f"{method} ε={epsilon:g}"
@@ -39,13 +41,17 @@ def sweep(
             for seed in seeds:
                 update: dict[str, Any] = {"seed": seed}
                 cfg = base.model_copy(deep=True, update=update)
-                cfg.fed.method = method  # type: ignore[assignment]
+                if method != BASE:
+                    cfg.fed.method = method  # type: ignore[assignment]
                 cfg.data.synth.seed = seed
                 if epsilon is not None:
                     cfg.dp.target_epsilon = epsilon  # before enabling: the validator needs it
                     cfg.dp.enabled = True
                 folder = out / f"{method}-eps{epsilon if epsilon is not None else 'inf'}-seed{seed}"
                 log(f"{run_label(method, epsilon)} seed {seed} → {folder}")
+                if method == BASE:
+                    results["runs"].extend(evaluate_base(base, [seed], out))
+                    continue
                 metrics = run_inprocess(cfg, folder).metrics
                 results["runs"].append(
                     {
@@ -115,5 +121,5 @@ def evaluate_base(base: RunConfig, seeds: Sequence[int], out: Path) -> list[dict
         for name in METRIC_NAMES:
             pairs = [(r[name], r["n"]) for r in replies if not math.isnan(r[name])]
             test[name] = sum(v * n for v, n in pairs) / sum(n for _, n in pairs) if pairs else math.nan
-        runs.append({"method": "base (no FL)", "epsilon": None, "seed": seed, "test": test})
+        runs.append({"method": BASE, "epsilon": None, "seed": seed, "test": test})
     return runs

@@ -98,6 +98,7 @@ class Orchestrator:
                 aggregation=self.aggregation,
                 log_event=lambda event, payload, r=r: self.events(event, payload, r),
                 copy_site_record=self.copy_record,
+                site_deltas=self.site_deltas,
             )
             started = time.perf_counter()
             try:

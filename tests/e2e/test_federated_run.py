@@ -10,20 +10,11 @@ import pytest
 
 from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.verify import verify_logs
+from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.crypto.keys import init_keys
 from secure_fed.runner import run_inprocess
 
-METRICS = (
-    "BLEU-1",
-    "BLEU-2",
-    "BLEU-3",
-    "BLEU-4",
-    "METEOR",
-    "ROUGE-L",
-    "CIDEr",
-    "CE-F1",
-    "temporal_consistency",
-)
+METRICS = METRIC_NAMES
 
 
 def _run(cfg, **kw):

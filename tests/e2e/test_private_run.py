@@ -15,9 +15,8 @@ from secure_fed.dp.ledger import PrivacyLedger
 from secure_fed.runner import run_inprocess
 
 
-def _ledger_eps(out, site, delta_key="train"):
-    ledger = PrivacyLedger.from_json(json.loads((out / "sites" / site / "ledger.json").read_text()))
-    return ledger
+def _ledger(out, site):
+    return PrivacyLedger.from_json(json.loads((out / "sites" / site / "ledger.json").read_text()))
 
 
 def test_dp_run_reports_epsilon_within_target_and_logs_verify(make_config):
@@ -26,6 +25,7 @@ def test_dp_run_reports_epsilon_within_target_and_logs_verify(make_config):
     metrics = outcome.metrics
     assert metrics["secure_aggregation"] == "secagg+"  # on with DP by default
     privacy = metrics["privacy"]
+    assert privacy["delta"] == 1e-5  # min(1e-5, 1/(10 n)) for these small sites
     assert set(privacy["epsilon"]) == {"site0", "site1", "site2"}
     for site, eps in privacy["epsilon"].items():
         assert 0 < eps["rdp"] <= 8.0 + 1e-9, site
@@ -56,11 +56,9 @@ def test_budget_guard_stops_sites_before_exceeding_budget(make_config):
     rounds_done = outcome.metrics["rounds"]
     assert 1 <= rounds_done < 4
     for site in ("site0", "site1", "site2"):
-        ledger = _ledger_eps(cfg.out, site)
-        for population, delta in (("train", None), ("validation", None)):
-            del delta
-            eps = ledger.epsilon(site, population, delta=1e-5)["rdp"]
-            assert eps <= 3.0 + 1e-9
+        ledger = _ledger(cfg.out, site)
+        for population in ("train", "validation"):
+            assert ledger.epsilon(site, population, delta=1e-5)["rdp"] <= 3.0 + 1e-9
     server_log = (cfg.out / "audit" / "server.jsonl").read_text().splitlines()
     refusals = [json.loads(line) for line in server_log if '"budget_refusal"' in line]
     assert refusals and all(r["payload"]["budget"] == 3.0 for r in refusals if r["event"] == "budget_refusal")

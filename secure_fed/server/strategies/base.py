@@ -69,6 +69,22 @@ class Strategy(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         return None
 
+    @staticmethod
+    def result(
+        new_state: np.ndarray, summed: Any, declined: dict[str, str], info: dict[str, Any], **extra: Any
+    ) -> RoundResult:
+        """The round's outcome from what every strategy has: the sum's survivors, the refusals."""
+        return RoundResult(
+            global_state=new_state,
+            participants=summed.survivors,
+            declined=declined,
+            train_loss=info.get("train_loss"),
+            epsilon=info.get("epsilon", {}),
+            dropped=summed.dropped,
+            quantisation_bound=summed.quantisation_bound,
+            **extra,
+        )
+
     # -- shared phases ---------------------------------------------------------------------
     def train_phase(
         self, ctx: RoundContext, global_state: np.ndarray

@@ -17,12 +17,4 @@ class FedAvg(Strategy):
         participants, declined, info = self.train_phase(ctx, global_state)
         total, summed = self.sum_uploads(ctx, participants, self.upload_dim())
         new_state = self.server_update(global_state, weighted_mean(total, self.dim, global_state))
-        return RoundResult(
-            global_state=new_state,
-            participants=summed.survivors,
-            declined=declined,
-            train_loss=info["train_loss"],
-            epsilon=info["epsilon"],
-            dropped=summed.dropped,
-            quantisation_bound=summed.quantisation_bound,
-        )
+        return self.result(new_state, summed, declined, info)

@@ -57,16 +57,8 @@ class FedTAR(Strategy):
                 n_val = sum(int(replies[n].get("val_patients", 0)) for n in answered)
                 if n_val:
                     val_loss = sum(float(replies[n]["val_loss_sum"]) for n in answered) / n_val
-        return RoundResult(
-            global_state=chain.final,
-            participants=summed.survivors,
-            declined=declined,
-            alpha=[float(a) for a in alpha],
-            val_loss=val_loss,
-            train_loss=info["train_loss"],
-            epsilon=info["epsilon"],
-            dropped=summed.dropped,
-            quantisation_bound=summed.quantisation_bound,
+        return self.result(
+            chain.final, summed, declined, info, alpha=[float(a) for a in alpha], val_loss=val_loss
         )
 
     def state_dict(self) -> dict[str, Any]:

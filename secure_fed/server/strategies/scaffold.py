@@ -35,15 +35,7 @@ class Scaffold(Strategy):
             self.control = self.control + total[self.dim + 1 :] / count * len(summed.survivors) / len(
                 ctx.nodes
             )
-        return RoundResult(
-            global_state=new_state,
-            participants=summed.survivors,
-            declined=declined,
-            train_loss=info["train_loss"],
-            epsilon=info["epsilon"],
-            dropped=summed.dropped,
-            quantisation_bound=summed.quantisation_bound,
-        )
+        return self.result(new_state, summed, declined, info)
 
     def state_dict(self) -> dict[str, Any]:
         return {"control": self.control}
