@@ -179,9 +179,8 @@ class SitePrivacy:
             extra.update(clip_norm=self.clip, steps=self.steps)
         elif mechanism == "alpha_scalars":
             extra.update(clip_norm=self.alpha_clip)
-        self.trail.privacy(
-            round_id, population, mechanism, event, self.delta[population], eps, self.budget, extra
-        )
+        budget = self.budget if math.isfinite(self.budget) else None  # JSON has no infinity
+        self.trail.privacy(round_id, population, mechanism, event, self.delta[population], eps, budget, extra)
 
     def load_ledger(self, path: Path) -> None:
         """Resume: the ledger on disk already holds every release made before a crash."""

@@ -38,21 +38,80 @@ def ring_dtype(m: int) -> np.dtype:
     return np.dtype(np.uint32) if m <= 32 else np.dtype(np.uint64)
 
 
+# Work in blocks that fit in L2 cache: the float64 scratch and the uniforms stay hot between the
+# passes, and a block's temporaries cost kilobytes instead of two 8-byte-per-value vectors.
+_BLOCK = 1 << 15
+
+
+def _check_finite_and_count(x: np.ndarray, clip: float) -> int:
+    """Refuse NaN/inf; return how many values lie outside [-clip, clip].
+
+    min/max propagate NaN and expose ±inf in two fast reductions, and when both lie inside the
+    range (the usual case) no per-value comparison is needed at all."""
+    if x.size == 0:
+        return 0
+    lo, hi = float(x.min()), float(x.max())
+    if not (np.isfinite(lo) and np.isfinite(hi)):
+        raise ValueError("vector contains NaN or infinity; refusing to encode it")
+    if lo >= -clip and hi <= clip:
+        return 0
+    return int(np.count_nonzero(x > clip)) + int(np.count_nonzero(x < -clip))
+
+
+def quantise_into(x: np.ndarray, clip: float, bits: int, rng: np.random.Generator, out: np.ndarray) -> int:
+    """Write the stochastic encoding of `x` (integers in [-2^bits, 2^bits]) into the signed
+    integer array `out` (same length); return how many values were clipped. `x` is not modified.
+
+    `out` may be a signed view of a ring buffer (uint32 viewed as int32, uint64 as int64): the
+    two's-complement bits of q are q's residue mod 2^w, so no separate `to_ring` pass is needed.
+    """
+    x = np.asarray(x)
+    if x.ndim != 1 or out.shape != x.shape or out.dtype.kind != "i":
+        raise ValueError("quantise_into needs a 1-D input and a signed integer output of the same length")
+    if 2**bits >= 2 ** (8 * out.dtype.itemsize - 1):
+        raise ValueError(f"{out.dtype} cannot hold {bits}-bit encodings")
+    clipped = _check_finite_and_count(x, clip)
+    scale = quant_scale(clip, bits)
+    limit = float(2**bits)
+    n = x.shape[0]
+    scaled = np.empty(min(n, _BLOCK), dtype=np.float64)
+    uniform = np.empty_like(scaled)
+    for start in range(0, n, _BLOCK):
+        stop = min(start + _BLOCK, n)
+        s, u = scaled[: stop - start], uniform[: stop - start]
+        np.multiply(x[start:stop], scale, out=s, dtype=np.float64)
+        if clipped:
+            # clipping after scaling pins the ends at exactly ±2^bits, whatever rounding clip·scale has
+            np.clip(s, -limit, limit, out=s)
+        # floor(s + u), u ~ U[0, 1), rounds up with probability frac(s): unbiased, error < 1 quantum.
+        # Block after block the generator yields the same doubles as one rng.random(n) call.
+        rng.random(out=u)
+        s += u
+        np.floor(s, out=s)
+        np.copyto(out[start:stop], s, casting="unsafe")  # integral and in range: exact
+    return clipped
+
+
 def stochastic_quantise(
     x: np.ndarray, clip: float, bits: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, int]:
     """Encode `x` as int64 in [-2^bits, 2^bits]; return the encoding and how many values were clipped."""
     x = np.asarray(x)
-    if not np.all(np.isfinite(x)):
-        raise ValueError("vector contains NaN or infinity; refusing to encode it")
-    clipped = int(np.count_nonzero(x > clip)) + int(np.count_nonzero(x < -clip))
-    scaled = x.astype(np.float64)  # always a fresh copy, so the in-place steps below never touch x
-    np.clip(scaled, -clip, clip, out=scaled)
-    scaled *= quant_scale(clip, bits)
-    # floor(s + u), u ~ U[0, 1), rounds up with probability frac(s): unbiased, error < 1 quantum
-    scaled += rng.random(scaled.shape)
-    np.floor(scaled, out=scaled)
-    return scaled.astype(np.int64), clipped
+    flat = x.reshape(-1)
+    q = np.empty(flat.shape, dtype=np.int64)
+    clipped = quantise_into(flat, clip, bits, rng, q)
+    return q.reshape(x.shape), clipped
+
+
+def quantise_to_ring(
+    x: np.ndarray, clip: float, bits: int, m: int, rng: np.random.Generator, out: np.ndarray
+) -> int:
+    """Encode `x` straight into ring words `out` (dtype `ring_dtype(m)`), as to_ring(stochastic_quantise)
+    would up to the final reduction mod 2^m, which the caller applies once after adding its masks."""
+    word = ring_dtype(m)
+    if out.dtype != word:
+        raise ValueError(f"a {m}-bit ring uses {word} words, got {out.dtype}")
+    return quantise_into(x, clip, bits, rng, out.view(np.dtype(f"i{word.itemsize}")))
 
 
 def to_ring(q: np.ndarray, m: int) -> np.ndarray:
@@ -67,21 +126,23 @@ def to_ring(q: np.ndarray, m: int) -> np.ndarray:
 
 def from_ring(total: np.ndarray, m: int) -> np.ndarray:
     """Residues in Z_{2^m} (any unsigned word type) back to signed integers in [-2^(m-1), 2^(m-1))."""
-    total = np.asarray(total)
-    signed = total.view(np.int64) if total.dtype == np.uint64 else total.astype(np.int64)
-    if m == 64:
-        return signed.copy()
-    half = np.int64(1 << (m - 1))
-    # keep the low m bits, then sign-extend bit m-1: (r ^ 2^(m-1)) - 2^(m-1)
-    signed = signed & np.int64((1 << m) - 1)
-    signed ^= half
-    signed -= half
-    return signed
+    words = np.array(total, dtype=np.uint64)  # one fresh copy, then two in-place passes
+    if m < 64:
+        # move bit m-1 up to the sign bit, then shift back arithmetically: the low m bits,
+        # sign-extended, with no mask/xor/subtract passes
+        shift = np.uint64(64 - m)
+        np.left_shift(words, shift, out=words)
+        signed = words.view(np.int64)
+        np.right_shift(signed, np.int64(64 - m), out=signed)
+        return signed
+    return words.view(np.int64)
 
 
 def dequantise(total: np.ndarray, clip: float, bits: int) -> np.ndarray:
     """Signed sum of encodings back to floats."""
-    return np.asarray(total, dtype=np.float64) / quant_scale(clip, bits)
+    out = np.array(total, dtype=np.float64)  # a fresh copy, divided in place
+    out /= quant_scale(clip, bits)
+    return out
 
 
 def error_bound(num_clients: int, clip: float, bits: int) -> float:

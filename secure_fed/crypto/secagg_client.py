@@ -17,7 +17,7 @@ from cryptography.exceptions import InvalidTag
 
 from secure_fed.crypto import secagg_channel as channel
 from secure_fed.crypto.masking import MASK_KEY_BYTES, add_masks
-from secure_fed.crypto.quantize import modulus_bits, ring_dtype, stochastic_quantise, to_ring
+from secure_fed.crypto.quantize import modulus_bits, quantise_to_ring, ring_dtype
 from secure_fed.crypto.secagg_protocol import (
     KEYS,
     MASKED,
@@ -192,10 +192,10 @@ def masked_input(
 ) -> np.ndarray:
     """Quantised vector, plus its clipped count as a last coordinate, plus self and pairwise masks."""
     m = state["modulus_bits"]
-    q, clipped = stochastic_quantise(vector, state["clip"], state["bits"], rng)
-    y = np.empty(len(q) + 1, dtype=ring_dtype(m))
-    y[:-1] = to_ring(q, m)
-    y[-1] = clipped
+    y = np.empty(len(vector) + 1, dtype=ring_dtype(m))
+    # encoded in place into the ring words: no int64 copy, no separate residue pass; the reduction
+    # mod 2^m happens once, after the masks (sums mod 2^w reduce to the same residue mod 2^m)
+    y[-1] = quantise_to_ring(vector, state["clip"], state["bits"], m, rng, y[:-1])
     mask_pk = dict(zip(state["peers"], state["peer_mask_pk"], strict=True))
     me = state["node_id"]
     masks = [(state["seed"], +1)]

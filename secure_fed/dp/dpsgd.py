@@ -57,6 +57,7 @@ class PatientDPSGD:
         noise_multiplier: float,
         expected_batch_size: float,
         generator: torch.Generator,
+        grad_sample_mode: str = "hooks",
     ) -> None:
         if not max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
@@ -68,10 +69,21 @@ class PatientDPSGD:
         self.noise_multiplier = float(noise_multiplier)
         self.expected_batch_size = float(expected_batch_size)
         self.generator = generator
+        if grad_sample_mode not in ("hooks", "functorch"):
+            raise ValueError(f"grad_sample_mode must be 'hooks' or 'functorch', got {grad_sample_mode!r}")
         self.modules = list(modules)
         # Hooks go on the modules' own sub-layers, so callers may keep calling the unwrapped modules.
+        # "functorch" computes every layer's per-row gradients with torch.func instead of Opacus'
+        # hand-written samplers (same hooks, same results); benchmarks/dp_overhead.py compares them.
         self.wrapped = [
-            GradSampleModule(m, batch_first=True, loss_reduction="sum", strict=True) for m in modules
+            GradSampleModule(
+                m,
+                batch_first=True,
+                loss_reduction="sum",
+                strict=True,
+                force_functorch=grad_sample_mode == "functorch",
+            )
+            for m in modules
         ]
         self.trainable_parameters: list[list[nn.Parameter]] = [
             [p for _, p in m.named_parameters() if p.requires_grad] for m in self.modules
@@ -87,38 +99,48 @@ class PatientDPSGD:
                 seen.add(id(p))
         if not seen:
             raise ValueError("the modules have no trainable parameters")
+        self._submodules = [sub for m in self.modules for sub in m.modules()]
 
     def event(self, sampling_rate: float, steps: int) -> PoissonSampledGaussian:
         """The ledger event for `steps` steps at Poisson rate `sampling_rate`."""
         return PoissonSampledGaussian(sampling_rate, self.noise_multiplier, steps)
 
-    def _per_patient(
-        self, param: nn.Parameter, index: torch.Tensor | None, num_patients: int
-    ) -> torch.Tensor:
-        summed = torch.zeros((num_patients, *param.shape), dtype=param.dtype, device=param.device)
-        grad_sample = getattr(param, "grad_sample", None)
+    def _row_gradients(self, params: list[nn.Parameter], index: torch.Tensor | None) -> torch.Tensor | None:
+        """One module's per-row gradients as a single (rows, P) matrix, its trainable parameters
+        flattened side by side in order; None for a module that saw no rows this step.
+
+        One matrix per module, not one tensor per parameter, keeps the per-patient sum, the norms
+        and the clipped sum to a handful of large operations: with dozens of small LoRA and
+        hypernetwork tensors per copy, per-tensor bookkeeping costs more than the arithmetic.
+        """
         if index is None or index.numel() == 0:
-            return summed  # module not run this step: no patient touched it
-        if grad_sample is None:
-            if param.grad is not None:
-                # Autograd reached the parameter but Opacus' hooks did not (module in eval mode,
-                # a forward under no_grad, or a path around the hooked layer): using zero here
-                # would silently train on noise alone.
+            return None  # module not run this step: no patient touched it
+        blocks = []
+        for param in params:
+            grad_sample = getattr(param, "grad_sample", None)
+            if grad_sample is None:
+                if param.grad is not None:
+                    # Autograd reached the parameter but Opacus' hooks did not (module in eval mode,
+                    # a forward under no_grad, or a path around the hooked layer): using zero here
+                    # would silently train on noise alone.
+                    raise RuntimeError(
+                        "a trainable parameter got a gradient but no per-row gradient; run the modules "
+                        "in train mode through their own forward, and call zero_grad() between steps"
+                    )
+                # the parameter took no part in this step's loss
+                blocks.append(param.new_zeros((index.shape[0], param.numel())))
+                continue
+            if isinstance(grad_sample, list):
                 raise RuntimeError(
-                    "a trainable parameter got a gradient but no per-row gradient; run the modules in "
-                    "train mode through their own forward, and call zero_grad() between steps"
+                    "several backward passes were accumulated before privatize(); "
+                    "run one backward of the summed loss per step"
                 )
-            return summed  # the parameter took no part in this step's loss
-        if isinstance(grad_sample, list):
-            raise RuntimeError(
-                "several backward passes were accumulated before privatize(); "
-                "run one backward of the summed loss per step"
-            )
-        if grad_sample.shape[0] != index.shape[0]:
-            raise ValueError(
-                f"patient index has {index.shape[0]} rows but the module saw {grad_sample.shape[0]} rows"
-            )
-        return summed.index_add_(0, index.to(param.device), grad_sample)
+            if grad_sample.shape[0] != index.shape[0]:
+                raise ValueError(
+                    f"patient index has {index.shape[0]} rows but the module saw {grad_sample.shape[0]} rows"
+                )
+            blocks.append(grad_sample.reshape(grad_sample.shape[0], -1))
+        return torch.cat(blocks, dim=1)
 
     def privatize(self, patient_index: Sequence[torch.Tensor | None], num_patients: int) -> StepStats:
         """Replace every trainable parameter's `.grad` with the clipped, noised, scaled patient sum.
@@ -128,33 +150,66 @@ class PatientDPSGD:
         """
         if len(patient_index) != len(self.modules):
             raise ValueError(f"{len(patient_index)} patient index tensors for {len(self.modules)} modules")
-        for index in patient_index:
-            if (
-                index is not None
-                and index.numel()
-                and (int(index.min()) < 0 or int(index.max()) >= num_patients)
-            ):
+        live = [index for index in patient_index if index is not None and index.numel()]
+        for index in live:
+            if int(index.min()) < 0 or int(index.max()) >= num_patients:
                 raise ValueError(f"patient slots must lie in [0, {num_patients})")
-        per_patient = [
-            [self._per_patient(p, index, num_patients) for p in params]
-            for params, index in zip(self.trainable_parameters, patient_index, strict=True)
-        ]
-        flat = [g for module_grads in per_patient for g in module_grads]
-        squared = sum(
-            (g.flatten(start_dim=1).pow(2).sum(dim=1).to(torch.float64).cpu() for g in flat),
-            start=torch.zeros(num_patients, dtype=torch.float64),
-        )
-        norms = squared.sqrt()
+        # Only the patients in this step get a row: slots are dense over the whole population, of
+        # which Poisson sampling picks a fraction q. Absent patients have a zero gradient (norm 0,
+        # nothing to clip or sum), so leaving them out changes no result, only the work.
+        present = torch.unique(torch.cat(live)) if live else torch.zeros(0, dtype=torch.long)
+        compact = torch.full((num_patients,), -1, dtype=torch.long)
+        compact[present] = torch.arange(len(present))
+        # Per module: a (k, P) matrix of gradients and the patient (compact slot) of each row, such
+        # that a patient's gradient for the module is the sum of its rows. Modules are disjoint
+        # blocks of parameters, so a patient's squared joint norm is the sum over modules.
+        per_patient: list[tuple[torch.Tensor, torch.Tensor] | None] = []
+        squared = torch.zeros(len(present), dtype=torch.float64)
+        for params, index in zip(self.trainable_parameters, patient_index, strict=True):
+            rows = self._row_gradients(params, index)
+            if rows is None:
+                per_patient.append(None)
+                continue
+            assert index is not None
+            slots = compact[index.cpu()]
+            if len(torch.unique(slots)) < len(slots):
+                # a patient with several rows in this module: sum them first (norm of the sum)
+                summed = rows.new_zeros((len(present), rows.shape[1]))
+                rows = summed.index_add_(0, slots.to(rows.device), rows)
+                slots = torch.arange(len(present))
+            # float32 row norms (a float64 reduction costs 5x as much), squared and summed in float64
+            squared.index_add_(0, slots, torch.linalg.vector_norm(rows, dim=1).to(torch.float64).cpu() ** 2)
+            per_patient.append((rows, slots))
         # C / max(‖g‖, C) = min(1, C/‖g‖) without dividing by zero for an all-zero gradient.
-        factors = self.max_grad_norm / torch.clamp(norms, min=self.max_grad_norm)
+        factors = self.max_grad_norm / torch.clamp(squared.sqrt(), min=self.max_grad_norm)
+        norms = torch.zeros(num_patients, dtype=torch.float64)
+        norms[present] = squared.sqrt()
         std = self.noise_multiplier * self.max_grad_norm
-        for params, module_grads in zip(self.trainable_parameters, per_patient, strict=True):
-            for p, g in zip(params, module_grads, strict=True):
-                clipped_sum = torch.einsum("p,p...->...", factors.to(g.device, g.dtype), g)
-                noise = torch.randn(
-                    p.shape, generator=self.generator, device=self.generator.device, dtype=p.dtype
+        for params, module_rows in zip(self.trainable_parameters, per_patient, strict=True):
+            # Noise is drawn tensor by tensor in the documented order, each draw into its slice of
+            # one flat buffer; the module's gradients are then a few whole-buffer operations and
+            # each `.grad` a view of the result.
+            if not params:
+                continue
+            first = params[0]
+            noise = torch.empty(
+                sum(p.numel() for p in params), dtype=first.dtype, device=self.generator.device
+            )
+            offset = 0
+            for p in params:
+                torch.randn(
+                    p.shape, generator=self.generator, out=noise[offset : offset + p.numel()].view(p.shape)
                 )
-                p.grad = (clipped_sum + std * noise.to(p.device)) / self.expected_batch_size
+                offset += p.numel()
+            grads = noise.to(first.device).mul_(std)
+            if module_rows is not None:
+                rows, slots = module_rows
+                grads += factors[slots].to(rows.device, rows.dtype) @ rows  # Σ_rows factor(patient)·row
+            grads /= self.expected_batch_size
+            offset = 0
+            for p in params:
+                p.grad = grads[offset : offset + p.numel()].view(p.shape)
+                offset += p.numel()
         self._clear_grad_samples()
         clipped = float((norms > self.max_grad_norm).double().mean()) if num_patients else 0.0
         return StepStats(per_patient_norms=norms, clipped_fraction=clipped, num_patients=num_patients)
@@ -168,12 +223,11 @@ class PatientDPSGD:
                 p._forward_counter = 0
                 if hasattr(p, "_current_grad_sample"):
                     del p._current_grad_sample
-        for module in self.modules:
-            for sub in module.modules():
-                if hasattr(sub, "activations"):
-                    del sub.activations
-                if hasattr(sub, "max_batch_len"):
-                    del sub.max_batch_len
+        for sub in self._submodules:
+            # plain attributes live in __dict__; hasattr on a Module would go through its slow
+            # __getattr__ for every one of the thousands of submodules, every step
+            sub.__dict__.pop("activations", None)
+            sub.__dict__.pop("max_batch_len", None)
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:

@@ -87,7 +87,7 @@ class Orchestrator:
             first_round = done + 1
             log.info("resuming after round %d", done)
         stopped = None
-        upload_bytes = strategy.upload_dim() * 8
+        upload_bytes = upload_size(strategy.upload_dim(), len(self.nodes), self.aggregation)
         for r in range(first_round, cfg.fed.rounds + 1):
             ctx = RoundContext(
                 round=r,
@@ -161,6 +161,17 @@ class Orchestrator:
             pairs = [(float(r[name]), int(r["n"])) for r in rows if not np.isnan(float(r[name]))]
             out[name] = sum(v * n for v, n in pairs) / sum(n for _, n in pairs) if pairs else float("nan")
         return out
+
+
+def upload_size(dim: int, n_sites: int, aggregation: AggregationSettings) -> int:
+    """Bytes one site uploads for the update: float64 values, or SecAgg+ ring words (+ its count)."""
+    if aggregation.secagg is None:
+        return dim * 8
+    from secure_fed.crypto.quantize import ring_dtype
+    from secure_fed.crypto.secagg_protocol import round_params
+
+    params = round_params(n_sites, dim, aggregation.secagg)
+    return ring_dtype(params.modulus_bits).itemsize * (dim + 1)
 
 
 def privacy_summary(per_round: list[dict[str, Any]], deltas: dict[str, float]) -> dict[str, Any]:

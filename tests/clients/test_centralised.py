@@ -10,11 +10,19 @@ from secure_fed.clients.evaluation import METRIC_NAMES
 
 def test_centrally_trained_beats_untrained_on_every_metric(make_config):
     # Untrained: no pretraining of the base, no adapter training (random initialisation).
-    untrained_cfg = make_config(model__pretrain_steps=0)
+    # A cohort big enough that every finding occurs among the test patients.
+    data = {
+        "data__synth__patients": 40,
+        "data__synth__visits": 5,
+        "data__max_visits": 5,
+        "data__val_fraction": 0.2,
+        "data__test_fraction": 0.2,
+    }
+    untrained_cfg = make_config(model__pretrain_steps=0, **data)
     _, untrained = train_centralised(untrained_cfg, epochs=0)
     # Trained: the tiny preset's base pretrained on the public cohort, adapters trained centrally on
     # the pooled training patients of every site, through the sites' own local-training function.
-    trained_cfg = make_config(model__pretrain_steps=1500)
+    trained_cfg = make_config(model__pretrain_steps=2000, **data)
     _, trained = train_centralised(trained_cfg, epochs=3)
     for name in METRIC_NAMES:
         before = 0.0 if math.isnan(untrained[name]) else untrained[name]

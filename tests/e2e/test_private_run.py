@@ -53,8 +53,7 @@ def test_budget_guard_stops_sites_before_exceeding_budget(make_config):
     )
     outcome = run_inprocess(cfg, cfg.out)
     assert outcome.stopped_early is not None and "fewer than fed.min_sites" in outcome.stopped_early
-    rounds_done = outcome.metrics["rounds"]
-    assert 1 <= rounds_done < 4
+    assert outcome.metrics["rounds"] == 1
     for site in ("site0", "site1", "site2"):
         ledger = _ledger(cfg.out, site)
         for population in ("train", "validation"):
