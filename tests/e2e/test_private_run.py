@@ -41,19 +41,20 @@ def test_dp_run_reports_epsilon_within_target_and_logs_verify(make_config):
 
 
 def test_budget_guard_stops_sites_before_exceeding_budget(make_config):
-    # Noise fixed, budget small: round 1 fits, round 2 would not.
+    # Noise fixed, budget small: with σ = 2 (q = 0.5, 4 steps a round) and the GMM histogram the
+    # train patients reach ε ≈ 2.84 after round 1 and would reach ≈ 3.93 after round 2.
     cfg = make_config(
         dp__enabled=True,
-        dp__noise_multiplier=1.0,
+        dp__noise_multiplier=2.0,
         dp__target_epsilon=3.0,
         dp__budget_epsilon=3.0,
         dp__sample_rate=0.5,
-        dp__alpha_noise_multiplier=2.0,
+        dp__alpha_noise_multiplier=4.0,
         fed__rounds=4,
     )
     outcome = run_inprocess(cfg, cfg.out)
     assert outcome.stopped_early is not None and "fewer than fed.min_sites" in outcome.stopped_early
-    assert outcome.metrics["rounds"] == 1
+    assert outcome.metrics["rounds"] == 1, outcome.stopped_early
     for site in ("site0", "site1", "site2"):
         ledger = _ledger(cfg.out, site)
         for population in ("train", "validation"):
