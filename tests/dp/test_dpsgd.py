@@ -222,3 +222,20 @@ def test_consecutive_steps_of_different_sizes_match_plain_gradients_without_clip
         for p, g in zip((p for m in models for p in m.parameters()), plain, strict=True):
             assert torch.allclose(p.grad, g / 2.0, atol=1e-6)
         dp.zero_grad()
+
+
+def test_functorch_mode_gives_the_same_private_gradient_as_hooks() -> None:
+    """The benchmark picks hooks over functorch by speed; both must release the same gradient."""
+    c, sigma, b = 0.5, 0.8, 2.5
+    make, row_losses = _mlp_case()
+    grads = []
+    for mode in ("hooks", "functorch"):
+        models = make()
+        for m in models:
+            m.train()
+        dp = PatientDPSGD(models, c, sigma, b, torch.Generator().manual_seed(3), grad_sample_mode=mode)
+        torch.stack([losses.sum() for losses in row_losses(models)]).sum().backward()
+        dp.privatize(INDEX, num_patients=PATIENTS)
+        grads.append([p.grad.detach().clone() for ps in dp.trainable_parameters for p in ps])
+    for hooks_grad, functorch_grad in zip(*grads, strict=True):
+        assert torch.allclose(hooks_grad, functorch_grad, atol=1e-6, rtol=0)
