@@ -7,6 +7,7 @@ SubjectPublicKeyInfo public key. The verifier reads only the .pub files.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -70,3 +71,16 @@ def write_key_pair(keys_dir: Path | str, party: str, key: Ed25519PrivateKey) -> 
         )
     )
     return private_path, public_path
+
+
+def keys_for_cli(keys_dir: Path | str | None, console: Any, missing: str) -> tuple[bool, dict | None]:
+    """Load `--keys` for a CLI command: (ok, keys). No folder → (True, None) after printing `missing`;
+    an unreadable folder → (False, None) after printing why."""
+    if keys_dir is None:
+        console.print(missing)
+        return True, None
+    try:
+        return True, load_public_keys(keys_dir)
+    except KeyFileError as err:
+        console.print(f"[bold red]Cannot load keys:[/] {err}")
+        return False, None

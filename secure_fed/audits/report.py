@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from rich.console import Console
 
-from secure_fed.audits.keys import KeyFileError, load_public_keys
+from secure_fed.audits.keys import keys_for_cli
 from secure_fed.audits.report_data import Guarantee, MechanismRow, ReportData, collect, epsilon_series
 from secure_fed.audits.verify import verify_logs
 
@@ -301,15 +301,13 @@ def report_main(
 ) -> int:
     """`secure-fed audit report`: writes the report in every case; 0 only if the logs also verified."""
     console = console or Console(soft_wrap=True)
-    public_keys = None
-    if keys_dir is None:
-        console.print("[yellow]No --keys DIR given: the report will say that signatures were not checked.[/]")
-    else:
-        try:
-            public_keys = load_public_keys(keys_dir)
-        except KeyFileError as err:
-            console.print(f"[bold red]Cannot load keys:[/] {err}")
-            return 1
+    ok, public_keys = keys_for_cli(
+        keys_dir,
+        console,
+        "[yellow]No --keys DIR given: the report will say that signatures were not checked.[/]",
+    )
+    if not ok:
+        return 1
     html_path, json_path, csv_path = write_report(paths, out, public_keys)
     verdict = json.loads(json_path.read_text(encoding="utf-8"))["verification"]
     console.print(f"Wrote {html_path}, {json_path}, {csv_path}", markup=False, highlight=False)

@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 
 from secure_fed.audits.accounting import EventError, StreamAccountant, prv_matches, rdp_matches
-from secure_fed.audits.keys import KeyFileError, load_public_keys
+from secure_fed.audits.keys import keys_for_cli
 from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
 from secure_fed.audits.reader import TORN, Line, read_log
 from secure_fed.audits.records import GENESIS_HASH, record_hash, shape_problem, signature_holds
@@ -303,18 +303,14 @@ def verify_main(
 ) -> int:
     """Print a readable verdict for `secure-fed audit verify`; 0 when everything holds, else 1."""
     console = console or Console(soft_wrap=True)
-    public_keys: dict[str, Ed25519PublicKey] | None = None
-    if keys_dir is None:
-        console.print(
-            "[bold red]No --keys DIR given:[/] signatures cannot be checked. The verifier only trusts "
-            "public keys you supply (KEYS/signing/<party>.pub), never keys found inside a log."
-        )
-    else:
-        try:
-            public_keys = load_public_keys(keys_dir)
-        except KeyFileError as err:
-            console.print(f"[bold red]Cannot load keys:[/] {err}")
-            return 1
+    ok, public_keys = keys_for_cli(
+        keys_dir,
+        console,
+        "[bold red]No --keys DIR given:[/] signatures cannot be checked. The verifier only trusts "
+        "public keys you supply (KEYS/signing/<party>.pub), never keys found inside a log.",
+    )
+    if not ok:
+        return 1
     result = verify_logs(paths, public_keys)
     table = Table(title="Audit logs")
     for column in ("log", "party", "records", "privacy records", "head"):

@@ -7,7 +7,6 @@ import numpy as np
 import torch
 
 from secure_fed.clients.evaluation import evaluate_split
-from secure_fed.clients.hypergrad import flatten
 from secure_fed.clients.profile import fit_gmm
 from secure_fed.clients.site import attach_profiles, load_site, patient_profiles, site_names
 from secure_fed.clients.training import LocalTrainSettings, train_copies
@@ -64,6 +63,3 @@ def train_centralised(
         model.load_trainable_state(result.states[0])
     tokenizer = load_tokenizer(cfg.model.tokenizer_path)
     return model, evaluate_split(model, test, tokenizer.decode, cfg.data.max_report_tokens + 1)
-
-
-__all__ = ["flatten", "pooled_splits", "train_centralised"]

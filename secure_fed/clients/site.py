@@ -3,6 +3,7 @@ and the local patient GMM. Nothing here leaves the site."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -12,7 +13,7 @@ import torch
 
 from secure_fed.config import RunConfig
 from secure_fed.data.batching import Examples, make_examples
-from secure_fed.data.cohort import Visit, load_cohort, split_patients
+from secure_fed.data.cohort import Cohort, Visit, load_cohort, split_patients
 from secure_fed.data.synthetic import synthesize
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.model.profile_gmm import PatientGMM
@@ -58,11 +59,16 @@ def cohort_manifest(cfg: RunConfig) -> Path:
     return manifest
 
 
+@functools.lru_cache(maxsize=2)
+def _cohort(manifest: Path, image_size: int) -> Cohort:
+    """Every image of the cohort is read once per process, not once per site (read-only use)."""
+    return load_cohort(manifest, image_size)
+
+
 def site_names(cfg: RunConfig) -> list[str]:
     if cfg.data.source == "synthetic":
         return [f"site{k}" for k in range(cfg.data.synth.sites)]
-    cohort = load_cohort(cohort_manifest(cfg), cfg.data.synth.image_size)
-    return sorted(cohort.sites)
+    return sorted(_cohort(cohort_manifest(cfg), cfg.data.synth.image_size).sites)
 
 
 def simulation_site_key(seed: int, site: str) -> bytes:
@@ -75,7 +81,7 @@ def encode_split(visits: list[Visit], cfg: RunConfig, tokenizer: object, site_ke
 
 
 def load_site(cfg: RunConfig, site: str, site_key: bytes | None = None) -> SiteData:
-    cohort = load_cohort(cohort_manifest(cfg), cfg.data.synth.image_size)
+    cohort = _cohort(cohort_manifest(cfg), cfg.data.synth.image_size)
     if site not in cohort.sites:
         raise ValueError(f"site {site!r} not in the cohort (sites: {', '.join(sorted(cohort.sites))})")
     key = site_key or simulation_site_key(cfg.seed, site)

@@ -6,7 +6,6 @@ The base is built unpretrained (pretraining changes weights, not structure), whi
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import opacus
@@ -33,13 +32,8 @@ def build(cfg: RunConfig) -> ReportModel:
 
 
 @pytest.fixture(autouse=True, scope="module")
-def _one_thread() -> Iterator[None]:
-    """Tiny matrices gain nothing from intra-op threads, and on a shared 2-core machine the spinning
-    OpenMP workers made these tests ~10× slower (measured: 0.5 s vs 3–9 s CPU per JVP pass)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+def _threads(one_torch_thread: None) -> None:
+    """Model-heavy module: run it on one torch thread (see conftest.one_torch_thread)."""
 
 
 @pytest.fixture(scope="module")
