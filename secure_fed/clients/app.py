@@ -35,7 +35,6 @@ PHASES = (
     "evaluate",
     "plain_sum",
     "secagg_setup",
-    "secagg_keys",
     "secagg_shares",
     "secagg_masked",
     "secagg_unmask",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from secure_fed.crypto.masking import MASK_KEY_BYTES, Keystream
+
 
 def quant_scale(clip: float, bits: int) -> float:
     """Quanta per unit: [-clip, clip] maps onto the integers [-2^bits, 2^bits]."""
@@ -41,6 +43,11 @@ def ring_dtype(m: int) -> np.dtype:
 # Work in blocks that fit in L2 cache: the float64 scratch and the uniforms stay hot between the
 # passes, and a block's temporaries cost kilobytes instead of two 8-byte-per-value vectors.
 _BLOCK = 1 << 15
+# Rounding uniforms are k / 2^32 for keystream words k: exact in float64, so floor(s + u) rounds up
+# with probability within 2^-32 of frac(s). Drawing them from an AES-CTR stream (keyed by 32 bytes
+# of `rng`) costs 0.5 ms per million values against 2.2 ms for `rng.random`, which was two thirds
+# of the quantiser's time.
+_UNIT = 2.0**-32
 
 
 def _check_finite_and_count(x: np.ndarray, clip: float) -> int:
@@ -76,6 +83,8 @@ def quantise_into(x: np.ndarray, clip: float, bits: int, rng: np.random.Generato
     n = x.shape[0]
     scaled = np.empty(min(n, _BLOCK), dtype=np.float64)
     uniform = np.empty_like(scaled)
+    words = np.empty(scaled.shape, dtype=np.uint32)
+    stream = Keystream(rng.bytes(MASK_KEY_BYTES))
     for start in range(0, n, _BLOCK):
         stop = min(start + _BLOCK, n)
         s, u = scaled[: stop - start], uniform[: stop - start]
@@ -84,8 +93,9 @@ def quantise_into(x: np.ndarray, clip: float, bits: int, rng: np.random.Generato
             # clipping after scaling pins the ends at exactly ±2^bits, whatever rounding clip·scale has
             np.clip(s, -limit, limit, out=s)
         # floor(s + u), u ~ U[0, 1), rounds up with probability frac(s): unbiased, error < 1 quantum.
-        # Block after block the generator yields the same doubles as one rng.random(n) call.
-        rng.random(out=u)
+        w = words[: stop - start]
+        stream.fill(w)
+        np.multiply(w, _UNIT, out=u)
         s += u
         np.floor(s, out=s)
         np.copyto(out[start:stop], s, casting="unsafe")  # integral and in range: exact

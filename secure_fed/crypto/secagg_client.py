@@ -19,7 +19,6 @@ from secure_fed.crypto import secagg_channel as channel
 from secure_fed.crypto.masking import MASK_KEY_BYTES, add_masks
 from secure_fed.crypto.quantize import modulus_bits, quantise_to_ring, ring_dtype
 from secure_fed.crypto.secagg_protocol import (
-    KEYS,
     MASKED,
     SETUP,
     SHARES,
@@ -34,7 +33,7 @@ State = dict[str, Any]
 Entropy = Callable[[int], bytes]
 
 # the phase a client must have completed before it accepts each request
-_AFTER = {KEYS: SETUP, SHARES: KEYS, MASKED: SHARES, UNMASK: MASKED}
+_AFTER = {SHARES: SETUP, MASKED: SHARES, UNMASK: MASKED}
 
 
 def _int(request: Mapping[str, Any], key: str) -> int:
@@ -87,7 +86,8 @@ def _check_order(phase: str, request: Mapping[str, Any], state: State) -> None:
         )
 
 
-def _setup(request: Mapping[str, Any], vector: np.ndarray) -> tuple[dict[str, Any], State]:
+def _setup(request: Mapping[str, Any], vector: np.ndarray, entropy: Entropy) -> tuple[dict[str, Any], State]:
+    """Check the server's parameters, then advertise fresh public keys for this round."""
     me = _int(request, "node_id")
     neighbours = _ids(request, "neighbours")
     threshold = _int(request, "threshold")
@@ -107,6 +107,8 @@ def _setup(request: Mapping[str, Any], vector: np.ndarray) -> tuple[dict[str, An
         raise SecAggRefused(f"quantisation bits={bits}, clip={clip} out of range")
     if not modulus_bits(num_nodes, bits, max_count=dim) <= m <= 64:
         raise SecAggRefused(f"a {m}-bit modulus could wrap the sum of {num_nodes} clients")
+    enc_sk, enc_pk = channel.new_keypair(entropy)
+    mask_sk, mask_pk = channel.new_keypair(entropy)
     state: State = {
         "stage": SETUP,
         "round_id": _round_id(request),
@@ -116,14 +118,10 @@ def _setup(request: Mapping[str, Any], vector: np.ndarray) -> tuple[dict[str, An
         "modulus_bits": m,
         "clip": clip,
         "bits": bits,
+        "enc_sk": enc_sk,
+        "mask_sk": mask_sk,
+        "seed": entropy(MASK_KEY_BYTES),
     }
-    return {"ok": True}, state
-
-
-def _keys(state: State, entropy: Entropy) -> tuple[dict[str, Any], State]:
-    enc_sk, enc_pk = channel.new_keypair(entropy)
-    mask_sk, mask_pk = channel.new_keypair(entropy)
-    state = {**state, "stage": KEYS, "enc_sk": enc_sk, "mask_sk": mask_sk, "seed": entropy(MASK_KEY_BYTES)}
     return {"enc_pk": enc_pk, "mask_pk": mask_pk}, state
 
 
@@ -263,13 +261,11 @@ def secagg_client_step(
 ) -> tuple[dict[str, Any], State]:
     """Run one SecAgg+ phase; `entropy` is injectable only so tests can be deterministic."""
     if phase == SETUP:
-        return _setup(request, vector)
+        return _setup(request, vector, entropy)
     if phase not in _AFTER:
         raise SecAggRefused(f"unknown SecAgg+ phase {phase!r}")
     state = dict(state)
     _check_order(phase, request, state)
-    if phase == KEYS:
-        return _keys(state, entropy)
     if phase == SHARES:
         return _shares(request, state, entropy)
     if phase == MASKED:

@@ -11,12 +11,13 @@ from secure_fed.config import SecAggConfig
 from secure_fed.crypto.quantize import modulus_bits
 
 PLAIN_SUM = "plain_sum"
+# Setup and key advertisement share one round trip (Bell et al.'s AdvertiseKeys): the server's
+# parameters go out with the request, the client's two public keys come back in the reply.
 SETUP = "secagg_setup"
-KEYS = "secagg_keys"
 SHARES = "secagg_shares"
 MASKED = "secagg_masked"
 UNMASK = "secagg_unmask"
-SECAGG_PHASES = (SETUP, KEYS, SHARES, MASKED, UNMASK)
+SECAGG_PHASES = (SETUP, SHARES, MASKED, UNMASK)
 
 
 class SecAggAbort(RuntimeError):

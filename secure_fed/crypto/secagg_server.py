@@ -18,7 +18,6 @@ from secure_fed.crypto.masking import add_masks
 from secure_fed.crypto.quantize import dequantise, error_bound, from_ring, ring_dtype
 from secure_fed.crypto.secagg_graph import neighbour_graph
 from secure_fed.crypto.secagg_protocol import (
-    KEYS,
     MASKED,
     SETUP,
     SHARES,
@@ -65,7 +64,9 @@ def _setup(
     settings: SecAggSettings,
     params: RoundParams,
     round_id: int | str,
-) -> list[int]:
+) -> dict[int, tuple[bytes, bytes]]:
+    """Send each node its parameters; return (encryption public key, mask public key) of each
+    node that accepted them."""
     requests = {
         u: {
             "round_id": round_id,
@@ -80,19 +81,10 @@ def _setup(
         }
         for u, peers in graph.items()
     }
-    return sorted(
-        u for u, r in transport.exchange(SETUP, requests).items() if u in requests and r.get("ok") is True
-    )
-
-
-def _collect_keys(
-    transport: Transport, ready: list[int], round_id: int | str
-) -> dict[int, tuple[bytes, bytes]]:
-    """(encryption public key, mask public key) of each node that answered."""
     keys = {}
-    for u, r in transport.exchange(KEYS, {u: {"round_id": round_id} for u in ready}).items():
+    for u, r in transport.exchange(SETUP, requests).items():
         pair = [r.get("enc_pk"), r.get("mask_pk")]
-        if u in ready and _is_bytes_list(pair, 2):
+        if u in requests and _is_bytes_list(pair, 2):
             keys[u] = (pair[0], pair[1])
     return keys
 
@@ -218,10 +210,8 @@ def run_secagg(
     params = round_params(len(nodes), dim, settings)
     graph = neighbour_graph(nodes, params.degree, rng or random.SystemRandom())
 
-    ready = _setup(transport, graph, dim, settings, params, round_id)
-    _require(ready, params, SETUP)
-    keys = _collect_keys(transport, ready, round_id)
-    _require(list(keys), params, KEYS)
+    keys = _setup(transport, graph, dim, settings, params, round_id)
+    _require(list(keys), params, SETUP)
     masked_requests = _route_shares(transport, graph, keys, round_id)
     _require(list(masked_requests), params, SHARES)
     total, survivors = _collect_masked(transport, masked_requests, dim, ring_dtype(params.modulus_bits))

@@ -244,10 +244,10 @@ def test_client_refuses_unsafe_setup(overrides, message):
 def test_client_refuses_out_of_order_and_foreign_round():
     _, state = client_step(SETUP, _setup_request(), {}, np.zeros(10))
     with pytest.raises(SecAggRefused, match="expected after"):
-        client_step(
-            SHARES, {"round_id": 1, "peers": [], "peer_enc_pk": [], "peer_mask_pk": []}, state, np.zeros(10)
-        )
+        client_step(MASKED, {"round_id": 1, "share_from": [], "share_ct": []}, state, np.zeros(10))
     with pytest.raises(SecAggRefused, match="round 2"):
-        client_step("secagg_keys", {"round_id": 2}, state, np.zeros(10))
+        client_step(
+            SHARES, {"round_id": 2, "peers": [], "peer_enc_pk": [], "peer_mask_pk": []}, state, np.zeros(10)
+        )
     with pytest.raises(SecAggRefused, match="unknown"):
         client_step("secagg_bogus", {"round_id": 1}, state, np.zeros(10))

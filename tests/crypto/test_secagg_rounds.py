@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 from secure_fed.crypto.secagg_protocol import (
-    KEYS,
     MASKED,
     SETUP,
     SHARES,
@@ -76,7 +75,7 @@ def tolerable(n: int) -> int:
     return p.degree - p.threshold
 
 
-@pytest.mark.parametrize("phase", [SETUP, KEYS, SHARES, MASKED, UNMASK])
+@pytest.mark.parametrize("phase", [SETUP, SHARES, MASKED, UNMASK])
 @pytest.mark.parametrize("n", [5, 10])
 def test_dropouts_at_each_phase(n, phase):
     inputs = make_inputs(n, seed=n)
