@@ -8,8 +8,9 @@ batch (a fixed set of patients; by default q·n, the expected Poisson batch of t
 - non-private: `MinibatchGradients.backward` (mean loss per copy, plain autograd);
 - DP: `DPGradients` (the system's wrapper around `secure_fed.dp.dpsgd.PatientDPSGD`): summed row
   losses, Opacus per-row gradients, per-patient sums across copies, clipping, Gaussian noise;
-  once with Opacus' hand-written per-layer samplers ("hooks") and once with torch.func for every
-  layer ("functorch").
+  once per Opacus mode: ExpandedWeights ("ew", the system's default: torch computes each row's
+  gradient inside the ops' own backward, no module hooks), hand-written per-layer samplers behind
+  module hooks ("hooks") and torch.func for every layer behind the same hooks ("functorch").
 
 Time: warmup, then N steps per variant, interleaved so that background load on a shared machine
 hits all alike; reported as medians, minima and the median of paired ratios (each DP step over the
@@ -99,7 +100,7 @@ class Setup:
 Step = Callable[[], None]
 
 
-def make_step(setup: Setup, private: bool, grad_sample_mode: str = "hooks") -> tuple[Step, Any]:
+def make_step(setup: Setup, private: bool, grad_sample_mode: str = "ew") -> tuple[Step, Any]:
     """A closure running one training step (as train_copies' loop body) on the fixed batch."""
     copies = setup.copies()
     generator = torch.Generator().manual_seed(0)
@@ -112,6 +113,8 @@ def make_step(setup: Setup, private: bool, grad_sample_mode: str = "hooks") -> t
     else:
         grads = MinibatchGradients(setup.batch_patients, generator)
     optims = [torch.optim.AdamW([p for _, p in _trainable(c)], lr=1e-4) for c in copies]
+    if private:
+        copies = grads.engine.forward_modules  # "ew" records per-row gradients only through its wrappers
 
     def step() -> None:
         losses, index = [], []
@@ -208,10 +211,10 @@ def peak_memory(step: Step, repeats: int) -> dict[str, Any]:
     }
 
 
-def phase_split(setup: Setup, repeats: int) -> dict[str, float]:
-    """Median wall ms per DP step (hooks mode) and the part of it spent in PatientDPSGD.privatize
-    (per-patient sums, norms, clipping, noise); the rest of the DP premium is Opacus' hooks."""
-    step, grads = make_step(setup, private=True)
+def phase_split(setup: Setup, repeats: int, mode: str) -> dict[str, Any]:
+    """Median wall ms per DP step and the part of it spent in PatientDPSGD.privatize (per-patient
+    sums, norms, clipping, noise); the rest of the DP premium is computing per-row gradients."""
+    step, grads = make_step(setup, private=True, grad_sample_mode=mode)
     engine = grads.engine
     spent: list[float] = []
     privatize = engine.privatize
@@ -227,7 +230,11 @@ def phase_split(setup: Setup, repeats: int) -> dict[str, float]:
     step()
     spent.clear()
     totals = [_timed(step)[0] for _ in range(repeats)]
-    return {"step_ms": 1e3 * statistics.median(totals), "privatize_ms": 1e3 * statistics.median(spent)}
+    return {
+        "mode": mode,
+        "step_ms": 1e3 * statistics.median(totals),
+        "privatize_ms": 1e3 * statistics.median(spent),
+    }
 
 
 def profile_dp(step: Step, repeats: int) -> list[dict[str, Any]]:
@@ -273,7 +280,7 @@ def bench_preset(preset: str, cache: Path, args: argparse.Namespace, modes: list
         "fastest_dp_mode": fastest_dp.removeprefix("dp_"),
         "memory": memory,
     }
-    out["dp_hooks_split"] = phase_split(setup, max(3, repeats // 3))
+    out["dp_split"] = phase_split(setup, max(3, repeats // 3), fastest_dp.removeprefix("dp_"))
     if args.profile:
         out["dp_profile_top_ops"] = profile_dp(steps[fastest_dp], 3)
     return out
@@ -284,7 +291,9 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--presets", nargs="+", default=["tiny", "small"])
-    parser.add_argument("--modes", nargs="+", default=["hooks", "functorch"], help="Opacus grad-sample modes")
+    parser.add_argument(
+        "--modes", nargs="+", default=["ew", "hooks", "functorch"], help="Opacus grad-sample modes"
+    )
     parser.add_argument("--visits", type=int, default=5, help="T: per-visit-index copies")
     parser.add_argument("--patients", type=int, default=60, help="patients at the site (before splits)")
     parser.add_argument(

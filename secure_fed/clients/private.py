@@ -66,7 +66,7 @@ class DPGradients:
 
     def wrap(self, copies: list[torch.nn.Module]) -> list[torch.nn.Module]:
         self.engine = PatientDPSGD(copies, self.clip, self.sigma, self.q * self.n_patients, self.generator)
-        return copies
+        return self.engine.forward_modules
 
     def backward(
         self, copies: list[torch.nn.Module], losses: list[torch.Tensor], patient_index: list[torch.Tensor]

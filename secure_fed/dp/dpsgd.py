@@ -1,15 +1,15 @@
 """Patient-level DP-SGD over any set of torch modules (Opacus per-row gradients, our clipping).
 
 Opacus' own optimizer clips per *row*; our privacy unit is the patient, whose rows are spread
-over T per-visit-index module copies. So Opacus only supplies per-row gradients (hooks mode,
-loss reduction "sum"), and this module sums them per patient across all modules, clips each
+over T per-visit-index module copies. So Opacus only supplies per-row gradients (ExpandedWeights
+mode by default, loss reduction "sum"), and this module sums them per patient across all modules, clips each
 patient's joint gradient (over every trainable parameter of every module) to L2 ≤ C, adds
 N(0, σ²C²) and divides by the expected batch size (Opacus' convention under Poisson sampling:
 the divisor must not depend on the sampled batch).
 
 Usage per step:
     batch = poisson_sample(n_patients, q, generator)      # patient ids in this step
-    loss = Σ over rows of every module's row losses         # a SUM, not a mean
+    loss = Σ over rows of dp.forward_modules[t](rows_t)    # a SUM, not a mean
     loss.backward()
     dp.privatize([slot_of_row_for_module_t for t], num_patients=len(batch))
     optimizer.step(); dp.zero_grad()
@@ -27,7 +27,9 @@ from dataclasses import dataclass
 
 import torch
 from opacus.grad_sample import GradSampleModule
+from opacus.grad_sample.gsm_exp_weights import GradSampleModuleExpandedWeights
 from torch import nn
+from torch.nn.utils._expanded_weights.expanded_weights_impl import ExpandedWeight
 
 from secure_fed.dp.events import PoissonSampledGaussian
 
@@ -40,6 +42,54 @@ def poisson_sample(n_patients: int, sampling_rate: float, generator: torch.Gener
         raise ValueError(f"sampling_rate must lie in [0, 1], got {sampling_rate}")
     draws = torch.rand(n_patients, generator=generator, device=generator.device)
     return torch.nonzero(draws < sampling_rate).flatten().cpu()
+
+
+class ExpandedWeightsModule(GradSampleModuleExpandedWeights):
+    """Opacus' "ew" mode: torch's ExpandedWeights compute each row's gradient inside the backward
+    of every op that uses a trainable parameter, with no module hooks, and autograd skips the
+    summed weight gradient that DP-SGD discards anyway.
+
+    Opacus' forward goes through `torch.func.functional_call`, which walks every named module,
+    parameter and buffer of the model on every call; for a ViT+GPT-2 with peft adapters that walk
+    cost more than the per-row gradients (benchmarks/dp_overhead.py). The trainable parameters'
+    owners are found once here instead, and only those parameters are swapped per call. Call this
+    wrapper, not the wrapped module: the plain module computes ordinary gradients only.
+    """
+
+    def __init__(self, m: nn.Module, *, loss_reduction: str = "sum") -> None:
+        super().__init__(m, batch_first=True, loss_reduction=loss_reduction)
+        self._slots = [
+            (owner, name, param)
+            for owner in m.modules()
+            for name, param in owner._parameters.items()
+            if param is not None and param.requires_grad
+        ]
+        self._recording = True
+
+    def forward(self, *args: object, **kwargs: object) -> torch.Tensor:
+        if not self._recording:
+            return self._module(*args, **kwargs)
+        first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+        if first is None:
+            raise RuntimeError("no tensor argument to take the batch size from")
+        batch_size = first.shape[0]  # batch first, as every module here
+        for _, _, param in self._slots:
+            if getattr(param, "grad_sample", None) is not None:
+                # ExpandedWeights would add this forward's rows onto the last step's
+                raise RuntimeError("per-row gradients of an earlier step were not cleared; call zero_grad()")
+        try:
+            for owner, name, param in self._slots:
+                owner._parameters[name] = ExpandedWeight(param, batch_size, self.loss_reduction)
+            return self._module(*args, **kwargs)
+        finally:
+            for owner, name, param in self._slots:
+                owner._parameters[name] = param
+
+    def disable_hooks(self) -> None:
+        self._recording = False
+
+    def enable_hooks(self) -> None:
+        self._recording = True
 
 
 @dataclass(frozen=True)
@@ -57,7 +107,7 @@ class PatientDPSGD:
         noise_multiplier: float,
         expected_batch_size: float,
         generator: torch.Generator,
-        grad_sample_mode: str = "hooks",
+        grad_sample_mode: str = "ew",
     ) -> None:
         if not max_grad_norm > 0:
             raise ValueError(f"max_grad_norm must be > 0, got {max_grad_norm}")
@@ -69,14 +119,20 @@ class PatientDPSGD:
         self.noise_multiplier = float(noise_multiplier)
         self.expected_batch_size = float(expected_batch_size)
         self.generator = generator
-        if grad_sample_mode not in ("hooks", "functorch"):
-            raise ValueError(f"grad_sample_mode must be 'hooks' or 'functorch', got {grad_sample_mode!r}")
+        if grad_sample_mode not in ("ew", "hooks", "functorch"):
+            raise ValueError(
+                f"grad_sample_mode must be 'ew', 'hooks' or 'functorch', got {grad_sample_mode!r}"
+            )
         self.modules = list(modules)
-        # Hooks go on the modules' own sub-layers, so callers may keep calling the unwrapped modules.
-        # "functorch" computes every layer's per-row gradients with torch.func instead of Opacus'
-        # hand-written samplers (same hooks, same results); benchmarks/dp_overhead.py compares them.
-        self.wrapped = [
-            GradSampleModule(
+        self.grad_sample_mode = grad_sample_mode
+        # Three Opacus modes, same per-row gradients (tests/dp/test_dpsgd.py), chosen by
+        # benchmarks/dp_overhead.py: "ew" (ExpandedWeights) is the fastest here. "hooks" (Opacus'
+        # hand-written per-layer samplers) and "functorch" (torch.func per layer) hook the modules'
+        # own sub-layers, so with them callers may keep calling the unwrapped modules.
+        self.wrapped: list[nn.Module] = [
+            ExpandedWeightsModule(m, loss_reduction="sum")
+            if grad_sample_mode == "ew"
+            else GradSampleModule(
                 m,
                 batch_first=True,
                 loss_reduction="sum",
@@ -99,7 +155,17 @@ class PatientDPSGD:
                 seen.add(id(p))
         if not seen:
             raise ValueError("the modules have no trainable parameters")
-        self._submodules = [sub for m in self.modules for sub in m.modules()]
+        self._sizes = [[p.numel() for p in params] for params in self.trainable_parameters]
+        # Opacus' hooks leave activations on every hooked sub-layer; ExpandedWeights keep them in
+        # the autograd graph, so that mode has nothing to walk after a step.
+        self._submodules = (
+            [] if grad_sample_mode == "ew" else [sub for m in self.modules for sub in m.modules()]
+        )
+
+    @property
+    def forward_modules(self) -> list[nn.Module]:
+        """What the training loop must call for its rows to get per-row gradients."""
+        return self.wrapped if self.grad_sample_mode == "ew" else self.modules
 
     def event(self, sampling_rate: float, steps: int) -> PoissonSampledGaussian:
         """The ledger event for `steps` steps at Poisson rate `sampling_rate`."""
@@ -185,44 +251,41 @@ class PatientDPSGD:
         norms = torch.zeros(num_patients, dtype=torch.float64)
         norms[present] = squared.sqrt()
         std = self.noise_multiplier * self.max_grad_norm
-        for params, module_rows in zip(self.trainable_parameters, per_patient, strict=True):
+        for params, sizes, module_rows in zip(
+            self.trainable_parameters, self._sizes, per_patient, strict=True
+        ):
             # Noise is drawn tensor by tensor in the documented order, each draw into its slice of
-            # one flat buffer; the module's gradients are then a few whole-buffer operations and
-            # each `.grad` a view of the result.
+            # one flat buffer (normal_ on a contiguous slice draws exactly what randn(shape) would);
+            # the module's gradients are then a few whole-buffer operations and each `.grad` a
+            # view of the result. torch.split makes every slice in one call.
             if not params:
                 continue
             first = params[0]
-            noise = torch.empty(
-                sum(p.numel() for p in params), dtype=first.dtype, device=self.generator.device
-            )
-            offset = 0
-            for p in params:
-                torch.randn(
-                    p.shape, generator=self.generator, out=noise[offset : offset + p.numel()].view(p.shape)
-                )
-                offset += p.numel()
+            noise = torch.empty(sum(sizes), dtype=first.dtype, device=self.generator.device)
+            for piece in torch.split(noise, sizes):
+                piece.normal_(generator=self.generator)
             grads = noise.to(first.device).mul_(std)
             if module_rows is not None:
                 rows, slots = module_rows
                 grads += factors[slots].to(rows.device, rows.dtype) @ rows  # Σ_rows factor(patient)·row
             grads /= self.expected_batch_size
-            offset = 0
-            for p in params:
-                p.grad = grads[offset : offset + p.numel()].view(p.shape)
-                offset += p.numel()
+            for p, piece in zip(params, torch.split(grads, sizes), strict=True):
+                p.grad = piece.view(p.shape)
         self._clear_grad_samples()
         clipped = float((norms > self.max_grad_norm).double().mean()) if num_patients else 0.0
         return StepStats(per_patient_norms=norms, clipped_fraction=clipped, num_patients=num_patients)
 
     def _clear_grad_samples(self) -> None:
+        hooks = self.grad_sample_mode != "ew"
         for params in self.trainable_parameters:
             for p in params:
                 p.grad_sample = None
-                # A forward whose output never reached the loss leaves Opacus' bookkeeping behind;
-                # stale activations would be paired with the next step's backprops.
-                p._forward_counter = 0
-                if hasattr(p, "_current_grad_sample"):
-                    del p._current_grad_sample
+                if hooks:
+                    # A forward whose output never reached the loss leaves Opacus' bookkeeping
+                    # behind; stale activations would be paired with the next step's backprops.
+                    p._forward_counter = 0
+                    if hasattr(p, "_current_grad_sample"):
+                        del p._current_grad_sample
         for sub in self._submodules:
             # plain attributes live in __dict__; hasattr on a Module would go through its slow
             # __getattr__ for every one of the thousands of submodules, every step
@@ -235,12 +298,12 @@ class PatientDPSGD:
         a forward or backward outside a DP step would otherwise leave activations that Opacus
         pairs with the next step's backward."""
         for wrapped in self.wrapped:
-            wrapped.disable_hooks()
+            wrapped.disable_hooks()  # type: ignore[operator]
         try:
             yield
         finally:
             for wrapped in self.wrapped:
-                wrapped.enable_hooks()
+                wrapped.enable_hooks()  # type: ignore[operator]
 
     def zero_grad(self) -> None:
         for params in self.trainable_parameters:
@@ -250,4 +313,4 @@ class PatientDPSGD:
 
     def close(self) -> list[nn.Module]:
         """Remove Opacus' hooks and attributes; returns the plain modules."""
-        return [wrapped.to_standard_module() for wrapped in self.wrapped]
+        return [wrapped.to_standard_module() for wrapped in self.wrapped]  # type: ignore[operator]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -54,6 +55,9 @@ def base_cache_path(cfg: ModelConfig, vocab_size: int, image_size: int, seed: in
         {
             "v": _BASE_VERSION,
             "preset": cfg.preset,
+            # the architecture itself, not just its name: a preset whose sizes change must not
+            # load a cached base of the old shape
+            "architecture": dataclasses.asdict(PRESETS[cfg.preset]),
             "encoder": cfg.encoder,
             "vocab": vocab_size,
             "image": image_size,

@@ -28,7 +28,7 @@ PRESETS: dict[str, Preset] = {
         encoder="vit_tiny_patch16_224",
         encoder_kwargs={"patch_size": 8, "embed_dim": 192, "depth": 4, "num_heads": 3},
         n_embd=256,
-        n_layer=6,
+        n_layer=7,
         n_head=4,
         n_positions=128,
     ),

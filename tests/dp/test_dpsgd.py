@@ -110,8 +110,9 @@ def _hand_step(
     ]
 
 
+@pytest.mark.parametrize("mode", ["ew", "hooks"])
 @pytest.mark.parametrize("case", [_mlp_case, _gpt2_case], ids=["mlp", "gpt2"])
-def test_dp_step_on_peft_lora_equals_the_hand_computation(case: Callable) -> None:
+def test_dp_step_on_peft_lora_equals_the_hand_computation(case: Callable, mode: str) -> None:
     c, sigma, b, lr = 0.5, 0.8, 2.5, 0.1
     make, row_losses = case()
     models, reference = make(), make()
@@ -122,12 +123,12 @@ def test_dp_step_on_peft_lora_equals_the_hand_computation(case: Callable) -> Non
         {n: p.detach().clone() for n, p in m.named_parameters() if not p.requires_grad} for m in models
     ]
 
-    dp = PatientDPSGD(models, c, sigma, b, torch.Generator().manual_seed(7))
+    dp = PatientDPSGD(models, c, sigma, b, torch.Generator().manual_seed(7), grad_sample_mode=mode)
     trainable = [p for ps in dp.trainable_parameters for p in ps]
     assert trainable and all("lora_" in n for m in models for n, p in m.named_parameters() if p.requires_grad)
     optimizer = torch.optim.SGD(trainable, lr=lr)
     lora_before = [p.detach().clone() for p in trainable]
-    torch.stack([losses.sum() for losses in row_losses(models)]).sum().backward()
+    torch.stack([losses.sum() for losses in row_losses(dp.forward_modules)]).sum().backward()
     stats = dp.privatize(INDEX, num_patients=PATIENTS)
     optimizer.step()
 
@@ -152,7 +153,7 @@ def test_a_patient_with_five_visits_moves_the_sum_by_at_most_c() -> None:
         g = torch.Generator().manual_seed(11)
         slots = [torch.tensor([0, 1, 2]) if include_target else torch.tensor([1, 2]) for _ in range(5)]
         loss = torch.zeros(())
-        for t, (model, idx) in enumerate(zip(models, slots, strict=True)):
+        for t, (model, idx) in enumerate(zip(dp.forward_modules, slots, strict=True)):
             x = torch.randn(3, 4, generator=g)[-len(idx) :]
             scale = torch.tensor([50.0, 1.0, 1.0])[-len(idx) :, None]  # the target's rows dominate
             loss = loss + (model(x * scale) ** 2).sum() * (t + 1)
@@ -181,7 +182,7 @@ def test_misuse_is_refused() -> None:
     with pytest.raises(ValueError, match="shared"):
         PatientDPSGD([nn.Sequential(shared), nn.Sequential(shared)], 1.0, 1.0, 1.0, torch.Generator())
     model = nn.Linear(2, 1)
-    dp = PatientDPSGD([model], 1.0, 1.0, 1.0, torch.Generator())
+    dp = PatientDPSGD([model], 1.0, 1.0, 1.0, torch.Generator(), grad_sample_mode="hooks")
     model(torch.ones(3, 2)).sum().backward()
     with pytest.raises(ValueError, match="rows"):
         dp.privatize([torch.tensor([0, 1])], num_patients=2)
@@ -198,6 +199,18 @@ def test_misuse_is_refused() -> None:
     model.eval()  # Opacus' hooks skip eval-mode forwards; its backward hook then refuses
     with pytest.raises(ValueError, match="No activations"):
         model(torch.ones(3, 2)).sum().backward()
+    # ExpandedWeights mode: a call to the plain module, not its wrapper, gets no per-row gradient
+    model = nn.Linear(2, 1)
+    dp = PatientDPSGD([model], 1.0, 1.0, 1.0, torch.Generator())
+    model(torch.ones(3, 2)).sum().backward()
+    with pytest.raises(RuntimeError, match="no per-row gradient"):
+        dp.privatize([torch.tensor([0, 1, 1])], num_patients=2)
+    dp.zero_grad()
+    # two forwards before one privatize would add one step's rows onto another's
+    (wrapped,) = dp.forward_modules
+    wrapped(torch.ones(3, 2)).sum().backward()
+    with pytest.raises(RuntimeError, match="not cleared"):
+        wrapped(torch.ones(3, 2))
 
 
 def test_poisson_sample_rate_and_empty_batches() -> None:
@@ -215,27 +228,28 @@ def test_consecutive_steps_of_different_sizes_match_plain_gradients_without_clip
     for rows in (5, 2, 7):
         xs = [torch.randn(rows, 3), torch.randn(rows - 1, 3)]
         with dp.paused():  # the reference pass must leave no per-row state behind
-            reference = sum((m(x) ** 2).sum() for m, x in zip(models, xs, strict=True))
+            reference = sum((m(x) ** 2).sum() for m, x in zip(dp.forward_modules, xs, strict=True))
             plain = torch.autograd.grad(reference, [p for m in models for p in m.parameters()])
-        sum((m(x) ** 2).sum() for m, x in zip(models, xs, strict=True)).backward()
+        sum((m(x) ** 2).sum() for m, x in zip(dp.forward_modules, xs, strict=True)).backward()
         dp.privatize([torch.arange(rows), torch.arange(rows - 1)], num_patients=rows)
         for p, g in zip((p for m in models for p in m.parameters()), plain, strict=True):
             assert torch.allclose(p.grad, g / 2.0, atol=1e-6)
         dp.zero_grad()
 
 
-def test_functorch_mode_gives_the_same_private_gradient_as_hooks() -> None:
-    """The benchmark picks hooks over functorch by speed; both must release the same gradient."""
+def test_every_opacus_mode_gives_the_same_private_gradient() -> None:
+    """The benchmark picks the mode by speed; every mode must release the same gradient."""
     c, sigma, b = 0.5, 0.8, 2.5
     make, row_losses = _mlp_case()
     grads = []
-    for mode in ("hooks", "functorch"):
+    for mode in ("ew", "hooks", "functorch"):
         models = make()
         for m in models:
             m.train()
         dp = PatientDPSGD(models, c, sigma, b, torch.Generator().manual_seed(3), grad_sample_mode=mode)
-        torch.stack([losses.sum() for losses in row_losses(models)]).sum().backward()
+        torch.stack([losses.sum() for losses in row_losses(dp.forward_modules)]).sum().backward()
         dp.privatize(INDEX, num_patients=PATIENTS)
         grads.append([p.grad.detach().clone() for ps in dp.trainable_parameters for p in ps])
-    for hooks_grad, functorch_grad in zip(*grads, strict=True):
-        assert torch.allclose(hooks_grad, functorch_grad, atol=1e-6, rtol=0)
+    for ew_grad, hooks_grad, functorch_grad in zip(*grads, strict=True):
+        assert torch.allclose(ew_grad, hooks_grad, atol=1e-6, rtol=0)
+        assert torch.allclose(functorch_grad, hooks_grad, atol=1e-6, rtol=0)

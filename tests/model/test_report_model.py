@@ -15,6 +15,7 @@ from torch import nn
 
 from secure_fed.config import RunConfig
 from secure_fed.data.tokenizer import load_tokenizer
+from secure_fed.dp.dpsgd import ExpandedWeightsModule
 from secure_fed.model.build import build_model
 from secure_fed.model.hyper_lora import HyperLoRALayer
 from secure_fed.model.profile_gmm import PatientGMM, profile_vector
@@ -177,7 +178,8 @@ def test_without_hyper_lora_profiles_do_not_matter(cache_dir: Path, tmp_path: Pa
 # -- Opacus -----------------------------------------------------------------------------------------
 
 
-def test_opacus_per_sample_grads_for_every_trainable_parameter(config: RunConfig) -> None:
+@pytest.mark.parametrize("mode", ["ew", "hooks"])
+def test_opacus_per_sample_grads_for_every_trainable_parameter(config: RunConfig, mode: str) -> None:
     model = build(config)
     # Non-zero adapters everywhere, so every factor of every per-sample gradient is exercised.
     with torch.no_grad():
@@ -198,7 +200,10 @@ def test_opacus_per_sample_grads_for_every_trainable_parameter(config: RunConfig
         )
         reference.append(dict(zip(trainable, grads, strict=True)))
 
-    gsm = opacus.GradSampleModule(model, batch_first=True, loss_reduction="sum", strict=True)
+    if mode == "ew":  # what DP training uses (secure_fed.dp.dpsgd)
+        gsm: nn.Module = ExpandedWeightsModule(model, loss_reduction="sum")
+    else:
+        gsm = opacus.GradSampleModule(model, batch_first=True, loss_reduction="sum", strict=True)
     try:
         gsm(images, ids, q).sum().backward()
         missing = [n for n, p in trainable.items() if getattr(p, "grad_sample", None) is None]
@@ -206,9 +211,31 @@ def test_opacus_per_sample_grads_for_every_trainable_parameter(config: RunConfig
         for name, p in trainable.items():
             gs = p.grad_sample
             assert gs.shape == (batch, *p.shape), name
-            torch.testing.assert_close(gs.sum(0), p.grad, rtol=1e-4, atol=1e-6, msg=name)
+            if mode == "hooks":  # hooks leave autograd's summed gradient; ExpandedWeights skip it
+                torch.testing.assert_close(gs.sum(0), p.grad, rtol=1e-4, atol=1e-6, msg=name)
+            else:
+                assert p.grad is None, name
+            torch.testing.assert_close(
+                gs.sum(0), sum(r[name] for r in reference), rtol=1e-3, atol=1e-6, msg=name
+            )
             for i in range(batch):
                 torch.testing.assert_close(gs[i], reference[i][name], rtol=1e-3, atol=1e-6, msg=name)
         assert all(getattr(p, "grad_sample", None) is None for p in model.parameters() if not p.requires_grad)
     finally:
         gsm.to_standard_module()
+
+
+def test_base_cache_is_keyed_by_the_architecture_not_just_the_preset_name(
+    config: RunConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A preset whose sizes change must not load a cached base of the old shape."""
+    from dataclasses import replace
+
+    from secure_fed.model import build as build_module
+
+    before = build_module.base_cache_path(config.model, 100, 32, 0)
+    resized = {**build_module.PRESETS}
+    resized[config.model.preset] = replace(resized[config.model.preset], n_layer=3)
+    monkeypatch.setattr(build_module, "PRESETS", resized)
+    after = build_module.base_cache_path(config.model, 100, 32, 0)
+    assert after != before and after.parent == before.parent
