@@ -26,7 +26,9 @@ import numpy as np
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
-from secure_fed.crypto.secagg_protocol import SecAggSettings
+from secure_fed.config import SecAggConfig
+from secure_fed.crypto.quantize import ring_dtype
+from secure_fed.crypto.secagg_protocol import SecAggSettings, round_params
 from secure_fed.crypto.transport import LocalTransport, Received
 from secure_fed.crypto.vectors import client_step, sum_vectors
 from secure_fed.wire import from_records, to_records
@@ -107,8 +109,10 @@ def bench(
     transport_cls: type[LocalTransport] = LocalTransport,
 ) -> dict:
     rng = np.random.default_rng(dim + sites)
-    inputs = {node: rng.normal(0.0, 1.0, dim).astype(dtype) for node in range(1, sites + 1)}
-    expected = np.sum([v.astype(np.float64) for v in inputs.values()], axis=0)
+    # updates well inside the clip range, as count_scale keeps real uploads
+    inputs = {node: rng.normal(0.0, settings.clip / 10, dim).astype(dtype) for node in range(1, sites + 1)}
+    clipped = [np.clip(v.astype(np.float64), -settings.clip, settings.clip) for v in inputs.values()]
+    expected = np.sum(clipped, axis=0)
     plain, secure = [], []
     for r in range(repeats):
         plain.append(_one_round(inputs, dim, None, r, transport_cls))
@@ -142,6 +146,8 @@ def bench(
         },
         "max_abs_error": err,
         "quantisation_bound": secure[0]["bound"],
+        "quantisation_bits": round_params(sites, dim, settings).bits,
+        "ring_word_bytes": ring_dtype(round_params(sites, dim, settings).modulus_bits).itemsize,
     }
 
 
@@ -155,7 +161,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.sites, args.repeats = [5], 2
-    settings = SecAggSettings()
+    settings = SecAggSettings.from_config(SecAggConfig())  # what `secure-fed run --secagg` uses
     grid = [(d, s) for d in args.dims for s in args.sites]
     codec = [bench(d, s, args.repeats, settings, np.dtype(args.dtype)) for d, s in grid]
     records32 = [bench(d, s, args.repeats, settings, np.dtype(np.float32), RecordsTransport) for d, s in grid]

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from secure_fed.clients.hypergrad import flatten
-from secure_fed.config import build_config
+from secure_fed.config import SecAggConfig, build_config
 from secure_fed.crypto.quantize import ring_dtype
 from secure_fed.crypto.secagg_protocol import SecAggSettings, round_params
 from secure_fed.crypto.transport import LocalTransport
@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "secure_fed_bench_cache")
     parser.add_argument("--quick", action="store_true", help="payload sizes only, no measured rounds")
     args = parser.parse_args()
-    settings = SecAggSettings()
+    settings = SecAggSettings.from_config(SecAggConfig())  # what `secure-fed run --secagg` uses
     rows = []
     for preset in args.presets:
         counts = parameter_counts(preset, args.cache)

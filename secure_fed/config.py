@@ -109,8 +109,13 @@ class SecAggConfig(_Strict):
     neighbours: int | None = Field(None, ge=2, description="k of the k-regular graph; None = log-scale")
     threshold: float = Field(0.6, gt=0.5, le=1.0, description="fraction of neighbours to unmask")
     clip: float = Field(1.0, gt=0, description="values are clipped to [-clip, clip] before encoding")
-    bits: int = Field(
-        30, ge=8, le=40, description="2^bits quantisation steps per clip (step = clip / 2^bits)"
+    bits: int | None = Field(
+        None,
+        ge=8,
+        le=40,
+        description="2^bits quantisation steps per clip (step = clip / 2^bits); None = the most, up "
+        "to 30, that keep the ring in 32-bit words for the round's site count (29 bits for 3 sites, "
+        "27 for 10)",
     )
     count_scale: float = Field(
         1024.0,

@@ -75,7 +75,7 @@ def _setup(
             "threshold": params.threshold,
             "num_nodes": len(graph),
             "dim": dim,
-            "bits": settings.bits,
+            "bits": params.bits,
             "clip": settings.clip,
             "modulus_bits": params.modulus_bits,
         }
@@ -227,9 +227,9 @@ def run_secagg(
 
     signed = from_ring(total, params.modulus_bits)
     return VectorSum(
-        total=dequantise(signed[:dim], settings.clip, settings.bits),
+        total=dequantise(signed[:dim], settings.clip, params.bits),
         survivors=survivors,
         dropped=sorted(set(nodes) - set(survivors)),
-        quantisation_bound=error_bound(len(survivors), settings.clip, settings.bits),
+        quantisation_bound=error_bound(len(survivors), settings.clip, params.bits),
         clipped_fraction=float(signed[dim]) / (len(survivors) * dim) if dim else 0.0,
     )

@@ -48,7 +48,7 @@ def server_arrays(transport: LocalTransport):
 def test_detectors_fire_on_unmasked_encodings():
     # the checks below are only meaningful if they catch a vector that is merely quantised
     inputs = make_inputs(3, dim=DIM, seed=11)
-    m = round_params(3, DIM, SecAggSettings()).modulus_bits
+    m = round_params(3, DIM, SecAggSettings(clip=8.0, bits=24)).modulus_bits
     for x in inputs.values():
         q = to_ring(stochastic_quantise(x, 8.0, 24, np.random.default_rng(0))[0], m)
         assert uniformity_p(q, m) < 1e-6
@@ -57,8 +57,8 @@ def test_detectors_fire_on_unmasked_encodings():
 
 def test_server_sees_only_uniform_uncorrelated_masked_vectors():
     inputs = make_inputs(5, dim=DIM, seed=12)
-    result, transport = run_round(inputs, SecAggSettings(), seed=12)
-    m = round_params(5, DIM, SecAggSettings()).modulus_bits
+    result, transport = run_round(inputs, SecAggSettings(clip=8.0, bits=24), seed=12)
+    m = round_params(5, DIM, SecAggSettings(clip=8.0, bits=24)).modulus_bits
     arrays = server_arrays(transport)
     assert sorted(node for _, node, _ in arrays) == sorted(inputs)  # one array per site ...
     for phase, _, words in arrays:
@@ -73,15 +73,15 @@ def test_server_sees_only_uniform_uncorrelated_masked_vectors():
 def test_detectors_fire_when_masking_is_removed(monkeypatch):
     monkeypatch.setattr(secagg_client, "add_masks", lambda acc, masks: None)
     inputs = make_inputs(5, dim=DIM, seed=12)
-    _, transport = run_round(inputs, SecAggSettings(), seed=12)
-    m = round_params(5, DIM, SecAggSettings()).modulus_bits
+    _, transport = run_round(inputs, SecAggSettings(clip=8.0, bits=24), seed=12)
+    m = round_params(5, DIM, SecAggSettings(clip=8.0, bits=24)).modulus_bits
     for _, _, words in server_arrays(transport):
         assert uniformity_p(words, m) < 1e-6 and max_abs_corr(words, m, inputs) > 0.9
 
 
 def test_server_never_receives_secret_keys_or_plain_floats():
     inputs = make_inputs(5, dim=500, seed=13)
-    _, transport = run_round(inputs, SecAggSettings(), seed=13)
+    _, transport = run_round(inputs, SecAggSettings(clip=8.0, bits=24), seed=13)
     received_bytes = {
         v
         for r in transport.received
@@ -122,7 +122,7 @@ def test_tampered_share_is_rejected_and_the_victim_drops(monkeypatch):
 
     monkeypatch.setattr(Tamper, "edit", staticmethod(flip))
     inputs = make_inputs(10, seed=14)
-    result, transport = run_round(inputs, SecAggSettings(), transport_cls=Tamper)
+    result, transport = run_round(inputs, SecAggSettings(clip=8.0, bits=24), transport_cls=Tamper)
     victim = sorted(inputs)[0]
     assert isinstance(transport.errors[victim], ShareRejected)
     assert victim in result.dropped
@@ -137,7 +137,7 @@ def test_share_from_another_sender_is_rejected(monkeypatch):
 
     monkeypatch.setattr(Tamper, "edit", staticmethod(swap))
     inputs = make_inputs(10, seed=15)
-    _, transport = run_round(inputs, SecAggSettings(), transport_cls=Tamper)
+    _, transport = run_round(inputs, SecAggSettings(clip=8.0, bits=24), transport_cls=Tamper)
     assert isinstance(transport.errors[sorted(inputs)[0]], ShareRejected)
 
 
@@ -146,7 +146,14 @@ def halted_before(phase, inputs, seed=0, round_id=1):
     step = functools.partial(client_step, entropy=seeded_entropy(seed))
     transport = LocalTransport(inputs, step, dropouts={phase: list(inputs)})
     with pytest.raises(SecAggAbort):
-        sum_vectors(transport, list(inputs), 2000, SecAggSettings(), round_id, rng=random.Random(seed))
+        sum_vectors(
+            transport,
+            list(inputs),
+            2000,
+            SecAggSettings(clip=8.0, bits=24),
+            round_id,
+            rng=random.Random(seed),
+        )
     return transport
 
 

@@ -53,7 +53,7 @@ def test_plain_sum():
 @pytest.mark.parametrize("n", [3, 5, 10])
 def test_secagg_sum_matches_plain_sum_within_bound(n):
     inputs = make_inputs(n, seed=n)
-    result, transport = run_round(inputs, SecAggSettings(), seed=n)
+    result, transport = run_round(inputs, SecAggSettings(clip=8.0, bits=24), seed=n)
     err = np.max(np.abs(result.total - expected_sum(inputs, inputs)))
     assert err <= result.quantisation_bound == n / 2**21
     assert result.survivors == sorted(inputs) and result.dropped == [] and result.clipped_fraction == 0.0
@@ -71,7 +71,7 @@ def test_clipped_fraction_is_reported_and_the_sum_is_of_clipped_values():
 
 
 def tolerable(n: int) -> int:
-    p = round_params(n, DIM, SecAggSettings())
+    p = round_params(n, DIM, SecAggSettings(clip=8.0, bits=24))
     return p.degree - p.threshold
 
 
@@ -80,7 +80,7 @@ def tolerable(n: int) -> int:
 def test_dropouts_at_each_phase(n, phase):
     inputs = make_inputs(n, seed=n)
     gone = random.Random(phase).sample(sorted(inputs), tolerable(n))
-    result, _ = run_round(inputs, SecAggSettings(), dropouts={phase: gone})
+    result, _ = run_round(inputs, SecAggSettings(clip=8.0, bits=24), dropouts={phase: gone})
     # a site that drops during unmasking has already contributed its masked vector
     contributed = sorted(inputs) if phase == UNMASK else sorted(set(inputs) - set(gone))
     assert result.survivors == contributed
@@ -92,7 +92,7 @@ def test_dropouts_at_each_phase(n, phase):
 def test_dropouts_spread_over_phases():
     inputs = make_inputs(10, seed=4)
     a, b = sorted(inputs)[2], sorted(inputs)[7]
-    result, _ = run_round(inputs, SecAggSettings(), dropouts={SHARES: [a], UNMASK: [b]})
+    result, _ = run_round(inputs, SecAggSettings(clip=8.0, bits=24), dropouts={SHARES: [a], UNMASK: [b]})
     assert a in result.dropped and b in result.survivors
     assert np.max(np.abs(result.total - expected_sum(inputs, result.survivors))) <= result.quantisation_bound
 
@@ -102,13 +102,13 @@ def test_below_threshold_aborts_without_a_result(phase):
     inputs = make_inputs(5, seed=5)
     gone = sorted(inputs)[: tolerable(5) + 1]
     with pytest.raises(SecAggAbort, match="no aggregate released"):
-        run_round(inputs, SecAggSettings(), dropouts={phase: gone})
+        run_round(inputs, SecAggSettings(clip=8.0, bits=24), dropouts={phase: gone})
 
 
 def test_rounds_are_independent():
     inputs = make_inputs(5, seed=6)
-    first, _ = run_round(inputs, SecAggSettings(), round_id="run-a:1", seed=1)
-    second, _ = run_round(inputs, SecAggSettings(), round_id="run-a:2", seed=2)
+    first, _ = run_round(inputs, SecAggSettings(clip=8.0, bits=24), round_id="run-a:1", seed=1)
+    second, _ = run_round(inputs, SecAggSettings(clip=8.0, bits=24), round_id="run-a:2", seed=2)
     target = expected_sum(inputs, inputs)
     assert np.max(np.abs(first.total - target)) <= first.quantisation_bound
     assert np.max(np.abs(second.total - target)) <= second.quantisation_bound
@@ -124,3 +124,13 @@ def test_64_bit_ring():
         <= result.quantisation_bound
         < 1e-10
     )
+
+
+def test_default_settings_send_32_bit_words_and_report_the_finer_bound():
+    inputs = make_inputs(5, scale=0.1)  # the default clip is 1
+    result, transport = run_round(inputs, SecAggSettings(), seed=5)
+    masked = [r.payload["masked"] for r in transport.received if r.phase == MASKED]
+    assert len(masked) == 5 and all(m.dtype == np.uint32 for m in masked)
+    assert result.quantisation_bound == 5 / 2**28  # 28 bits: the finest a 5-site 32-bit ring holds
+    err = np.max(np.abs(result.total - expected_sum(inputs, inputs, clip=1.0)))
+    assert err <= result.quantisation_bound

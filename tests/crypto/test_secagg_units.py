@@ -14,6 +14,7 @@ from secure_fed.crypto.secagg_protocol import (
     default_degree,
     round_params,
     share_associated_data,
+    word_bits,
 )
 from secure_fed.crypto.secagg_shamir import combine_secret, split_secret
 from secure_fed.crypto.transport import LocalTransport, decode_payload, encode_payload
@@ -45,13 +46,26 @@ def test_graph_rejects_impossible_degree():
 
 def test_round_parameters():
     assert [default_degree(n) for n in (3, 5, 10, 20, 100)] == [2, 4, 7, 9, 14]
-    p = round_params(10, 1000, SecAggSettings())
+    p = round_params(10, 1000, SecAggSettings(clip=8.0, bits=24))
     assert (p.degree, p.threshold) == (7, 5)
     assert 2 * p.threshold > p.degree
     assert round_params(11, 10, SecAggSettings(neighbours=3)).degree == 4  # 11 * 3 is odd
     assert round_params(5, 10, SecAggSettings(neighbours=50)).degree == 4
     with pytest.raises(SecAggAbort, match="at least 3"):
-        round_params(2, 10, SecAggSettings())
+        round_params(2, 10, SecAggSettings(clip=8.0, bits=24))
+
+
+def test_default_resolution_fills_a_32_bit_word():
+    """bits=None: the finest quantum whose K-site sum (and clipped count) cannot wrap a 32-bit ring."""
+    assert [word_bits(k, 10**6) for k in (3, 5, 10, 16, 17)] == [29, 28, 27, 26, 26]
+    for k in (3, 5, 10, 16, 100):
+        p = round_params(k, 10**6, SecAggSettings())
+        assert p.bits == word_bits(k, 10**6) and p.modulus_bits <= 32
+        # one more bit would need a wider ring: the choice is the finest that fits
+        assert round_params(k, 10**6, SecAggSettings(bits=p.bits + 1)).modulus_bits > 32
+    assert word_bits(2**20, 10) == 30 and round_params(2**20, 10, SecAggSettings()).modulus_bits > 32
+    assert round_params(5, 10, SecAggSettings(bits=30)).bits == 30  # an explicit choice stands
+    assert SecAggSettings() == SecAggSettings.from_config(SecAggConfig())  # one set of defaults
 
 
 def test_settings_validation_and_config():

@@ -32,10 +32,11 @@ from secure_fed.config import RunConfig, load_config
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
-RUN_TIMEOUT = 420.0  # ~250 s for the run on 2 busy cores
+RUN_TIMEOUT = 600.0  # ~300 s for the run on 2 busy cores
 SITES = 3
 # FedAvg: 7 messages for 2 rounds, against FedTAR's 12 (each starts 3 `flwr-clientapp` processes,
-# ~10-25 s on 2 cores). FedTAR's own phases across processes are the fast test's subject.
+# ~10-25 s on 2 cores), plus SecAgg+'s 4 phases per round: the sum crosses real processes masked.
+# FedTAR's own phases across processes are the fast test's subject.
 METHOD = "fedavg"
 
 
@@ -247,7 +248,11 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
     )
     out = work / "out"
     run_toml = small_run_toml(
-        work / "run.toml", out, cache_dir, rounds, extra=f'[audit]\nkeys_dir = "{keys}"\n'
+        work / "run.toml",
+        out,
+        cache_dir,
+        rounds,
+        extra=f'[audit]\nkeys_dir = "{keys}"\n\n[secagg]\nenabled = true\n',
     )
     warm_cache(load_config(run_toml))
 
@@ -393,6 +398,8 @@ def test_flwr_run_on_a_local_deployment(tmp_path: Path, cache_dir: Path) -> None
     metrics = json.loads((result.out / "metrics.json").read_text())
     assert metrics["rounds"] == 2 and len(metrics["per_round"]) == 2
     assert metrics["method"] == METHOD
+    # the update sums went through SecAgg+ (a plain sum reports a zero quantisation bound)
+    assert all(r["quantisation_bound"] > 0 for r in metrics["per_round"]), metrics["per_round"]
     assert set(metrics["test"]) >= {"BLEU-4", "ROUGE-L", "CIDEr"}
     assert all(np.isfinite(metrics["test"][k]) for k in ("BLEU-4", "ROUGE-L", "CIDEr"))
 
