@@ -8,7 +8,8 @@ base-model pretraining (cached), GMM fitting — and the final test evaluation a
 sites run one after another in this process: a round's time is the sum of the sites' work, not a
 deployment's wall clock, where sites train in parallel.
 
-`--private` adds DP-SGD with SecAgg+ (which needs at least 3 sites) for each cell that allows it.
+`--secagg` adds the same round with SecAgg+ and no DP (the secure sum's cost inside a real round),
+`--private` DP-SGD with SecAgg+; both need at least 3 sites.
 Note that a DP round does different work, not just dearer work: Poisson sampling at rate q takes
 ceil(1/q) steps per epoch, where the non-private loop takes ceil(n / batch_size).
 """
@@ -29,7 +30,7 @@ from secure_fed.config import RunConfig, build_config
 from secure_fed.runner import run_inprocess
 
 
-def make_config(sites: int, t: int, args: argparse.Namespace, private: bool, out: Path) -> RunConfig:
+def make_config(sites: int, t: int, args: argparse.Namespace, mode: str, out: Path) -> RunConfig:
     data: dict[str, Any] = {
         "seed": 0,
         "out": str(out),
@@ -45,21 +46,21 @@ def make_config(sites: int, t: int, args: argparse.Namespace, private: bool, out
         # the audit trail signs and writes every event; it is part of a real round, so it stays on
         "audit": {"enabled": True},
     }
-    if private:
+    if mode == "dp":
         data["dp"] = {"enabled": True, "target_epsilon": 8.0, "sample_rate": 0.25}
-        data["secagg"] = {"enabled": True}
+    data["secagg"] = {"enabled": mode in ("dp", "secagg")}
     return build_config(data)
 
 
 def one_cell(
-    sites: int, t: int, args: argparse.Namespace, private: bool, root: Path, repeats: int
+    sites: int, t: int, args: argparse.Namespace, mode: str, root: Path, repeats: int
 ) -> dict[str, Any]:
     seconds: list[float] = []
     totals: list[float] = []
     aggregation = ""
     for rep in range(repeats):
-        out = root / f"{'dp' if private else 'plain'}-s{sites}-t{t}-{rep}"
-        cfg = make_config(sites, t, args, private, out)
+        out = root / f"{mode}-s{sites}-t{t}-{rep}"
+        cfg = make_config(sites, t, args, mode, out)
         start = time.perf_counter()
         outcome = run_inprocess(cfg, out)
         totals.append(time.perf_counter() - start)
@@ -71,7 +72,8 @@ def one_cell(
     return {
         "sites": sites,
         "T": t,
-        "private": private,
+        "private": mode == "dp",
+        "mode": mode,
         "aggregation": aggregation,
         "round_s": seconds,
         "round_s_median": statistics.median(seconds),
@@ -94,6 +96,7 @@ def main() -> None:
         "--threads", type=int, default=1, help="torch threads (1: stable on a shared machine)"
     )
     parser.add_argument("--private", action="store_true", help="also run DP-SGD + SecAgg+ (sites >= 3)")
+    parser.add_argument("--secagg", action="store_true", help="also run SecAgg+ without DP (sites >= 3)")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "secure_fed_bench_cache")
     parser.add_argument("--quick", action="store_true", help="sites 2 and 3, T = 3 only")
     args = parser.parse_args()
@@ -104,12 +107,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # a first run pays one-off costs (lazy imports, first-call dispatch, cohort synthesis and
         # base pretraining into the cache): run the smallest cell once and discard it
-        one_cell(min(args.sites), min(args.T), args, False, Path(tmp) / "warmup", 1)
+        one_cell(min(args.sites), min(args.T), args, "plain", Path(tmp) / "warmup", 1)
+        modes = ["plain"] + ["secagg"] * args.secagg + ["dp"] * args.private
         for t in args.T:
             for sites in args.sites:
-                rows.append(one_cell(sites, t, args, False, Path(tmp), args.repeats))
-                if args.private and sites >= 3:
-                    rows.append(one_cell(sites, t, args, True, Path(tmp), args.repeats))
+                for mode in modes:
+                    if mode == "plain" or sites >= 3:
+                        rows.append(one_cell(sites, t, args, mode, Path(tmp), args.repeats))
     print(
         json.dumps(
             {

@@ -135,7 +135,13 @@ def to_ring(q: np.ndarray, m: int) -> np.ndarray:
 
 
 def from_ring(total: np.ndarray, m: int) -> np.ndarray:
-    """Residues in Z_{2^m} (any unsigned word type) back to signed integers in [-2^(m-1), 2^(m-1))."""
+    """Residues in Z_{2^m} (any unsigned word type) back to signed integers in [-2^(m-1), 2^(m-1)).
+
+    When the ring is exactly the word (m = 32 in uint32, m = 64 in uint64) the two's-complement
+    view already is that integer: no copy is made, and the result shares memory with `total`."""
+    total = np.asarray(total)
+    if total.dtype.kind == "u" and m == 8 * total.dtype.itemsize:
+        return total.view(np.dtype(f"i{total.dtype.itemsize}"))
     words = np.array(total, dtype=np.uint64)  # one fresh copy, then two in-place passes
     if m < 64:
         # move bit m-1 up to the sign bit, then shift back arithmetically: the low m bits,
@@ -150,9 +156,8 @@ def from_ring(total: np.ndarray, m: int) -> np.ndarray:
 
 def dequantise(total: np.ndarray, clip: float, bits: int) -> np.ndarray:
     """Signed sum of encodings back to floats."""
-    out = np.array(total, dtype=np.float64)  # a fresh copy, divided in place
-    out /= quant_scale(clip, bits)
-    return out
+    # one pass: each integer converted to float64 and divided (exact for |q| < 2^53)
+    return np.true_divide(total, quant_scale(clip, bits), dtype=np.float64)
 
 
 def error_bound(num_clients: int, clip: float, bits: int) -> float:

@@ -86,3 +86,14 @@ def test_ring_round_trip_at_64_bits():
     q = np.array([-(2**62), -1, 0, 1, 2**62], dtype=np.int64)
     assert from_ring(to_ring(q, 64), 64).tolist() == q.tolist()
     assert from_ring(to_ring(q, 40), 40).tolist() != q.tolist()  # 2^62 does not fit a 40-bit ring
+
+
+def test_from_ring_of_a_full_word_is_the_signed_view():
+    rng = np.random.default_rng(7)
+    q = rng.integers(-(2**31), 2**31, 1000)
+    for word, m in ((np.uint32, 32), (np.uint64, 64)):
+        residues = to_ring(q, m).astype(word)
+        signed = from_ring(residues, m)
+        assert np.array_equal(signed, q) and np.shares_memory(signed, residues)
+    # a narrower ring in the same word still sign-extends from bit m - 1
+    assert np.array_equal(from_ring(to_ring(q % 2**20 - 2**19, 20), 20), q % 2**20 - 2**19)
