@@ -196,6 +196,10 @@ def client(
         Path | None, typer.Option(help="SuperNode private key (SuperNode authentication)")
     ] = None,
     insecure: Annotated[bool, typer.Option(help="no TLS (local tests only)")] = False,
+    runtime_port: Annotated[
+        int,
+        typer.Option(help="port of the node's local Runtime API (127.0.0.1 only; one per node on a host)"),
+    ] = 9094,
     dry_run: Annotated[bool, typer.Option(help="print the command instead of running it")] = False,
 ) -> None:
     """Run this hospital's hardened node: a Flower SuperNode whose ClientApp takes every privacy
@@ -216,12 +220,16 @@ def client(
         node_config += f" keys-dir='{keys.resolve()}'"
     beside = Path(sys.executable).parent / "flower-supernode"
     exe = str(beside) if beside.exists() else shutil.which("flower-supernode") or "flower-supernode"
+    # The Runtime API (ClientApp processes ↔ SuperNode) stays on loopback, whatever Flower's default.
     cmd = [exe, "--superlink", superlink, "--node-config", node_config]
+    cmd += ["--host", "127.0.0.1", "--port", str(runtime_port)]
     cmd += ["--insecure"] if insecure else ["--root-certificates", str(root_certificates)]
     if auth_key is not None:
         cmd += ["--auth-supernode-private-key", str(auth_key)]
     if dry_run:
-        Console().print(" ".join(cmd))
+        import shlex
+
+        typer.echo(shlex.join(cmd))  # quoted, unwrapped: ready to paste into a service file
         return
     # The SuperNode process does not import secure_fed itself: hand it the hardened environment.
     raise typer.Exit(subprocess.call(cmd, env=dict(os.environ)))

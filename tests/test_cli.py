@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 
 from typer.testing import CliRunner
 
@@ -54,3 +55,32 @@ def test_keys_init_refuses_overwrite(tmp_path):
     assert runner.invoke(app, ["keys", "init", "--out", str(tmp_path / "k"), "--sites", "2"]).exit_code == 0
     again = runner.invoke(app, ["keys", "init", "--out", str(tmp_path / "k"), "--sites", "2"])
     assert again.exit_code != 0
+
+
+def test_client_builds_a_hardened_supernode_command(tmp_path):
+    policy = tmp_path / "site0.toml"
+    policy.write_text("[dp]\nenabled = true\ntarget_epsilon = 4.0\n")
+    base = ["client", "--site", "site0", "--config", str(policy), "--superlink", "link.example:9092"]
+    refused = runner.invoke(app, [*base, "--dry-run"])
+    assert refused.exit_code == 2 and "--root-certificates" in refused.output  # no TLS, no node
+    shown = runner.invoke(
+        app,
+        [
+            *base,
+            "--root-certificates",
+            "ca.crt",
+            "--auth-key",
+            "node.key",
+            "--runtime-port",
+            "9200",
+            "--dry-run",
+        ],
+    )
+    assert shown.exit_code == 0, shown.output
+    cmd = shlex.split(shown.output)
+    assert cmd[0].endswith("flower-supernode") and "--insecure" not in cmd
+    flags = dict(zip(cmd[1::2], cmd[2::2], strict=False))
+    assert flags["--superlink"] == "link.example:9092" and flags["--root-certificates"] == "ca.crt"
+    assert flags["--auth-supernode-private-key"] == "node.key"
+    assert (flags["--host"], flags["--port"]) == ("127.0.0.1", "9200")  # the Runtime API stays local
+    assert flags["--node-config"] == f"site='site0' config-file='{policy.resolve()}'"

@@ -1,9 +1,11 @@
 """The Flower app in Flower's deployment runtime: a SuperLink, three SuperNodes and `flwr run`.
 
-Everything is started the way an operator would (`flower-superlink`, `flower-supernode`, `flwr run`
-on the app as pyproject.toml declares it), bound to 127.0.0.1, with a throw-away FLWR_HOME so
-nothing is written to the real home. While the run goes, every TCP socket of those processes and
-of their children (SuperExec, `flwr-serverapp`, one `flwr-clientapp` per message) is recorded.
+Everything is started the way an operator would (`flower-superlink` with TLS and SuperNode
+authentication, each hospital's node through `secure-fed client` with its own key, `flwr supernode
+register`, `flwr run` on the app as pyproject.toml declares it), bound to 127.0.0.1, with a
+throw-away FLWR_HOME so nothing is written to the real home. While the run goes, every TCP socket
+of those processes and of their children (SuperExec, `flwr-serverapp`, one `flwr-clientapp` per
+message) is recorded.
 
 Flower 1.42 runs each message in a fresh `flwr-clientapp` process, so the fast test below also
 checks that a site keeps what one phase leaves for the next in `context.state`, not in memory.
@@ -11,6 +13,7 @@ checks that a site keeps what one phase leaves for the next in `context.state`, 
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import json
 import os
@@ -27,6 +30,10 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from secure_fed.config import RunConfig, load_config
 
@@ -231,6 +238,78 @@ def deployment_env(flwr_home: Path) -> dict[str, str]:
 
 
 @dataclass
+class Tls:
+    ca: Path
+    cert: Path
+    key: Path
+
+
+def make_tls(folder: Path) -> Tls:
+    """A throw-away CA and a SuperLink certificate for 127.0.0.1, as a hospital network's PKI would
+    issue them."""
+    folder.mkdir(parents=True)
+    now = datetime.datetime.now(datetime.UTC)
+
+    def issue(
+        subject: str,
+        key: ec.EllipticCurvePrivateKey,
+        issuer: x509.Name | None,
+        signer: ec.EllipticCurvePrivateKey,
+        ca: bool,
+    ) -> x509.Certificate:
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(name)
+            .issuer_name(issuer or name)
+            .public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        )
+        if not ca:
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName(
+                    [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
+                ),
+                critical=False,
+            )
+        return builder.sign(signer, hashes.SHA256())
+
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_cert = issue("secure_fed test CA", ca_key, None, ca_key, ca=True)
+    link_key = ec.generate_private_key(ec.SECP256R1())
+    link_cert = issue("127.0.0.1", link_key, ca_cert.subject, ca_key, ca=False)
+    tls = Tls(folder / "ca.crt", folder / "superlink.pem", folder / "superlink.key")
+    tls.ca.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    tls.cert.write_bytes(link_cert.public_bytes(serialization.Encoding.PEM))
+    tls.key.write_bytes(
+        link_key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+    tls.key.chmod(0o600)
+    return tls
+
+
+def make_node_key(folder: Path, name: str) -> tuple[Path, Path]:
+    """A SuperNode's authentication key pair (ECDSA P-384, OpenSSH format, as `ssh-keygen` makes)."""
+    key = ec.generate_private_key(ec.SECP384R1())
+    private, public = folder / f"{name}.key", folder / f"{name}.pub"
+    private.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+        )
+    )
+    private.chmod(0o600)
+    public.write_bytes(
+        key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    )
+    return private, public
+
+
+@dataclass
 class Deployment:
     out: Path
     status: dict
@@ -256,13 +335,15 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
     )
     warm_cache(load_config(run_toml))
 
+    tls = make_tls(work / "tls")
+    node_keys = [make_node_key(tls.ca.parent, f"node{k}") for k in range(SITES)]
     flwr_home = work / "flwr_home"
     flwr_home.mkdir()
     link_port = free_port()
     # A named connection, not the default "local" one (which would start its own SuperLink).
     (flwr_home / "config.toml").write_text(
         f'[superlink]\ndefault = "deploy"\n\n[superlink.deploy]\naddress = "127.0.0.1:{link_port}"\n'
-        "insecure = true\n"
+        f'root-certificates = "{tls.ca}"\n'
     )
     env = deployment_env(flwr_home)
     logs_dir = work / "logs"
@@ -287,7 +368,13 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
             "superlink",
             [
                 str(BIN / "flower-superlink"),
-                "--insecure",
+                "--ssl-ca-certfile",
+                str(tls.ca),
+                "--ssl-certfile",
+                str(tls.cert),
+                "--ssl-keyfile",
+                str(tls.key),
+                "--enable-supernode-auth",
                 "--host",
                 "127.0.0.1",
                 "--port",
@@ -297,23 +384,41 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
             ],
         )
         wait_for_port(link_port, procs["superlink"], logs_dir / "superlink.log")
-        for k in range(SITES):
+        flwr = [str(BIN / "flwr")]
+        for _, public in node_keys:
+            # With SuperNode authentication on, the operator admits each hospital's public key.
+            registered = subprocess.run(
+                [*flwr, "supernode", "register", str(public), "deploy", "--format", "json"],
+                env=env,
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert registered.returncode == 0, registered.stdout + registered.stderr
+        for k, (private, _) in enumerate(node_keys):
+            # Each hospital's node as its operator starts it: TLS, its own auth key, its own policy.
             start(
                 f"supernode{k}",
                 [
-                    str(BIN / "flower-supernode"),
-                    "--insecure",
+                    str(BIN / "secure-fed"),
+                    "client",
+                    "--site",
+                    f"site{k}",
+                    "--config",
+                    str(run_toml),
+                    "--keys",
+                    str(keys),
                     "--superlink",
                     f"127.0.0.1:{link_port}",
-                    "--host",
-                    "127.0.0.1",
-                    "--port",
+                    "--root-certificates",
+                    str(tls.ca),
+                    "--auth-key",
+                    str(private),
+                    "--runtime-port",
                     str(free_port()),
-                    "--node-config",
-                    f"site='site{k}' keys-dir='{keys}'",
                 ],
             )
-        flwr = [str(BIN / "flwr")]
         submit = start(
             "flwr-run",
             [
