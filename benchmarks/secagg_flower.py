@@ -1,0 +1,238 @@
+"""SecAgg+ against plain rounds inside Flower's simulation runtime, ours and Flower's own; prints JSON.
+
+`benchmarks/secagg.py` measures the protocol in one process; this script measures it where it runs:
+ServerApp and ClientApps in Flower's simulation engine (Ray actors on 127.0.0.1, every message
+through Flower's Grid), for
+
+- ours: `secure_fed.crypto.vectors.sum_vectors` over `GridTransport`, with and without SecAgg+
+  (the settings `secure-fed run --secagg` uses), each site summing a fixed float32 vector; a
+  "round" is the server's broadcast of a global vector of the same size (as FedTAR's train message
+  carries the adapters) followed by the sum, and "sum" the sum alone;
+- Flower's: `DefaultWorkflow` with its default fit workflow against `SecAggPlusWorkflow`
+  (`secaggplus_mod` on the clients; Flower's defaults: complete graph, clip 8, 2^22 levels, 2^32
+  modulus), a legacy FedAvg whose clients return the same fixed vector; a round is FitIns (the
+  global parameters) out, FitRes back.
+
+Plain and SecAgg+ rounds alternate inside one simulation per implementation and site count, after
+one discarded warm-up pair. Client actors get one CPU each (two run at a time on this machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import secure_fed  # noqa: F401  (hardened environment: telemetry off, Ray on loopback)
+from secure_fed.config import SecAggConfig
+from secure_fed.crypto.secagg_protocol import PLAIN_SUM, SECAGG_PHASES, SecAggSettings
+from secure_fed.crypto.vectors import client_step, sum_vectors
+from secure_fed.server.transports import GridTransport
+from secure_fed.wire import from_records, load_state, store_state, to_records
+
+_VECTORS: dict[tuple[int, int], np.ndarray] = {}
+
+
+def site_vector(node_id: int, dim: int) -> np.ndarray:
+    """The site's update, made once per actor process (not part of any timed round)."""
+    key = (node_id, dim)
+    if key not in _VECTORS:
+        _VECTORS[key] = np.random.default_rng(node_id % 2**32).normal(0, 0.1, dim).astype(np.float32)
+    return _VECTORS[key]
+
+
+def _wait_for_nodes(grid: Any, count: int, timeout: float = 120.0) -> list[int]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        nodes = sorted(grid.get_node_ids())
+        if len(nodes) >= count:
+            return nodes
+        time.sleep(0.2)
+    raise RuntimeError(f"only {len(grid.get_node_ids())} of {count} nodes connected")
+
+
+# -- ours ------------------------------------------------------------------------------------------
+
+
+def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[Any, Any]:
+    from flwr.app import Message
+    from flwr.clientapp import ClientApp
+    from flwr.serverapp import ServerApp
+
+    client = ClientApp()
+
+    def respond(phase: str, message: Message, context: Any) -> Message:
+        if phase == "train":  # the broadcast: take the global vector, acknowledge
+            from_records(message.content)
+            return Message(to_records({"status": "ok"}), reply_to=message)
+        state = load_state(context.state, "sum")
+        reply, state = client_step(
+            phase, from_records(message.content), state, site_vector(context.node_id, dim)
+        )
+        store_state(context.state, "sum", state)
+        return Message(to_records(reply), reply_to=message)
+
+    client.train()(lambda m, c: respond("train", m, c))
+    for phase in (PLAIN_SUM, *SECAGG_PHASES):
+        client.query(phase)(lambda m, c, phase=phase: respond(phase, m, c))
+
+    server = ServerApp()
+    settings = SecAggSettings.from_config(SecAggConfig())
+
+    @server.main()
+    def main(grid: Any, context: Any) -> None:
+        nodes = _wait_for_nodes(grid, sites)
+        transport = GridTransport(grid)
+        global_vector = np.zeros(dim, dtype=np.float32)
+        times: dict[str, list[float]] = {
+            "plain_sum": [],
+            "secagg_sum": [],
+            "plain_round": [],
+            "secagg_round": [],
+        }
+        for r in range(rounds + 1):
+            for mode, agg in (("plain", None), ("secagg", settings)):
+                start = time.perf_counter()
+                transport.exchange("train", {u: {"global": global_vector} for u in nodes})
+                sent = time.perf_counter()
+                result = sum_vectors(transport, nodes, dim, agg, round_id=f"{mode}-{r}")
+                done = time.perf_counter()
+                if result.survivors != nodes:
+                    raise RuntimeError(f"{mode} round {r} lost sites: {result.dropped}")
+                if r:  # round 0 warms up imports, actors and caches
+                    times[f"{mode}_sum"].append(done - sent)
+                    times[f"{mode}_round"].append(done - start)
+        out.update(times)
+
+    return server, client
+
+
+# -- Flower's --------------------------------------------------------------------------------------
+
+
+def flower_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[Any, Any]:
+    from flwr.client import NumPyClient
+    from flwr.client.mod import secaggplus_mod
+    from flwr.client.mod.secure_aggregation.secaggplus_mod import RECORD_KEY_CONFIGS
+    from flwr.clientapp import ClientApp
+    from flwr.common import ndarrays_to_parameters
+    from flwr.server import LegacyContext, ServerConfig
+    from flwr.server.strategy import FedAvg
+    from flwr.server.workflow import DefaultWorkflow, SecAggPlusWorkflow
+    from flwr.server.workflow.default_workflows import default_fit_workflow
+    from flwr.serverapp import ServerApp
+
+    class Site(NumPyClient):
+        def __init__(self, vector: np.ndarray) -> None:
+            self.vector = vector
+
+        def fit(self, parameters: list[np.ndarray], config: dict) -> tuple[list[np.ndarray], int, dict]:
+            return [self.vector], 1, {}
+
+    def client_fn(context: Any) -> Any:
+        return Site(site_vector(context.node_id, dim)).to_client()
+
+    def secagg_when_asked(message: Any, context: Any, call_next: Callable) -> Any:
+        # one ClientApp for both workflows: the mod only for messages that carry SecAgg+ configs
+        if RECORD_KEY_CONFIGS in message.content.config_records:
+            return secaggplus_mod(message, context, call_next)
+        return call_next(message, context)
+
+    client = ClientApp(client_fn=client_fn, mods=[secagg_when_asked])
+    server = ServerApp()
+
+    @server.main()
+    def main(grid: Any, context: Any) -> None:
+        _wait_for_nodes(grid, sites)
+        times: dict[str, list[float]] = {"plain_round": [], "secagg_round": []}
+        for r in range(rounds + 1):
+            for mode, fit in (
+                ("plain", default_fit_workflow),
+                ("secagg", SecAggPlusWorkflow(num_shares=1.0, reconstruction_threshold=0.6)),
+            ):
+
+                def timed_fit(
+                    grid: Any, legacy: Any, fit: Callable = fit, mode: str = mode, r: int = r
+                ) -> None:
+                    start = time.perf_counter()
+                    fit(grid, legacy)
+                    if r:
+                        times[f"{mode}_round"].append(time.perf_counter() - start)
+
+                strategy = FedAvg(
+                    fraction_fit=1.0,
+                    fraction_evaluate=0.0,
+                    min_fit_clients=sites,
+                    min_available_clients=sites,
+                    initial_parameters=ndarrays_to_parameters([np.zeros(dim, dtype=np.float32)]),
+                )
+                legacy = LegacyContext(context=context, config=ServerConfig(num_rounds=1), strategy=strategy)
+                DefaultWorkflow(fit_workflow=timed_fit, evaluate_workflow=lambda g, c: None)(grid, legacy)
+        out.update(times)
+
+    return server, client
+
+
+def simulate(make: Callable, dim: int, sites: int, rounds: int) -> dict[str, Any]:
+    from flwr.simulation import run_simulation
+
+    out: dict[str, Any] = {}
+    server, client = make(dim, sites, rounds, out)
+    backend = {
+        "init_args": {
+            "_node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            "num_cpus": 2,
+            "log_to_driver": False,
+            "logging_level": logging.ERROR,
+        },
+        "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+    }
+    start = time.perf_counter()
+    run_simulation(server_app=server, client_app=client, num_supernodes=sites, backend_config=backend)
+    if not out:
+        raise RuntimeError("the simulation ended without timings; see the log above")
+    summary: dict[str, Any] = {
+        "dim": dim,
+        "sites": sites,
+        "rounds": rounds,
+        "wall_s": time.perf_counter() - start,
+    }
+    for key, values in out.items():
+        summary[f"{key}_s_median"] = statistics.median(values)
+        summary[f"{key}_s_all"] = values
+    for kind in ("round", "sum"):
+        if f"plain_{kind}" in out:
+            summary[f"{kind}_ratio"] = statistics.median(out[f"secagg_{kind}"]) / statistics.median(
+                out[f"plain_{kind}"]
+            )
+    return summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--dim", type=int, default=1_000_000)
+    parser.add_argument("--sites", type=int, nargs="+", default=[5])
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="timed plain/SecAgg+ pairs after one warm-up pair"
+    )
+    parser.add_argument("--which", nargs="+", default=["ours", "flower"], choices=["ours", "flower"])
+    args = parser.parse_args()
+    makers = {"ours": ours_apps, "flower": flower_apps}
+    results = {
+        name: [simulate(makers[name], args.dim, sites, args.rounds) for sites in args.sites]
+        for name in args.which
+    }
+    print(json.dumps({"runtime": "flwr simulation (Ray, 127.0.0.1)", "results": results}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
