@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import statistics
 import time
 from collections.abc import Callable
@@ -33,6 +32,7 @@ import secure_fed  # noqa: F401  (hardened environment: telemetry off, Ray on lo
 from secure_fed.config import SecAggConfig
 from secure_fed.crypto.secagg_protocol import PLAIN_SUM, SECAGG_PHASES, SecAggSettings
 from secure_fed.crypto.vectors import client_step, sum_vectors
+from secure_fed.runner import loopback_ray_backend
 from secure_fed.server.transports import GridTransport
 from secure_fed.wire import from_records, load_state, store_state, to_records
 
@@ -184,18 +184,10 @@ def simulate(make: Callable, dim: int, sites: int, rounds: int) -> dict[str, Any
 
     out: dict[str, Any] = {}
     server, client = make(dim, sites, rounds, out)
-    backend = {
-        "init_args": {
-            "_node_ip_address": "127.0.0.1",
-            "include_dashboard": False,
-            "num_cpus": 2,
-            "log_to_driver": False,
-            "logging_level": logging.ERROR,
-        },
-        "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-    }
     start = time.perf_counter()
-    run_simulation(server_app=server, client_app=client, num_supernodes=sites, backend_config=backend)
+    run_simulation(
+        server_app=server, client_app=client, num_supernodes=sites, backend_config=loopback_ray_backend(1)
+    )
     if not out:
         raise RuntimeError("the simulation ended without timings; see the log above")
     summary: dict[str, Any] = {

@@ -112,6 +112,20 @@ def write_report(out: Path, keys_dir: Path | None) -> Path | None:
     return Path(html)
 
 
+def loopback_ray_backend(client_cpus: float) -> dict[str, Any]:
+    """Flower simulation backend config: every Ray service on 127.0.0.1, no dashboard, 2 CPUs."""
+    return {
+        "init_args": {
+            "_node_ip_address": "127.0.0.1",
+            "include_dashboard": False,
+            "num_cpus": 2,
+            "log_to_driver": False,
+            "logging_level": logging.ERROR,
+        },
+        "client_resources": {"num_cpus": client_cpus, "num_gpus": 0.0},
+    }
+
+
 def run_simulation(
     cfg: RunConfig,
     out: Path,
@@ -142,18 +156,11 @@ def run_simulation(
         result=box,
     )
     client_app = make_client_app(cfg, keys_dir=keys_dir, run_id=run_id)
-    backend = {
-        "init_args": {
-            "_node_ip_address": "127.0.0.1",
-            "include_dashboard": False,
-            "num_cpus": 2,
-            "log_to_driver": False,
-            "logging_level": logging.ERROR,
-        },
-        "client_resources": {"num_cpus": 2, "num_gpus": 0.0},
-    }
     flwr_run_simulation(
-        server_app=server_app, client_app=client_app, num_supernodes=len(names), backend_config=backend
+        server_app=server_app,
+        client_app=client_app,
+        num_supernodes=len(names),
+        backend_config=loopback_ray_backend(client_cpus=2),
     )
     if "outcome" not in box:
         if trail is not None:
