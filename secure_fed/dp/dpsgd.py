@@ -2,10 +2,10 @@
 
 Opacus' own optimizer clips per *row*; our privacy unit is the patient, whose rows are spread
 over T per-visit-index module copies. So Opacus only supplies per-row gradients (ExpandedWeights
-mode by default, loss reduction "sum"), and this module sums them per patient across all modules, clips each
-patient's joint gradient (over every trainable parameter of every module) to L2 ≤ C, adds
-N(0, σ²C²) and divides by the expected batch size (Opacus' convention under Poisson sampling:
-the divisor must not depend on the sampled batch).
+mode by default, loss reduction "sum"), and this module sums them per patient across all modules,
+clips each patient's joint gradient (over every trainable parameter of every module) to L2 ≤ C,
+adds N(0, σ²C²) and divides by the expected batch size (Opacus' convention under Poisson
+sampling: the divisor must not depend on the sampled batch).
 
 Usage per step:
     batch = poisson_sample(n_patients, q, generator)      # patient ids in this step
@@ -53,7 +53,9 @@ class ExpandedWeightsModule(GradSampleModuleExpandedWeights):
     parameter and buffer of the model on every call; for a ViT+GPT-2 with peft adapters that walk
     cost more than the per-row gradients (benchmarks/dp_overhead.py). The trainable parameters'
     owners are found once here instead, and only those parameters are swapped per call. Call this
-    wrapper, not the wrapped module: the plain module computes ordinary gradients only.
+    wrapper, not the wrapped module: the plain module computes ordinary gradients only. A trainable
+    parameter used by an op ExpandedWeights has no per-row rule for (anything but linear, conv,
+    embedding and the norm layers) raises at the forward; it is never silently skipped.
     """
 
     def __init__(self, m: nn.Module, *, loss_reduction: str = "sum") -> None:

@@ -206,6 +206,19 @@ def test_misuse_is_refused() -> None:
     with pytest.raises(RuntimeError, match="no per-row gradient"):
         dp.privatize([torch.tensor([0, 1, 1])], num_patients=2)
     dp.zero_grad()
+
+    # a trainable parameter in an op without a per-row rule fails loudly, never silently
+    class Scale(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(2))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return x * self.w
+
+    (scaled,) = PatientDPSGD([Scale()], 1.0, 1.0, 1.0, torch.Generator()).forward_modules
+    with pytest.raises(RuntimeError, match="cannot handle"):
+        scaled(torch.ones(3, 2))
     # two forwards before one privatize would add one step's rows onto another's
     (wrapped,) = dp.forward_modules
     wrapped(torch.ones(3, 2)).sum().backward()
