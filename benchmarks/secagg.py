@@ -121,6 +121,8 @@ def bench(
     if err > secure[0]["bound"]:
         raise RuntimeError(f"SecAgg+ sum off by {err}, bound {secure[0]['bound']}")
 
+    params = round_params(sites, dim, settings)
+
     def med(rows: list[dict], key: str) -> float:
         return float(np.median([row[key] for row in rows]))
 
@@ -150,8 +152,8 @@ def bench(
         },
         "max_abs_error": err,
         "quantisation_bound": secure[0]["bound"],
-        "quantisation_bits": round_params(sites, dim, settings).bits,
-        "ring_word_bytes": ring_dtype(round_params(sites, dim, settings).modulus_bits).itemsize,
+        "quantisation_bits": params.bits,
+        "ring_word_bytes": ring_dtype(params.modulus_bits).itemsize,
     }
 
 

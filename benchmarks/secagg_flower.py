@@ -33,6 +33,7 @@ from secure_fed.config import SecAggConfig
 from secure_fed.crypto.secagg_protocol import PLAIN_SUM, SECAGG_PHASES, SecAggSettings
 from secure_fed.crypto.vectors import client_step, sum_vectors
 from secure_fed.runner import loopback_ray_backend
+from secure_fed.server.app import wait_for_nodes
 from secure_fed.server.transports import GridTransport
 from secure_fed.wire import from_records, load_state, store_state, to_records
 
@@ -45,16 +46,6 @@ def site_vector(node_id: int, dim: int) -> np.ndarray:
     if key not in _VECTORS:
         _VECTORS[key] = np.random.default_rng(node_id % 2**32).normal(0, 0.1, dim).astype(np.float32)
     return _VECTORS[key]
-
-
-def _wait_for_nodes(grid: Any, count: int, timeout: float = 120.0) -> list[int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        nodes = sorted(grid.get_node_ids())
-        if len(nodes) >= count:
-            return nodes
-        time.sleep(0.2)
-    raise RuntimeError(f"only {len(grid.get_node_ids())} of {count} nodes connected")
 
 
 # -- ours ------------------------------------------------------------------------------------------
@@ -87,7 +78,7 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
 
     @server.main()
     def main(grid: Any, context: Any) -> None:
-        nodes = _wait_for_nodes(grid, sites)
+        nodes = wait_for_nodes(grid, sites, sites)
         transport = GridTransport(grid)
         global_vector = np.zeros(dim, dtype=np.float32)
         times: dict[str, list[float]] = {
@@ -149,7 +140,7 @@ def flower_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple
 
     @server.main()
     def main(grid: Any, context: Any) -> None:
-        _wait_for_nodes(grid, sites)
+        wait_for_nodes(grid, sites, sites)
         times: dict[str, list[float]] = {"plain_round": [], "secagg_round": []}
         for r in range(rounds + 1):
             for mode, fit in (
