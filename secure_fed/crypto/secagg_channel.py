@@ -1,7 +1,10 @@
 """Key agreement and authenticated share encryption between two SecAgg+ clients.
 
 X25519 gives each pair of clients a shared secret; HKDF-SHA256 turns it into one AES-256-GCM key
-for the share channel and one 256-bit mask key. The channel key is the same in both directions,
+for the share channel and one 256-bit mask key. A client's mask key pair is derived from a
+128-bit seed (X25519's own security level), so the seed -- one Shamir field element -- is what it
+shares, and the server can rebuild a dropped client's key from it and check it against the
+advertised public key. The channel key is the same in both directions,
 so the associated data names sender, recipient and round: a ciphertext reflected back, routed to
 someone else, or replayed from another round fails authentication.
 """
@@ -17,8 +20,10 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 KEY_BYTES = 32
+SEED_BYTES = 16
 NONCE_BYTES = 12
 _RAW = serialization.Encoding.Raw
+_SHARE_CHANNEL = b"secure_fed/secagg+/v1/share-channel"
 
 
 def new_keypair(entropy: Callable[[int], bytes]) -> tuple[bytes, bytes]:
@@ -36,19 +41,48 @@ def public_key(raw_secret: bytes) -> bytes:
     )
 
 
-def _agree(raw_secret: bytes, raw_public: bytes, info: bytes) -> bytes:
-    shared = X25519PrivateKey.from_private_bytes(raw_secret).exchange(
-        X25519PublicKey.from_public_bytes(raw_public)
-    )
-    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(shared)
+def _derive(key_material: bytes, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(key_material)
+
+
+def keypair_from_seed(seed: bytes) -> tuple[bytes, bytes]:
+    """(secret, public) raw X25519 keys expanded from a 128-bit seed."""
+    if len(seed) != SEED_BYTES:
+        raise ValueError(f"key seeds are {SEED_BYTES} bytes, got {len(seed)}")
+    raw_secret = _derive(seed, b"secure_fed/secagg+/v1/mask-keypair")
+    return raw_secret, public_key(raw_secret)
+
+
+def self_mask_key(seed: bytes, round_id: int | str) -> bytes:
+    """The 256-bit AES key of a client's self mask, from its fresh 128-bit self-mask seed."""
+    if len(seed) != SEED_BYTES:
+        raise ValueError(f"self-mask seeds are {SEED_BYTES} bytes, got {len(seed)}")
+    return _derive(seed, f"secure_fed/secagg+/v1/self-mask|round={round_id!s}".encode())
+
+
+def _agree(raw_secret: bytes, peer_publics: list[bytes], info: bytes) -> list[bytes]:
+    # one private-key object for all peers: loading it costs as much as an exchange
+    secret = X25519PrivateKey.from_private_bytes(raw_secret)
+    return [_derive(secret.exchange(X25519PublicKey.from_public_bytes(pk)), info) for pk in peer_publics]
+
+
+def channel_keys(raw_secret: bytes, peer_publics: list[bytes]) -> list[bytes]:
+    """Share-channel key with each peer; raises ValueError on a low-order (invalid) public key."""
+    return _agree(raw_secret, peer_publics, _SHARE_CHANNEL)
 
 
 def channel_key(raw_secret: bytes, peer_public: bytes) -> bytes:
-    return _agree(raw_secret, peer_public, b"secure_fed/secagg+/v1/share-channel")
+    return channel_keys(raw_secret, [peer_public])[0]
+
+
+def pairwise_mask_keys(raw_secret: bytes, peer_publics: list[bytes], round_id: int | str) -> list[bytes]:
+    """Pairwise mask key with each peer for this round; ValueError on an invalid public key."""
+    info = f"secure_fed/secagg+/v1/pairwise-mask|round={round_id!s}".encode()
+    return _agree(raw_secret, peer_publics, info)
 
 
 def pairwise_mask_key(raw_secret: bytes, peer_public: bytes, round_id: int | str) -> bytes:
-    return _agree(raw_secret, peer_public, f"secure_fed/secagg+/v1/pairwise-mask|round={round_id!s}".encode())
+    return pairwise_mask_keys(raw_secret, [peer_public], round_id)[0]
 
 
 def seal(key: bytes, associated_data: bytes, plaintext: bytes, entropy: Callable[[int], bytes]) -> bytes:

@@ -16,7 +16,7 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 
 from secure_fed.crypto import secagg_channel as channel
-from secure_fed.crypto.masking import MASK_KEY_BYTES, add_masks
+from secure_fed.crypto.masking import add_masks
 from secure_fed.crypto.quantize import modulus_bits, quantise_to_ring, ring_dtype
 from secure_fed.crypto.secagg_protocol import (
     MASKED,
@@ -27,10 +27,14 @@ from secure_fed.crypto.secagg_protocol import (
     ShareRejected,
     share_associated_data,
 )
-from secure_fed.crypto.secagg_shamir import SHARE_BYTES, split_secret
+from secure_fed.crypto.secagg_shamir import SECRET_BYTES, SHARE_BYTES, split_secret
 
 State = dict[str, Any]
 Entropy = Callable[[int], bytes]
+
+# what a client forgets once its masked vector is out: with them, a later leak of its state would
+# let anyone strip its masks
+_SECRETS = ("enc_sk", "mask_seed", "seed", "peer_enc_pk", "peer_mask_pk", "peer_channel_key")
 
 # the phase a client must have completed before it accepts each request
 _AFTER = {SHARES: SETUP, MASKED: SHARES, UNMASK: MASKED}
@@ -108,7 +112,8 @@ def _setup(request: Mapping[str, Any], vector: np.ndarray, entropy: Entropy) -> 
     if not modulus_bits(num_nodes, bits, max_count=dim) <= m <= 64:
         raise SecAggRefused(f"a {m}-bit modulus could wrap the sum of {num_nodes} clients")
     enc_sk, enc_pk = channel.new_keypair(entropy)
-    mask_sk, mask_pk = channel.new_keypair(entropy)
+    mask_seed = entropy(SECRET_BYTES)
+    _, mask_pk = channel.keypair_from_seed(mask_seed)
     state: State = {
         "stage": SETUP,
         "round_id": _round_id(request),
@@ -119,8 +124,8 @@ def _setup(request: Mapping[str, Any], vector: np.ndarray, entropy: Entropy) -> 
         "clip": clip,
         "bits": bits,
         "enc_sk": enc_sk,
-        "mask_sk": mask_sk,
-        "seed": entropy(MASK_KEY_BYTES),
+        "mask_seed": mask_seed,
+        "seed": entropy(SECRET_BYTES),
     }
     return {"enc_pk": enc_pk, "mask_pk": mask_pk}, state
 
@@ -140,40 +145,55 @@ def _shares(request: Mapping[str, Any], state: State, entropy: Entropy) -> tuple
         *enc_pks,
         *mask_pks,
         channel.public_key(state["enc_sk"]),
-        channel.public_key(state["mask_sk"]),
+        channel.keypair_from_seed(state["mask_seed"])[1],
     ]
     if len(set(all_keys)) != len(all_keys):
         raise SecAggRefused("public keys are not all distinct")
     seed_shares = split_secret(state["seed"], t, len(peers))
-    key_shares = split_secret(state["mask_sk"], t, len(peers))
-    sealed = []
-    for peer, pk, seed_share, key_share in zip(peers, enc_pks, seed_shares, key_shares, strict=True):
-        try:
-            key = channel.channel_key(state["enc_sk"], pk)
-        except ValueError as exc:  # a low-order point: no shared secret
-            raise SecAggRefused(f"public key of node {peer} is invalid") from exc
-        sealed.append(
-            channel.seal(
-                key, share_associated_data(state["round_id"], me, peer), seed_share + key_share, entropy
-            )
-        )
-    state = {**state, "stage": SHARES, "peers": peers, "peer_enc_pk": enc_pks, "peer_mask_pk": mask_pks}
+    key_shares = split_secret(state["mask_seed"], t, len(peers))
+    # kept for opening the peers' shares in the masked phase: one key agreement per pair, not two
+    keys = _agreed(lambda pks: channel.channel_keys(state["enc_sk"], pks), peers, enc_pks)
+    sealed = [
+        channel.seal(key, share_associated_data(state["round_id"], me, peer), seed_share + key_share, entropy)
+        for peer, key, seed_share, key_share in zip(peers, keys, seed_shares, key_shares, strict=True)
+    ]
+    state = {
+        **state,
+        "stage": SHARES,
+        "peers": peers,
+        "peer_enc_pk": enc_pks,
+        "peer_mask_pk": mask_pks,
+        "peer_channel_key": keys,
+    }
     return {"share_to": peers, "share_ct": sealed}, state
+
+
+def _agreed(derive: Callable[[list[bytes]], list[bytes]], peers: list[int], pks: list[bytes]) -> list[bytes]:
+    """`derive(pks)`, or a refusal naming the peer whose public key is a low-order point."""
+    try:
+        return derive(pks)
+    except ValueError:
+        for peer, pk in zip(peers, pks, strict=True):
+            try:
+                derive([pk])
+            except ValueError as exc:
+                raise SecAggRefused(f"public key of node {peer} is invalid") from exc
+        raise
 
 
 def _open_shares(request: Mapping[str, Any], state: State) -> tuple[list[int], list[bytes], list[bytes]]:
     senders = _ids(request, "share_from")
     sealed = _blobs(request, "share_ct", len(senders))
-    enc_pk = dict(zip(state["peers"], state["peer_enc_pk"], strict=True))
-    if not set(senders) <= set(enc_pk):
+    channel_key = dict(zip(state["peers"], state["peer_channel_key"], strict=True))
+    if not set(senders) <= set(channel_key):
         raise ShareRejected(
-            f"shares from {sorted(set(senders) - set(enc_pk))}, who are not this node's peers"
+            f"shares from {sorted(set(senders) - set(channel_key))}, who are not this node's peers"
         )
     seed_shares, key_shares = [], []
     for sender, blob in zip(senders, sealed, strict=True):
         aad = share_associated_data(state["round_id"], sender, state["node_id"])
         try:
-            plain = channel.open_sealed(channel.channel_key(state["enc_sk"], enc_pk[sender]), aad, blob)
+            plain = channel.open_sealed(channel_key[sender], aad, blob)
         except InvalidTag as exc:
             raise ShareRejected(
                 f"share from node {sender} failed authentication (tampered or replayed)"
@@ -195,16 +215,14 @@ def masked_input(
     # mod 2^m happens once, after the masks (sums mod 2^w reduce to the same residue mod 2^m)
     y[-1] = quantise_to_ring(vector, state["clip"], state["bits"], m, rng, y[:-1])
     mask_pk = dict(zip(state["peers"], state["peer_mask_pk"], strict=True))
-    me = state["node_id"]
-    masks = [(state["seed"], +1)]
-    for peer in partners:
-        try:
-            key = channel.pairwise_mask_key(state["mask_sk"], mask_pk[peer], state["round_id"])
-        except ValueError as exc:
-            raise SecAggRefused(f"mask key of node {peer} is invalid") from exc
-        # the lower id adds, the higher subtracts, so each pair cancels in the sum
-        masks.append((key, +1 if me < peer else -1))
-    add_masks(y, masks)
+    me, round_id = state["node_id"], state["round_id"]
+    mask_sk, _ = channel.keypair_from_seed(state["mask_seed"])
+    keys = _agreed(
+        lambda pks: channel.pairwise_mask_keys(mask_sk, pks, round_id), partners, [mask_pk[p] for p in partners]
+    )
+    # the lower id adds, the higher subtracts, so each pair cancels in the sum
+    pairwise = [(key, +1 if me < peer else -1) for peer, key in zip(partners, keys, strict=True)]
+    add_masks(y, [(channel.self_mask_key(state["seed"], round_id), +1), *pairwise])
     if m < y.dtype.itemsize * 8:
         y &= y.dtype.type((1 << m) - 1)
     return y
@@ -219,11 +237,7 @@ def _masked(
     rng = np.random.default_rng(int.from_bytes(entropy(32), "little"))
     y = masked_input(np.asarray(vector), state, senders, rng)
     # keys and seed are no longer needed; drop them so a later state leak reveals nothing
-    kept = {
-        k: v
-        for k, v in state.items()
-        if k not in ("enc_sk", "mask_sk", "seed", "peer_enc_pk", "peer_mask_pk")
-    }
+    kept = {k: v for k, v in state.items() if k not in _SECRETS}
     state = {**kept, "stage": MASKED, "held_from": senders, "held_seed": seed_shares, "held_key": key_shares}
     return {"masked": y}, state
 

@@ -181,19 +181,20 @@ def _unmasking_keys(
 ) -> list[tuple[bytes, int]]:
     """(key, sign) of every mask left in the sum: survivors' self masks, and the pairwise masks
     survivors share with nodes that dropped after sharing their secrets."""
-    masks = [(_rebuild(u, seed_shares[u], params, "self-mask seed"), -1) for u in survivors]
+    masks = [
+        (channel.self_mask_key(_rebuild(u, seed_shares[u], params, "self-mask seed"), round_id), -1)
+        for u in survivors
+    ]
     for v in sorted(key_shares):
         masked_with_v = [u for u in survivors if v in partners[u]]
         if not masked_with_v:
             continue
-        mask_sk = _rebuild(v, key_shares[v], params, "mask key")
-        if channel.public_key(mask_sk) != mask_pks[v]:
+        mask_sk, mask_pk = channel.keypair_from_seed(_rebuild(v, key_shares[v], params, "mask key"))
+        if mask_pk != mask_pks[v]:
             raise SecAggAbort(f"SecAgg+ aborted: node {v}'s rebuilt mask key does not match its public key")
+        keys = channel.pairwise_mask_keys(mask_sk, [mask_pks[u] for u in masked_with_v], round_id)
         # u added +PRG(s_uv) if u < v, else -PRG(s_uv); take that back
-        masks += [
-            (channel.pairwise_mask_key(mask_sk, mask_pks[u], round_id), -1 if u < v else +1)
-            for u in masked_with_v
-        ]
+        masks += [(key, -1 if u < v else +1) for u, key in zip(masked_with_v, keys, strict=True)]
     return masks
 
 

@@ -1,17 +1,18 @@
-"""Shamir secret sharing of 32-byte secrets with pycryptodome (GF(2^128), one sharing per half).
+"""Shamir secret sharing of 128-bit secrets with pycryptodome: one GF(2^128) sharing per secret.
 
-Flower's `create_shares`/`combine_shares` wrap the same pycryptodome primitive but PKCS#7-pad a
-32-byte secret to 48 bytes, i.e. three sharings instead of two; interpolation is pure Python and
-sits on the server's critical path (one rebuild per surviving site), so we call it directly.
-A share is a 4-byte little-endian x-coordinate followed by the two 16-byte y-values.
+Every secret SecAgg+ shares is 16 bytes — a self-mask seed, or the seed an X25519 mask key is
+derived from (`secagg_channel.keypair_from_seed`) — because 128 bits is X25519's own security
+level and exactly one element of pycryptodome's field. A 32-byte secret would need two sharings
+(Flower's helper PKCS#7-pads it to 48 bytes: three), and interpolation is pure Python on the
+server's critical path, one rebuild per surviving site.
+A share is a 4-byte little-endian x-coordinate followed by the 16-byte y-value.
 """
 
 from __future__ import annotations
 
 from Crypto.Protocol.SecretSharing import Shamir
 
-SECRET_BYTES = 32
-_HALF = 16
+SECRET_BYTES = 16
 SHARE_BYTES = 4 + SECRET_BYTES
 
 
@@ -21,9 +22,7 @@ def split_secret(secret: bytes, threshold: int, count: int) -> list[bytes]:
         raise ValueError(f"secrets are {SECRET_BYTES} bytes, got {len(secret)}")
     if not 1 < threshold <= count:
         raise ValueError(f"need 1 < threshold <= count, got threshold={threshold}, count={count}")
-    low = Shamir.split(threshold, count, secret[:_HALF])
-    high = Shamir.split(threshold, count, secret[_HALF:])
-    return [x.to_bytes(4, "little") + a + b for (x, a), (_, b) in zip(low, high, strict=True)]
+    return [x.to_bytes(4, "little") + y for x, y in Shamir.split(threshold, count, secret)]
 
 
 def combine_secret(shares: list[bytes], threshold: int) -> bytes:
@@ -35,7 +34,4 @@ def combine_secret(shares: list[bytes], threshold: int) -> bytes:
     if len(distinct) < threshold:
         raise ValueError(f"{len(distinct)} distinct shares, {threshold} needed")
     # pycryptodome interpolates through every share it is given: pass exactly `threshold`
-    chosen = [(int.from_bytes(s[:4], "little"), s[4:]) for s in distinct[:threshold]]
-    low = Shamir.combine([(x, y[:_HALF]) for x, y in chosen])
-    high = Shamir.combine([(x, y[_HALF:]) for x, y in chosen])
-    return low + high
+    return Shamir.combine([(int.from_bytes(s[:4], "little"), s[4:]) for s in distinct[:threshold]])

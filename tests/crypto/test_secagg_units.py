@@ -78,8 +78,10 @@ def test_settings_validation_and_config():
 
 
 def test_shamir_threshold():
-    secret = bytes(range(32))
+    secret = bytes(range(16))
     shares = split_secret(secret, 3, 5)
+    with pytest.raises(ValueError, match="16 bytes"):
+        split_secret(bytes(32), 3, 5)
     assert combine_secret(shares[2:], 3) == secret
     assert combine_secret([shares[4], shares[0], shares[0], shares[2]], 3) == secret
     with pytest.raises(ValueError, match="3 needed"):
@@ -172,3 +174,19 @@ def test_local_transport_dropouts_errors_and_bytes():
         ("third", 1),
     ]
     assert t.bytes_sent[1] == 3 * len(encode_payload({"echo": 11}))
+
+
+def test_mask_keys_come_from_128_bit_seeds():
+    """A mask key pair is a function of its 16-byte seed (so rebuilding the seed rebuilds the key);
+    self-mask keys are 256-bit, differ per round and per seed."""
+    seed = urandom(16)
+    assert channel.keypair_from_seed(seed) == channel.keypair_from_seed(seed)
+    sk, pk = channel.keypair_from_seed(seed)
+    assert len(sk) == 32 and channel.public_key(sk) == pk
+    assert channel.keypair_from_seed(urandom(16))[1] != pk
+    keys = {channel.self_mask_key(s, r) for s in (seed, urandom(16)) for r in (1, 2)}
+    assert len(keys) == 4 and all(len(k) == 32 for k in keys)
+    with pytest.raises(ValueError, match="16 bytes"):
+        channel.keypair_from_seed(bytes(32))
+    with pytest.raises(ValueError, match="16 bytes"):
+        channel.self_mask_key(bytes(32), 1)
