@@ -16,8 +16,10 @@ from functools import lru_cache
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
 
+from secure_fed.crypto.threads import over_ranges, scratch
+
 MASK_KEY_BYTES = 32
-_COUNTER = bytes(16)  # AES-CTR's 128-bit initial counter block; 2^128 blocks cannot wrap
+_BLOCK_BYTES = 16  # AES-CTR's counter block; a stream starts at counter 0 and 2^128 blocks cannot wrap
 
 
 @lru_cache(maxsize=4)
@@ -28,12 +30,18 @@ def _zeros(nbytes: int) -> bytes:
 
 
 class Keystream:
-    """One key's keystream, read front to back in pieces of any size (block-wise consumers)."""
+    """One key's keystream from byte `start` on (a multiple of the 16-byte AES block), read front
+    to back in pieces of any size: a range of coordinates can be masked without the ones before it."""
 
-    def __init__(self, key: bytes) -> None:
+    def __init__(self, key: bytes, start: int = 0) -> None:
         if len(key) != MASK_KEY_BYTES:
             raise ValueError(f"mask keys are {MASK_KEY_BYTES} bytes, got {len(key)}")
-        self._ctx: CipherContext = Cipher(algorithms.AES(key), modes.CTR(_COUNTER)).encryptor()
+        if start < 0 or start % _BLOCK_BYTES:
+            raise ValueError(f"a keystream can start only at a multiple of {_BLOCK_BYTES} bytes, got {start}")
+        # CTR increments the whole 128-bit block as a big-endian integer: block b of the stream
+        # is AES_k(b), so starting at block start/16 is the same stream, seeked
+        counter = (start // _BLOCK_BYTES).to_bytes(_BLOCK_BYTES, "big")
+        self._ctx: CipherContext = Cipher(algorithms.AES(key), modes.CTR(counter)).encryptor()
 
     def fill(self, out: np.ndarray) -> None:
         """Overwrite the contiguous array `out` with the stream's next out.nbytes bytes."""
@@ -48,12 +56,28 @@ def keystream_words(key: bytes, count: int, dtype: np.dtype) -> np.ndarray:
     return out
 
 
+def stream_align(dtype: np.dtype) -> int:
+    """Coordinates of `dtype` per AES block: keystream ranges must start at a multiple of this."""
+    return _BLOCK_BYTES // np.dtype(dtype).itemsize
+
+
 def add_masks(acc: np.ndarray, masks: Iterable[tuple[bytes, int]]) -> None:
-    """acc <- acc + sum(sign * PRG(key)) over (key, sign) in `masks`, in place, wrapping mod the word."""
-    scratch = np.empty_like(acc)
-    for key, sign in masks:
-        Keystream(key).fill(scratch)
-        if sign > 0:
-            np.add(acc, scratch, out=acc)
-        else:
-            np.subtract(acc, scratch, out=acc)
+    """acc <- acc + sum(sign * PRG(key)) over (key, sign) in `masks`, in place, wrapping mod the word.
+
+    `acc` is 1-D and contiguous; its coordinates are split across `crypto_threads()` threads, each
+    adding every mask's stretch of keystream to its own range."""
+    if acc.ndim != 1 or not acc.flags.c_contiguous or acc.dtype.kind != "u":
+        raise ValueError("masks are added to a contiguous 1-D array of unsigned words")
+    masks = list(masks)
+
+    def add_range(start: int, stop: int) -> None:
+        part = acc[start:stop]
+        stream = scratch("mask", stop - start, acc.dtype)
+        for key, sign in masks:
+            Keystream(key, start * acc.itemsize).fill(stream)
+            if sign > 0:
+                np.add(part, stream, out=part)
+            else:
+                np.subtract(part, stream, out=part)
+
+    over_ranges(add_range, acc.shape[0], stream_align(acc.dtype))

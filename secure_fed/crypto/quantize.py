@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from secure_fed.crypto.masking import MASK_KEY_BYTES, Keystream
+from secure_fed.crypto.masking import MASK_KEY_BYTES, Keystream, stream_align
+from secure_fed.crypto.threads import over_ranges, scratch
 
 
 def quant_scale(clip: float, bits: int) -> float:
@@ -80,25 +81,31 @@ def quantise_into(x: np.ndarray, clip: float, bits: int, rng: np.random.Generato
     clipped = _check_finite_and_count(x, clip)
     scale = quant_scale(clip, bits)
     limit = float(2**bits)
-    n = x.shape[0]
-    scaled = np.empty(min(n, _BLOCK), dtype=np.float64)
-    uniform = np.empty_like(scaled)
-    words = np.empty(scaled.shape, dtype=np.uint32)
-    stream = Keystream(rng.bytes(MASK_KEY_BYTES))
-    for start in range(0, n, _BLOCK):
-        stop = min(start + _BLOCK, n)
-        s, u = scaled[: stop - start], uniform[: stop - start]
-        np.multiply(x[start:stop], scale, out=s, dtype=np.float64)
-        if clipped:
-            # clipping after scaling pins the ends at exactly ±2^bits, whatever rounding clip·scale has
-            np.clip(s, -limit, limit, out=s)
-        # floor(s + u), u ~ U[0, 1), rounds up with probability frac(s): unbiased, error < 1 quantum.
-        w = words[: stop - start]
-        stream.fill(w)
-        np.multiply(w, _UNIT, out=u)
-        s += u
-        np.floor(s, out=s)
-        np.copyto(out[start:stop], s, casting="unsafe")  # integral and in range: exact
+    key = rng.bytes(MASK_KEY_BYTES)
+
+    def encode_range(lo: int, hi: int) -> None:
+        size = min(hi - lo, _BLOCK)
+        scaled = scratch("scaled", size, np.float64)
+        uniform = scratch("uniform", size, np.float64)
+        words = scratch("rounding", size, np.uint32)
+        # coordinate i always rounds with word i of the stream, whichever thread encodes it
+        stream = Keystream(key, lo * words.itemsize)
+        for start in range(lo, hi, _BLOCK):
+            stop = min(start + _BLOCK, hi)
+            s, u = scaled[: stop - start], uniform[: stop - start]
+            np.multiply(x[start:stop], scale, out=s, dtype=np.float64)
+            if clipped:
+                # clipping after scaling pins the ends at exactly ±2^bits, whatever rounding clip·scale has
+                np.clip(s, -limit, limit, out=s)
+            # floor(s + u), u ~ U[0, 1), rounds up with probability frac(s): unbiased, error < 1 quantum.
+            w = words[: stop - start]
+            stream.fill(w)
+            np.multiply(w, _UNIT, out=u)
+            s += u
+            np.floor(s, out=s)
+            np.copyto(out[start:stop], s, casting="unsafe")  # integral and in range: exact
+
+    over_ranges(encode_range, x.shape[0], stream_align(np.dtype(np.uint32)))
     return clipped
 
 

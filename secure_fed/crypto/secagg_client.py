@@ -217,9 +217,8 @@ def masked_input(
     mask_pk = dict(zip(state["peers"], state["peer_mask_pk"], strict=True))
     me, round_id = state["node_id"], state["round_id"]
     mask_sk, _ = channel.keypair_from_seed(state["mask_seed"])
-    keys = _agreed(
-        lambda pks: channel.pairwise_mask_keys(mask_sk, pks, round_id), partners, [mask_pk[p] for p in partners]
-    )
+    peer_pks = [mask_pk[p] for p in partners]
+    keys = _agreed(lambda pks: channel.pairwise_mask_keys(mask_sk, pks, round_id), partners, peer_pks)
     # the lower id adds, the higher subtracts, so each pair cancels in the sum
     pairwise = [(key, +1 if me < peer else -1) for peer, key in zip(partners, keys, strict=True)]
     add_masks(y, [(channel.self_mask_key(state["seed"], round_id), +1), *pairwise])

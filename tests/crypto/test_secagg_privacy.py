@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from secure_fed.crypto import secagg_channel as channel
 from secure_fed.crypto import secagg_client
 from secure_fed.crypto.quantize import from_ring, stochastic_quantise, to_ring
 from secure_fed.crypto.secagg_protocol import (
@@ -259,3 +260,17 @@ def test_client_refuses_out_of_order_and_foreign_round():
         )
     with pytest.raises(SecAggRefused, match="unknown"):
         client_step("secagg_bogus", {"round_id": 1}, state, np.zeros(10))
+
+
+def test_client_names_the_peer_whose_public_key_is_a_low_order_point():
+    """An all-zero X25519 key gives no shared secret; the refusal says whose key it was."""
+    _, state = client_step(SETUP, _setup_request(), {}, np.zeros(10))
+    good = [channel.new_keypair(seeded_entropy(i))[1] for i in range(6)]
+    request = {
+        "round_id": 1,
+        "peers": [2, 3, 4],
+        "peer_enc_pk": [good[0], bytes(32), good[1]],
+        "peer_mask_pk": good[2:5],
+    }
+    with pytest.raises(SecAggRefused, match="public key of node 3 is invalid"):
+        client_step(SHARES, request, state, np.zeros(10))
