@@ -2,7 +2,8 @@
 
 Everything is started the way an operator would (`flower-superlink` with TLS and SuperNode
 authentication, each hospital's node through `secure-fed client` with its own key, `flwr supernode
-register`, `flwr run` on the app as pyproject.toml declares it), bound to 127.0.0.1, with a
+register`, `flwr run` on the app as pyproject.toml declares it), bound to 127.0.0.1 — and a node
+with a key nobody registered is started first and must be refused — with a
 throw-away FLWR_HOME so nothing is written to the real home. While the run goes, every TCP socket
 of those processes and of their children (SuperExec, `flwr-serverapp`, one `flwr-clientapp` per
 message) is recorded.
@@ -315,6 +316,33 @@ class Deployment:
     status: dict
     watch: SocketWatch
     logs: dict[str, str]
+    unregistered_exit: int | None = None
+
+
+def wait_refused(proc: subprocess.Popen, timeout: float = 90.0) -> int | None:
+    """Wait for a SuperNode the SuperLink turns away to give up; return its exit status (None if it
+    never did). Its SuperExec child outlives it and keeps retrying, so end every process it started."""
+    started: dict[int, psutil.Process] = {}
+    deadline = time.monotonic() + timeout
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            started.update({c.pid: c for c in psutil.Process(proc.pid).children(recursive=True)})
+        except psutil.NoSuchProcess:
+            pass
+        time.sleep(0.2)
+    status = proc.poll()
+    stop_group(proc)
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)  # the group outlives its leader
+    except ProcessLookupError:
+        pass
+    for child in started.values():
+        try:
+            child.terminate()  # psutil refuses if the pid now belongs to another process
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(list(started.values()), timeout=10)
+    return status
 
 
 def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int = 2) -> Deployment:
@@ -363,6 +391,7 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
     watch = SocketWatch(roots=[])
     watch.start()
     status: dict = {}
+    unregistered_exit = None
     try:
         start(
             "superlink",
@@ -396,29 +425,33 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
                 timeout=60,
             )
             assert registered.returncode == 0, registered.stdout + registered.stderr
+
+        def node_command(site: int, auth_key: Path) -> list[str]:
+            # a hospital's node as its operator starts it: TLS, its own auth key, its own policy
+            return [
+                str(BIN / "secure-fed"),
+                "client",
+                "--site",
+                f"site{site}",
+                "--config",
+                str(run_toml),
+                "--keys",
+                str(keys),
+                "--superlink",
+                f"127.0.0.1:{link_port}",
+                "--root-certificates",
+                str(tls.ca),
+                "--auth-key",
+                str(auth_key),
+                "--runtime-port",
+                str(free_port()),
+            ]
+
+        # A node with a well-formed key the operator never registered must be turned away.
+        stranger, _ = make_node_key(tls.ca.parent, "unregistered")
+        unregistered_exit = wait_refused(start("unregistered", node_command(0, stranger)))
         for k, (private, _) in enumerate(node_keys):
-            # Each hospital's node as its operator starts it: TLS, its own auth key, its own policy.
-            start(
-                f"supernode{k}",
-                [
-                    str(BIN / "secure-fed"),
-                    "client",
-                    "--site",
-                    f"site{k}",
-                    "--config",
-                    str(run_toml),
-                    "--keys",
-                    str(keys),
-                    "--superlink",
-                    f"127.0.0.1:{link_port}",
-                    "--root-certificates",
-                    str(tls.ca),
-                    "--auth-key",
-                    str(private),
-                    "--runtime-port",
-                    str(free_port()),
-                ],
-            )
+            start(f"supernode{k}", node_command(k, private))
         submit = start(
             "flwr-run",
             [
@@ -458,7 +491,7 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
         else:
             pytest.fail(f"the run did not finish within {RUN_TIMEOUT:.0f} s: {status}")
         for name, proc in procs.items():
-            if name != "flwr-run":
+            if name not in ("flwr-run", "unregistered"):
                 assert proc.poll() is None, f"{name} died: see {logs_dir / (name + '.log')}"
     finally:
         watch.stop()
@@ -481,7 +514,7 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
             f"run ended {status.get('status')}: {status.get('status-details')}\n"
             f"{log.stdout[-4000:] if log else ''}"
         )
-    return Deployment(out=out, status=status, watch=watch, logs=logs)
+    return Deployment(out=out, status=status, watch=watch, logs=logs, unregistered_exit=unregistered_exit)
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
@@ -499,6 +532,10 @@ def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float =
 def test_flwr_run_on_a_local_deployment(tmp_path: Path, cache_dir: Path) -> None:
     app_dir = copy_app(tmp_path / "app")
     result = run_local_deployment(app_dir, tmp_path, cache_dir, rounds=2)
+
+    # SuperNode authentication: the node whose key was never registered gave up, refused
+    assert result.unregistered_exit not in (None, 0), result.logs["unregistered"][-2000:]
+    assert "Failed to activate SuperNode" in result.logs["unregistered"], result.logs["unregistered"][-2000:]
 
     metrics = json.loads((result.out / "metrics.json").read_text())
     assert metrics["rounds"] == 2 and len(metrics["per_round"]) == 2
