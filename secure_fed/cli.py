@@ -210,7 +210,6 @@ def client(
     """
     import os
     import shutil
-    import subprocess
 
     _config(config, {})  # fail here, not mid-round, on a bad policy file
     if not insecure and root_certificates is None:
@@ -231,8 +230,11 @@ def client(
 
         typer.echo(shlex.join(cmd))  # quoted, unwrapped: ready to paste into a service file
         return
+    from secure_fed.clients.supervise import run_node
+
     # The SuperNode process does not import secure_fed itself: hand it the hardened environment.
-    raise typer.Exit(subprocess.call(cmd, env=dict(os.environ)))
+    # Its SuperExec child would outlive it; run_node ends the whole process group with it.
+    raise typer.Exit(run_node(cmd, env=os.environ))
 
 
 @data_app.command("synth")

@@ -317,11 +317,13 @@ class Deployment:
     watch: SocketWatch
     logs: dict[str, str]
     unregistered_exit: int | None = None
+    unregistered_leftovers: list[int] = field(default_factory=list)
 
 
-def wait_refused(proc: subprocess.Popen, timeout: float = 90.0) -> int | None:
-    """Wait for a SuperNode the SuperLink turns away to give up; return its exit status (None if it
-    never did). Its SuperExec child outlives it and keeps retrying, so end every process it started."""
+def wait_refused(proc: subprocess.Popen, timeout: float = 90.0) -> tuple[int | None, list[int]]:
+    """Wait for a node the SuperLink turns away to give up; return its exit status (None if it never
+    did) and the processes it started that were still running once it had exited (`secure-fed
+    client` must leave none: flower-supernode's SuperExec child would keep retrying). Ends them."""
     started: dict[int, psutil.Process] = {}
     deadline = time.monotonic() + timeout
     while proc.poll() is None and time.monotonic() < deadline:
@@ -332,17 +334,14 @@ def wait_refused(proc: subprocess.Popen, timeout: float = 90.0) -> int | None:
         time.sleep(0.2)
     status = proc.poll()
     stop_group(proc)
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)  # the group outlives its leader
-    except ProcessLookupError:
-        pass
-    for child in started.values():
+    left = [p for p in started.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    for child in left:
         try:
             child.terminate()  # psutil refuses if the pid now belongs to another process
         except psutil.NoSuchProcess:
             pass
-    psutil.wait_procs(list(started.values()), timeout=10)
-    return status
+    psutil.wait_procs(left, timeout=10)
+    return status, [p.pid for p in left]
 
 
 def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int = 2) -> Deployment:
@@ -391,7 +390,7 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
     watch = SocketWatch(roots=[])
     watch.start()
     status: dict = {}
-    unregistered_exit = None
+    unregistered_exit, leftovers = None, []
     try:
         start(
             "superlink",
@@ -449,7 +448,7 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
 
         # A node with a well-formed key the operator never registered must be turned away.
         stranger, _ = make_node_key(tls.ca.parent, "unregistered")
-        unregistered_exit = wait_refused(start("unregistered", node_command(0, stranger)))
+        unregistered_exit, leftovers = wait_refused(start("unregistered", node_command(0, stranger)))
         for k, (private, _) in enumerate(node_keys):
             start(f"supernode{k}", node_command(k, private))
         submit = start(
@@ -514,7 +513,14 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
             f"run ended {status.get('status')}: {status.get('status-details')}\n"
             f"{log.stdout[-4000:] if log else ''}"
         )
-    return Deployment(out=out, status=status, watch=watch, logs=logs, unregistered_exit=unregistered_exit)
+    return Deployment(
+        out=out,
+        status=status,
+        watch=watch,
+        logs=logs,
+        unregistered_exit=unregistered_exit,
+        unregistered_leftovers=leftovers,
+    )
 
 
 def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 60.0) -> None:
@@ -536,6 +542,7 @@ def test_flwr_run_on_a_local_deployment(tmp_path: Path, cache_dir: Path) -> None
     # SuperNode authentication: the node whose key was never registered gave up, refused
     assert result.unregistered_exit not in (None, 0), result.logs["unregistered"][-2000:]
     assert "Failed to activate SuperNode" in result.logs["unregistered"], result.logs["unregistered"][-2000:]
+    assert result.unregistered_leftovers == []  # `secure-fed client` ended its SuperExec with it
 
     metrics = json.loads((result.out / "metrics.json").read_text())
     assert metrics["rounds"] == 2 and len(metrics["per_round"]) == 2
