@@ -30,6 +30,16 @@ _pool_size = 0
 _local = threading.local()
 
 
+def _forget_pool_after_fork() -> None:
+    # a forked child inherits the executor object but none of its threads: work queued to it would
+    # wait forever, so the child starts a pool of its own on first use
+    global _pool, _pool_size, _lock
+    _pool, _pool_size, _lock = None, 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_pool_after_fork)
+
+
 def crypto_threads() -> int:
     """Threads for vector crypto: $SECURE_FED_CRYPTO_THREADS, else the usable cores (at most 4)."""
     raw = os.environ.get(THREADS_ENV)
@@ -70,7 +80,9 @@ def over_ranges(work: Callable[[int, int], T], n: int, align: int) -> list[T]:
     ranges = coordinate_ranges(n, parts, align)
     if len(ranges) == 1:
         return [work(*ranges[0])]
-    return list(_executor(len(ranges)).map(lambda r: work(*r), ranges))
+    # the calling thread takes the first range itself: one hand-off fewer, one pool thread fewer
+    pending = [_executor(len(ranges) - 1).submit(work, *r) for r in ranges[1:]]
+    return [work(*ranges[0]), *(f.result() for f in pending)]
 
 
 def scratch(name: str, count: int, dtype: np.dtype | type) -> np.ndarray:

@@ -1,6 +1,8 @@
 """Vector crypto split across threads gives the single-thread result, bit for bit."""
 
+import os
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -112,4 +114,27 @@ def test_rounding_does_not_depend_on_the_thread_count(monkeypatch):
 def test_pool_follows_the_configured_size(monkeypatch):
     monkeypatch.setenv(THREADS_ENV, "3")
     over_ranges(lambda a, b: None, N, 4)
-    assert threads._pool_size == 3
+    assert threads._pool_size == 2  # the calling thread works one range itself
+
+
+def test_a_forked_child_gets_a_pool_of_its_own(monkeypatch):
+    """Threads do not survive fork(): a child must not queue work to its parent's pool."""
+    monkeypatch.setenv(THREADS_ENV, "2")
+    over_ranges(lambda a, b: None, N, 4)  # the parent's pool exists
+    pid = os.fork()
+    if pid == 0:  # child: would hang on the inherited pool; exit 0 only if the work completes
+        ok = False
+        try:
+            ok = sum(over_ranges(lambda a, b: b - a, N, 4)) == N
+        finally:
+            os._exit(0 if ok else 1)  # never return into the parent's pytest
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            assert os.waitstatus_to_exitcode(status) == 0
+            return
+        time.sleep(0.05)
+    os.kill(pid, 9)
+    os.waitpid(pid, 0)
+    raise AssertionError("the forked child hung on its parent's thread pool")
