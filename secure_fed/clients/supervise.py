@@ -44,7 +44,8 @@ def end_group(pgid: int, grace: float = 10.0) -> None:
 
 def run_node(cmd: Sequence[str], env: Mapping[str, str], grace: float = 10.0) -> int:
     """Run `cmd` in a new process group, forwarding SIGTERM/SIGINT/SIGHUP to the group; return its
-    exit status once it and every process it started have ended."""
+    exit status once it and every process it started have ended (128 + N when signal N ended it,
+    as a shell reports it, so that a service manager sees a stopped node, not status 241)."""
     proc = subprocess.Popen(list(cmd), env=dict(env), start_new_session=True)
 
     def forward(signum: int, _frame: FrameType | None) -> None:
@@ -60,4 +61,4 @@ def run_node(cmd: Sequence[str], env: Mapping[str, str], grace: float = 10.0) ->
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         end_group(proc.pid, grace)
-    return status
+    return status if status >= 0 else 128 - status

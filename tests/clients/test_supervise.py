@@ -46,3 +46,29 @@ def test_end_group_kills_what_ignores_sigterm(tmp_path: Path):
     time.sleep(0.3)  # let it install the handler
     end_group(stubborn.pid, grace=0.5)
     assert stubborn.wait(timeout=5) == -9
+
+
+# a supervisor as `secure-fed client` runs: the node sleeps (in its own group) until told to stop
+SUPERVISOR = """
+import os, sys
+from secure_fed.clients.supervise import run_node
+node = [sys.executable, "-c", "import time; time.sleep(600)"]
+sys.exit(run_node(node, env=os.environ, grace=5.0))
+"""
+
+
+def test_sigterm_to_the_supervisor_stops_the_node(tmp_path: Path):
+    """A service manager stopping `secure-fed client` stops the SuperNode's whole group too."""
+    supervisor = subprocess.Popen([sys.executable, "-c", SUPERVISOR])
+    deadline = time.monotonic() + 30
+    nodes: list[psutil.Process] = []
+    while not nodes and time.monotonic() < deadline:
+        nodes = psutil.Process(supervisor.pid).children()
+        time.sleep(0.05)
+    assert nodes, "the supervisor never started its node"
+    node = nodes[0]
+    assert os.getpgid(node.pid) == node.pid != os.getpgid(supervisor.pid)  # a group of its own
+    time.sleep(0.5)  # the supervisor has installed its handlers once the node runs; give it a moment
+    supervisor.terminate()
+    assert supervisor.wait(timeout=15) == 128 + 15  # the node was ended by the forwarded SIGTERM
+    assert _gone(node.pid)
