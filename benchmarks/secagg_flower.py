@@ -7,7 +7,8 @@ through Flower's Grid), for
 - ours: `secure_fed.crypto.vectors.sum_vectors` over `GridTransport`, with and without SecAgg+
   (the settings `secure-fed run --secagg` uses), each site summing a fixed float32 vector; a
   "round" is the server's broadcast of a global vector of the same size (as FedTAR's train message
-  carries the adapters) followed by the sum, and "sum" the sum alone;
+  carries the adapters; with SecAgg+ it also carries the setup, and the reply the site's public
+  keys, as in FedTAR's rounds) followed by the sum, and "sum" what follows the broadcast;
 - Flower's: `DefaultWorkflow` with its default fit workflow against `SecAggPlusWorkflow`
   (`secaggplus_mod` on the clients; Flower's defaults: complete graph, clip 8, 2^22 levels, 2^32
   modulus), a legacy FedAvg whose clients return the same fixed vector; a round is FitIns (the
@@ -30,7 +31,15 @@ import numpy as np
 
 import secure_fed  # noqa: F401  (hardened environment: telemetry off, Ray on loopback)
 from secure_fed.config import SecAggConfig
-from secure_fed.crypto.secagg_protocol import PLAIN_SUM, SECAGG_PHASES, SecAggSettings
+from secure_fed.crypto.secagg_protocol import (
+    PLAIN_SUM,
+    SECAGG_PHASES,
+    SETUP,
+    SecAggSettings,
+    embed_setup,
+    embedded_setup,
+)
+from secure_fed.crypto.secagg_server import Advertised, advertised_keys, plan_setup
 from secure_fed.crypto.vectors import client_step, sum_vectors
 from secure_fed.runner import loopback_ray_backend
 from secure_fed.server.app import wait_for_nodes
@@ -59,9 +68,14 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
     client = ClientApp()
 
     def respond(phase: str, message: Message, context: Any) -> Message:
-        if phase == "train":  # the broadcast: take the global vector, acknowledge
-            from_records(message.content)
-            return Message(to_records({"status": "ok"}), reply_to=message)
+        if phase == "train":  # the broadcast: take the global vector, acknowledge (+ SecAgg+ keys)
+            request = from_records(message.content)
+            setup = embedded_setup(request)
+            if setup is None:
+                return Message(to_records({"status": "ok"}), reply_to=message)
+            keys, state = client_step(SETUP, setup, {}, site_vector(context.node_id, dim))
+            store_state(context.state, "sum", state)
+            return Message(to_records({"status": "ok", **embed_setup(keys)}), reply_to=message)
         state = load_state(context.state, "sum")
         reply, state = client_step(
             phase, from_records(message.content), state, site_vector(context.node_id, dim)
@@ -89,10 +103,19 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
         }
         for r in range(rounds + 1):
             for mode, agg in (("plain", None), ("secagg", settings)):
+                round_id = f"{mode}-{r}"
                 start = time.perf_counter()
-                transport.exchange("train", {u: {"global": global_vector} for u in nodes})
+                # as FedTAR's rounds do: the SecAgg+ setup rides on the broadcast
+                plan = plan_setup(nodes, dim, agg, round_id) if agg else None
+                setups = {u: embed_setup(plan.requests[u]) if plan else {} for u in nodes}
+                requests = {u: {"global": global_vector, **setups[u]} for u in nodes}
+                replies = transport.exchange("train", requests)
                 sent = time.perf_counter()
-                result = sum_vectors(transport, nodes, dim, agg, round_id=f"{mode}-{r}")
+                advertised = None
+                if plan is not None:
+                    answers = {u: embedded_setup(reply) or {} for u, reply in replies.items()}
+                    advertised = Advertised(plan, advertised_keys(plan, answers))
+                result = sum_vectors(transport, nodes, dim, agg, round_id=round_id, advertised=advertised)
                 done = time.perf_counter()
                 if result.survivors != nodes:
                     raise RuntimeError(f"{mode} round {r} lost sites: {result.dropped}")

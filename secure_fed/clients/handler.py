@@ -9,7 +9,14 @@ from secure_fed.clients.policy import SitePolicy
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.crypto import scalars as scalar_sum
 from secure_fed.crypto import vectors as vector_sum
-from secure_fed.crypto.secagg_protocol import PLAIN_SUM, SECAGG_PHASES
+from secure_fed.crypto.secagg_protocol import (
+    PLAIN_SUM,
+    SECAGG_PHASES,
+    SETUP,
+    SecAggRefused,
+    embed_setup,
+    embedded_setup,
+)
 
 Payload = dict[str, Any]
 
@@ -26,7 +33,15 @@ def handle(
         return {"site": runtime.site, "dp": runtime.privacy is not None}, state
     if phase == "train":
         reply = runtime.train(round_id, str(request["method"]), request["global"], request)
-        return reply, state
+        setup = embedded_setup(request)
+        if setup is None or reply.get("status") != "ok":
+            return reply, state
+        # SecAgg+ key advertisement rides on the training message: the update it will mask exists now
+        try:
+            keys, state = vector_sum.client_step(SETUP, setup, {}, runtime.stash["upload"])
+        except SecAggRefused as exc:  # the training result stands; the secure sum counts us as dropped
+            return {**reply, "secagg_refused": str(exc)}, state
+        return {**reply, **embed_setup(keys)}, state
     if phase == "hypergrad":
         return runtime.hypergrad(round_id, request["final"], request["directions"]), state
     if phase == "finish":

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -18,6 +20,21 @@ SHARES = "secagg_shares"
 MASKED = "secagg_masked"
 UNMASK = "secagg_unmask"
 SECAGG_PHASES = (SETUP, SHARES, MASKED, UNMASK)
+# A setup request (and its reply) can ride inside another message, its fields under this prefix, so
+# that key advertisement shares the round trip that hands the sites their work.
+EMBEDDED_SETUP = "secagg_setup."
+
+
+def embed_setup(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A setup request or reply as fields to merge into another message (flat: every transport
+    carries it)."""
+    return {EMBEDDED_SETUP + key: value for key, value in payload.items()}
+
+
+def embedded_setup(message: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The setup request or reply inside `message`, or None when it carries none."""
+    found = {k[len(EMBEDDED_SETUP) :]: v for k, v in message.items() if k.startswith(EMBEDDED_SETUP)}
+    return found or None
 
 
 class SecAggAbort(RuntimeError):

@@ -8,7 +8,8 @@ vectors are in -- the self-mask seeds of survivors and the mask keys of dropped 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -57,16 +58,30 @@ def _rebuild(owner: int, shares: list[bytes], params: RoundParams, what: str) ->
         raise SecAggAbort(f"SecAgg+ aborted: node {owner}'s {what} shares do not combine: {exc}") from exc
 
 
-def _setup(
-    transport: Transport,
-    graph: dict[int, list[int]],
+@dataclass(frozen=True)
+class SetupPlan:
+    """What the server fixes before any client hears of the round: the masking graph over the
+    round's nodes, its parameters, and each node's setup request (parameters it will check and
+    answer with its public keys). The requests can travel alone or inside another message — the
+    training broadcast — so that key advertisement costs no round trip of its own."""
+
+    round_id: int | str
+    dim: int
+    graph: dict[int, list[int]]
+    params: RoundParams
+    requests: dict[int, dict[str, Any]]
+
+
+def plan_setup(
+    node_ids: Sequence[int],
     dim: int,
     settings: SecAggSettings,
-    params: RoundParams,
     round_id: int | str,
-) -> dict[int, tuple[bytes, bytes]]:
-    """Send each node its parameters; return (encryption public key, mask public key) of each
-    node that accepted them."""
+    rng: random.Random | None = None,
+) -> SetupPlan:
+    nodes = sorted(set(node_ids))
+    params = round_params(len(nodes), dim, settings)
+    graph = neighbour_graph(nodes, params.degree, rng or random.SystemRandom())
     requests = {
         u: {
             "round_id": round_id,
@@ -81,12 +96,28 @@ def _setup(
         }
         for u, peers in graph.items()
     }
+    return SetupPlan(round_id=round_id, dim=dim, graph=graph, params=params, requests=requests)
+
+
+def advertised_keys(
+    plan: SetupPlan, replies: Mapping[int, Mapping[str, Any]]
+) -> dict[int, tuple[bytes, bytes]]:
+    """(encryption public key, mask public key) of each planned node whose setup reply carries both."""
     keys = {}
-    for u, r in transport.exchange(SETUP, requests).items():
+    for u, r in replies.items():
         pair = [r.get("enc_pk"), r.get("mask_pk")]
-        if u in requests and _is_bytes_list(pair, 2):
+        if u in plan.requests and _is_bytes_list(pair, 2):
             keys[u] = (pair[0], pair[1])
     return keys
+
+
+@dataclass(frozen=True)
+class Advertised:
+    """A setup that already happened (its requests went out with another message): the plan and
+    the public keys that came back."""
+
+    plan: SetupPlan
+    keys: dict[int, tuple[bytes, bytes]]
 
 
 def _route_shares(
@@ -205,13 +236,22 @@ def run_secagg(
     settings: SecAggSettings,
     round_id: int | str,
     rng: random.Random | None = None,
+    advertised: Advertised | None = None,
 ) -> VectorSum:
-    """Securely sum the clients' `dim`-vectors; raise `SecAggAbort` if too many drop out."""
-    nodes = sorted(set(node_ids))
-    params = round_params(len(nodes), dim, settings)
-    graph = neighbour_graph(nodes, params.degree, rng or random.SystemRandom())
+    """Securely sum the clients' `dim`-vectors; raise `SecAggAbort` if too many drop out.
 
-    keys = _setup(transport, graph, dim, settings, params, round_id)
+    With `advertised`, the setup round trip already happened inside another message: its plan is
+    used as it stands (graph, parameters) and only the keys of `node_ids` count."""
+    nodes = sorted(set(node_ids))
+    if advertised is None:
+        plan = plan_setup(nodes, dim, settings, round_id, rng)
+        keys = advertised_keys(plan, transport.exchange(SETUP, plan.requests))
+    else:
+        plan = advertised.plan
+        if plan.dim != dim or plan.round_id != round_id or not set(nodes) <= set(plan.graph):
+            raise ValueError("the advertised SecAgg+ setup was planned for another round, size or node set")
+        keys = {u: pair for u, pair in advertised.keys.items() if u in nodes}
+    graph, params = plan.graph, plan.params
     _require(list(keys), params, SETUP)
     masked_requests = _route_shares(transport, graph, keys, round_id)
     _require(list(masked_requests), params, SHARES)

@@ -11,7 +11,7 @@ import numpy as np
 
 from secure_fed.crypto.secagg_client import Entropy, secagg_client_step
 from secure_fed.crypto.secagg_protocol import PLAIN_SUM, SecAggAbort, SecAggRefused, SecAggSettings, VectorSum
-from secure_fed.crypto.secagg_server import run_secagg
+from secure_fed.crypto.secagg_server import Advertised, run_secagg
 from secure_fed.crypto.transport import Transport
 
 __all__ = ["VectorSum", "client_step", "sum_vectors"]
@@ -39,17 +39,19 @@ def sum_vectors(
     settings: SecAggSettings | None,
     round_id: int | str = 0,
     rng: random.Random | None = None,
+    advertised: Advertised | None = None,
 ) -> VectorSum:
     """Sum the sites' `dim`-vectors: plainly when `settings` is None, else with SecAgg+.
 
     With SecAgg+ the server learns only the survivors' sum (to within `quantisation_bound` per
     coordinate) and the clipped fraction; `SecAggAbort` is raised, with nothing released, when too
-    few sites stay. `rng` only shapes the masking graph (default: the OS's randomness).
+    few sites stay. `rng` only shapes the masking graph (default: the OS's randomness);
+    `advertised` is a setup already carried by an earlier message (`plan_setup`).
     """
     nodes = sorted(set(node_ids))
     if settings is None:
         return _plain_sum(transport, nodes, dim, round_id)
-    return run_secagg(transport, nodes, dim, settings, round_id, rng)
+    return run_secagg(transport, nodes, dim, settings, round_id, rng, advertised)
 
 
 def client_step(

@@ -13,6 +13,7 @@ import numpy as np
 from secure_fed.config import RunConfig
 from secure_fed.crypto.scalars import HESettings, sum_scalars
 from secure_fed.crypto.secagg_protocol import SecAggSettings, VectorSum
+from secure_fed.crypto.secagg_server import Advertised
 from secure_fed.crypto.transport import Transport
 from secure_fed.crypto.vectors import sum_vectors
 
@@ -38,9 +39,14 @@ class AggregationSettings:
 
 
 def secure_sum(
-    transport: Transport, nodes: list[int], dim: int, settings: AggregationSettings, round_id: int
+    transport: Transport,
+    nodes: list[int],
+    dim: int,
+    settings: AggregationSettings,
+    round_id: int,
+    advertised: Advertised | None = None,
 ) -> VectorSum:
-    return sum_vectors(transport, nodes, dim, settings.secagg, round_id)
+    return sum_vectors(transport, nodes, dim, settings.secagg, round_id, advertised=advertised)
 
 
 def scalar_sum(

@@ -8,11 +8,14 @@ import math
 import numpy as np
 import pytest
 
+from secure_fed import runner
 from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.verify import verify_logs
 from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.crypto.keys import init_keys
+from secure_fed.crypto.secagg_protocol import MASKED, SECAGG_PHASES, SETUP, SHARES, UNMASK, embedded_setup
 from secure_fed.runner import run_inprocess
+from secure_fed.server.transports import InProcessTransport
 
 METRICS = METRIC_NAMES
 
@@ -83,3 +86,57 @@ def test_every_method_runs(make_config, method):
     assert not math.isnan(metrics["test"]["BLEU-1"])
     if method == "fedtar-no-temporal":
         assert metrics["alpha"] == pytest.approx([1 / 3] * 3)
+
+
+class _Recorder(InProcessTransport):
+    """InProcessTransport that keeps each phase's requests and replies."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.log: list[tuple[str, dict, dict]] = []
+
+    def exchange(self, phase, requests):
+        replies = super().exchange(phase, requests)
+        self.log.append((phase, dict(requests), replies))
+        return replies
+
+
+def _recorded_run(monkeypatch, cfg, **kw):
+    made: list[_Recorder] = []
+
+    def recorder(*args, **kwargs):
+        made.append(_Recorder(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(runner, "InProcessTransport", recorder)
+    outcome = _run(cfg, **kw)
+    return outcome, made[0]
+
+
+def test_secagg_keys_ride_on_the_training_message(make_config, monkeypatch):
+    """No round trip of its own for key advertisement: the training message carries each site's
+    SecAgg+ setup, the training reply its public keys, and the sum needs 3 more phases, not 4."""
+    outcome, transport = _recorded_run(monkeypatch, make_config("masked", secagg__enabled=True))
+    phases = [phase for phase, _, _ in transport.log]
+    assert SETUP not in phases
+    per_round = [p for p in phases if p in SECAGG_PHASES]
+    assert per_round == [SHARES, MASKED, UNMASK] * 2  # two rounds
+    for phase, requests, replies in transport.log:
+        if phase == "train":
+            for node, request in requests.items():
+                setup = embedded_setup(request)
+                assert setup is not None and setup["node_id"] == node and setup["dim"] > 0
+                assert set(embedded_setup(replies[node])) == {"enc_pk", "mask_pk"}
+    assert all(r["quantisation_bound"] > 0 for r in outcome.metrics["per_round"])
+
+
+def test_sites_lost_after_the_piggybacked_setup_are_dropped_not_fatal(make_config, monkeypatch):
+    """6 sites (k = 5, Shamir threshold 3): one never answers the training message (planned, no
+    keys), another vanishes before its masked upload; the round completes on the other four."""
+    cfg = make_config("dropouts", secagg__enabled=True, data__synth__sites=6, fed__rounds=1)
+    outcome, transport = _recorded_run(monkeypatch, cfg, drop={"train": {5}, MASKED: {4}})
+    shares = next(requests for phase, requests, _ in transport.log if phase == SHARES)
+    assert sorted(shares) == [0, 1, 2, 3, 4]  # node 5 was planned but advertised no keys
+    round_1 = outcome.metrics["per_round"][0]
+    assert round_1["quantisation_bound"] > 0
+    assert round_1["dropped"] == ["site4"], round_1

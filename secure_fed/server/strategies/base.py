@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 
 from secure_fed.config import RunConfig
+from secure_fed.crypto.secagg_protocol import SecAggAbort, embed_setup, embedded_setup
+from secure_fed.crypto.secagg_server import Advertised, SetupPlan, advertised_keys, plan_setup
 from secure_fed.crypto.transport import Transport
 from secure_fed.server.aggregation import AggregationSettings, secure_sum
 
@@ -26,6 +28,8 @@ class RoundContext:
     log_event: Callable[[str, dict[str, Any]], None] = lambda event, payload: None
     copy_site_record: Callable[[dict[str, Any]], None] = lambda record: None
     site_deltas: dict[str, float] = field(default_factory=dict)
+    # the SecAgg+ setup that went out with this round's training message, for the secure sum
+    secagg_advertised: Advertised | None = None
 
 
 @dataclass
@@ -96,7 +100,9 @@ class Strategy(ABC):
             "dp": ctx.cfg.dp.enabled,
             **self.train_options(ctx.round),
         }
-        replies = ctx.transport.exchange("train", {n: dict(request) for n in ctx.nodes})
+        plan = self._secagg_plan(ctx)
+        setups = {n: embed_setup(plan.requests[n]) if plan else {} for n in ctx.nodes}
+        replies = ctx.transport.exchange("train", {n: {**request, **setups[n]} for n in ctx.nodes})
         participants, declined, eps = [], {}, {}
         for node in ctx.nodes:
             reply = replies.get(node)
@@ -124,6 +130,9 @@ class Strategy(ABC):
                     prv = float(reply["epsilon_prv"])
                     eps[site] = {"rdp": float(reply["epsilon_rdp"]), "prv": None if np.isnan(prv) else prv}
                     ctx.site_deltas[site] = float(reply["delta"])
+        if plan is not None:
+            answers = {n: embedded_setup(replies[n]) or {} for n in participants}
+            ctx.secagg_advertised = Advertised(plan, advertised_keys(plan, answers))
         if len(participants) < ctx.cfg.fed.min_sites:
             raise TooFewSites(
                 f"round {ctx.round}: only {len(participants)} site(s) took part, fewer than fed.min_sites = "
@@ -139,8 +148,21 @@ class Strategy(ABC):
             },
         )
 
+    def _secagg_plan(self, ctx: RoundContext) -> SetupPlan | None:
+        """The SecAgg+ setup to send with the training message (None: plain sums, or too few
+        sites for SecAgg+ — the secure sum then says so itself)."""
+        if ctx.aggregation.secagg is None:
+            return None
+        try:
+            return plan_setup(ctx.nodes, self.upload_dim(), ctx.aggregation.secagg, ctx.round)
+        except SecAggAbort:
+            return None
+
     def sum_uploads(self, ctx: RoundContext, participants: list[int], dim: int) -> tuple[np.ndarray, Any]:
-        summed = secure_sum(ctx.transport, participants, dim, ctx.aggregation, ctx.round)
+        advertised, ctx.secagg_advertised = ctx.secagg_advertised, None
+        if advertised is not None and advertised.plan.dim != dim:
+            advertised = None  # planned for another upload: run the setup round trip after all
+        summed = secure_sum(ctx.transport, participants, dim, ctx.aggregation, ctx.round, advertised)
         ctx.log_event(
             "secagg_round",
             {
