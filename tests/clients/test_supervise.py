@@ -37,7 +37,15 @@ def test_node_exit_status_is_kept_and_its_children_end_with_it(tmp_path: Path):
     status = run_node([sys.executable, "-c", NODE, str(pid_file)], env=os.environ, grace=5.0)
     assert status == 3
     child = int(pid_file.read_text())
-    assert _gone(child), f"child {child} outlived the node"
+    try:
+        assert _gone(child), f"child {child} outlived the node"
+    finally:  # if it did, end it — but only if that pid still is our sleeper
+        try:
+            proc = psutil.Process(child)
+            if "time.sleep(600)" in " ".join(proc.cmdline()):
+                proc.kill()
+        except psutil.Error:
+            pass
 
 
 def test_end_group_kills_what_ignores_sigterm(tmp_path: Path):
@@ -67,8 +75,13 @@ def test_sigterm_to_the_supervisor_stops_the_node(tmp_path: Path):
         time.sleep(0.05)
     assert nodes, "the supervisor never started its node"
     node = nodes[0]
-    assert os.getpgid(node.pid) == node.pid != os.getpgid(supervisor.pid)  # a group of its own
-    time.sleep(0.5)  # the supervisor has installed its handlers once the node runs; give it a moment
-    supervisor.terminate()
-    assert supervisor.wait(timeout=15) == 128 + 15  # the node was ended by the forwarded SIGTERM
-    assert _gone(node.pid)
+    try:
+        assert os.getpgid(node.pid) == node.pid != os.getpgid(supervisor.pid)  # a group of its own
+        time.sleep(0.5)  # the supervisor installs its handlers right after starting the node
+        supervisor.terminate()
+        assert supervisor.wait(timeout=15) == 128 + 15  # the node was ended by the forwarded SIGTERM
+        assert _gone(node.pid)
+    finally:  # never leave the sleeper behind, whatever failed
+        for proc in (node, psutil.Process(supervisor.pid) if supervisor.poll() is None else None):
+            if proc is not None and proc.is_running():
+                proc.kill()
