@@ -11,7 +11,6 @@ against ChaCha20's 0.79 ms (benchmarks/secagg.py's machine) — masks are most o
 from __future__ import annotations
 
 from collections.abc import Iterable
-from functools import lru_cache
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, CipherContext, algorithms, modes
@@ -22,11 +21,18 @@ MASK_KEY_BYTES = 32
 _BLOCK_BYTES = 16  # AES-CTR's counter block; a stream starts at counter 0 and 2^128 blocks cannot wrap
 
 
-@lru_cache(maxsize=4)
-def _zeros(nbytes: int) -> bytes:
+_zero_buffer = b""
+
+
+def _zeros(nbytes: int) -> memoryview:
     # the keystream is AES-CTR applied to zeros; building a fresh zero buffer per mask costs more
-    # than the cipher itself at 1M words, so keep a read-only one per vector size
-    return bytes(nbytes)
+    # than the cipher itself at 1M words, so one read-only buffer, grown to the largest request,
+    # serves every length (ranges and blocks come in many sizes) as a zero-copy slice
+    global _zero_buffer
+    buffer = _zero_buffer
+    if len(buffer) < nbytes:
+        buffer = _zero_buffer = bytes(nbytes)  # a racing thread may build its own: both are zeros
+    return memoryview(buffer)[:nbytes]
 
 
 class Keystream:

@@ -1,12 +1,13 @@
 """Key agreement and authenticated share encryption between two SecAgg+ clients.
 
 X25519 gives each pair of clients a shared secret; HKDF-SHA256 turns it into one AES-256-GCM key
-for the share channel and one 256-bit mask key. A client's mask key pair is derived from a
-128-bit seed (X25519's own security level), so the seed -- one Shamir field element -- is what it
-shares, and the server can rebuild a dropped client's key from it and check it against the
-advertised public key. The channel key is the same in both directions,
+for the share channel and one 256-bit mask key. The channel key is the same in both directions,
 so the associated data names sender, recipient and round: a ciphertext reflected back, routed to
 someone else, or replayed from another round fails authentication.
+
+A client's mask key pair is derived from a 128-bit seed (X25519's own security level), so the
+seed -- one Shamir field element -- is what it shares, and the server can rebuild a dropped
+client's key from it and check it against the advertised public key.
 """
 
 from __future__ import annotations

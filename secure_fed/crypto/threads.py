@@ -80,8 +80,11 @@ def over_ranges(work: Callable[[int, int], T], n: int, align: int) -> list[T]:
     ranges = coordinate_ranges(n, parts, align)
     if len(ranges) == 1:
         return [work(*ranges[0])]
-    # the calling thread takes the first range itself: one hand-off fewer, one pool thread fewer
-    pending = [_executor(len(ranges) - 1).submit(work, *r) for r in ranges[1:]]
+    # the calling thread takes the first range itself: one hand-off fewer, one pool thread fewer.
+    # The pool is sized by the thread count, not by this call's ranges (short vectors yield fewer),
+    # so it is built once, not rebuilt whenever the vector length changes.
+    pool = _executor(parts - 1)
+    pending = [pool.submit(work, *r) for r in ranges[1:]]
     return [work(*ranges[0]), *(f.result() for f in pending)]
 
 
@@ -92,8 +95,7 @@ def scratch(name: str, count: int, dtype: np.dtype | type) -> np.ndarray:
     large blocks straight back to the OS: every call would pay its page faults again (a 4 MB
     scratch per mask pass cost more than the parallelism saved). Each thread keeps its largest
     buffer per `name` and returns a view; callers must not hold it across calls."""
-    buffers: dict[str, np.ndarray] = getattr(_local, "buffers", None) or {}
-    _local.buffers = buffers
+    buffers: dict[str, np.ndarray] = _local.__dict__.setdefault("buffers", {})
     dtype = np.dtype(dtype)
     held = buffers.get(name)
     if held is None or held.dtype != dtype or held.shape[0] < count:

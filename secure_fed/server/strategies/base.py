@@ -160,8 +160,6 @@ class Strategy(ABC):
 
     def sum_uploads(self, ctx: RoundContext, participants: list[int], dim: int) -> tuple[np.ndarray, Any]:
         advertised, ctx.secagg_advertised = ctx.secagg_advertised, None
-        if advertised is not None and advertised.plan.dim != dim:
-            advertised = None  # planned for another upload: run the setup round trip after all
         summed = secure_sum(ctx.transport, participants, dim, ctx.aggregation, ctx.round, advertised)
         ctx.log_event(
             "secagg_round",
