@@ -22,6 +22,7 @@ from typing import IO, Any
 import numpy as np
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
+from secure_fed.audits.payloads import instruction_problem
 from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
 from secure_fed.audits.records import (
     GENESIS_HASH,
@@ -41,8 +42,14 @@ EVENTS: dict[str, str] = {
     '"reason"}',
     "secagg_round": 'secure aggregation of one round: {"participants": [...], "dropped": [...]}',
     "alpha": "the aggregated (final) α",
+    "alpha_skipped": 'the round\'s α sum could not be completed and α kept its value: {"reason"}',
     "run_stopped": 'the run ended before its planned rounds: {"reason"}',
     "model_hash": 'hash of the released model: {"sha256": hex, ...}',
+    "instruction": 'a server instruction a site acted on or refused: {"phase", "round", "digest" (SHA-256 '
+    'of the parameters), "outcome": "acted" | "refused" | "error", "code", "detail"?}',
+    "population_sizes": 'a site\'s exact patient counts {"train", "validation", "test"} (site log only: '
+    "records the server copies carry a power-of-two range)",
+    "run_end": 'a site ended its run: {"stopped_early": reason | null}',
     "site_record": "a site's signed record copied verbatim into the server's log (payload = the record)",
     "head": "written by close(): {count: records before it, last_hash}",
 }
@@ -131,6 +138,10 @@ class AuditLog:
         if created:
             self._fsync_dir()
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def _resume_point(self, own_key: Ed25519PublicKey) -> tuple[int, str]:
         count, last, before = read_tail(self.path)
         if last is None:
@@ -196,6 +207,14 @@ class AuditLog:
                 parse_privacy(normalise_payload(payload))
             except PrivacyPayloadError as err:
                 raise ValueError(f"privacy record does not follow the contract: {err}") from err
+        elif event == "instruction":
+            # The writer learns of a bad payload now, not when an auditor's verify rejects the log.
+            plain = normalise_payload(payload)
+            problem = instruction_problem(plain)
+            if problem is None and plain["round"] != round:
+                problem = f"round {plain['round']!r} differs from the record's round {round!r}"
+            if problem:
+                raise ValueError(f"instruction record malformed: {problem}")
         return self._write(event, payload, round)
 
     def copy_record(

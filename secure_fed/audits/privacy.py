@@ -2,7 +2,8 @@
 
 Payload: {"site", "population": "train" | "validation", "mechanism", "event": <mechanism event>,
 "delta", "epsilon": {"rdp": x, "prv": y | null}, "budget": b | null}. Optional keys the report
-shows when present: "clip_norm" (C), "population_size", "steps".
+shows when present: "clip_norm" (C), "population_size" or "population_bucket" (a power-of-two
+range such as "32-63": what sites release), "steps".
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 POPULATIONS = ("train", "validation")
 MECHANISMS = ("dp_sgd", "gmm_histogram", "alpha_scalars")
-OPTIONAL_KEYS = ("clip_norm", "population_size", "steps")
+OPTIONAL_KEYS = ("clip_norm", "population_size", "population_bucket", "steps")
 REQUIRED_KEYS = ("site", "population", "mechanism", "event", "delta", "epsilon", "budget")
 
 

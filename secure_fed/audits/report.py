@@ -25,7 +25,14 @@ from matplotlib.ticker import MaxNLocator
 from rich.console import Console
 
 from secure_fed.audits.keys import keys_for_cli
-from secure_fed.audits.report_data import Guarantee, MechanismRow, ReportData, collect, epsilon_series
+from secure_fed.audits.report_data import (
+    Guarantee,
+    MechanismRow,
+    ReportData,
+    SiteReport,
+    collect,
+    epsilon_series,
+)
 from secure_fed.audits.verify import verify_logs
 
 _CSS = """
@@ -56,14 +63,22 @@ def _e(value: Any) -> str:
     return html.escape("—" if value is None else str(value))
 
 
+def protected(data: ReportData) -> list[Guarantee]:
+    """The guarantees that hold: of sites whose every release of training data a privacy record
+    covers. Any other site's ε would understate what it released, so it is never shown as a bound."""
+    covered = {site.site for site in data.sites if site.dp}
+    return [g for g in data.guarantees if g.site in covered]
+
+
 def plot_svg(data: ReportData) -> str:
-    """ε over rounds, one panel per site, each population a line, the site's budget dotted."""
+    """ε over rounds, one panel per protected site, each population a line, the site's budget dotted."""
     series = epsilon_series(data.mechanisms)
-    if not data.guarantees:
-        return "<p>No privacy records: nothing to plot.</p>"
-    figure = Figure(figsize=(5.2 * len(data.guarantees), 3.6))
-    axes = figure.subplots(1, len(data.guarantees), squeeze=False)[0]
-    for axis, guarantee in zip(axes, data.guarantees, strict=True):
+    guarantees = protected(data)
+    if not guarantees:
+        return "<p>No site's releases are covered by differential privacy: there is no ε to plot.</p>"
+    figure = Figure(figsize=(5.2 * len(guarantees), 3.6))
+    axes = figure.subplots(1, len(guarantees), squeeze=False)[0]
+    for axis, guarantee in zip(axes, guarantees, strict=True):
         for (site, population), points in sorted(series.items()):
             if site == guarantee.site:
                 style = "-o" if population == "train" else "--s"
@@ -109,9 +124,75 @@ def _guarantee_sentence(g: Guarantee, refusals: list[dict[str, Any]]) -> str:
     return sentence + "</li>"
 
 
+def _names(items: list[str]) -> str:
+    return ", ".join(items) if items else "none logged"
+
+
+def _rounds(rounds: list[int]) -> str:
+    return ("round " if len(rounds) == 1 else "rounds ") + ", ".join(map(str, rounds))
+
+
+def _no_dp_reasons(exposed: list[SiteReport], data: ReportData) -> str:
+    if data.settings is not None and data.settings.get("dp") is False:
+        return "the run was configured without differential privacy"
+    reasons = []
+    for site in exposed:
+        if site.uncovered_rounds:
+            which = "that round" if len(site.uncovered_rounds) == 1 else "those rounds"
+            rounds = _rounds(site.uncovered_rounds)
+            reasons.append(f"{site.site} took part in {rounds}, but no privacy record covers {which}")
+        else:
+            reasons.append(f"no privacy record covers what {site.site} released")
+    return "; ".join(reasons)
+
+
+def _release_item(site: SiteReport) -> str:
+    if site.dp:
+        status = "covered by differential privacy, except as marked"
+    else:
+        status = "<b>no differential privacy: ε = ∞</b>"
+    rounds = f"took part in {_rounds(site.rounds)}; " if site.rounds else ""
+    # At a site without DP nothing is covered, which its status already says once.
+    releases = "; ".join(
+        f"<b>{_e(release.what)}</b> — {_e(release.how)}"
+        + ("" if release.covered or not site.dp else " [not covered by ε]")
+        for release in site.releases
+    )
+    return (
+        f"<li><b>{_e(site.site)}</b> ({rounds}{status}): {releases or 'not recorded in the logs given'}.</li>"
+    )
+
+
+def _instruction_line(data: ReportData) -> str:
+    lines = []
+    for site in data.sites:
+        for counts, verb in (
+            (site.refused_instructions, "refused"),
+            (site.failed_instructions, "could not complete"),
+        ):
+            if counts:
+                total = sum(counts.values())
+                codes = ", ".join(
+                    f"{code} ×{n}" if n > 1 else code
+                    for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+                )
+                noun = "server instruction" if total == 1 else "server instructions"
+                lines.append(f"{_e(site.site)} {verb} {total} {noun}: {_e(codes)}.")
+    if not lines and any(site.instructions_logged for site in data.sites):
+        lines.append("No site refused a server instruction.")
+    unsupplied = data.verification.get("unsupplied") or []
+    if unsupplied:
+        # Refusals live only in a site's own log; silence about them would read as "none".
+        lines.append(
+            f"Which server instructions {_e(', '.join(unsupplied))} refused is not known: "
+            "their own logs were not supplied."
+        )
+    return "<p>" + " ".join(lines) + "</p>" if lines else ""
+
+
 def _summary(data: ReportData) -> str:
-    sites = [g.site for g in data.guarantees]
     period = f" from {data.period[0][:19]} to {data.period[1][:19]} UTC" if data.period else ""
+    run = f"the federated training run <b>{_e(', '.join(data.run_ids))}</b>{period}"
     verdict = data.verification
     if verdict.get("ok"):
         integrity = (
@@ -124,31 +205,70 @@ def _summary(data: ReportData) -> str:
             "<b>The audit logs did NOT pass verification</b> (see below), so the figures in this report "
             "cannot be relied on as they stand."
         )
-    exceeded = [g.site for g in data.guarantees if g.exceeded]
-    budget_line = (
-        f"<b>Privacy budget exceeded at: {_e(', '.join(exceeded))}.</b>"
-        if exceeded
-        else "No site exceeded its privacy budget."
-    )
-    refusal_line = (
-        f" {len(data.refusals)} training round(s) were declined by a site to stay within its budget."
-        if data.refusals
-        else " No site had to decline a round."
-    )
-    items = "".join(_guarantee_sentence(g, data.refusals) for g in data.guarantees)
-    return (
-        '<div class="summary" id="summary">'
-        f"<p>This report covers the federated training run <b>{_e(', '.join(data.run_ids))}</b>{period}. "
-        f"The hospitals taking part ({_e(', '.join(sites)) or 'none logged'}) each trained the shared "
-        "model on their own patients' records and X-ray images; patient data never left a hospital, and "
-        "what did leave (model updates and a few statistics) was deliberately blurred with random noise "
-        "so that no individual patient can be singled out.</p>"
-        "<p>How strong that protection is, per hospital — ε measures the most anyone could learn about "
-        "one patient from everything released (smaller is stronger; below about 1 is very strong, "
-        "around 10 is weak), and δ is the tiny chance that this bound does not hold:</p>"
-        f"<ul>{items}</ul>"
-        f"<p>{budget_line}{refusal_line}</p><p>{integrity}</p></div>"
-    )
+    if verdict.get("unsupplied"):
+        integrity += (
+            f" The logs of {_e(', '.join(verdict['unsupplied']))} were not supplied: their records were "
+            "checked only as copied into the logs that were."
+        )
+    exposed = [site for site in data.sites if not site.dp]
+    guarantees = protected(data)
+    covered = [g.site for g in guarantees]
+    parts = []
+    if not exposed and not covered:
+        parts.append(
+            f"<p>This report covers {run}. The logs name no hospital that took part and hold no privacy "
+            "record: they show no release of patient data, and no protection of one either.</p>"
+        )
+    elif exposed and not covered:
+        parts.append(
+            f"<p>Patient data was released without differential privacy (ε = ∞) in {run}: nothing bounds "
+            "what could be learned about an individual patient from what the hospitals taking part "
+            f"({_e(_names([site.site for site in data.sites]))}) sent out. Each trained the shared model on "
+            "its own patients' records and X-ray images, which stayed at the hospital; what did leave it "
+            f"is listed below ({_e(_no_dp_reasons(exposed, data))}).</p>"
+        )
+    else:
+        if exposed:
+            names = ", ".join(site.site for site in exposed)
+            parts.append(
+                f"<p>Patient data of {_e(names)} was released without differential privacy (ε = ∞) in "
+                f"{run}: {_e(_no_dp_reasons(exposed, data))}. At the other "
+                f"hospitals ({_e(', '.join(covered))}), "
+            )
+        else:
+            parts.append(
+                f"<p>This report covers {run}. The hospitals taking part ({_e(_names(covered))}) each "
+                "trained the shared model on their own patients' records and X-ray images; patient data "
+                "never left a hospital, and "
+            )
+        parts.append(
+            "what did leave during training (model updates and a few statistics) was deliberately blurred "
+            "with random noise so that no individual patient can be singled out. The exception is the "
+            "test-set scores: corpus-level figures of the final model, released once at the end of the run, "
+            "carry no noise and are not covered by ε.</p>"
+            "<p>How strong that protection is, per hospital — ε measures the most anyone could learn about "
+            "one patient from everything released (smaller is stronger; below about 1 is very strong, "
+            "around 10 is weak), and δ is the tiny chance that this bound does not hold:</p>"
+            f"<ul>{''.join(_guarantee_sentence(g, data.refusals) for g in guarantees)}</ul>"
+        )
+        exceeded = [g.site for g in guarantees if g.exceeded]
+        if exceeded:
+            budget_line = f"<b>Privacy budget exceeded at: {_e(', '.join(exceeded))}.</b>"
+        elif exposed:  # a site with ε = ∞ has no budget it could be said to keep
+            budget_line = f"None of {_e(', '.join(covered))} exceeded its privacy budget."
+        else:
+            budget_line = "No site exceeded its privacy budget."
+        refusal_line = (
+            f" {len(data.refusals)} training round(s) were declined by a site to stay within its budget."
+            if data.refusals
+            else " No site had to decline a round."
+        )
+        parts.append(f"<p>{budget_line}{refusal_line}</p>")
+    items = "".join(_release_item(site) for site in data.sites)
+    parts.append(f"<p>What left each hospital:</p><ul id='releases'>{items}</ul>")
+    parts.append(_instruction_line(data))
+    parts.append(f"<p>{integrity}</p>")
+    return '<div class="summary" id="summary">' + "".join(parts) + "</div>"
 
 
 def _verification_html(data: ReportData) -> str:
@@ -160,6 +280,7 @@ def _verification_html(data: ReportData) -> str:
             f'<p class="verdict bad">Verification FAILED ({len(verdict.get("problems", []))} problem(s)).</p>'
         )
     problems = "".join(f"<li><code>{_e(problem)}</code></li>" for problem in verdict.get("problems", []))
+    warnings = "".join(f"<li>{_e(warning)}</li>" for warning in verdict.get("warnings", []))
     logs = "".join(
         f"<tr><td>{_e(log['path'])}</td><td>{_e(log['party'])}</td><td class='num'>{log['records']}</td>"
         f"<td>{'yes' if log['closed'] else 'missing'}</td></tr>"
@@ -170,7 +291,8 @@ def _verification_html(data: ReportData) -> str:
         if logs
         else ""
     )
-    return head + (f"<ul>{problems}</ul>" if problems else "") + table
+    notes = f"<p>Warnings (the logs still verify):</p><ul id='warnings'>{warnings}</ul>" if warnings else ""
+    return head + (f"<ul>{problems}</ul>" if problems else "") + notes + table
 
 
 _COLUMNS: list[tuple[str, str]] = [
@@ -214,14 +336,14 @@ def _events_html(data: ReportData) -> str:
     parts = []
     if data.secagg_rounds:
         rows = "".join(
-            f"<tr><td>{_e(item.get('round'))}</td>"
+            f"<tr><td>{_e(item.get('round'))}</td><td>{_e(item.get('mode'))}</td>"
             f"<td>{_e(', '.join(map(str, item.get('participants', []))))}</td>"
             f"<td>{_e(', '.join(map(str, item.get('dropped', []))) or 'none')}</td></tr>"
             for item in data.secagg_rounds
         )
         parts.append(
-            "<h3>Secure aggregation: participants and dropouts</h3>"
-            f"<table><tr><th>round</th><th>participants</th><th>dropped</th></tr>{rows}</table>"
+            "<h3>Aggregation rounds: participants and dropouts</h3>"
+            f"<table><tr><th>round</th><th>sum</th><th>participants</th><th>dropped</th></tr>{rows}</table>"
         )
     if data.refusals:
         rows = "".join(
@@ -236,11 +358,46 @@ def _events_html(data: ReportData) -> str:
         )
     else:
         parts.append("<p>No budget refusals were logged.</p>")
+    if data.instructions:
+        rows = "".join(
+            f"<tr><td>{_e(item.get('site'))}</td><td>{_e(item.get('round'))}</td><td>{_e(item.get('phase'))}</td>"
+            f"<td>{_e(item.get('outcome'))}</td><td>{_e(item.get('code'))}</td>"
+            f"<td><code>{_e(str(item.get('digest', ''))[:16])}…</code></td></tr>"
+            for item in data.instructions
+        )
+        parts.append(
+            "<h3>Server instructions the sites refused or could not complete</h3><table><tr>"
+            "<th>site</th><th>round</th><th>phase</th><th>outcome</th><th>code</th><th>request digest</th>"
+            f"</tr>{rows}</table>"
+        )
     if data.alpha is not None:
         parts.append(f"<p>Aggregated α: <code>{_e(json.dumps(data.alpha))}</code></p>")
     if data.model_hash is not None:
         parts.append(f"<p>Released model: <code>{_e(json.dumps(data.model_hash))}</code></p>")
     return "".join(parts)
+
+
+def _plot_caption(data: ReportData) -> str:
+    if not protected(data):
+        return ""
+    return (
+        "<p class='muted'>Each point is the cumulative ε after that round; the dotted red line is the "
+        "site's budget. Train and validation patients are different people, so a patient's loss is that "
+        "of their own group. Sites without differential privacy have no panel: their ε is unbounded.</p>"
+    )
+
+
+def _mechanisms_html(rows: list[MechanismRow]) -> str:
+    if not rows:
+        return (
+            "<p>No privacy mechanism was logged: nothing released in this run carries a "
+            "differential-privacy guarantee.</p>"
+        )
+    return _mechanism_table(rows) + (
+        "<p class='muted'>q: sampling rate; σ: noise multiplier (noise std / clipping bound C); steps: "
+        "releases; ε re-derived independently with Google's dp_accounting (RDP on Opacus' orders; PLD for "
+        "the tight value).</p>"
+    )
 
 
 def render_html(data: ReportData) -> str:
@@ -256,14 +413,9 @@ def render_html(data: ReportData) -> str:
         f"from the signed audit logs of: {_e(', '.join(data.parties))}.</p>"
         f"<h2>Summary</h2>{_summary(data)}"
         f"<h2>Privacy loss over rounds</h2><div class='plot' id='plot'>{plot_svg(data)}</div>"
-        "<p class='muted'>Each point is the cumulative ε after that round; the dotted red line is the "
-        "site's budget. Train and validation patients are different people, so a patient's loss is that "
-        "of their own group.</p>"
+        f"{_plot_caption(data)}"
         f"<h2>Verification</h2>{_verification_html(data)}"
-        f"<h2>Every mechanism that touched patient data</h2>{_mechanism_table(data.mechanisms)}"
-        "<p class='muted'>q: sampling rate; σ: noise multiplier (noise std / clipping bound C); steps: "
-        "releases; ε re-derived independently with Google's dp_accounting (RDP on Opacus' orders; PLD for "
-        "the tight value).</p>"
+        f"<h2>Every mechanism that touched patient data</h2>{_mechanisms_html(data.mechanisms)}"
         f"<h2>Dropouts and refusals</h2>{_events_html(data)}"
         "</body></html>"
     )

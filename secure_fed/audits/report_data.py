@@ -2,16 +2,24 @@
 
 Privacy records are taken from every log given, own and embedded copies alike, once each (by
 record hash), so the report works from the server's log alone or from the sites' logs alone.
+
+What left each site is not taken from the privacy records alone: a run without DP writes none, and
+some releases are never priced. The sites that took part come from the server's per-round records
+(`secagg_round` participants); how their updates and α scalars were summed from those records and
+the run's configuration. A site is protected by differential privacy only where privacy records
+cover every round it took part in; anything else is reported as released with ε = ∞.
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from secure_fed.audits.payloads import RunSettings, round_sites, run_settings
 from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
 from secure_fed.audits.reader import read_log
 from secure_fed.audits.records import shape_problem
@@ -59,6 +67,27 @@ class Guarantee:
     mechanisms: list[str]
 
 
+@dataclass(frozen=True)
+class Release:
+    """One kind of value that left a site."""
+
+    what: str
+    how: str
+    covered: bool  # priced in the site's ε by a privacy record
+
+
+@dataclass
+class SiteReport:
+    site: str
+    rounds: list[int]  # rounds the server's log says the site took part in
+    dp: bool  # every release of patient-level training data is covered by a privacy record
+    uncovered_rounds: list[int]  # rounds it took part in without any privacy record
+    releases: list[Release]
+    refused_instructions: dict[str, int]  # code → count, from the site's own `instruction` records
+    failed_instructions: dict[str, int]  # code → count of instructions that ended in an error
+    instructions_logged: int  # 0: the site's own log (or its instruction records) was not given
+
+
 @dataclass
 class ReportData:
     run_ids: list[str] = field(default_factory=list)
@@ -71,6 +100,9 @@ class ReportData:
     alpha: Any = None
     model_hash: Any = None
     verification: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] | None = None  # RunSettings of the logged run_config; None: none logged
+    sites: list[SiteReport] = field(default_factory=list)
+    instructions: list[dict[str, Any]] = field(default_factory=list)  # refused or failed ones
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -139,7 +171,7 @@ def _row(record: dict[str, Any], verification: Verification | None) -> Mechanism
         noise_multiplier=sigmas,
         steps=steps,
         clip_norm=entry.extras.get("clip_norm"),
-        population_size=entry.extras.get("population_size"),
+        population_size=entry.extras.get("population_bucket", entry.extras.get("population_size")),
         delta=entry.delta,
         epsilon_rdp=entry.epsilon_rdp,
         epsilon_prv=entry.epsilon_prv,
@@ -180,19 +212,146 @@ def _guarantees(rows: list[MechanismRow]) -> list[Guarantee]:
 
 def _verification_json(verification: Verification | None) -> dict[str, Any]:
     if verification is None:
-        return {"ok": False, "keys_checked": False, "problems": ["verification was not run"]}
+        return {
+            "ok": False,
+            "keys_checked": False,
+            "problems": ["verification was not run"],
+            "warnings": [],
+            "unsupplied": [],
+        }
     return {
         "ok": verification.ok,
         "keys_checked": verification.keys_checked,
         "problems": [str(problem) for problem in verification.problems],
+        "warnings": list(verification.warnings),
+        "unsupplied": list(verification.unsupplied),
         "logs": [asdict(log) for log in verification.logs],
     }
+
+
+def _settings(configs: list[dict[str, Any]]) -> RunSettings | None:
+    """One view of every logged run_config (a resumed run logs it again); a switch counts as on
+    only if every snapshot that states it has it on."""
+    if not configs:
+        return None
+    views = [run_settings(config) for config in configs]
+
+    def all_on(values: list[bool | None]) -> bool | None:
+        known = [value for value in values if value is not None]
+        return all(known) if known else None
+
+    return RunSettings(
+        dp=all_on([view.dp for view in views]),
+        secagg=all_on([view.secagg for view in views]),
+        he=all_on([view.he for view in views]),
+        method=next((view.method for view in views if view.method), None),
+    )
+
+
+def _summed(secure: bool | None, secure_how: str, plain_how: str) -> str:
+    if secure is None:
+        return "how it was summed is not recorded in the logs"
+    return secure_how if secure else plain_how
+
+
+def _releases(
+    rounds: list[int],
+    rows: list[MechanismRow],
+    modes: set[str],
+    settings: RunSettings | None,
+    alpha_logged: bool,
+    dp: bool,
+) -> list[Release]:
+    mechanisms = {row.mechanism for row in rows}
+    if not rounds and not rows:
+        return []
+    # One plain round is enough to lose SecAgg+'s protection for this site's updates.
+    if "plain" in modes:
+        secagg: bool | None = False
+    elif modes == {"secagg+"}:
+        secagg = True
+    else:
+        secagg = None if settings is None else settings.secagg
+    covered = dp and "dp_sgd" in mechanisms
+    how = _summed(
+        secagg,
+        "summed with SecAgg+: the server saw only the sum over the sites",
+        "sent for a plain sum: the server saw this site's own update",
+    )
+    out = [
+        Release(
+            "model updates",
+            how + ("; clipped and noised per patient (DP-SGD) first" if covered else ""),
+            covered,
+        )
+    ]
+    if (alpha_logged and rounds) or "alpha_scalars" in mechanisms:
+        covered = dp and "alpha_scalars" in mechanisms
+        how = _summed(
+            None if settings is None else settings.he,
+            "summed under CKKS encryption: the server saw only the total",
+            "summed as plain values: the server saw this site's own values",
+        )
+        out.append(
+            Release("α scalars", how + ("; clipped and noised per patient first" if covered else ""), covered)
+        )
+    scores = (
+        "corpus-level scores of the final model on the site's test split, released once at the end of the run"
+    )
+    out.append(Release("test-set scores", scores, False))
+    return out
+
+
+def _sites(
+    data: ReportData, settings: RunSettings | None, instructions: list[tuple[str, dict[str, Any]]]
+) -> list[SiteReport]:
+    took_part: dict[str, set[int]] = {}
+    modes: dict[str, set[str]] = {}
+    for item in data.secagg_rounds:
+        round_ = item.get("round")
+        participants, _ = round_sites(item)
+        for site in participants:
+            if isinstance(round_, int) and not isinstance(round_, bool):
+                took_part.setdefault(site, set()).add(round_)
+            if isinstance(item.get("mode"), str):
+                modes.setdefault(site, set()).add(item["mode"])
+    names = set(took_part) | {row.site for row in data.mechanisms} | {party for party, _ in instructions}
+    names |= {str(r["site"]) for r in data.refusals if isinstance(r.get("site"), str)}
+    out = []
+    for site in sorted(names):
+        rows = [row for row in data.mechanisms if row.site == site]
+        rounds = sorted(took_part.get(site, set()))
+        priced = {row.round for row in rows}
+        uncovered = [round_ for round_ in rounds if round_ not in priced]
+        dp = bool(rows) and not uncovered and (settings is None or settings.dp is not False)
+        own = [payload for party, payload in instructions if party == site]
+        out.append(
+            SiteReport(
+                site=site,
+                rounds=rounds,
+                dp=dp,
+                uncovered_rounds=uncovered,
+                releases=_releases(
+                    rounds, rows, modes.get(site, set()), settings, data.alpha is not None, dp
+                ),
+                refused_instructions=dict(
+                    Counter(str(p.get("code") or "no code") for p in own if p.get("outcome") == "refused")
+                ),
+                failed_instructions=dict(
+                    Counter(str(p.get("code") or "no code") for p in own if p.get("outcome") == "error")
+                ),
+                instructions_logged=len(own),
+            )
+        )
+    return out
 
 
 def collect(paths: Sequence[Path | str], verification: Verification | None) -> ReportData:
     data = ReportData(verification=_verification_json(verification))
     seen: set[str] = set()
     times: list[str] = []
+    configs: list[dict[str, Any]] = []
+    instructions: list[tuple[str, dict[str, Any]]] = []
     for record in _records(paths):
         if record["hash"] in seen:
             continue
@@ -215,9 +374,18 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
             data.alpha = payload
         elif event == "model_hash":
             data.model_hash = payload
+        elif event == "run_config":
+            configs.append(payload)
+        elif event == "instruction":
+            instructions.append((record["party"], payload))
+            if payload.get("outcome") in ("refused", "error"):
+                data.instructions.append({"site": record["party"], "round": record["round"], **payload})
     data.mechanisms.sort(key=lambda row: (row.site, row.party, row.seq))
     data.guarantees = _guarantees(data.mechanisms)
     data.period = (min(times), max(times)) if times else None
+    settings = _settings(configs)
+    data.settings = None if settings is None else asdict(settings)
+    data.sites = _sites(data, settings, instructions)
     return data
 
 

@@ -5,9 +5,22 @@ with the public key of its party; seq runs 0, 1, 2, … and each prev_hash is th
 nothing was deleted, reordered or inserted); every head record matches the count and last hash
 before it, and the log ends with one (else it was truncated). Records of other parties embedded in
 a log (`site_record`) must be intact, signed by that party, and identical to the party's own log
-when that log is verified too. Finally, every privacy record's ε is re-derived from the logged
-mechanism events with dp_accounting (composition per (signer, site, population) in log order):
-RDP within 1% of the logged Opacus RDP ε, and the logged PRV ε against dp_accounting's PLD.
+when that log is verified too. `instruction` records must have their documented shape (payloads.py).
+Every privacy record's ε is re-derived from the logged mechanism events with dp_accounting
+(composition per (signer, site, population) in log order): RDP within 1% of the logged Opacus RDP
+ε, and the logged PRV ε against dp_accounting's PLD.
+
+Across logs, against the server's own account of each round (`secagg_round` participants):
+- with DP on in the run_config, a site that took part in a round must have a privacy record of
+  that round in some log given (else its release went unaccounted);
+- a privacy record in a site's own log must be copied into the server's log when the server lists
+  the site as a participant of that round (or, for a record made before training, of any round):
+  the site handed it over with that round's reply, so a missing copy was dropped. A record the
+  server's log does not account for at all is a warning: a reply lost in transit looks the same.
+  So is a missing copy for a round the site acted on twice (its own `instruction` records): a
+  round retried after a restart is answered without the records handed over the first time;
+- a site the server's log names whose own log was not given is a warning, so that a verdict on
+  the server's copies alone never reads as a verdict on the site's log.
 
 Keys: the verifier takes public keys only from the caller (a KEYS directory the officer trusts).
 It never uses keys or fingerprints carried inside a log: whoever can rewrite a log could rewrite
@@ -17,7 +30,7 @@ those too, so they would prove nothing.
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,10 +38,12 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from secure_fed.audits.accounting import EventError, StreamAccountant, prv_matches, rdp_matches
 from secure_fed.audits.keys import keys_for_cli
+from secure_fed.audits.payloads import instruction_problem, record_round, round_sites, run_settings
 from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
 from secure_fed.audits.reader import TORN, Line, read_log
 from secure_fed.audits.records import GENESIS_HASH, record_hash, shape_problem, signature_holds
@@ -77,6 +92,10 @@ class Verification:
     # By record hash; embedded copies share their original's hash.
     rederived: dict[str, Rederived] = field(default_factory=dict)
     keys_checked: bool = True
+    # Findings that do not make the logs wrong but limit what was checked; they never change `ok`.
+    warnings: list[str] = field(default_factory=list)
+    # Sites named in a log whose own log was not given: checked only through the copies of others.
+    unsupplied: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -96,12 +115,27 @@ class _LogState:
     embedded: list[tuple[Line, dict[str, Any]]] = field(default_factory=list)
     count: int = 0
     closed: bool = False
+    run_configs: list[dict[str, Any]] = field(default_factory=list)
+    # secagg_round records: (line, round, sites that took part, every site the record names)
+    rounds: list[tuple[Line, int, list[str], set[str]]] = field(default_factory=list)
+    named: set[str] = field(default_factory=set)  # sites this log speaks of (rounds, refusals, copies)
+    # (phase, round) → how often this log's party acted on that instruction (2+: a retry)
+    acted: Counter[tuple[str, int | None]] = field(default_factory=Counter)
+
+    def participated(self, site: str) -> dict[int, Line]:
+        """Rounds in which this log says `site` took part, with the line that says so first."""
+        found: dict[int, Line] = {}
+        for line, round_, participants, _ in self.rounds:
+            if site in participants:
+                found.setdefault(round_, line)
+        return found
 
 
 class _Checker:
     def __init__(self, public_keys: Mapping[str, Ed25519PublicKey]) -> None:
         self.keys = public_keys
         self.problems: list[Problem] = []
+        self.warnings: list[str] = []
         self._missing_key_reported: set[tuple[str, str]] = set()
 
     def report(self, path: str, line: Line | None, reason: str, seq: int | None = None) -> None:
@@ -184,6 +218,8 @@ class _Checker:
                 state.privacy.append(_Privacy(line, record, ""))
             elif record["event"] == "site_record":
                 self.check_embedded(path, line, record, state)
+            else:
+                self.note_event(path, line, record, state)
             state.records.setdefault(seq, record)
             # Resynchronise on this record so one deletion is one problem, not a cascade.
             expected_seq, prev_hash = seq + 1, record["hash"]
@@ -215,8 +251,38 @@ class _Checker:
                 record["seq"],
             )
         state.embedded.append((line, inner))
+        state.named.add(inner["party"])
         if inner["event"] == "privacy":
             state.privacy.append(_Privacy(line, inner, label))
+        elif inner["event"] == "instruction":
+            self.check_instruction(path, line, inner, label)
+
+    def note_event(self, path: str, line: Line, record: dict[str, Any], state: _LogState) -> None:
+        """Keep what the cross-log checks need from the run's own events; shape-check instructions."""
+        event, payload = record["event"], record["payload"]
+        if event == "run_config":
+            state.run_configs.append(payload)
+        elif event == "secagg_round":
+            round_ = record_round(record)
+            if round_ is not None:
+                participants, named = round_sites(payload)
+                state.rounds.append((line, round_, participants, named))
+                state.named |= named
+        elif event == "budget_refusal" and isinstance(payload.get("site"), str):
+            state.named.add(payload["site"])
+        elif event == "instruction":
+            if self.check_instruction(path, line, record, "") and payload["outcome"] == "acted":
+                state.acted[(payload["phase"], payload["round"])] += 1
+
+    def check_instruction(self, path: str, line: Line, record: dict[str, Any], label: str) -> bool:
+        """Report a malformed instruction record; True when it is well formed."""
+        payload = record["payload"]
+        problem = instruction_problem(payload)
+        if problem is None and payload["round"] != record["round"]:
+            problem = f"round {payload['round']!r} differs from the record's round {record['round']!r}"
+        if problem:
+            self.report(path, line, f"{label}instruction record malformed: {problem}", record["seq"])
+        return problem is None
 
     def check_copies(self, states: list[_LogState]) -> None:
         """Each embedded record must equal the record of the same seq in its party's own log."""
@@ -234,6 +300,87 @@ class _Checker:
                         f"embedded {inner['party']} record seq {inner['seq']} differs from {source.path}",
                         inner["seq"],
                     )
+
+    def check_participation(self, states: list[_LogState]) -> None:
+        """With DP on, every site a round lists as taking part must have logged that round's release."""
+        configs = [run_settings(config) for state in states for config in state.run_configs]
+        if not any(settings.dp for settings in configs):
+            return
+        logged = {
+            (item.record["party"], record_round(item.record)) for state in states for item in state.privacy
+        }
+        for state in states:
+            for line, round_, participants, _ in state.rounds:
+                for site in participants:
+                    if (site, round_) not in logged:
+                        self.report(
+                            state.path,
+                            line,
+                            f"round {round_}: {site} took part, but no log holds a privacy record of "
+                            f"{site} for round {round_} (DP is on in the run_config)",
+                        )
+
+    def check_handed_over(self, states: list[_LogState]) -> None:
+        """Each privacy record of a site's own log must be among the copies of a log that says the
+        site took part in the round the record was handed over with."""
+        for carrier in states:
+            if not carrier.rounds and not carrier.embedded:
+                continue
+            copied = {inner["hash"] for _, inner in carrier.embedded}
+            for site_log in states:
+                site = site_log.party
+                if site_log is carrier or site is None or site_log.run_id != carrier.run_id:
+                    continue
+                if site not in carrier.named:
+                    continue
+                took_part = carrier.participated(site)
+                for item in site_log.privacy:
+                    record = item.record
+                    if item.label or record["hash"] in copied:
+                        continue
+                    self.missing_copy(carrier, site_log, record, took_part)
+
+    def missing_copy(
+        self, carrier: _LogState, site_log: _LogState, record: dict[str, Any], took_part: dict[int, Line]
+    ) -> None:
+        site, round_ = record["party"], record_round(record)
+        what = f"{site} record seq {record['seq']} (privacy, round {round_})"
+        # A release made before training (round 0, e.g. the GMM histogram) goes out with the first
+        # round the site takes part in.
+        handed_in = round_ if round_ in took_part else (min(took_part) if took_part and not round_ else None)
+        if handed_in is None:
+            self.warnings.append(
+                f"{what} has no copy in {carrier.path}: only {site}'s own log shows this release"
+            )
+            return
+        if any(count > 1 for (_, round_acted), count in site_log.acted.items() if round_acted == handed_in):
+            self.warnings.append(
+                f"{what} has no copy in {carrier.path}, which lists {site} as a participant of round "
+                f"{handed_in}; {site} acted twice on an instruction of that round (retried after a "
+                f"restart?), so only {site}'s own log shows this release"
+            )
+            return
+        self.report(
+            carrier.path,
+            took_part[handed_in],
+            f"{what} is in {site_log.path} but missing here, although this log lists {site} as a "
+            f"participant of round {handed_in} (copy dropped)",
+            record["seq"],
+        )
+
+    def note_unsupplied(self, states: list[_LogState]) -> list[str]:
+        """Sites a log names whose own log was not given (their records were seen only as copies)."""
+        own = {(state.party, state.run_id) for state in states}
+        missing: dict[str, str] = {}
+        for state in states:
+            for site in sorted(state.named):
+                if site != state.party and (site, state.run_id) not in own and site not in missing:
+                    missing[site] = "the server" if state.party == "server" else str(state.party)
+        for site, holder in sorted(missing.items()):
+            self.warnings.append(
+                f"{site}: log not supplied; its records were checked only as copied by {holder}"
+            )
+        return sorted(missing)
 
     def rederive(self, state: _LogState, rederived: dict[str, Rederived]) -> None:
         streams: dict[tuple[str, str, str], StreamAccountant] = defaultdict(StreamAccountant)
@@ -289,13 +436,24 @@ def verify_logs(
             continue
         states.append(checker.check_log(path, lines))
     checker.check_copies(states)
+    checker.check_participation(states)
+    checker.check_handed_over(states)
+    unsupplied = checker.note_unsupplied(states)
     rederived: dict[str, Rederived] = {}
     for state in states:
         checker.rederive(state, rederived)
     order = {str(path): index for index, path in enumerate(paths)}
     problems = sorted(checker.problems, key=lambda p: (order.get(p.path, 0), p.line or 0))
     logs = [LogSummary(s.path, s.party, s.run_id, s.count, len(s.privacy), s.closed) for s in states]
-    return Verification(not problems, problems, logs, rederived, keys_checked=public_keys is not None)
+    return Verification(
+        not problems,
+        problems,
+        logs,
+        rederived,
+        keys_checked=public_keys is not None,
+        warnings=checker.warnings,
+        unsupplied=unsupplied,
+    )
 
 
 def verify_main(
@@ -324,6 +482,8 @@ def verify_main(
             "yes" if log.closed else "[red]missing[/]",
         )
     console.print(table)
+    for warning in result.warnings:
+        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     if result.ok:
         checked = len(result.rederived)
         console.print(

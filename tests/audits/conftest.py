@@ -7,6 +7,7 @@ the (site, population) so far. The verifier re-derives them with dp_accounting i
 from __future__ import annotations
 
 import functools
+import hashlib
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,7 +90,15 @@ class Run:
         return [self.paths[party] for party in (*SITES, "server")]
 
 
-def build_run(root: Path) -> Run:
+def instruction(
+    phase: str, round: int | None, outcome: str = "acted", code: str | None = None
+) -> dict[str, Any]:
+    """The `instruction` payload a site logs for one server message (digest of stand-in parameters)."""
+    digest = hashlib.sha256(f"{phase}:{round}".encode()).hexdigest()
+    return {"phase": phase, "round": round, "digest": digest, "outcome": outcome, "code": code}
+
+
+def _open_logs(root: Path) -> tuple[Path, dict[str, Ed25519PrivateKey], dict[str, Path], dict[str, AuditLog]]:
     keys = {party: Ed25519PrivateKey.generate() for party in (*SITES, "server")}
     keys_dir = root / "keys"
     for party, key in keys.items():
@@ -97,6 +106,11 @@ def build_run(root: Path) -> Run:
     audit = root / "audit"
     paths = {party: audit / f"{party}.jsonl" for party in keys}
     logs = {party: AuditLog(paths[party], party, RUN_ID, keys[party]) for party in keys}
+    return keys_dir, keys, paths, logs
+
+
+def build_run(root: Path) -> Run:
+    keys_dir, keys, paths, logs = _open_logs(root)
     server = logs["server"]
     server.append("run_config", {"method": "fedtar", "rounds": ROUNDS, "dp": {"enabled": True}})
     server.append(
@@ -105,6 +119,7 @@ def build_run(root: Path) -> Run:
     ledgers = {site: SiteLedger(logs[site], site) for site in SITES}
     for site in SITES:
         logs[site].append("policy", {"budget": BUDGETS[site], "delta": DELTA, "max_rounds": ROUNDS})
+        logs[site].append("instruction", instruction("hello", None))
         record = ledgers[site].release(
             "train", "gmm_histogram", (1.0, GMM_SIGMA, 1), round=0, population_size=40
         )
@@ -112,6 +127,7 @@ def build_run(root: Path) -> Run:
     for round_ in range(1, ROUNDS + 1):
         participants, dropped = [], []
         for site in SITES:
+            logs[site].append("instruction", instruction("train", round_), round=round_)
             dp_sgd = (Q, SIGMA, STEPS)
             if ledgers[site].epsilon_after("train", dp_sgd) > BUDGETS[site]:
                 refusal = logs[site].append(
@@ -145,20 +161,86 @@ def build_run(root: Path) -> Run:
     return Run(root, keys_dir, keys, paths, counts)
 
 
+PLAIN_ROUNDS = 2
+# site-0 turns down three server messages; the report must count them by code.
+REFUSED = [("hypergrad", 1, "policy"), ("hypergrad", 2, "policy"), ("evaluate", None, "evaluate_repeated")]
+
+
+def build_plain_run(root: Path) -> Run:
+    """The same two sites and server without DP: plain sums, plain α scalars, no privacy records."""
+    keys_dir, keys, paths, logs = _open_logs(root)
+    server = logs["server"]
+    server.append(
+        "run_config",
+        {
+            "fed": {"method": "fedtar", "rounds": PLAIN_ROUNDS},
+            "dp": {"enabled": False},
+            "secagg": {"enabled": None},
+            "he": {"enabled": False},
+        },
+    )
+    for site in SITES:
+        logs[site].append("population_sizes", {"train": 40, "validation": 10, "test": 10})
+        logs[site].append("instruction", instruction("hello", None))
+    for round_ in range(1, PLAIN_ROUNDS + 1):
+        for site in SITES:
+            logs[site].append("instruction", instruction("train", round_), round=round_)
+            logs[site].append("instruction", instruction("plain_sum", None))
+        server.append(
+            "secagg_round",
+            {
+                "round": round_,
+                "mode": "plain",
+                "participants": list(SITES),
+                "survivors": list(SITES),
+                "dropped": [],
+            },
+            round=round_,
+        )
+        for site in SITES:
+            refused = [code for phase, r, code in REFUSED if site == "site-0" and r == round_]
+            outcome = ("refused", refused[0]) if refused else ("acted", None)
+            logs[site].append("instruction", instruction("hypergrad", round_, *outcome), round=round_)
+        server.append("alpha", {"alpha": [0.5, 0.3, 0.2]}, round=round_)
+    for site in SITES:
+        logs[site].append("instruction", instruction("evaluate", None))
+    logs["site-0"].append("instruction", instruction("evaluate", None, "refused", "evaluate_repeated"))
+    server.append("model_hash", {"sha256": "cd" * 32})
+    for site in SITES:
+        logs[site].append("run_end", {"stopped_early": None})
+    for log in logs.values():
+        log.close()
+    return Run(root, keys_dir, keys, paths, {site: 0 for site in SITES})
+
+
 @pytest.fixture(scope="session")
 def pristine(tmp_path_factory: pytest.TempPathFactory) -> Run:
     return build_run(tmp_path_factory.mktemp("pristine"))
 
 
-@pytest.fixture
-def run(pristine: Run, tmp_path: Path) -> Run:
-    """A private copy of the pristine run, free to tamper with."""
-    root = tmp_path / "run"
-    shutil.copytree(pristine.root, root)
+@pytest.fixture(scope="session")
+def pristine_plain(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    return build_plain_run(tmp_path_factory.mktemp("pristine_plain"))
+
+
+def copy_run(original: Run, root: Path) -> Run:
+    """A private copy of `original` under `root`, free to tamper with."""
+    shutil.copytree(original.root, root)
     return Run(
         root,
         root / "keys",
-        pristine.keys,
-        {party: root / "audit" / path.name for party, path in pristine.paths.items()},
-        pristine.privacy_count,
+        original.keys,
+        {party: root / "audit" / path.name for party, path in original.paths.items()},
+        original.privacy_count,
     )
+
+
+@pytest.fixture
+def run(pristine: Run, tmp_path: Path) -> Run:
+    """A private copy of the pristine run, free to tamper with."""
+    return copy_run(pristine, tmp_path / "run")
+
+
+@pytest.fixture
+def plain_run(pristine_plain: Run, tmp_path: Path) -> Run:
+    return copy_run(pristine_plain, tmp_path / "plain_run")

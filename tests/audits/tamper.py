@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,3 +37,22 @@ def first_index(records: list[dict[str, Any]], event: str, **payload: Any) -> in
         if record["event"] == event and all(record["payload"].get(k) == v for k, v in payload.items()):
             return index
     raise LookupError(f"no {event} record with {payload}")
+
+
+def subject(record: dict[str, Any]) -> dict[str, Any]:
+    """The record a line is about: the embedded original for a `site_record` copy, else the record."""
+    return record["payload"] if record["event"] == "site_record" else record
+
+
+def remove_records(
+    path: Path, key: Ed25519PrivateKey, drop: Callable[[dict[str, Any]], bool]
+) -> list[dict[str, Any]]:
+    """Delete the records whose subject `drop` selects, renumber and re-sign the whole chain with
+    `key`: what the holder of that log's key can do undetected within its own log. Returns what went."""
+    records = read_records(path)
+    gone = [record for record in records if drop(subject(record))]
+    kept = [record for record in records if not drop(subject(record))]
+    for seq, record in enumerate(kept):
+        record["seq"] = seq
+    write_records(path, reseal_from(kept, 0, key))
+    return gone

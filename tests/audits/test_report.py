@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import csv
+import html as htmllib
 import json
 import re
 from pathlib import Path
@@ -13,7 +14,7 @@ from secure_fed.audits.log import AuditLog
 from secure_fed.audits.report import report_main, write_report
 
 from .conftest import BUDGETS, DELTA, Run, mechanism_json, opacus_epsilon
-from .tamper import read_records, write_records
+from .tamper import read_records, remove_records, write_records
 
 
 def _report(run: Run, tmp_path: Path, paths: list[Path] | None = None, keys: bool = True):
@@ -104,3 +105,135 @@ def test_report_main(pristine: Run, tmp_path: Path, capsys: pytest.CaptureFixtur
     assert out.exists() and out.with_suffix(".json").exists() and out.with_suffix(".csv").exists()
     assert report_main(pristine.all_paths, out, None) == 1
     assert "signatures were not checked" in capsys.readouterr().out
+
+
+def _summary_text(html: str) -> str:
+    """The plain-language summary as a reader sees it (tags dropped, entities decoded)."""
+    block = re.search(r'<div class="summary" id="summary">(.*?)</div>', html, re.DOTALL)
+    assert block, "no summary block"
+    return htmllib.unescape(re.sub(r"<[^>]+>", "", block.group(1)))
+
+
+def _first_sentence(html: str) -> str:
+    text = _summary_text(html)
+    return text[: text.index(". ") + 1]
+
+
+def test_run_without_dp_says_so_first_and_claims_no_protection(pristine_plain: Run, tmp_path: Path) -> None:
+    html, data, rows = _report(pristine_plain, tmp_path)
+    assert data["verification"]["ok"], data["verification"]["problems"]
+    first = _first_sentence(html)
+    assert first.startswith("Patient data was released without differential privacy (ε = ∞)"), first
+    # Per site, what left it, taken from the run's configuration and the server's round records.
+    sites = {site["site"]: site for site in data["sites"]}
+    assert set(sites) == {"site-0", "site-1"}
+    for site in sites.values():
+        assert site["dp"] is False and site["rounds"] == [1, 2]
+        releases = {release["what"]: release for release in site["releases"]}
+        assert set(releases) == {"model updates", "α scalars", "test-set scores"}
+        assert (
+            "plain" in releases["model updates"]["how"] and "SecAgg+" not in releases["model updates"]["how"]
+        )
+        assert "plain" in releases["α scalars"]["how"] and "CKKS" not in releases["α scalars"]["how"]
+        assert "corpus-level" in releases["test-set scores"]["how"]
+        assert not any(release["covered"] for release in site["releases"])
+    listed = re.search(r"<ul id='releases'>(.*?)</ul>", html, re.DOTALL)
+    assert listed and "site-0" in listed.group(1) and "site-1" in listed.group(1)
+    assert "model updates" in listed.group(1) and "test-set scores" in listed.group(1)
+    # No guarantee, budget line or plot for a site without DP, and no word of noise anywhere.
+    assert data["guarantees"] == [] and rows == []
+    lowered = html.lower()
+    assert "blurred" not in lowered and "noise" not in lowered
+    assert "within its budget" not in html and "exceeded its privacy budget" not in html
+    assert "<svg" not in html and "budget ε" not in html
+
+
+def test_dp_run_still_reads_as_before_and_names_uncovered_releases(pristine: Run, tmp_path: Path) -> None:
+    html, data, _ = _report(pristine, tmp_path)
+    first = _first_sentence(html)
+    assert first.startswith("This report covers the federated training run"), first
+    text = _summary_text(html)
+    assert "deliberately blurred with random noise" in text
+    assert "without differential privacy" not in text
+    # The test-set scores are never DP: said plainly, and not folded into ε.
+    assert "test-set scores" in text and "not covered by ε" in text
+    for site in data["sites"]:
+        assert site["dp"] is True
+        covered = {release["what"]: release["covered"] for release in site["releases"]}
+        assert covered == {"model updates": True, "α scalars": True, "test-set scores": False}
+        assert "SecAgg+" in next(r["how"] for r in site["releases"] if r["what"] == "model updates")
+    assert [site["rounds"] for site in data["sites"]] == [[1, 2, 3], [1, 2]]
+
+
+def test_participant_without_privacy_record_gets_no_bound(run: Run, tmp_path: Path) -> None:
+    # site-0 trained in round 3 (the server lists it) but no log holds a privacy record of that
+    # round: its last releases, taken out of its log and of the server's copies, both re-signed.
+    for party in ("site-0", "server"):
+        remove_records(
+            run.paths[party],
+            run.keys[party],
+            lambda r: r["party"] == "site-0" and r["round"] == 3 and r["event"] == "privacy",
+        )
+    html, data, _ = _report(run, tmp_path)
+    first = _first_sentence(html)
+    assert first.startswith("Patient data of site-0 was released without differential privacy (ε = ∞)"), first
+    sites = {site["site"]: site for site in data["sites"]}
+    assert sites["site-0"]["dp"] is False and sites["site-0"]["uncovered_rounds"] == [3]
+    assert sites["site-1"]["dp"] is True and sites["site-1"]["uncovered_rounds"] == []
+    text = _summary_text(html)
+    assert "per patient at site-1" in text and "per patient at site-0" not in text
+    assert "budget of ε = 10" not in text  # site-0's budget: no "within budget" line for it
+    # Only site-1 gets a panel in the ε plot (matplotlib names each panel axes_N).
+    plot = re.search(r"<div class='plot' id='plot'>(.*?)</div>", html, re.DOTALL)
+    assert plot and len(re.findall(r'<g id="axes_\d+"', plot.group(1))) == 1
+
+
+def test_refused_server_instructions_are_counted(pristine_plain: Run, tmp_path: Path) -> None:
+    html, data, _ = _report(pristine_plain, tmp_path)
+    text = _summary_text(html)
+    assert "site-0 refused 3 server instructions: policy ×2, evaluate_repeated." in text
+    assert "site-1 refused" not in text
+    counts = {site["site"]: site["refused_instructions"] for site in data["sites"]}
+    assert counts == {"site-0": {"policy": 2, "evaluate_repeated": 1}, "site-1": {}}
+
+
+def test_report_from_the_server_log_alone_says_which_logs_were_missing(pristine: Run, tmp_path: Path) -> None:
+    html, data, _ = _report(pristine, tmp_path, [pristine.paths["server"]])
+    warning = "site-0: log not supplied; its records were checked only as copied by the server"
+    assert warning in data["verification"]["warnings"]
+    assert warning in htmllib.unescape(html)
+    assert "Which server instructions site-0, site-1 refused is not known" in _summary_text(html)
+
+
+def test_logs_naming_no_site_claim_no_protection(tmp_path: Path) -> None:
+    key = Ed25519PrivateKey.generate()
+    path = tmp_path / "server.jsonl"
+    with AuditLog(path, "server", "run-x", key) as log:
+        log.append("run_config", {"dp": {"enabled": True}})
+    html_path, _, _ = write_report([path], tmp_path / "r.html", {"server": key.public_key()})
+    text = _summary_text(html_path.read_text())
+    assert "no release of patient data, and no protection of one either" in text
+    assert "blurred" not in text and "budget" not in text
+
+
+@pytest.mark.parametrize("modes", [("secagg+", "secagg+"), ("secagg+", "plain")])
+def test_releases_follow_the_logged_sums(tmp_path: Path, modes: tuple[str, str]) -> None:
+    key = Ed25519PrivateKey.generate()
+    path = tmp_path / "server.jsonl"
+    with AuditLog(path, "server", "run-x", key) as log:
+        log.append(
+            "run_config", {"dp": {"enabled": False}, "secagg": {"enabled": True}, "he": {"enabled": True}}
+        )
+        for round_, mode in enumerate(modes, start=1):
+            log.append(
+                "secagg_round", {"round": round_, "mode": mode, "participants": ["a"], "dropped": []}, round_
+            )
+            log.append("alpha", {"alpha": [0.5, 0.5]}, round_)
+    _, json_path, _ = write_report([path], tmp_path / "r.html", {"server": key.public_key()})
+    (site,) = json.loads(json_path.read_text())["sites"]
+    how = {release["what"]: release["how"] for release in site["releases"]}
+    assert site["rounds"] == [1, 2] and site["dp"] is False
+    assert how["α scalars"].startswith("summed under CKKS encryption")
+    # One round summed in the clear is enough to lose SecAgg+'s protection for that site.
+    expected = "summed with SecAgg+" if "plain" not in modes else "sent for a plain sum"
+    assert how["model updates"].startswith(expected)

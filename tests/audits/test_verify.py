@@ -12,8 +12,8 @@ from secure_fed.audits.log import AuditLog
 from secure_fed.audits.records import seal
 from secure_fed.audits.verify import verify_logs, verify_main
 
-from .conftest import DELTA, Run, mechanism_json
-from .tamper import first_index, read_records, reseal_from, write_records
+from .conftest import DELTA, Run, instruction, mechanism_json
+from .tamper import first_index, read_records, remove_records, reseal_from, write_records
 
 
 def _verify(run: Run, *parties: str):
@@ -243,3 +243,104 @@ def test_missing_file_is_a_problem(pristine: Run, tmp_path: Path) -> None:
 def test_json_lines_are_canonical(pristine: Run) -> None:
     line = pristine.paths["site-0"].read_text().splitlines()[0]
     assert line == json.dumps(json.loads(line), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def test_instruction_records_verify_and_are_shape_checked(tmp_path: Path) -> None:
+    key = Ed25519PrivateKey.generate()
+    path = tmp_path / "site-0.jsonl"
+    with AuditLog(path, "site-0", "run-1", key) as log:
+        log.append("instruction", instruction("train", 1), round=1)
+        log.append("instruction", instruction("hypergrad", 1, "refused", "alpha_already_released"), round=1)
+        log.append("instruction", {**instruction("evaluate", None, "error", "internal"), "detail": "boom"})
+    keys = {"site-0": key.public_key()}
+    assert verify_logs([path], keys).ok
+    records = read_records(path)
+    records[1]["payload"].update(outcome="ignored", digest="not-a-digest", round="1")
+    write_records(path, reseal_from(records, 1, key))  # signed by the site itself: only the shape is wrong
+    problem = _first(verify_logs([path], keys))
+    assert problem.startswith(f"{path}:2: instruction record malformed: ")
+    for part in ("outcome", "digest", "round"):
+        assert part in problem
+
+
+def test_append_refuses_a_malformed_instruction(tmp_path: Path) -> None:
+    with AuditLog(tmp_path / "a.jsonl", "site-0", "run-1", Ed25519PrivateKey.generate()) as log:
+        for broken in (
+            {**instruction("train", 1), "outcome": "maybe"},
+            {**instruction("train", 1), "digest": "ab" * 8},
+            {k: v for k, v in instruction("train", 1).items() if k != "code"},
+            {**instruction("train", 1), "round": True},
+            instruction("train", 2),  # the payload's round must be the record's
+        ):
+            with pytest.raises(ValueError, match="instruction"):
+                log.append("instruction", broken, round=1)
+
+
+def _drop_privacy_of(run: Run, site: str, round_: int, parties: tuple[str, ...]) -> list[dict]:
+    def chosen(record: dict) -> bool:
+        return record["event"] == "privacy" and record["party"] == site and record["round"] == round_
+
+    return [gone for party in parties for gone in remove_records(run.paths[party], run.keys[party], chosen)]
+
+
+def test_participant_without_privacy_record_is_a_problem(run: Run) -> None:
+    # site-0 trained in round 3 (the server lists it) but no log holds a privacy record of that
+    # round: both chains re-signed by their own keys, so only the cross-check can see it.
+    assert len(_drop_privacy_of(run, "site-0", 3, ("site-0", "server"))) == 4
+    problems = [str(p) for p in _verify(run).problems]
+    server = str(run.paths["server"])
+    line = next(
+        i
+        for i, r in enumerate(read_records(run.paths["server"]), 1)
+        if r["event"] == "secagg_round" and r["round"] == 3
+    )
+    assert problems == [
+        f"{server}:{line}: round 3: site-0 took part, but no log holds a privacy record of site-0 for "
+        "round 3 (DP is on in the run_config)"
+    ]
+
+
+def test_a_run_without_dp_needs_no_privacy_records(pristine_plain: Run) -> None:
+    result = _verify(pristine_plain)
+    assert result.ok, [str(p) for p in result.problems]
+    assert result.warnings == []
+
+
+def test_unsupplied_site_logs_are_named_not_passed_silently(
+    pristine: Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = _verify(pristine, "server", "site-1")
+    assert result.ok, [str(p) for p in result.problems]
+    assert result.unsupplied == ["site-0"]
+    assert result.warnings == [
+        "site-0: log not supplied; its records were checked only as copied by the server"
+    ]
+    assert verify_main([pristine.paths["server"]], pristine.keys_dir) == 0
+    out = capsys.readouterr().out
+    for site in ("site-0", "site-1"):
+        assert f"{site}: log not supplied; its records were checked only as copied by the server" in out
+
+
+def test_a_missing_copy_of_a_retried_round_is_a_warning(run: Run) -> None:
+    # Crash and resume: site-0 had answered round 3 (its log holds the records) but the server
+    # never copied them; the retried round is answered without them. site-0's log shows the retry.
+    gone = remove_records(
+        run.paths["server"],
+        run.keys["server"],
+        lambda r: r["event"] == "privacy" and r["party"] == "site-0" and r["round"] == 3,
+    )
+    path = run.paths["site-0"]
+    records = read_records(path)
+    retry = next(i for i, r in enumerate(records) if r["event"] == "instruction" and r["round"] == 3)
+    records.insert(len(records) - 1, {**records[retry], "seq": len(records) - 1})
+    records[-1]["seq"] = len(records) - 1
+    write_records(path, reseal_from(records, retry, run.keys["site-0"]))
+    result = _verify(run)
+    assert result.ok, [str(p) for p in result.problems]
+    server = run.paths["server"]
+    assert [w for w in result.warnings if "acted twice" in w] == [
+        f"site-0 record seq {record['payload']['seq']} (privacy, round 3) has no copy in {server}, which "
+        "lists site-0 as a participant of round 3; site-0 acted twice on an instruction of that round "
+        "(retried after a restart?), so only site-0's own log shows this release"
+        for record in gone
+    ]
