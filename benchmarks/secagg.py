@@ -11,6 +11,8 @@ Two baselines, both reported:
   `SiteRuntime.train` uploads them today (the plain round then ships 8 bytes per value).
 `critical_path_s` estimates a deployment where sites compute in parallel: the round's wall time
 with each phase's client work replaced by that phase's slowest client.
+Every site is a provisioned site with its own Ed25519 key (made here, in memory), as SecAgg+ needs:
+the round includes signing and checking the advertised keys and partner lists.
 """
 
 from __future__ import annotations
@@ -23,12 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
 from secure_fed.config import SecAggConfig
 from secure_fed.crypto.masking import add_masks
 from secure_fed.crypto.quantize import quantise_to_ring, ring_dtype
+from secure_fed.crypto.secagg_identity import SecAggIdentity
 from secure_fed.crypto.secagg_protocol import SecAggSettings, round_params
 from secure_fed.crypto.threads import crypto_threads
 from secure_fed.crypto.transport import LocalTransport, Received
@@ -71,6 +75,19 @@ class RecordsTransport(LocalTransport):
         return replies
 
 
+def _identities(nodes: list[int]) -> dict[int, SecAggIdentity]:
+    keys = {node: Ed25519PrivateKey.generate() for node in nodes}
+    public = {f"site-{node}": key.public_key() for node, key in keys.items()}
+    return {node: SecAggIdentity(f"site-{node}", "bench", key, public) for node, key in keys.items()}
+
+
+def _site_step(
+    phase: str, request: dict[str, Any], state: dict[str, Any], secret: tuple[np.ndarray, SecAggIdentity]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    vector, identity = secret
+    return client_step(phase, request, state, vector, identity=identity)
+
+
 def _critical_path(wall: float, transport: LocalTransport) -> float:
     serial = sum(sum(t.values()) for t in transport.client_seconds.values())
     slowest = sum(max(t.values(), default=0.0) for t in transport.client_seconds.values())
@@ -84,7 +101,10 @@ def _one_round(
     round_id: int,
     transport_cls: type[LocalTransport],
 ) -> dict:
-    transport = transport_cls(inputs, client_step)
+    # every round starts from fresh client state (a new transport): a site refuses to mask the same
+    # update twice, and the benchmark sums the same updates round after round
+    identities = _identities(list(inputs))
+    transport = transport_cls({n: (x, identities[n]) for n, x in inputs.items()}, _site_step)
     start = time.perf_counter()
     result = sum_vectors(transport, list(inputs), dim, settings, round_id)
     wall = time.perf_counter() - start

@@ -27,7 +27,10 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import _identities  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+import cloudpickle
 import numpy as np
+from _identities import bench_identity  # noqa: E402
 
 import secure_fed  # noqa: F401  (hardened environment: telemetry off, Ray on loopback)
 from secure_fed.config import SecAggConfig
@@ -45,6 +48,9 @@ from secure_fed.runner import loopback_ray_backend
 from secure_fed.server.app import wait_for_nodes
 from secure_fed.server.transports import GridTransport
 from secure_fed.wire import from_records, load_state, store_state, to_records
+
+# Ray workers do not have benchmarks/ on their path: ship the helper with the pickled ClientApp
+cloudpickle.register_pickle_by_value(_identities)
 
 _VECTORS: dict[tuple[int, int], np.ndarray] = {}
 
@@ -73,12 +79,18 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
             setup = embedded_setup(request)
             if setup is None:
                 return Message(to_records({"status": "ok"}), reply_to=message)
-            keys, state = client_step(SETUP, setup, {}, site_vector(context.node_id, dim))
+            keys, state = client_step(
+                SETUP, setup, {}, site_vector(context.node_id, dim), identity=bench_identity(context.node_id)
+            )
             store_state(context.state, "sum", state)
             return Message(to_records({"status": "ok", **embed_setup(keys)}), reply_to=message)
         state = load_state(context.state, "sum")
         reply, state = client_step(
-            phase, from_records(message.content), state, site_vector(context.node_id, dim)
+            phase,
+            from_records(message.content),
+            state,
+            site_vector(context.node_id, dim),
+            identity=bench_identity(context.node_id),
         )
         store_state(context.state, "sum", state)
         return Message(to_records(reply), reply_to=message)

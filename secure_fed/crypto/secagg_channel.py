@@ -5,9 +5,10 @@ for the share channel and one 256-bit mask key. The channel key is the same in b
 so the associated data names sender, recipient and round: a ciphertext reflected back, routed to
 someone else, or replayed from another round fails authentication.
 
-A client's mask key pair is derived from a 128-bit seed (X25519's own security level), so the
-seed -- one Shamir field element -- is what it shares, and the server can rebuild a dropped
-client's key from it and check it against the advertised public key.
+A client's mask key pair is fresh per round and never leaves it: a dropped partner's pairwise mask
+is cancelled with the key a surviving partner reveals (secagg_client.py says why), so no share of a
+mask key exists for a server to collect. The self-mask seed is 128 bits (X25519's own security
+level), one Shamir field element.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 KEY_BYTES = 32
-SEED_BYTES = 16
+SEED_BYTES = 16  # self-mask seeds
 NONCE_BYTES = 12
 _RAW = serialization.Encoding.Raw
 _SHARE_CHANNEL = b"secure_fed/secagg+/v1/share-channel"
@@ -44,14 +45,6 @@ def public_key(raw_secret: bytes) -> bytes:
 
 def _derive(key_material: bytes, info: bytes) -> bytes:
     return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=None, info=info).derive(key_material)
-
-
-def keypair_from_seed(seed: bytes) -> tuple[bytes, bytes]:
-    """(secret, public) raw X25519 keys expanded from a 128-bit seed."""
-    if len(seed) != SEED_BYTES:
-        raise ValueError(f"key seeds are {SEED_BYTES} bytes, got {len(seed)}")
-    raw_secret = _derive(seed, b"secure_fed/secagg+/v1/mask-keypair")
-    return raw_secret, public_key(raw_secret)
 
 
 def self_mask_key(seed: bytes, round_id: int | str) -> bytes:

@@ -1,13 +1,32 @@
 """SecAgg+ client: one pure step per phase, with all state in a flat dict of wire-safe values.
 
-A client checks every instruction against what it already agreed to (round id, its neighbours,
-threshold, phase order) and refuses (`SecAggRefused`) rather than reveal more than the protocol
-allows. In particular it answers at most one unmask request per round, so it can never hand out
-both the self-mask share and the key share of the same neighbour.
+The server may send anything at all, so a client checks every instruction against what it already
+agreed to and what it can verify, and refuses (`SecAggRefused`) rather than reveal more than the
+protocol allows:
+
+- its peers' public keys must be signed by distinct provisioned sites (`SecAggIdentity`), enough of
+  them for the Shamir threshold: the server cannot stand in for a neighbour or count one twice;
+- its update takes part in one secure sum only: once masked, the same update is refused for any
+  later setup or masked phase, even after the server has restarted the protocol, so no two sums
+  can differ by exactly this site's update;
+- it masks only with a threshold of partners or more, answers one unmask request per round, and
+  about each partner reveals either that partner's self-mask share (survived) or the pairwise mask
+  key the two share (dropped), never both; its own pairwise keys only while a threshold of its
+  partners survive. With the threshold at `collusion_safe_threshold`, the server, even with one
+  colluding site, is then always at least one mask short of any single site's update
+  (docs/THREAT_MODEL_secagg.md, tests/adversarial/test_secagg_collusion.py).
+
+A dropped site's masks are cancelled with the pairwise keys its surviving partners reveal, not, as
+in Bonawitz et al. (2017) and Bell et al. (2020), by rebuilding its mask key from Shamir shares: a
+server that calls a live site "dropped" would get that key and with it every pairwise mask of the
+site at once, while each partner's self-mask share opened the rest (the attack in
+test_secagg_collusion.py, which needed no colluder). The price: a survivor that also goes silent
+before revealing its key with a dropped partner ends the round with no aggregate.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -16,8 +35,9 @@ import numpy as np
 from cryptography.exceptions import InvalidTag
 
 from secure_fed.crypto import secagg_channel as channel
-from secure_fed.crypto.masking import add_masks
+from secure_fed.crypto.masking import add_masks, keystream_words
 from secure_fed.crypto.quantize import modulus_bits, quantise_to_ring, ring_dtype
+from secure_fed.crypto.secagg_identity import SIGNATURE_BYTES, SecAggIdentity, key_statement
 from secure_fed.crypto.secagg_protocol import (
     MASKED,
     SETUP,
@@ -32,12 +52,71 @@ from secure_fed.crypto.secagg_shamir import SECRET_BYTES, SHARE_BYTES, split_sec
 State = dict[str, Any]
 Entropy = Callable[[int], bytes]
 
+# Updates this site has sent masked, as "fingerprint@round": carried over every setup, which
+# otherwise starts the state afresh, so restarting the protocol cannot buy a second sum.
+MASKED_UPLOADS = "masked_uploads"
+
 # what a client forgets once its masked vector is out: with them, a later leak of its state would
-# let anyone strip its masks
-_SECRETS = ("enc_sk", "mask_seed", "seed", "peer_enc_pk", "peer_mask_pk", "peer_channel_key")
+# let anyone strip its masks. The pairwise keys with its partners stay until the unmask request
+# (a dropped partner's mask is cancelled with them) and go with it.
+_SECRETS = ("enc_sk", "mask_sk", "seed", "peer_enc_pk", "peer_mask_pk", "peer_channel_key")
 
 # the phase a client must have completed before it accepts each request
 _AFTER = {SHARES: SETUP, MASKED: SHARES, UNMASK: MASKED}
+# the phases that sign (setup) or check (share distribution) identities
+IDENTIFIED_PHASES = frozenset({SETUP, SHARES})
+
+# what one SecAgg+ round keeps in the state; a setup replaces exactly these and carries anything
+# else (the record of masked updates, other protocols' records in the same state) to the new round
+_ROUND_KEYS = frozenset(
+    {
+        "stage",
+        "round_id",
+        "node_id",
+        "neighbours",
+        "threshold",
+        "modulus_bits",
+        "clip",
+        "bits",
+        "enc_sk",
+        "mask_sk",
+        "seed",
+        "upload_fingerprint",
+        "peers",
+        "peer_enc_pk",
+        "peer_mask_pk",
+        "peer_channel_key",
+        "partners",
+        "held_seed",
+        "pair_keys",
+    }
+)
+
+# The once-only rule needs to recognise an update again, not to resist collisions: a fingerprint
+# that is a deterministic function of every word of the update always recognises the same update
+# (what keeps a second sum from happening), and two different updates that collide only cost a
+# needless refusal. Per 4 KiB block, a sum of the words times fixed odd weights (mod 2^32: a change
+# to any one word always shows), then SHA-256 over the block sums: ~0.1 ms per 4 MB update, where a
+# SHA-256 pass over the update costs 2 ms, on every site twice a round.
+_FINGERPRINT_BLOCK_WORDS = 1024
+_FINGERPRINT_WEIGHTS = keystream_words(
+    hashlib.sha256(b"secure_fed/secagg+/update-weights").digest(), _FINGERPRINT_BLOCK_WORDS, np.uint32
+) | np.uint32(1)
+
+
+def upload_fingerprint(vector: np.ndarray) -> str:
+    """Hex fingerprint of an update: its dtype, shape and a weighted sum of every 4 KiB block."""
+    data = np.ascontiguousarray(vector)
+    raw = data.reshape(-1).view(np.uint8)
+    words = raw[: len(raw) // 4 * 4].view(np.uint32)
+    whole = len(words) // _FINGERPRINT_BLOCK_WORDS * _FINGERPRINT_BLOCK_WORDS
+    blocks = words[:whole].reshape(-1, _FINGERPRINT_BLOCK_WORDS)
+    sums = np.einsum("ij,j->i", blocks, _FINGERPRINT_WEIGHTS)  # uint32: wraps mod 2^32
+    digest = hashlib.sha256(f"secure_fed/secagg+/update|{data.dtype.str}|{data.shape}|".encode())
+    digest.update(sums.astype("<u4").tobytes())
+    digest.update(words[whole:].astype("<u4").tobytes())
+    digest.update(raw[len(words) * 4 :].tobytes())
+    return digest.hexdigest()
 
 
 def _int(request: Mapping[str, Any], key: str) -> int:
@@ -72,6 +151,13 @@ def _blobs(request: Mapping[str, Any], key: str, count: int, size: int | None = 
     return value
 
 
+def _strs(request: Mapping[str, Any], key: str, count: int) -> list[str]:
+    value = request.get(key)
+    if not isinstance(value, list) or len(value) != count or not all(isinstance(v, str) for v in value):
+        raise SecAggRefused(f"request field {key!r} must be a list of {count} strings")
+    return value
+
+
 def _round_id(request: Mapping[str, Any]) -> int | str:
     value = request.get("round_id")
     if not isinstance(value, int | str) or isinstance(value, bool):
@@ -90,8 +176,27 @@ def _check_order(phase: str, request: Mapping[str, Any], state: State) -> None:
         )
 
 
-def _setup(request: Mapping[str, Any], vector: np.ndarray, entropy: Entropy) -> tuple[dict[str, Any], State]:
-    """Check the server's parameters, then advertise fresh public keys for this round."""
+def _masked_uploads(state: Mapping[str, Any]) -> list[str]:
+    marks = state.get(MASKED_UPLOADS, [])
+    if not isinstance(marks, list) or not all(isinstance(m, str) for m in marks):
+        raise SecAggRefused(f"this site's record of masked updates ({MASKED_UPLOADS}) is corrupt")
+    return list(marks)
+
+
+def _refuse_if_masked(digest: str, marks: list[str]) -> None:
+    for mark in marks:
+        done, _, round_id = mark.partition("@")
+        if done == digest:
+            raise SecAggRefused(
+                f"already masked for round {round_id}: this update took part in a secure sum, and a "
+                "second sum over it could differ from the first by exactly this site's update"
+            )
+
+
+def _setup(
+    request: Mapping[str, Any], state: State, vector: np.ndarray, identity: SecAggIdentity, entropy: Entropy
+) -> tuple[dict[str, Any], State]:
+    """Check the server's parameters, then advertise fresh public keys for this round, signed."""
     me = _int(request, "node_id")
     neighbours = _ids(request, "neighbours")
     threshold = _int(request, "threshold")
@@ -100,23 +205,32 @@ def _setup(request: Mapping[str, Any], vector: np.ndarray, entropy: Entropy) -> 
     bits = _int(request, "bits")
     m = _int(request, "modulus_bits")
     clip = _float(request, "clip")
+    round_id = _round_id(request)
     if me in neighbours or len(neighbours) < 2 or len(neighbours) >= num_nodes:
         raise SecAggRefused(f"neighbour list {neighbours} is not valid for node {me} among {num_nodes}")
-    # a threshold at or below half the neighbours would let a server collect both kinds of shares
-    if not (2 * threshold > len(neighbours) and 2 <= threshold <= len(neighbours)):
-        raise SecAggRefused(f"threshold {threshold} is unsafe for {len(neighbours)} neighbours")
+    # below 2t >= k + 2, one colluding neighbour and the server could strip every mask off this
+    # site's input (collusion_safe_threshold says how)
+    if not (2 * threshold >= len(neighbours) + 2 and threshold <= len(neighbours)):
+        raise SecAggRefused(
+            f"threshold {threshold} is unsafe for {len(neighbours)} neighbours (needs 2t >= k + 2)"
+        )
     if np.ndim(vector) != 1 or len(vector) != dim:
         raise SecAggRefused(f"server expects a {dim}-vector, this client holds shape {np.shape(vector)}")
     if not 8 <= bits <= 40 or not clip > 0:
         raise SecAggRefused(f"quantisation bits={bits}, clip={clip} out of range")
     if not modulus_bits(num_nodes, bits, max_count=dim) <= m <= 64:
         raise SecAggRefused(f"a {m}-bit modulus could wrap the sum of {num_nodes} clients")
+    marks = _masked_uploads(state)
+    digest = upload_fingerprint(vector)
+    _refuse_if_masked(digest, marks)
     enc_sk, enc_pk = channel.new_keypair(entropy)
-    mask_seed = entropy(SECRET_BYTES)
-    _, mask_pk = channel.keypair_from_seed(mask_seed)
-    state: State = {
+    mask_sk, mask_pk = channel.new_keypair(entropy)
+    signature = identity.sign(key_statement(identity.run_id, round_id, me, identity.site, enc_pk, mask_pk))
+    new_state: State = {
+        **{k: v for k, v in state.items() if k not in _ROUND_KEYS},
+        MASKED_UPLOADS: marks,
         "stage": SETUP,
-        "round_id": _round_id(request),
+        "round_id": round_id,
         "node_id": me,
         "neighbours": neighbours,
         "threshold": threshold,
@@ -124,13 +238,52 @@ def _setup(request: Mapping[str, Any], vector: np.ndarray, entropy: Entropy) -> 
         "clip": clip,
         "bits": bits,
         "enc_sk": enc_sk,
-        "mask_seed": mask_seed,
+        "mask_sk": mask_sk,
         "seed": entropy(SECRET_BYTES),
+        "upload_fingerprint": digest,
     }
-    return {"enc_pk": enc_pk, "mask_pk": mask_pk}, state
+    return {"enc_pk": enc_pk, "mask_pk": mask_pk, "site": identity.site, "key_sig": signature}, new_state
 
 
-def _shares(request: Mapping[str, Any], state: State, entropy: Entropy) -> tuple[dict[str, Any], State]:
+def _check_identities(
+    request: Mapping[str, Any],
+    state: State,
+    peers: list[int],
+    enc_pks: list[bytes],
+    mask_pks: list[bytes],
+    identity: SecAggIdentity,
+) -> None:
+    """Refuse unless every peer is a distinct provisioned site (not this one) that signed the keys
+    relayed for it, for this node id, this round and this run, and enough of them for the threshold."""
+    sites = _strs(request, "peer_site", len(peers))
+    signatures = _blobs(request, "peer_key_sig", len(peers), SIGNATURE_BYTES)
+    seen: dict[str, int] = {}
+    relayed = zip(peers, sites, enc_pks, mask_pks, signatures, strict=True)
+    for peer, site, enc_pk, mask_pk, signature in relayed:
+        if site == identity.site:
+            raise SecAggRefused(f"repeated identity: node {peer} claims to be this site ({site!r})")
+        if site in seen:
+            raise SecAggRefused(f"repeated identity: site {site!r} appears as nodes {seen[site]} and {peer}")
+        if site not in identity.peer_public_keys:
+            raise SecAggRefused(f"node {peer} claims to be site {site!r}, which is not a provisioned site")
+        statement = key_statement(identity.run_id, state["round_id"], peer, site, enc_pk, mask_pk)
+        if not identity.signed_by(site, signature, statement):
+            raise SecAggRefused(
+                f"the keys relayed for node {peer} are not signed by site {site!r} for this node, "
+                "round and run (forged, altered or replayed)"
+            )
+        seen[site] = peer
+    t = state["threshold"]
+    if len(seen) + 1 < t + 1:
+        raise SecAggRefused(
+            f"only {len(seen) + 1} distinct sites (this one included) in this node's neighbourhood; "
+            f"the Shamir threshold {t} needs {t + 1}"
+        )
+
+
+def _shares(
+    request: Mapping[str, Any], state: State, identity: SecAggIdentity, entropy: Entropy
+) -> tuple[dict[str, Any], State]:
     peers = _ids(request, "peers")
     enc_pks = _blobs(request, "peer_enc_pk", len(peers), channel.KEY_BYTES)
     mask_pks = _blobs(request, "peer_mask_pk", len(peers), channel.KEY_BYTES)
@@ -139,23 +292,21 @@ def _shares(request: Mapping[str, Any], state: State, entropy: Entropy) -> tuple
         raise SecAggRefused(
             f"peers {sorted(set(peers) - set(state['neighbours']))} are not this node's neighbours"
         )
-    if len(peers) < t:
-        raise SecAggRefused(f"only {len(peers)} neighbours left, {t} needed to recover this node's secrets")
+    _check_identities(request, state, peers, enc_pks, mask_pks, identity)
     all_keys = [
         *enc_pks,
         *mask_pks,
         channel.public_key(state["enc_sk"]),
-        channel.keypair_from_seed(state["mask_seed"])[1],
+        channel.public_key(state["mask_sk"]),
     ]
     if len(set(all_keys)) != len(all_keys):
         raise SecAggRefused("public keys are not all distinct")
     seed_shares = split_secret(state["seed"], t, len(peers))
-    key_shares = split_secret(state["mask_seed"], t, len(peers))
     # kept for opening the peers' shares in the masked phase: one key agreement per pair, not two
     keys = _agreed(lambda pks: channel.channel_keys(state["enc_sk"], pks), peers, enc_pks)
     sealed = [
-        channel.seal(key, share_associated_data(state["round_id"], me, peer), seed_share + key_share, entropy)
-        for peer, key, seed_share, key_share in zip(peers, keys, seed_shares, key_shares, strict=True)
+        channel.seal(key, share_associated_data(state["round_id"], me, peer), share, entropy)
+        for peer, key, share in zip(peers, keys, seed_shares, strict=True)
     ]
     state = {
         **state,
@@ -181,7 +332,7 @@ def _agreed(derive: Callable[[list[bytes]], list[bytes]], peers: list[int], pks:
         raise
 
 
-def _open_shares(request: Mapping[str, Any], state: State) -> tuple[list[int], list[bytes], list[bytes]]:
+def _open_shares(request: Mapping[str, Any], state: State) -> tuple[list[int], list[bytes]]:
     senders = _ids(request, "share_from")
     sealed = _blobs(request, "share_ct", len(senders))
     channel_key = dict(zip(state["peers"], state["peer_channel_key"], strict=True))
@@ -189,7 +340,7 @@ def _open_shares(request: Mapping[str, Any], state: State) -> tuple[list[int], l
         raise ShareRejected(
             f"shares from {sorted(set(senders) - set(channel_key))}, who are not this node's peers"
         )
-    seed_shares, key_shares = [], []
+    seed_shares = []
     for sender, blob in zip(senders, sealed, strict=True):
         aad = share_associated_data(state["round_id"], sender, state["node_id"])
         try:
@@ -198,15 +349,14 @@ def _open_shares(request: Mapping[str, Any], state: State) -> tuple[list[int], l
             raise ShareRejected(
                 f"share from node {sender} failed authentication (tampered or replayed)"
             ) from exc
-        if len(plain) != 2 * SHARE_BYTES:
+        if len(plain) != SHARE_BYTES:
             raise ShareRejected(f"share from node {sender} has the wrong length")
-        seed_shares.append(plain[:SHARE_BYTES])
-        key_shares.append(plain[SHARE_BYTES:])
-    return senders, seed_shares, key_shares
+        seed_shares.append(plain)
+    return senders, seed_shares
 
 
 def masked_input(
-    vector: np.ndarray, state: State, partners: list[int], rng: np.random.Generator
+    vector: np.ndarray, state: State, partners: list[int], pair_keys: list[bytes], rng: np.random.Generator
 ) -> np.ndarray:
     """Quantised vector, plus its clipped count as a last coordinate, plus self and pairwise masks."""
     m = state["modulus_bits"]
@@ -214,14 +364,10 @@ def masked_input(
     # encoded in place into the ring words: no int64 copy, no separate residue pass; the reduction
     # mod 2^m happens once, after the masks (sums mod 2^w reduce to the same residue mod 2^m)
     y[-1] = quantise_to_ring(vector, state["clip"], state["bits"], m, rng, y[:-1])
-    mask_pk = dict(zip(state["peers"], state["peer_mask_pk"], strict=True))
-    me, round_id = state["node_id"], state["round_id"]
-    mask_sk, _ = channel.keypair_from_seed(state["mask_seed"])
-    peer_pks = [mask_pk[p] for p in partners]
-    keys = _agreed(lambda pks: channel.pairwise_mask_keys(mask_sk, pks, round_id), partners, peer_pks)
+    me = state["node_id"]
     # the lower id adds, the higher subtracts, so each pair cancels in the sum
-    pairwise = [(key, +1 if me < peer else -1) for peer, key in zip(partners, keys, strict=True)]
-    add_masks(y, [(channel.self_mask_key(state["seed"], round_id), +1), *pairwise])
+    pairwise = [(key, +1 if me < peer else -1) for peer, key in zip(partners, pair_keys, strict=True)]
+    add_masks(y, [(channel.self_mask_key(state["seed"], state["round_id"]), +1), *pairwise])
     if m < y.dtype.itemsize * 8:
         y &= y.dtype.type((1 << m) - 1)
     return y
@@ -230,37 +376,62 @@ def masked_input(
 def _masked(
     request: Mapping[str, Any], state: State, vector: np.ndarray, entropy: Entropy
 ) -> tuple[dict[str, Any], State]:
-    senders, seed_shares, key_shares = _open_shares(request, state)
+    senders, seed_shares = _open_shares(request, state)
+    # masking with fewer partners would leave holders of this site's shares that it shares no mask
+    # with: their self-mask shares would cost a server nothing
     if len(senders) < state["threshold"]:
         raise SecAggRefused(f"only {len(senders)} neighbours still in the round, {state['threshold']} needed")
+    marks = _masked_uploads(state)
+    digest = upload_fingerprint(vector)
+    if digest != state["upload_fingerprint"]:
+        raise SecAggRefused("this site's update changed since the round's setup, which checked another one")
+    _refuse_if_masked(digest, marks)
+    round_id = state["round_id"]
+    mask_pk = dict(zip(state["peers"], state["peer_mask_pk"], strict=True))
+    pair_keys = _agreed(
+        lambda pks: channel.pairwise_mask_keys(state["mask_sk"], pks, round_id),
+        senders,
+        [mask_pk[p] for p in senders],
+    )
     rng = np.random.default_rng(int.from_bytes(entropy(32), "little"))
-    y = masked_input(np.asarray(vector), state, senders, rng)
-    # keys and seed are no longer needed; drop them so a later state leak reveals nothing
-    kept = {k: v for k, v in state.items() if k not in _SECRETS}
-    state = {**kept, "stage": MASKED, "held_from": senders, "held_seed": seed_shares, "held_key": key_shares}
+    y = masked_input(np.asarray(vector), state, senders, pair_keys, rng)
+    kept = {k: v for k, v in state.items() if k not in (*_SECRETS, "upload_fingerprint")}
+    state = {
+        **kept,
+        MASKED_UPLOADS: [*marks, f"{digest}@{round_id}"],
+        "stage": MASKED,
+        "partners": senders,
+        "held_seed": seed_shares,
+        "pair_keys": pair_keys,
+    }
     return {"masked": y}, state
 
 
 def _unmask(request: Mapping[str, Any], state: State) -> tuple[dict[str, Any], State]:
     survived = _ids(request, "survived")
     dropped = _ids(request, "dropped")
-    held = state["held_from"]
+    partners, t = state["partners"], state["threshold"]
     if set(survived) & set(dropped):
         raise SecAggRefused(
             f"nodes {sorted(set(survived) & set(dropped))} are listed as both survived and dropped"
         )
-    if not set(survived) | set(dropped) <= set(held):
-        raise SecAggRefused("unmask names nodes this client holds no shares for")
-    seed = dict(zip(held, state["held_seed"], strict=True))
-    key = dict(zip(held, state["held_key"], strict=True))
+    if set(survived) | set(dropped) != set(partners):
+        raise SecAggRefused("unmask must name each node this client masked with, and only those")
+    if len(survived) < t:
+        raise SecAggRefused(
+            f"only {len(survived)} of this node's partners are said to have survived, {t} needed: "
+            "revealing its pairwise keys with all the others could leave its own input unmasked"
+        )
+    seed = dict(zip(partners, state["held_seed"], strict=True))
+    pair = dict(zip(partners, state["pair_keys"], strict=True))
     reply = {
         "seed_of": survived,
         "seed_shares": [seed[v] for v in survived],
         "key_of": dropped,
-        "key_shares": [key[v] for v in dropped],
+        "pair_keys": [pair[v] for v in dropped],
     }
-    # forget the shares: a second unmask request in this round finds nothing to reveal
-    done = {k: v for k, v in state.items() if k not in ("held_from", "held_seed", "held_key")}
+    # forget the shares and keys: a second unmask request in this round finds nothing to reveal
+    done = {k: v for k, v in state.items() if k not in ("held_seed", "pair_keys")}
     return reply, {**done, "stage": UNMASK}
 
 
@@ -270,17 +441,25 @@ def secagg_client_step(
     state: Mapping[str, Any],
     vector: np.ndarray,
     *,
+    identity: SecAggIdentity | None,
     entropy: Entropy = os.urandom,
 ) -> tuple[dict[str, Any], State]:
-    """Run one SecAgg+ phase; `entropy` is injectable only so tests can be deterministic."""
-    if phase == SETUP:
-        return _setup(request, vector, entropy)
-    if phase not in _AFTER:
+    """Run one SecAgg+ phase as the site `identity`; `entropy` is injectable only so tests can be
+    deterministic. The setup (which signs this site's keys) and the share distribution (which checks
+    the peers') are refused without an identity: SecAgg+ never runs unauthenticated."""
+    if phase != SETUP and phase not in _AFTER:
         raise SecAggRefused(f"unknown SecAgg+ phase {phase!r}")
     state = dict(state)
+    if phase in IDENTIFIED_PHASES:
+        if identity is None:
+            raise SecAggRefused(
+                "SecAgg+ needs this site's identity: its signing key and the sites' public keys"
+            )
+        if phase == SETUP:
+            return _setup(request, state, vector, identity, entropy)
+        _check_order(phase, request, state)
+        return _shares(request, state, identity, entropy)
     _check_order(phase, request, state)
-    if phase == SHARES:
-        return _shares(request, state, entropy)
     if phase == MASKED:
         return _masked(request, state, vector, entropy)
     return _unmask(request, state)

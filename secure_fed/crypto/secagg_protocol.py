@@ -54,8 +54,8 @@ class SecAggSettings:
     """SecAgg+ knobs; mirrors `secure_fed.config.SecAggConfig`.
 
     neighbours: degree k of the masking graph (None = `default_degree(n)`).
-    threshold: fraction of a node's neighbours needed to rebuild its secrets; must exceed 1/2 so
-        that the server can never collect both a node's self-mask shares and its key shares.
+    threshold: fraction of a node's neighbours needed to rebuild its self-mask seed; must exceed
+        1/2, and the threshold used is never below `collusion_safe_threshold(k)` whatever it says.
     clip, bits: quantisation range [-clip, clip] and resolution (2^bits quanta per clip); bits None
         = `word_bits(n, dim)`, the finest resolution whose ring still fits 32-bit words.
     Defaults are `secure_fed.config.SecAggConfig`'s.
@@ -135,9 +135,23 @@ def word_bits(num_nodes: int, dim: int) -> int:
     return _MAX_AUTO_BITS
 
 
+def collusion_safe_threshold(degree: int) -> int:
+    """The fewest shares of a site's self-mask seed that may open it: 2t >= k + 2.
+
+    Each honest neighbour of a site answers one unmask request and, about that site, reveals either
+    its self-mask share (the site survived) or the pairwise mask key the two share (the site
+    dropped). A share costs the server nothing only from a neighbour the site does not mask with
+    (it masks with p >= t partners: at most k - p of those) or whose key the site revealed itself
+    (only for partners it is told dropped, at most p - t). To strip every mask off the site's input
+    the server needs t shares, so t <= (k - t) + c with c colluding neighbours; 2t >= k + 2 leaves
+    it, with one colluding site (DESIGN.md's adversary), a share short.
+    """
+    return max(2, math.ceil((degree + 2) / 2))
+
+
 def shamir_threshold(degree: int, fraction: float) -> int:
-    """Shares needed out of `degree`; > degree/2 because fraction > 1/2."""
-    return max(2, math.ceil(fraction * degree - 1e-9))
+    """Shares needed out of `degree`: the configured fraction, raised to the collusion-safe minimum."""
+    return max(collusion_safe_threshold(degree), math.ceil(fraction * degree - 1e-9))
 
 
 def share_associated_data(round_id: int | str, sender: int, recipient: int) -> bytes:

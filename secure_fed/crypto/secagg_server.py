@@ -1,8 +1,11 @@
-"""SecAgg+ server driver (Bell et al. 2020, semi-honest server): routes keys and encrypted shares,
-sums masked vectors, and rebuilds just enough secrets to cancel the masks of the survivors.
+"""SecAgg+ server driver (Bell et al. 2020, with their PKI against a malicious server): routes
+signed keys and encrypted shares, sums masked vectors, and collects just enough secrets to cancel
+the masks of the survivors.
 
-The server only ever holds public keys, ciphertexts, masked vectors, and -- after the masked
-vectors are in -- the self-mask seeds of survivors and the mask keys of dropped nodes.
+The server only ever holds public keys and signatures, ciphertexts, masked vectors, and -- after the
+masked vectors are in -- the self-mask seeds of survivors and the pairwise mask keys that survivors
+share with nodes that dropped. Nothing here is trusted by the sites: each checks what it is sent
+(secagg_client.py), so this driver is what an honest server does, not what keeps a site safe.
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from typing import Any
 import numpy as np
 
 from secure_fed.crypto import secagg_channel as channel
-from secure_fed.crypto.masking import add_masks
+from secure_fed.crypto.masking import MASK_KEY_BYTES, add_masks
 from secure_fed.crypto.quantize import dequantise, error_bound, from_ring, ring_dtype
 from secure_fed.crypto.secagg_graph import neighbour_graph
+from secure_fed.crypto.secagg_identity import SIGNATURE_BYTES
 from secure_fed.crypto.secagg_protocol import (
     MASKED,
     SETUP,
@@ -42,8 +46,12 @@ def _require(alive: Sequence[int], params: RoundParams, phase: str) -> None:
         )
 
 
-def _is_bytes_list(value: Any, count: int) -> bool:
-    return isinstance(value, list) and len(value) == count and all(isinstance(v, bytes) for v in value)
+def _is_bytes_list(value: Any, count: int, size: int | None = None) -> bool:
+    return (
+        isinstance(value, list)
+        and len(value) == count
+        and all(isinstance(v, bytes) and (size is None or len(v) == size) for v in value)
+    )
 
 
 def _rebuild(owner: int, shares: list[bytes], params: RoundParams, what: str) -> bytes:
@@ -99,15 +107,31 @@ def plan_setup(
     return SetupPlan(round_id=round_id, dim=dim, graph=graph, params=params, requests=requests)
 
 
-def advertised_keys(
-    plan: SetupPlan, replies: Mapping[int, Mapping[str, Any]]
-) -> dict[int, tuple[bytes, bytes]]:
-    """(encryption public key, mask public key) of each planned node whose setup reply carries both."""
+@dataclass(frozen=True)
+class AdvertisedKeys:
+    """A node's setup reply: its two public keys for the round, the site it says it is, and that
+    site's signature over them (checked by its peers, who hold the provisioned public keys)."""
+
+    enc_pk: bytes
+    mask_pk: bytes
+    site: str
+    signature: bytes
+
+
+def advertised_keys(plan: SetupPlan, replies: Mapping[int, Mapping[str, Any]]) -> dict[int, AdvertisedKeys]:
+    """The advertised keys of each planned node whose setup reply is complete and well-formed."""
     keys = {}
     for u, r in replies.items():
         pair = [r.get("enc_pk"), r.get("mask_pk")]
-        if u in plan.requests and _is_bytes_list(pair, 2):
-            keys[u] = (pair[0], pair[1])
+        site, signature = r.get("site"), r.get("key_sig")
+        if (
+            u in plan.requests
+            and _is_bytes_list(pair, 2, channel.KEY_BYTES)
+            and isinstance(site, str)
+            and isinstance(signature, bytes)
+            and len(signature) == SIGNATURE_BYTES
+        ):
+            keys[u] = AdvertisedKeys(pair[0], pair[1], site, signature)
     return keys
 
 
@@ -117,25 +141,27 @@ class Advertised:
     the public keys that came back."""
 
     plan: SetupPlan
-    keys: dict[int, tuple[bytes, bytes]]
+    keys: dict[int, AdvertisedKeys]
 
 
 def _route_shares(
     transport: Transport,
     graph: dict[int, list[int]],
-    keys: dict[int, tuple[bytes, bytes]],
+    keys: dict[int, AdvertisedKeys],
     round_id: int | str,
 ) -> dict[int, dict[str, Any]]:
-    """Hand each node its live neighbours' public keys; return the masked-phase request of every
-    node that shared its secrets, carrying the ciphertexts other such nodes addressed to it."""
+    """Hand each node its live neighbours' signed public keys; return the masked-phase request of
+    every node that shared its secrets, carrying the ciphertexts other such nodes addressed to it."""
     requests = {}
     for u in keys:
         peers = [v for v in graph[u] if v in keys]
         requests[u] = {
             "round_id": round_id,
             "peers": peers,
-            "peer_enc_pk": [keys[v][0] for v in peers],
-            "peer_mask_pk": [keys[v][1] for v in peers],
+            "peer_enc_pk": [keys[v].enc_pk for v in peers],
+            "peer_mask_pk": [keys[v].mask_pk for v in peers],
+            "peer_site": [keys[v].site for v in peers],
+            "peer_key_sig": [keys[v].signature for v in peers],
         }
     shared = []
     inbox: dict[int, list[tuple[int, bytes]]] = {}
@@ -171,8 +197,9 @@ def _collect_masked(
 
 def _collect_unmask_shares(
     transport: Transport, partners: dict[int, list[int]], survivors: list[int], round_id: int | str
-) -> tuple[dict[int, list[bytes]], dict[int, list[bytes]]]:
-    """Ask each survivor for its shares of survivors' seeds and of dropped nodes' mask keys."""
+) -> tuple[dict[int, list[bytes]], dict[tuple[int, int], bytes]]:
+    """Ask each survivor for its shares of surviving partners' self-mask seeds and for the pairwise
+    mask keys it shares with partners that dropped."""
     alive = set(survivors)
     requests = {
         u: {
@@ -183,7 +210,7 @@ def _collect_unmask_shares(
         for u in survivors
     }
     seed_shares: dict[int, list[bytes]] = {u: [] for u in survivors}
-    key_shares: dict[int, list[bytes]] = {v: [] for v in partners if v not in alive}
+    pair_keys: dict[tuple[int, int], bytes] = {}
     for u, r in transport.exchange(UNMASK, requests).items():
         asked = requests.get(u)
         if (
@@ -191,41 +218,43 @@ def _collect_unmask_shares(
             or r.get("seed_of") != asked["survived"]
             or r.get("key_of") != asked["dropped"]
             or not _is_bytes_list(r.get("seed_shares"), len(asked["survived"]))
-            or not _is_bytes_list(r.get("key_shares"), len(asked["dropped"]))
+            or not _is_bytes_list(r.get("pair_keys"), len(asked["dropped"]), MASK_KEY_BYTES)
         ):
             continue
         for w, share in zip(asked["survived"], r["seed_shares"], strict=True):
             seed_shares[w].append(share)
-        for w, share in zip(asked["dropped"], r["key_shares"], strict=True):
-            key_shares[w].append(share)
-    return seed_shares, key_shares
+        for v, key in zip(asked["dropped"], r["pair_keys"], strict=True):
+            pair_keys[u, v] = key
+    return seed_shares, pair_keys
 
 
 def _unmasking_keys(
     partners: dict[int, list[int]],
     survivors: list[int],
     seed_shares: dict[int, list[bytes]],
-    key_shares: dict[int, list[bytes]],
-    mask_pks: dict[int, bytes],
+    pair_keys: dict[tuple[int, int], bytes],
     params: RoundParams,
     round_id: int | str,
 ) -> list[tuple[bytes, int]]:
     """(key, sign) of every mask left in the sum: survivors' self masks, and the pairwise masks
-    survivors share with nodes that dropped after sharing their secrets."""
+    survivors share with partners that dropped after sharing their secrets."""
     masks = [
         (channel.self_mask_key(_rebuild(u, seed_shares[u], params, "self-mask seed"), round_id), -1)
         for u in survivors
     ]
-    for v in sorted(key_shares):
-        masked_with_v = [u for u in survivors if v in partners[u]]
-        if not masked_with_v:
-            continue
-        mask_sk, mask_pk = channel.keypair_from_seed(_rebuild(v, key_shares[v], params, "mask key"))
-        if mask_pk != mask_pks[v]:
-            raise SecAggAbort(f"SecAgg+ aborted: node {v}'s rebuilt mask key does not match its public key")
-        keys = channel.pairwise_mask_keys(mask_sk, [mask_pks[u] for u in masked_with_v], round_id)
-        # u added +PRG(s_uv) if u < v, else -PRG(s_uv); take that back
-        masks += [(key, -1 if u < v else +1) for u, key in zip(masked_with_v, keys, strict=True)]
+    alive = set(survivors)
+    for u in survivors:
+        for v in partners[u]:
+            if v in alive:
+                continue
+            if (u, v) not in pair_keys:
+                # only u and v ever knew this key; without it u's vector cannot be unmasked
+                raise SecAggAbort(
+                    f"SecAgg+ aborted: node {u} did not reveal its mask with dropped node {v}; "
+                    "no aggregate released"
+                )
+            # u added +PRG(s_uv) if u < v, else -PRG(s_uv); take that back
+            masks.append((pair_keys[u, v], -1 if u < v else +1))
     return masks
 
 
@@ -250,7 +279,7 @@ def run_secagg(
         plan = advertised.plan
         if plan.dim != dim or plan.round_id != round_id or not set(nodes) <= set(plan.graph):
             raise ValueError("the advertised SecAgg+ setup was planned for another round, size or node set")
-        keys = {u: pair for u, pair in advertised.keys.items() if u in nodes}
+        keys = {u: key for u, key in advertised.keys.items() if u in nodes}
     graph, params = plan.graph, plan.params
     _require(list(keys), params, SETUP)
     masked_requests = _route_shares(transport, graph, keys, round_id)
@@ -260,11 +289,8 @@ def run_secagg(
 
     # partners[v]: the nodes whose shares v was routed, i.e. whom v masked with
     partners = {v: r["share_from"] for v, r in masked_requests.items()}
-    seed_shares, key_shares = _collect_unmask_shares(transport, partners, survivors, round_id)
-    mask_pks = {u: pair[1] for u, pair in keys.items()}
-    add_masks(
-        total, _unmasking_keys(partners, survivors, seed_shares, key_shares, mask_pks, params, round_id)
-    )
+    seed_shares, pair_keys = _collect_unmask_shares(transport, partners, survivors, round_id)
+    add_masks(total, _unmasking_keys(partners, survivors, seed_shares, pair_keys, params, round_id))
 
     signed = from_ring(total, params.modulus_bits)
     return VectorSum(

@@ -1,8 +1,8 @@
 """Shamir secret sharing of 128-bit secrets with pycryptodome: one GF(2^128) sharing per secret.
 
-Every secret SecAgg+ shares is 16 bytes — a self-mask seed, or the seed an X25519 mask key is
-derived from (`secagg_channel.keypair_from_seed`) — because 128 bits is X25519's own security
-level and exactly one element of pycryptodome's field. A 32-byte secret would need two sharings
+The one secret SecAgg+ shares is a site's 16-byte self-mask seed (mask keys are never shared:
+secagg_client.py), because 128 bits is X25519's own security level and exactly one element of
+pycryptodome's field. A 32-byte secret would need two sharings
 (Flower's helper PKCS#7-pads it to 48 bytes: three), and interpolation is pure Python on the
 server's critical path, one rebuild per surviving site.
 A share is a 4-byte little-endian x-coordinate followed by the 16-byte y-value.

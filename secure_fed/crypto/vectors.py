@@ -4,17 +4,21 @@ from __future__ import annotations
 
 import os
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from secure_fed.crypto.secagg_client import Entropy, secagg_client_step
+from secure_fed.crypto.secagg_client import IDENTIFIED_PHASES, MASKED_UPLOADS, Entropy, secagg_client_step
+from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
 from secure_fed.crypto.secagg_protocol import PLAIN_SUM, SecAggAbort, SecAggRefused, SecAggSettings, VectorSum
 from secure_fed.crypto.secagg_server import Advertised, run_secagg
 from secure_fed.crypto.transport import Transport
 
-__all__ = ["VectorSum", "client_step", "sum_vectors"]
+__all__ = ["MASKED_UPLOADS", "SecAggIdentity", "VectorSum", "client_step", "load_identity", "sum_vectors"]
+
+# an identity, or a loader called only by the phases that need one (setup, share distribution)
+IdentitySource = SecAggIdentity | Callable[[], SecAggIdentity] | None
 
 
 def _plain_sum(transport: Transport, nodes: list[int], dim: int, round_id: int | str) -> VectorSum:
@@ -60,10 +64,17 @@ def client_step(
     state: Mapping[str, Any],
     vector: np.ndarray,
     *,
+    identity: IdentitySource = None,
     entropy: Entropy = os.urandom,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Client side of `sum_vectors` for every phase (plain and SecAgg+); `vector` never leaves unmasked
-    except in the plain phase, which a client whose policy demands SecAgg+ must not be asked to run."""
+    except in the plain phase, which a client whose policy demands SecAgg+ must not be asked to run.
+
+    The SecAgg+ setup and share distribution need the site's `identity`: a `SecAggIdentity`
+    (`load_identity(keys_dir, site, run_id)`) or a function returning one, called only for those
+    two phases; without one they are refused. Pass every step the state the previous step returned,
+    the setup included: it carries the record of updates already masked, which makes a second
+    secure sum over the same update impossible (its setup or masked phase is refused)."""
     if phase == PLAIN_SUM:
         vec = np.asarray(vector)
         if vec.ndim != 1 or request.get("dim") != len(vec):
@@ -71,4 +82,6 @@ def client_step(
                 f"server expects a {request.get('dim')}-vector, this client holds shape {vec.shape}"
             )
         return {"vector": vec}, {}
-    return secagg_client_step(phase, request, state, vector, entropy=entropy)
+    if callable(identity):
+        identity = identity() if phase in IDENTIFIED_PHASES else None
+    return secagg_client_step(phase, request, state, vector, identity=identity, entropy=entropy)

@@ -8,6 +8,7 @@ from scipy import stats
 from secure_fed.crypto import secagg_channel as channel
 from secure_fed.crypto import secagg_client
 from secure_fed.crypto.quantize import from_ring, stochastic_quantise, to_ring
+from secure_fed.crypto.secagg_identity import key_statement
 from secure_fed.crypto.secagg_protocol import (
     MASKED,
     SETUP,
@@ -21,7 +22,15 @@ from secure_fed.crypto.secagg_protocol import (
 )
 from secure_fed.crypto.transport import LocalTransport, decode_payload
 from secure_fed.crypto.vectors import client_step, sum_vectors
-from tests.crypto.test_secagg_rounds import expected_sum, make_inputs, run_round, seeded_entropy
+from tests.crypto.test_secagg_rounds import (
+    expected_sum,
+    make_identities,
+    make_inputs,
+    run_round,
+    seeded_entropy,
+    site_step,
+    with_identities,
+)
 
 DIM = 20_000
 
@@ -92,7 +101,8 @@ def test_server_never_receives_secret_keys_or_plain_floats():
     }
     for state in transport.states.values():
         kept = decode_payload(state)
-        assert not {"enc_sk", "mask_seed", "seed", "peer_channel_key"} & set(kept), sorted(kept)
+        secrets = {"enc_sk", "mask_sk", "seed", "peer_channel_key", "pair_keys", "held_seed"}
+        assert not secrets & set(kept), sorted(kept)
     for x in inputs.values():
         assert not any(x.tobytes()[:64] in b for b in received_bytes)
     assert not any(v.dtype.kind == "f" for _, _, v in server_arrays(transport))
@@ -145,8 +155,8 @@ def test_share_from_another_sender_is_rejected(monkeypatch):
 
 def halted_before(phase, inputs, seed=0, round_id=1):
     """Run a round in which every site drops at `phase`; return the transport (client states inside)."""
-    step = functools.partial(client_step, entropy=seeded_entropy(seed))
-    transport = LocalTransport(inputs, step, dropouts={phase: list(inputs)})
+    step = functools.partial(site_step, entropy=seeded_entropy(seed))
+    transport = LocalTransport(with_identities(inputs), step, dropouts={phase: list(inputs)})
     with pytest.raises(SecAggAbort):
         sum_vectors(
             transport,
@@ -174,6 +184,7 @@ def test_reflected_share_is_rejected_by_the_associated_data():
     # u's share for v is sealed under the key u and v share; handing it back to u as if v had sent
     # it uses the right key, so only the (sender, recipient) binding can catch it
     inputs = make_inputs(5, seed=16)
+    ids = make_identities(inputs)
     transport = halted_before(MASKED, inputs)
     u = sorted(inputs)[0]
     sent = next(r.payload for r in transport.received if r.phase == SHARES and r.node == u)
@@ -181,10 +192,14 @@ def test_reflected_share_is_rejected_by_the_associated_data():
     state_u = decode_payload(transport.states[u])
     reflected = {"round_id": 1, "share_from": [v], "share_ct": [sent["share_ct"][0]]}
     with pytest.raises(ShareRejected, match="authentication"):
-        client_step(MASKED, reflected, state_u, inputs[u])
+        client_step(MASKED, reflected, state_u, inputs[u], identity=ids[u])
     # the same ciphertext delivered as routed is accepted
     reply, _ = client_step(
-        MASKED, {"round_id": 1, **inbox(transport, v)}, decode_payload(transport.states[v]), inputs[v]
+        MASKED,
+        {"round_id": 1, **inbox(transport, v)},
+        decode_payload(transport.states[v]),
+        inputs[v],
+        identity=ids[v],
     )
     assert reply["masked"].shape == (2001,)
 
@@ -195,28 +210,50 @@ def test_share_replayed_from_another_round_is_rejected():
     old = halted_before(MASKED, inputs, seed=3, round_id=1)
     new = halted_before(MASKED, inputs, seed=3, round_id=2)
     v = sorted(inputs)[1]
+    identity = make_identities(inputs)[v]
     state = decode_payload(new.states[v])
     with pytest.raises(ShareRejected, match="authentication"):
-        client_step(MASKED, {"round_id": 2, **inbox(old, v)}, state, inputs[v])
-    reply, _ = client_step(MASKED, {"round_id": 2, **inbox(new, v)}, state, inputs[v])
+        client_step(MASKED, {"round_id": 2, **inbox(old, v)}, state, inputs[v], identity=identity)
+    reply, _ = client_step(MASKED, {"round_id": 2, **inbox(new, v)}, state, inputs[v], identity=identity)
     assert "masked" in reply
 
 
-def test_client_reveals_one_kind_of_share_per_node_and_answers_unmask_once():
+def unmask_request(survived, dropped, round_id=1):
+    return {"round_id": round_id, "survived": survived, "dropped": dropped}
+
+
+def test_client_reveals_one_kind_of_secret_per_node_and_answers_unmask_once():
     inputs = make_inputs(5, seed=18)
-    transport = halted_before(UNMASK, inputs)
     u = sorted(inputs)[0]
+    identity = make_identities(inputs)[u]
+    transport = halted_before(UNMASK, inputs)
     state = decode_payload(transport.states[u])
-    held = state["held_from"]
+    held = state["partners"]
     with pytest.raises(SecAggRefused, match="both survived and dropped"):
-        client_step(UNMASK, {"round_id": 1, "survived": held, "dropped": held[:1]}, state, inputs[u])
+        client_step(UNMASK, unmask_request(held, held[:1]), state, inputs[u], identity=identity)
     reply, after = client_step(
-        UNMASK, {"round_id": 1, "survived": held[1:], "dropped": held[:1]}, state, inputs[u]
+        UNMASK, unmask_request(held[1:], held[:1]), state, inputs[u], identity=identity
     )
     assert reply["seed_of"] == held[1:] and reply["key_of"] == held[:1]
-    assert "held_seed" not in after and "held_key" not in after
+    assert len(reply["seed_shares"]) == 3 and [len(k) for k in reply["pair_keys"]] == [32]
+    assert not {"held_seed", "pair_keys"} & set(after)
     with pytest.raises(SecAggRefused):  # asking again, with the roles swapped, gets nothing
-        client_step(UNMASK, {"round_id": 1, "survived": held[:1], "dropped": held[1:]}, after, inputs[u])
+        client_step(UNMASK, unmask_request(held[:1], held[1:]), after, inputs[u], identity=identity)
+
+
+def test_client_keeps_its_own_masks_while_fewer_than_a_threshold_of_partners_survive():
+    """Told that all but threshold - 1 of its partners dropped, a site would reveal its pairwise
+    keys with all the others; with its self mask opened as well, its input would be bare."""
+    inputs = make_inputs(5, seed=19)
+    u = sorted(inputs)[0]
+    identity = make_identities(inputs)[u]
+    transport = halted_before(UNMASK, inputs)
+    state = decode_payload(transport.states[u])
+    held = state["partners"]
+    with pytest.raises(SecAggRefused, match="only 2 of this node's partners"):
+        client_step(UNMASK, unmask_request(held[2:], held[:2]), state, inputs[u], identity=identity)
+    with pytest.raises(SecAggRefused, match="each node this client masked with"):  # every partner counts
+        client_step(UNMASK, unmask_request(held[1:], []), state, inputs[u], identity=identity)
 
 
 def _setup_request(**overrides):
@@ -234,11 +271,16 @@ def _setup_request(**overrides):
     return {**base, **overrides}
 
 
+# node 1 of `_setup_request`'s graph and its neighbours, each a provisioned site
+IDS = make_identities([1, 2, 3, 4, 5, 6])
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
         ({"threshold": 2}, "unsafe"),
         ({"threshold": 5}, "unsafe"),
+        ({"neighbours": [2, 3, 4], "threshold": 2}, "unsafe"),  # 2t > k, yet one colluder would do
         ({"neighbours": [1, 2, 3]}, "not valid"),
         ({"dim": 11}, "expects a 11-vector"),
         ({"modulus_bits": 20}, "could wrap"),
@@ -247,30 +289,76 @@ def _setup_request(**overrides):
 )
 def test_client_refuses_unsafe_setup(overrides, message):
     with pytest.raises(SecAggRefused, match=message):
-        client_step(SETUP, _setup_request(**overrides), {}, np.zeros(10))
+        client_step(SETUP, _setup_request(**overrides), {}, np.zeros(10), identity=IDS[1])
+
+
+def test_client_refuses_to_advertise_or_accept_keys_without_an_identity():
+    for phase in (SETUP, SHARES):
+        with pytest.raises(SecAggRefused, match="identity"):
+            client_step(phase, _setup_request(), {}, np.zeros(10))
+
+    # an identity that cannot be loaded is refused the same way, and only where it is needed
+    def missing():
+        raise SecAggRefused("SecAgg+ needs this site's keys: KEYS/signing/site-1.pem not found")
+
+    with pytest.raises(SecAggRefused, match="site-1.pem"):
+        client_step(SETUP, _setup_request(), {}, np.zeros(10), identity=missing)
+    _, state = client_step(SETUP, _setup_request(), {}, np.zeros(10), identity=IDS[1])
+    with pytest.raises(SecAggRefused, match="expected after secagg_shares"):  # not the identity
+        client_step(
+            MASKED, {"round_id": 1, "share_from": [], "share_ct": []}, state, np.zeros(10), identity=missing
+        )
+
+
+def test_setup_reply_is_signed_for_this_node_round_and_run():
+    reply, _ = client_step(SETUP, _setup_request(), {}, np.zeros(10), identity=IDS[1])
+    assert reply["site"] == "site-1" and len(reply["key_sig"]) == 64
+    signed = key_statement("run-1", 1, 1, "site-1", reply["enc_pk"], reply["mask_pk"])
+    IDS[2].peer_public_keys["site-1"].verify(reply["key_sig"], signed)
+    assert IDS[2].signed_by("site-1", reply["key_sig"], signed)
+    for other in (
+        key_statement("run-2", 1, 1, "site-1", reply["enc_pk"], reply["mask_pk"]),
+        key_statement("run-1", 2, 1, "site-1", reply["enc_pk"], reply["mask_pk"]),
+        key_statement("run-1", "1", 1, "site-1", reply["enc_pk"], reply["mask_pk"]),
+        key_statement("run-1", 1, 7, "site-1", reply["enc_pk"], reply["mask_pk"]),
+        key_statement("run-1", 1, 1, "site-1", reply["mask_pk"], reply["enc_pk"]),
+    ):
+        assert not IDS[2].signed_by("site-1", reply["key_sig"], other)
+    assert not IDS[1].signed_by("site-1", reply["key_sig"], signed)  # a site never vouches for itself
 
 
 def test_client_refuses_out_of_order_and_foreign_round():
-    _, state = client_step(SETUP, _setup_request(), {}, np.zeros(10))
+    _, state = client_step(SETUP, _setup_request(), {}, np.zeros(10), identity=IDS[1])
     with pytest.raises(SecAggRefused, match="expected after"):
-        client_step(MASKED, {"round_id": 1, "share_from": [], "share_ct": []}, state, np.zeros(10))
-    with pytest.raises(SecAggRefused, match="round 2"):
         client_step(
-            SHARES, {"round_id": 2, "peers": [], "peer_enc_pk": [], "peer_mask_pk": []}, state, np.zeros(10)
+            MASKED, {"round_id": 1, "share_from": [], "share_ct": []}, state, np.zeros(10), identity=IDS[1]
         )
+    with pytest.raises(SecAggRefused, match="round 2"):
+        client_step(SHARES, signed_keys(2, [], []), state, np.zeros(10), identity=IDS[1])
     with pytest.raises(SecAggRefused, match="unknown"):
-        client_step("secagg_bogus", {"round_id": 1}, state, np.zeros(10))
+        client_step("secagg_bogus", {"round_id": 1}, state, np.zeros(10), identity=IDS[1])
+
+
+def signed_keys(round_id, peers, keys, run_id="run-1"):
+    """A share-distribution request relaying `keys[i]` = (enc_pk, mask_pk) for `peers[i]`, each
+    signed by that peer's own site, as an honest server relays them."""
+    return {
+        "round_id": round_id,
+        "peers": peers,
+        "peer_enc_pk": [enc for enc, _ in keys],
+        "peer_mask_pk": [mask for _, mask in keys],
+        "peer_site": [IDS[p].site for p in peers],
+        "peer_key_sig": [
+            IDS[p].sign(key_statement(run_id, round_id, p, IDS[p].site, enc, mask))
+            for p, (enc, mask) in zip(peers, keys, strict=True)
+        ],
+    }
 
 
 def test_client_names_the_peer_whose_public_key_is_a_low_order_point():
     """An all-zero X25519 key gives no shared secret; the refusal says whose key it was."""
-    _, state = client_step(SETUP, _setup_request(), {}, np.zeros(10))
+    _, state = client_step(SETUP, _setup_request(), {}, np.zeros(10), identity=IDS[1])
     good = [channel.new_keypair(seeded_entropy(i))[1] for i in range(6)]
-    request = {
-        "round_id": 1,
-        "peers": [2, 3, 4],
-        "peer_enc_pk": [good[0], bytes(32), good[1]],
-        "peer_mask_pk": good[2:5],
-    }
+    request = signed_keys(1, [2, 3, 4], [(good[0], good[2]), (bytes(32), good[3]), (good[1], good[4])])
     with pytest.raises(SecAggRefused, match="public key of node 3 is invalid"):
-        client_step(SHARES, request, state, np.zeros(10))
+        client_step(SHARES, request, state, np.zeros(10), identity=IDS[1])

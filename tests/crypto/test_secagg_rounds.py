@@ -1,9 +1,13 @@
 import functools
+import hashlib
+import os
 import random
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from secure_fed.crypto.secagg_identity import SecAggIdentity
 from secure_fed.crypto.secagg_protocol import (
     MASKED,
     SETUP,
@@ -13,6 +17,7 @@ from secure_fed.crypto.secagg_protocol import (
     SecAggSettings,
     round_params,
 )
+from secure_fed.crypto.secagg_server import plan_setup
 from secure_fed.crypto.transport import LocalTransport
 from secure_fed.crypto.vectors import client_step, sum_vectors
 
@@ -30,9 +35,35 @@ def make_inputs(n: int, dim: int = DIM, seed: int = 0, scale: float = 1.0) -> di
     return {int(rng.integers(1, 2**62)): rng.normal(0, scale, dim).astype(np.float32) for _ in range(n)}
 
 
+def signing_key(site: str) -> Ed25519PrivateKey:
+    # derived from the name, so that every test (and every rerun) sees the same sites
+    return Ed25519PrivateKey.from_private_bytes(hashlib.sha256(f"test signing key|{site}".encode()).digest())
+
+
+def site_name(node: int) -> str:
+    return f"site-{node}"
+
+
+def make_identities(nodes, run_id: str = "run-1") -> dict[int, SecAggIdentity]:
+    """A provisioned site per node: each holds its own signing key and every site's public key."""
+    public = {site_name(n): signing_key(site_name(n)).public_key() for n in nodes}
+    return {n: SecAggIdentity(site_name(n), run_id, signing_key(site_name(n)), public) for n in nodes}
+
+
+def site_step(phase, request, state, secret, *, entropy=os.urandom):
+    """A `LocalTransport` step for secrets of the form (vector, identity)."""
+    vector, identity = secret
+    return client_step(phase, request, state, vector, identity=identity, entropy=entropy)
+
+
+def with_identities(inputs, identities=None):
+    identities = identities or make_identities(inputs)
+    return {n: (x, identities[n]) for n, x in inputs.items()}
+
+
 def run_round(inputs, settings=None, dropouts=None, round_id=1, seed=0, transport_cls=LocalTransport):
-    step = functools.partial(client_step, entropy=seeded_entropy(seed))
-    transport = transport_cls(inputs, step, dropouts=dropouts or {})
+    step = functools.partial(site_step, entropy=seeded_entropy(seed))
+    transport = transport_cls(with_identities(inputs), step, dropouts=dropouts or {})
     dim = len(next(iter(inputs.values())))
     result = sum_vectors(transport, list(inputs), dim, settings, round_id, rng=random.Random(seed))
     return result, transport
@@ -134,3 +165,15 @@ def test_default_settings_send_32_bit_words_and_report_the_finer_bound():
     assert result.quantisation_bound == 5 / 2**28  # 28 bits: the finest a 5-site 32-bit ring holds
     err = np.max(np.abs(result.total - expected_sum(inputs, inputs, clip=1.0)))
     assert err <= result.quantisation_bound
+
+
+def test_a_survivor_silent_at_unmask_with_a_dropped_partner_ends_the_round():
+    """Only a survivor and its dropped partner ever knew their pairwise key, and no share of it
+    exists (sharing mask keys is what let a lying server strip a live site's masks): when the
+    survivor goes silent as well, nothing is released."""
+    inputs = make_inputs(10, seed=8)
+    settings = SecAggSettings(clip=8.0, bits=24)
+    a = sorted(inputs)[0]
+    b = plan_setup(sorted(inputs), DIM, settings, 1, random.Random(0)).graph[a][0]  # run_round's graph
+    with pytest.raises(SecAggAbort, match=f"node {b} did not reveal its mask with dropped node {a}"):
+        run_round(inputs, settings, dropouts={MASKED: [a], UNMASK: [b]})

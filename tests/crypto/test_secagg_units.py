@@ -7,10 +7,12 @@ from cryptography.exceptions import InvalidTag
 from secure_fed.config import SecAggConfig
 from secure_fed.crypto import secagg_channel as channel
 from secure_fed.crypto.masking import add_masks, keystream_words
+from secure_fed.crypto.secagg_client import upload_fingerprint
 from secure_fed.crypto.secagg_graph import neighbour_graph
 from secure_fed.crypto.secagg_protocol import (
     SecAggAbort,
     SecAggSettings,
+    collusion_safe_threshold,
     default_degree,
     round_params,
     share_associated_data,
@@ -48,7 +50,7 @@ def test_round_parameters():
     assert [default_degree(n) for n in (3, 5, 10, 20, 100)] == [2, 4, 7, 9, 14]
     p = round_params(10, 1000, SecAggSettings(clip=8.0, bits=24))
     assert (p.degree, p.threshold) == (7, 5)
-    assert 2 * p.threshold > p.degree
+    assert 2 * p.threshold >= p.degree + 2
     assert round_params(11, 10, SecAggSettings(neighbours=3)).degree == 4  # 11 * 3 is odd
     assert round_params(5, 10, SecAggSettings(neighbours=50)).degree == 4
     with pytest.raises(SecAggAbort, match="at least 3"):
@@ -66,6 +68,18 @@ def test_default_resolution_fills_a_32_bit_word():
     assert word_bits(2**20, 10) == 30 and round_params(2**20, 10, SecAggSettings()).modulus_bits > 32
     assert round_params(5, 10, SecAggSettings(bits=30)).bits == 30  # an explicit choice stands
     assert SecAggSettings() == SecAggSettings.from_config(SecAggConfig())  # one set of defaults
+
+
+def test_threshold_leaves_a_server_with_one_colluder_a_mask_short():
+    """2t >= k + 2 (secagg_protocol.collusion_safe_threshold); the configured fraction only raises it."""
+    assert [collusion_safe_threshold(k) for k in range(2, 10)] == [2, 3, 3, 4, 4, 5, 5, 6]
+    for k in range(2, 30):
+        t = round_params(k + 1, 10, SecAggSettings(neighbours=k)).threshold
+        assert 2 * t >= k + 2 and t <= k
+    # complete graphs at 4 and 6 sites: 0.6 of 3 or 5 neighbours would be 2 or 3, one short
+    assert round_params(4, 10, SecAggSettings()).threshold == 3
+    assert round_params(6, 10, SecAggSettings()).threshold == 4
+    assert round_params(5, 10, SecAggSettings(threshold=1.0)).threshold == 4
 
 
 def test_settings_validation_and_config():
@@ -176,17 +190,28 @@ def test_local_transport_dropouts_errors_and_bytes():
     assert t.bytes_sent[1] == 3 * len(encode_payload({"echo": 11}))
 
 
-def test_mask_keys_come_from_128_bit_seeds():
-    """A mask key pair is a function of its 16-byte seed (so rebuilding the seed rebuilds the key);
-    self-mask keys are 256-bit, differ per round and per seed."""
+def test_self_mask_keys_come_from_128_bit_seeds():
+    """Self-mask keys are 256-bit, differ per round and per seed; the seed is one Shamir element."""
     seed = urandom(16)
-    assert channel.keypair_from_seed(seed) == channel.keypair_from_seed(seed)
-    sk, pk = channel.keypair_from_seed(seed)
-    assert len(sk) == 32 and channel.public_key(sk) == pk
-    assert channel.keypair_from_seed(urandom(16))[1] != pk
     keys = {channel.self_mask_key(s, r) for s in (seed, urandom(16)) for r in (1, 2)}
     assert len(keys) == 4 and all(len(k) == 32 for k in keys)
-    with pytest.raises(ValueError, match="16 bytes"):
-        channel.keypair_from_seed(bytes(32))
+    assert channel.self_mask_key(seed, 1) == channel.self_mask_key(seed, 1)
     with pytest.raises(ValueError, match="16 bytes"):
         channel.self_mask_key(bytes(32), 1)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32, np.float16])
+@pytest.mark.parametrize("n", [0, 1, 7, 1023, 1024, 5000])
+def test_update_fingerprint_sees_every_word_dtype_and_shape(dtype, n):
+    """The once-only rule must recognise the same update every time (deterministic) and should not
+    confuse two updates (a changed bit anywhere, another dtype or length, is another update)."""
+    x = np.random.default_rng(n).normal(0, 1, n).astype(dtype)
+    assert upload_fingerprint(x) == upload_fingerprint(x.copy())
+    seen = {upload_fingerprint(x), upload_fingerprint(np.zeros(n + 1, dtype))}
+    if dtype is not np.float64:
+        seen.add(upload_fingerprint(x.astype(np.float64)))
+    for i in {0, n // 2, n - 1} if n else set():
+        y = x.copy()
+        y.view(np.uint8)[i * y.itemsize] ^= 1  # one bit of one value
+        seen.add(upload_fingerprint(y))
+    assert len(seen) == 2 + (dtype is not np.float64) + len({0, n // 2, n - 1} if n else set())

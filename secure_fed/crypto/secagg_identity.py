@@ -1,0 +1,118 @@
+"""Who a SecAgg+ site is, and whom it accepts as a peer: the PKI that Bell et al. (2020) assume
+against a malicious server.
+
+Without it a site masks with whatever public keys the server relays as its neighbours', so a server
+that plays every neighbour itself opens the site's shares and masks (tests/adversarial). Every
+site holds the Ed25519 key `secure-fed keys init` provisioned for it (KEYS/signing/<site>.pem) and
+the provisioned public keys of every site; a site signs what it advertises and checks what it is
+shown. The server relays signatures and site names but holds no site's signing key, so it can
+neither invent a site nor put one site in two places.
+
+Statements are domain-separated and length-prefixed field by field, so no two different
+statements share an encoding, and a signature made for one purpose never verifies for another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from secure_fed.crypto.secagg_protocol import SecAggRefused
+
+# `secure-fed keys init` names the server's own signing key after this party; a key the server
+# holds must never vouch for a peer
+SERVER_PARTY = "server"
+SIGNATURE_BYTES = 64
+_DOMAIN = b"secure_fed/secagg+/v2|"
+
+
+@dataclass(frozen=True)
+class SecAggIdentity:
+    """A site's signing key and the public keys of the sites it accepts as peers.
+
+    run_id: the run every party of it agrees on ("" when none is known); signatures are bound to it
+        so that what a site signed in one run is worthless in another.
+    peer_public_keys: every provisioned site, by name; may include this site, never the server.
+    """
+
+    site: str
+    run_id: str
+    signing_key: Ed25519PrivateKey
+    peer_public_keys: Mapping[str, Ed25519PublicKey]
+
+    def __post_init__(self) -> None:
+        if SERVER_PARTY in self.peer_public_keys:
+            raise ValueError(f"the {SERVER_PARTY!r} key cannot vouch for a SecAgg+ peer: the server holds it")
+        own = self.peer_public_keys.get(self.site)
+        if own is not None and own.public_bytes_raw() != self.signing_key.public_key().public_bytes_raw():
+            raise ValueError(f"site {self.site!r}: the signing key is not the provisioned one")
+
+    def sign(self, statement: bytes) -> bytes:
+        return self.signing_key.sign(statement)
+
+    def signed_by(self, site: str, signature: bytes, statement: bytes) -> bool:
+        """Whether `site` is a provisioned site (not this one) whose key made `signature`."""
+        key = self.peer_public_keys.get(site)
+        if key is None or site == self.site:
+            return False
+        try:
+            key.verify(signature, statement)
+        except InvalidSignature:
+            return False
+        return True
+
+
+def _field(value: str | int | bytes) -> bytes:
+    if isinstance(value, bytes):
+        tag, raw = b"y", value
+    elif isinstance(value, int) and not isinstance(value, bool):
+        tag, raw = b"i", str(value).encode()
+    elif isinstance(value, str):
+        tag, raw = b"s", value.encode()
+    else:
+        raise TypeError(f"cannot sign a {type(value).__name__}")
+    return tag + len(raw).to_bytes(8, "big") + raw
+
+
+def statement(purpose: bytes, *fields: str | int | bytes) -> bytes:
+    """The bytes a site signs: `purpose` (one per kind of statement, so that a signature made for
+    one never verifies as another) and the fields, each typed and length-prefixed."""
+    if b"|" in purpose:
+        raise ValueError("a statement's purpose cannot contain '|'")
+    return _DOMAIN + purpose + b"|" + b"".join(_field(f) for f in fields)
+
+
+# scalars.py (in progress elsewhere) imports the helper under its first, private name
+
+
+def key_statement(
+    run_id: str, round_id: int | str, node_id: int, site: str, enc_pk: bytes, mask_pk: bytes
+) -> bytes:
+    """What a site signs in its setup reply: these are my keys, as this node, in this round."""
+    return statement(b"keys", run_id, round_id, node_id, site, enc_pk, mask_pk)
+
+
+def load_identity(keys_dir: Path | str | None, site: str, run_id: str) -> SecAggIdentity:
+    """The site's identity from its provisioned key folder; `SecAggRefused` naming the missing or
+    bad file and the fix when it cannot be loaded (SecAgg+ never runs unauthenticated)."""
+    from secure_fed.crypto import keys  # imports TenSEAL: only where a site actually loads keys
+
+    if keys_dir is None:
+        raise SecAggRefused(
+            f"SecAgg+ needs this site's keys, and no key folder is set (expected KEYS/signing/{site}.pem "
+            "and KEYS/fingerprints.json): run `secure-fed keys init --out KEYS` and give the site KEYS"
+        )
+    try:
+        signing_key = keys.load_signing_key(keys_dir, site)
+        public = keys.load_public_keys(keys_dir)
+    except keys.KeyMaterialError as err:
+        raise SecAggRefused(f"SecAgg+ cannot load this site's keys: {err}") from None
+    peers = {party: key for party, key in public.items() if party != SERVER_PARTY}
+    try:
+        return SecAggIdentity(site=site, run_id=run_id, signing_key=signing_key, peer_public_keys=peers)
+    except ValueError as err:
+        raise SecAggRefused(f"SecAgg+ cannot use the keys in {keys_dir}: {err}") from None
