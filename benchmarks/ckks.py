@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import tenseal as ts
+from _identities import bench_identity  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 from secure_fed.crypto import ckks, keys
 from secure_fed.crypto.scalars import HESettings, client_step, decryptor_for, sum_scalars
@@ -36,7 +37,7 @@ def _median_ms(fn: Callable[[], Any], reps: int) -> float:
 
 def _step(phase: str, request: dict[str, Any], state: dict[str, Any], inp: Any) -> tuple[dict, dict]:
     values, ctx = inp
-    return client_step(phase, request, state, values, ctx)
+    return client_step(phase, request, state, values, ctx, bench_identity(int(request.get("node_id", 0))))
 
 
 def _round(sites: dict[int, tuple[np.ndarray, ts.Context | None]], settings: HESettings | None) -> dict:

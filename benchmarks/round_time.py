@@ -9,7 +9,8 @@ sites run one after another in this process: a round's time is the sum of the si
 deployment's wall clock, where sites train in parallel.
 
 `--secagg` adds the same round with SecAgg+ and no DP (the secure sum's cost inside a real round),
-`--private` DP-SGD with SecAgg+; both need at least 3 sites.
+`--private` DP-SGD with SecAgg+, `--he` SecAgg+ with the α scalars under CKKS (masked, signed
+keys from one `keys init` folder per site count); all need at least 3 sites.
 Note that a DP round does different work, not just dearer work: Poisson sampling at rate q takes
 ceil(1/q) steps per epoch, where the non-private loop takes ceil(n / batch_size).
 """
@@ -27,6 +28,7 @@ from typing import Any
 import torch
 
 from secure_fed.config import RunConfig, build_config
+from secure_fed.crypto.keys import init_keys
 from secure_fed.runner import run_inprocess
 
 
@@ -48,7 +50,13 @@ def make_config(sites: int, t: int, args: argparse.Namespace, mode: str, out: Pa
     }
     if mode == "dp":
         data["dp"] = {"enabled": True, "target_epsilon": 8.0, "sample_rate": 0.25}
-    data["secagg"] = {"enabled": mode in ("dp", "secagg")}
+    data["secagg"] = {"enabled": mode in ("dp", "secagg", "secagg_he")}
+    if mode == "secagg_he":  # the sites' signing keys sign their α mask keys: one kit for all
+        keys = Path(args.cache) / f"keys-{sites}"
+        if not (keys / "fingerprints.json").exists():
+            init_keys(keys, ["server", *[f"site{i}" for i in range(sites)]])
+        data["he"] = {"enabled": True, "keys_dir": str(keys)}
+        data["audit"]["keys_dir"] = str(keys)
     return build_config(data)
 
 
@@ -65,6 +73,8 @@ def one_cell(
         outcome = run_inprocess(cfg, out)
         totals.append(time.perf_counter() - start)
         metrics = json.loads((out / "metrics.json").read_text())
+        if metrics["he"] != cfg.he.enabled:
+            raise RuntimeError(f"{mode}: the run's CKKS setting did not take")
         if len(metrics["per_round"]) != args.rounds or outcome.stopped_early:
             raise RuntimeError(f"run stopped early: {outcome.stopped_early}")
         seconds += [float(row["seconds"]) for row in metrics["per_round"]]
@@ -97,6 +107,7 @@ def main() -> None:
     )
     parser.add_argument("--private", action="store_true", help="also run DP-SGD + SecAgg+ (sites >= 3)")
     parser.add_argument("--secagg", action="store_true", help="also run SecAgg+ without DP (sites >= 3)")
+    parser.add_argument("--he", action="store_true", help="also run SecAgg+ + CKKS α, no DP (sites >= 3)")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "secure_fed_bench_cache")
     parser.add_argument("--quick", action="store_true", help="sites 2 and 3, T = 3 only")
     args = parser.parse_args()
@@ -108,7 +119,7 @@ def main() -> None:
         # a first run pays one-off costs (lazy imports, first-call dispatch, cohort synthesis and
         # base pretraining into the cache): run the smallest cell once and discard it
         one_cell(min(args.sites), min(args.T), args, "plain", Path(tmp) / "warmup", 1)
-        modes = ["plain"] + ["secagg"] * args.secagg + ["dp"] * args.private
+        modes = ["plain"] + ["secagg"] * args.secagg + ["secagg_he"] * args.he + ["dp"] * args.private
         for t in args.T:
             for sites in args.sites:
                 for mode in modes:

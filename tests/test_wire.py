@@ -9,13 +9,16 @@ from typing import Any
 import numpy as np
 import pytest
 import tenseal as ts
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from secure_fed.crypto import scalars as scalar_sum
 from secure_fed.crypto.ckks import make_context, serialize_public
 from secure_fed.crypto.scalars import HESettings, sum_scalars
+from secure_fed.crypto.secagg_identity import SecAggIdentity
 from secure_fed.crypto.secagg_protocol import SecAggSettings
-from secure_fed.crypto.vectors import client_step, sum_vectors
+from secure_fed.crypto.vectors import sum_vectors
 from secure_fed.wire import from_records, load_state, store_state, to_records
+from tests.crypto.test_secagg_rounds import site_step, with_identities
 
 
 class RecordsTransport:
@@ -41,7 +44,7 @@ class RecordsTransport:
 def test_secagg_round_over_flower_records_equals_plain_sum():
     rng = np.random.default_rng(0)
     vectors = {n: rng.uniform(-0.5, 0.5, 257) for n in range(4)}
-    transport = RecordsTransport(client_step, vectors)
+    transport = RecordsTransport(site_step, with_identities(vectors))
     result = sum_vectors(transport, list(vectors), 257, SecAggSettings(clip=8.0, bits=24), round_id=3)
     assert sorted(result.survivors) == [0, 1, 2, 3]
     assert np.max(np.abs(result.total - sum(vectors.values()))) <= result.quantisation_bound + 1e-12
@@ -52,11 +55,20 @@ def test_ckks_round_over_flower_records_equals_plain_sum():
     public = ts.context_from(serialize_public(secret))
     rng = np.random.default_rng(1)
     values = {n: rng.normal(size=5) for n in range(3)}
+    signing = {f"site{n}": Ed25519PrivateKey.generate() for n in values}
+    public_keys = {site: key.public_key() for site, key in signing.items()}
 
-    def step(phase: str, request: dict, state: dict, mine: np.ndarray) -> tuple[dict, dict]:
-        return scalar_sum.client_step(phase, request, state, mine, secret)
+    def step(phase: str, request: dict, state: dict, mine: tuple[int, np.ndarray]) -> tuple[dict, dict]:
+        site = f"site{mine[0]}"
+        identity = SecAggIdentity(site, "run", signing[site], public_keys)
+        return scalar_sum.client_step(phase, request, state, mine[1], secret, identity, 3)
 
-    total = sum_scalars(RecordsTransport(step, values), list(values), 7, HESettings(public))
+    total = sum_scalars(
+        RecordsTransport(step, {n: (n, v) for n, v in values.items()}),
+        list(values),
+        7,
+        HESettings(public, min_participants=3),
+    )
     assert np.allclose(total, sum(values.values()), atol=1e-6)
 
 

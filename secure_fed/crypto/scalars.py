@@ -1,24 +1,33 @@
 """Summing the sites' α-hypergradient scalars, in the clear or under CKKS.
 
-CKKS round (phases "he_encrypt", "he_decrypt"):
+CKKS round (phases "he_keys", "he_encrypt", "he_decrypt"):
 
-1. The server names the round's decryptor (sorted invited ids, round_id mod n) and asks every
-   site to encrypt its (already DP-noised) T scalars. Each site answers once per round with one
-   ciphertext and a tag: HMAC-SHA256, under a key only holders of the secret context can derive,
-   over (round_id, node_id, decryptor, sha256(ciphertext)).
-2. The server adds the ciphertexts with its public context.
-3. The decryptor receives every participant's ciphertext and tag plus the aggregate. It refuses
-   unless the tags verify, there are at least two participants, it has not decrypted this round
-   before and the aggregate is exactly (byte for byte, after local re-serialisation; CKKS
-   addition is exact modular arithmetic) the sum of the listed ciphertexts. It then returns the
-   T decrypted values of the sum, rounded to a fixed grid.
+1. Every site sends a fresh X25519 public key for this round's α masks, signed with its
+   provisioned Ed25519 key over (run, round, node, site, key).
+2. The server names the round's decryptor (sorted ids, round_id mod n) and hands every site the
+   participants' signed keys. A site checks every signature against the provisioned public keys,
+   refuses unknown or repeated sites and fewer than `min_participants` of them, adds a zero-sum
+   pairwise mask per other participant (scalar_masks.py), and encrypts, once per round, with a tag:
+   HMAC-SHA256, under a key only holders of the secret context can derive, over (round_id,
+   node_id, decryptor, digest of the participants and their keys, sha256(ciphertext)).
+3. The server adds the ciphertexts with its public context.
+4. The decryptor receives every participant's ciphertext and tag, the participants' keys and the
+   aggregate. It refuses unless the tags verify for exactly these participants, there are at
+   least `min_participants`, it has not decrypted this round before and the aggregate is exactly
+   (byte for byte, after local re-serialisation; CKKS addition is exact modular arithmetic) the
+   sum of the listed ciphertexts. It then returns the T decrypted values of the sum, rounded to a
+   fixed grid.
 
-Why these checks hold against a server that deviates: it cannot forge a tag, so every summand
-is a genuine site ciphertext of this round; a site encrypts at most once per round, so no
-site's value can be counted twice (which would let the server subtract); and the decryptor
-decrypts one aggregate per round, so two different subsets cannot be differenced. Rounding and
-releasing only the T used slots keep the CKKS decryption noise, which carries information about
-the secret key, out of the server's hands.
+Why this holds against a server that deviates, or a curious decryptor: every hospital holds the
+secret context, but a single ciphertext decrypts only to masked values, and the masks cancel
+only in the sum over the participants every summand was masked for (the tag binds that list);
+the server cannot forge a tag or a peer's key, so every summand is a genuine site ciphertext of
+this round masked with genuine peers; a site encrypts at most once per round (the caller binds the
+round to the training round the site admitted), so no site's value can be counted twice or
+differenced; and the decryptor decrypts one aggregate per round. Rounding and releasing only the
+T used slots keep the CKKS decryption noise, which carries information about the secret key, out
+of the server's hands. A participant that drops after step 1 leaves masks that cannot cancel: the
+round's α sum fails rather than being retried over another subset.
 """
 
 from __future__ import annotations
@@ -35,10 +44,12 @@ import tenseal as ts
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from secure_fed.crypto import ckks, keys
+from secure_fed.crypto import ckks, keys, scalar_masks
+from secure_fed.crypto.secagg_identity import SecAggIdentity, statement
 from secure_fed.crypto.transport import Transport
 
 PLAIN_PHASE = "plain_scalars"
+KEYS_PHASE = "he_keys"
 ENCRYPT_PHASE = "he_encrypt"
 DECRYPT_PHASE = "he_decrypt"
 
@@ -47,7 +58,11 @@ RELEASE_GRID = 2.0**-24  # ≈6e-8: far above CKKS noise at scale 2^40 (≈1e-9)
 
 _TAG_INFO = b"secure_fed ckks scalar tags v1"
 _ENCRYPTED = "he_encrypted_rounds"
+# this site's outstanding α mask key: round, node id, raw X25519 secret (site-private state)
+_KEYED = ("he_mask_round", "he_mask_node", "he_mask_secret")
 _DECRYPTED = "he_decrypted_rounds"
+# what a site must remember across restarts so it never encrypts or decrypts a round twice
+ROUND_MARKS = (_ENCRYPTED, _DECRYPTED)
 
 
 class ScalarAggregationError(RuntimeError):
@@ -91,14 +106,30 @@ def tag_key(secret_context: ts.Context) -> bytes:
     return hkdf.derive(ckks.serialize_secret(secret_context))
 
 
-def tag_message(round_id: int, node_id: int, decryptor: int, ciphertext: bytes) -> bytes:
-    # decimal ints never contain "|", so the encoding is unambiguous
+def tag_message(round_id: int, node_id: int, decryptor: int, participants: bytes, ciphertext: bytes) -> bytes:
+    # decimal ints never contain "|", and the two digests have fixed length: unambiguous
     head = f"{round_id}|{node_id}|{decryptor}|".encode()
-    return head + hashlib.sha256(ciphertext).digest()
+    return head + participants + hashlib.sha256(ciphertext).digest()
 
 
-def make_tag(key: bytes, round_id: int, node_id: int, decryptor: int, ciphertext: bytes) -> bytes:
-    return hmac.new(key, tag_message(round_id, node_id, decryptor, ciphertext), hashlib.sha256).digest()
+def make_tag(
+    key: bytes, round_id: int, node_id: int, decryptor: int, participants: bytes, ciphertext: bytes
+) -> bytes:
+    message = tag_message(round_id, node_id, decryptor, participants, ciphertext)
+    return hmac.new(key, message, hashlib.sha256).digest()
+
+
+def participants_digest(nodes: Sequence[int], mask_keys: Sequence[bytes]) -> bytes:
+    """SHA-256 over the sorted (node, mask public key) pairs: who masked for whom."""
+    h = hashlib.sha256()
+    for node, pk in sorted(zip(nodes, mask_keys, strict=True)):
+        h.update(f"{node}|".encode() + pk)
+    return h.digest()
+
+
+def keys_statement(run_id: str, round_id: int, node_id: int, site: str, mask_pk: bytes) -> bytes:
+    """What a site signs with its α mask key: this key is mine, as this node, in this round."""
+    return statement(b"alpha-mask-key", run_id, round_id, node_id, site, mask_pk)
 
 
 def round_release(values: np.ndarray) -> np.ndarray:
@@ -133,22 +164,45 @@ def _sum_plain(transport: Transport, ids: list[int], round_id: int) -> np.ndarra
     return np.sum(list(vectors.values()), axis=0)
 
 
+def _mask_keys(transport: Transport, ids: list[int], round_id: int, settings: HESettings) -> dict[str, list]:
+    """Every site's signed mask key of this round, as the parallel lists the encrypt phase takes."""
+    replies = transport.exchange(KEYS_PHASE, {n: {"round_id": round_id, "node_id": n} for n in ids})
+    keyed = sorted(n for n, r in replies.items() if n in ids and {"mask_pk", "site", "signature"} <= set(r))
+    if len(keyed) < settings.min_participants:
+        why = "; ".join(
+            f"node {n}: {r.get('error', 'no key')}" for n, r in sorted(replies.items()) if n not in keyed
+        )
+        raise ScalarAggregationError(
+            f"round {round_id}: {len(keyed)} of {len(ids)} sites sent α mask keys, "
+            f"need ≥ {settings.min_participants} ({why or 'the others did not answer'})"
+        )
+    return {
+        "peer_nodes": keyed,
+        "peer_sites": [str(replies[n]["site"]) for n in keyed],
+        "peer_keys": [replies[n]["mask_pk"] for n in keyed],
+        "peer_signatures": [replies[n]["signature"] for n in keyed],
+    }
+
+
 def _sum_ckks(transport: Transport, ids: list[int], round_id: int, settings: HESettings) -> np.ndarray:
     public = settings.public_context
+    peers = _mask_keys(transport, ids, round_id, settings)
+    ids = peers["peer_nodes"]
     decryptor = decryptor_for(ids, round_id)
     requests = {
-        n: {"round_id": round_id, "node_id": n, "decryptor": decryptor, "key_id": settings.key_id}
+        n: {"round_id": round_id, "node_id": n, "decryptor": decryptor, "key_id": settings.key_id, **peers}
         for n in ids
     }
     replies = transport.exchange(ENCRYPT_PHASE, requests)
 
     declined = {n: str(r.get("error", "no ciphertext")) for n, r in replies.items() if "ciphertext" not in r}
     participants = sorted(n for n, r in replies.items() if n in requests and "ciphertext" in r)
-    if len(participants) < settings.min_participants:
+    if participants != ids:
+        # each ciphertext is masked for exactly the keyed sites: without all of them nothing cancels
         why = "; ".join(f"node {n}: {e}" for n, e in sorted(declined.items())) or "the others did not answer"
         raise ScalarAggregationError(
-            f"round {round_id}: {len(participants)} of {len(ids)} sites sent ciphertexts, "
-            f"need ≥ {settings.min_participants} ({why})"
+            f"round {round_id}: {len(participants)} of {len(ids)} keyed sites sent ciphertexts; the masks "
+            f"cancel only over all of them ({why})"
         )
     cts: list[bytes] = []
     tags: list[bytes] = []
@@ -171,6 +225,7 @@ def _sum_ckks(transport: Transport, ids: list[int], round_id: int, settings: HES
         "round_id": round_id,
         "node_id": decryptor,
         "participants": participants,
+        "participant_keys": peers["peer_keys"],
         "ciphertexts": cts,
         "tags": tags,
         "aggregate": aggregate,
@@ -236,10 +291,68 @@ def _need_secret(secret_context: ts.Context | None) -> ts.Context:
     return secret_context
 
 
+def _need_identity(identity: SecAggIdentity | None) -> SecAggIdentity:
+    if identity is None:
+        raise _Refusal("this site has no signing identity; α masks need its provisioned signing key")
+    return identity
+
+
+def _keys(
+    request: Mapping[str, Any], state: dict[str, Any], identity: SecAggIdentity | None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    identity = _need_identity(identity)
+    round_id = _int_field(request, "round_id")
+    node_id = _int_field(request, "node_id")
+    if state.get(_KEYED[0]) == round_id or round_id in state.get(_ENCRYPTED, []):
+        # a second key would let the same scalars be masked for a second set of peers
+        raise _Refusal(f"round {round_id}: this site already sent its α mask key")
+    secret, public = scalar_masks.new_keypair()
+    signature = identity.sign(keys_statement(identity.run_id, round_id, node_id, identity.site, public))
+    reply = {"mask_pk": public, "site": identity.site, "signature": signature}
+    return reply, {**state, **dict(zip(_KEYED, (round_id, node_id, secret), strict=True))}
+
+
+def _peers(
+    request: Mapping[str, Any], identity: SecAggIdentity, round_id: int, me: int, own_pk: bytes, minimum: int
+) -> tuple[list[int], list[bytes], list[tuple[str, bytes]]]:
+    nodes = request.get("peer_nodes")
+    if not isinstance(nodes, list) or not all(isinstance(n, int) and not isinstance(n, bool) for n in nodes):
+        raise _Refusal("request field 'peer_nodes' must be a list of node ids")
+    sites = request.get("peer_sites")
+    if not isinstance(sites, list) or len(sites) != len(nodes) or not all(isinstance(x, str) for x in sites):
+        raise _Refusal("request field 'peer_sites' must list one site name per node")
+    pks = _bytes_list(request, "peer_keys", len(nodes))
+    sigs = _bytes_list(request, "peer_signatures", len(nodes))
+    if len(set(nodes)) != len(nodes) or len(set(sites)) != len(sites):
+        raise _Refusal(f"round {round_id}: a node or a site is listed twice among the participants")
+    if len(nodes) < minimum:
+        raise _Refusal(f"round {round_id}: {len(nodes)} participants; this site sums with at least {minimum}")
+    others: list[tuple[str, bytes]] = []
+    for node, site, pk, sig in zip(nodes, sites, pks, sigs, strict=True):
+        if node == me:
+            if site != identity.site or pk != own_pk:
+                raise _Refusal(f"round {round_id}: this site's own entry is not the key it sent")
+            continue
+        if not identity.signed_by(site, sig, keys_statement(identity.run_id, round_id, node, site, pk)):
+            raise _Refusal(
+                f"round {round_id}: node {node}'s α mask key is not signed by a provisioned site {site!r}"
+            )
+        others.append((site, pk))
+    if len(others) != len(nodes) - 1:
+        raise _Refusal(f"round {round_id}: this site is not among the participants it is asked to mask for")
+    return nodes, pks, others
+
+
 def _encrypt(
-    request: Mapping[str, Any], state: dict[str, Any], scalars: np.ndarray, ctx: ts.Context | None
+    request: Mapping[str, Any],
+    state: dict[str, Any],
+    scalars: np.ndarray,
+    ctx: ts.Context | None,
+    identity: SecAggIdentity | None,
+    minimum: int,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     ctx = _need_secret(ctx)
+    identity = _need_identity(identity)
     round_id = _int_field(request, "round_id")
     node_id = _int_field(request, "node_id")
     decryptor = _int_field(request, "decryptor")
@@ -253,13 +366,26 @@ def _encrypt(
     if round_id in done:
         # a second ciphertext of the same round could be summed twice and then subtracted
         raise _Refusal(f"round {round_id}: this site already encrypted its scalars for this round")
-    ciphertext = ckks.encrypt_vector(ctx, _own_scalars(scalars))
-    tag = make_tag(tag_key(ctx), round_id, node_id, decryptor, ciphertext)
-    return {"ciphertext": ciphertext, "tag": tag}, {**state, _ENCRYPTED: [*done, round_id]}
+    if state.get(_KEYED[0]) != round_id or state.get(_KEYED[1]) != node_id:
+        raise _Refusal(f"round {round_id}: this site sent no α mask key as node {node_id}")
+    secret = state[_KEYED[2]]
+    own_pk = scalar_masks.public_of(secret)
+    nodes, pks, others = _peers(request, identity, round_id, node_id, own_pk, minimum)
+    context = f"{identity.run_id}|{round_id}".encode()
+    values = scalar_masks.masked(_own_scalars(scalars), identity.site, secret, others, context)
+    ciphertext = ckks.encrypt_vector(ctx, values)
+    tag = make_tag(tag_key(ctx), round_id, node_id, decryptor, participants_digest(nodes, pks), ciphertext)
+    # the round's mask secret is dropped: this site masks nothing else with it
+    kept = {k: v for k, v in state.items() if k not in _KEYED}
+    return {"ciphertext": ciphertext, "tag": tag}, {**kept, _ENCRYPTED: [*done, round_id]}
 
 
 def _decrypt(
-    request: Mapping[str, Any], state: dict[str, Any], scalars: np.ndarray, ctx: ts.Context | None
+    request: Mapping[str, Any],
+    state: dict[str, Any],
+    scalars: np.ndarray,
+    ctx: ts.Context | None,
+    minimum: int,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     ctx = _need_secret(ctx)
     round_id = _int_field(request, "round_id")
@@ -274,12 +400,13 @@ def _decrypt(
         raise _Refusal("request field 'participants' must be a list of node ids")
     if len(set(participants)) != len(participants):
         raise _Refusal(f"round {round_id}: participants listed twice {participants}")
-    if len(participants) < MIN_PARTICIPANTS:
+    if len(participants) < max(minimum, MIN_PARTICIPANTS):
         raise _Refusal(
-            f"round {round_id}: {len(participants)} participant(s); a sum of fewer than "
-            f"{MIN_PARTICIPANTS} sites would reveal a single site's values"
+            f"round {round_id}: {len(participants)} participant(s); this site decrypts only sums over at "
+            f"least {max(minimum, MIN_PARTICIPANTS)} sites"
         )
     cts = _bytes_list(request, "ciphertexts", len(participants))
+    listed = participants_digest(participants, _bytes_list(request, "participant_keys", len(participants)))
     tags = _bytes_list(request, "tags", len(participants))
     aggregate = request.get("aggregate")
     if not isinstance(aggregate, bytes):
@@ -289,12 +416,12 @@ def _decrypt(
     forged = [
         p
         for p, ct, tag in zip(participants, cts, tags, strict=True)
-        if not hmac.compare_digest(tag, make_tag(key, round_id, p, me, ct))
+        if not hmac.compare_digest(tag, make_tag(key, round_id, p, me, listed, ct))
     ]
     if forged:
         raise _Refusal(
-            f"round {round_id}: tags of nodes {forged} do not verify for this round and decryptor; "
-            "those ciphertexts were not made by a site for this decryption"
+            f"round {round_id}: tags of nodes {forged} do not verify for this round, decryptor and set of "
+            "participants; those ciphertexts were not masked and made for this decryption"
         )
     t = _own_scalars(scalars).size
     try:
@@ -317,11 +444,14 @@ def client_step(
     state: Mapping[str, Any],
     scalars: np.ndarray,
     secret_context: ts.Context | None,
+    identity: SecAggIdentity | None = None,
+    min_participants: int = MIN_PARTICIPANTS,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One site's answer to one phase; pure (state in, new state out, input state untouched).
 
     `scalars` are this site's DP-noised T values; `secret_context` is None for plain rounds (and a
-    site that holds one refuses plain rounds).
+    site that holds one refuses plain rounds); `identity` signs this site's α mask key and checks
+    its peers'; `min_participants` is the smallest sum the site takes part in or decrypts.
     Refusals are replies {"error": reason} with the state unchanged.
     """
     current = dict(state)
@@ -330,10 +460,14 @@ def client_step(
             # a site provisioned for HE never lets the server downgrade it to cleartext scalars
             return {"error": "this site sends its scalars only under CKKS"}, current
         return {"scalars": np.asarray(scalars, dtype=np.float64)}, current
-    steps = {ENCRYPT_PHASE: _encrypt, DECRYPT_PHASE: _decrypt}
-    if phase not in steps:
-        return {"error": f"unknown phase {phase!r}"}, current
     try:
-        return steps[phase](request, current, scalars, secret_context)
+        if phase == KEYS_PHASE:
+            _need_secret(secret_context)
+            return _keys(request, current, identity)
+        if phase == ENCRYPT_PHASE:
+            return _encrypt(request, current, scalars, secret_context, identity, min_participants)
+        if phase == DECRYPT_PHASE:
+            return _decrypt(request, current, scalars, secret_context, min_participants)
+        return {"error": f"unknown phase {phase!r}"}, current
     except _Refusal as refusal:
         return {"error": str(refusal)}, current

@@ -34,7 +34,8 @@ class AggregationSettings:
         if cfg.he.enabled:
             if cfg.he.keys_dir is None:
                 raise ValueError("he.enabled needs he.keys_dir (create keys with `secure-fed keys init`)")
-            he = HESettings.from_keys_dir(cfg.he.keys_dir)
+            # sites sum α only with at least 3 (with 2, the server plus one site learns the other)
+            he = HESettings.from_keys_dir(cfg.he.keys_dir, min_participants=max(3, cfg.fed.min_sites))
         return cls(secagg=secagg, he=he)
 
 

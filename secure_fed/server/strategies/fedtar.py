@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from secure_fed.config import RunConfig
+from secure_fed.crypto.scalars import ScalarAggregationError
 from secure_fed.server.aggregation import scalar_sum
 from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy
 from secure_fed.server.temporal import MetaUpdater, TemporalMetaLearner, residual_chain, weighted_snapshots
@@ -52,8 +53,12 @@ class FedTAR(Strategy):
             replies = ctx.transport.exchange("hypergrad", {n: dict(request) for n in summed.survivors})
             answered = [n for n in summed.survivors if replies.get(n, {}).get("status") == "ok"]
             if len(answered) >= ctx.cfg.fed.min_sites:
-                grad = scalar_sum(ctx.transport, answered, ctx.aggregation, ctx.round)
-                alpha = self.meta.step(np.asarray(grad, dtype=np.float64))
+                try:
+                    grad = scalar_sum(ctx.transport, answered, ctx.aggregation, ctx.round)
+                except ScalarAggregationError as err:  # α keeps its value; never retried over a subset
+                    ctx.log_event("alpha_skipped", {"reason": str(err)})
+                else:
+                    alpha = self.meta.step(np.asarray(grad, dtype=np.float64))
                 n_val = sum(int(replies[n].get("val_patients", 0)) for n in answered)
                 if n_val:
                     val_loss = sum(float(replies[n]["val_loss_sum"]) for n in answered) / n_val
