@@ -95,6 +95,9 @@ class DPConfig(_Strict):
     gmm_fraction: float = Field(0.1, gt=0, lt=0.5, description="share of the train ε for the GMM histogram")
     alpha_clip: float = Field(1.0, gt=0, description="C_α for the hypergradient scalars")
     alpha_noise_multiplier: float | None = Field(None, gt=0, description="σ_α; None = calibrate")
+    alpha_direction_norm: float = Field(
+        100.0, gt=0, description="largest L2 norm of one α direction the site accepts from the server"
+    )
     accountant: Literal["rdp", "prv"] = Field("rdp", description="accountant the budget guard uses")
 
     @model_validator(mode="after")

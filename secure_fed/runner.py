@@ -62,14 +62,18 @@ def run_inprocess(
     cfg = cfg.model_copy(update={"out": Path(out)})
     secret = site_secret_context(cfg)
     names = site_names(cfg)
-    keys_dir = audit_keys_dir(cfg, names) if cfg.audit.enabled else None
+    keys_dir = run_keys_dir(cfg, names)
     run_id = run_id_for(out)
     handlers = {
         node: make_site_handler(SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=run_id), secret)
         for node, site in enumerate(names)
     }
     transport = InProcessTransport(handlers, drop=drop)
-    trail = ServerTrail(Path(out) / "audit" / "server.jsonl", run_id, keys_dir) if keys_dir else None
+    trail = (
+        ServerTrail(Path(out) / "audit" / "server.jsonl", run_id, keys_dir)
+        if keys_dir and cfg.audit.enabled
+        else None
+    )
     if trail is not None and not resume:
         trail.start(cfg, keys_dir)  # type: ignore[arg-type]
     orchestrator = Orchestrator(
@@ -91,6 +95,11 @@ def run_inprocess(
     if trail is not None:
         trail.finish(orchestrator.final_state)
     return outcome
+
+
+def run_keys_dir(cfg: RunConfig, names: list[str]) -> Path | None:
+    """Signing keys are needed for the audit log and for SecAgg+ / CKKS (sites sign their keys)."""
+    return audit_keys_dir(cfg, names) if cfg.audit.enabled or cfg.secagg_on or cfg.he.enabled else None
 
 
 def run_id_for(out: Path) -> str:
@@ -140,9 +149,13 @@ def run_simulation(
 
     cfg = cfg.model_copy(update={"out": Path(out)})
     names = site_names(cfg)
-    keys_dir = audit_keys_dir(cfg, names) if cfg.audit.enabled else None
+    keys_dir = run_keys_dir(cfg, names)
     run_id = run_id_for(out)
-    trail = ServerTrail(Path(out) / "audit" / "server.jsonl", run_id, keys_dir) if keys_dir else None
+    trail = (
+        ServerTrail(Path(out) / "audit" / "server.jsonl", run_id, keys_dir)
+        if keys_dir and cfg.audit.enabled
+        else None
+    )
     if trail is not None and not resume:
         trail.start(cfg, keys_dir)  # type: ignore[arg-type]
     box: dict[str, Any] = {}

@@ -101,11 +101,12 @@ def markdown_table(rows: list[dict[str, Any]]) -> str:
 
 def evaluate_base(base: RunConfig, seeds: Sequence[int], out: Path) -> list[dict[str, Any]]:
     """The pretrained base with untrained adapters, scored exactly as a run's final evaluation
-    (each site's test split, n-weighted across sites): the "no federated training" reference."""
+    (each site's test split, weighted as in a run): the "no federated training" reference."""
     from secure_fed.clients.handler import handle
     from secure_fed.clients.runtime import SiteRuntime
     from secure_fed.clients.site import site_names
     from secure_fed.runner import initial_adapter_state
+    from secure_fed.server.orchestrator import pool_scores
 
     runs = []
     for seed in seeds:
@@ -113,13 +114,10 @@ def evaluate_base(base: RunConfig, seeds: Sequence[int], out: Path) -> list[dict
         cfg.data.synth.seed = seed
         cfg.audit.enabled = False
         state = initial_adapter_state(cfg)
+        request = {"global": state, "stopped_early": "base reference: no federated training"}
         replies = [
-            handle(SiteRuntime.create(cfg, site), "evaluate", {"global": state}, {})[0]
-            for site in site_names(cfg)
+            handle(SiteRuntime.create(cfg, site), "evaluate", request, {})[0] for site in site_names(cfg)
         ]
-        test = {}
-        for name in METRIC_NAMES:
-            pairs = [(r[name], r["n"]) for r in replies if not math.isnan(r[name])]
-            test[name] = sum(v * n for v, n in pairs) / sum(n for _, n in pairs) if pairs else math.nan
+        test = pool_scores(replies)
         runs.append({"method": BASE, "epsilon": None, "seed": seed, "test": test})
     return runs

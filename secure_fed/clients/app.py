@@ -1,4 +1,4 @@
-"""Flower ClientApp: a hospital's node. Every phase goes through `handle` after the policy mod.
+"""Flower ClientApp: a hospital's node. Every phase goes through `handle` (policy, guard, log).
 
 Which site a node is: `site` in the node config (deployment), else the simulation's partition id.
 The site runtime (data, model, GMM, ledger) is cached per process as a speed-up only: Flower's
@@ -20,7 +20,6 @@ from flwr.clientapp import ClientApp
 
 from secure_fed.clients.handler import handle
 from secure_fed.clients.hypergrad import flatten, unflatten
-from secure_fed.clients.policy import PolicyViolation, SitePolicy
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.clients.site import site_names
 from secure_fed.config import RunConfig, load_config
@@ -39,12 +38,13 @@ PHASES = (
     "secagg_masked",
     "secagg_unmask",
     "plain_scalars",
+    "he_keys",
     "he_encrypt",
     "he_decrypt",
 )
 _STATE_KEY = "secure_fed_protocol"
 _MEMORY_KEY = "secure_fed_site"
-_STASHED = ("upload", "scalars")
+_STASHED = ("upload", "scalars", "scalars_round")
 _RUNTIMES: dict[tuple[str, str], SiteRuntime] = {}
 _SECRETS: dict[str, Any] = {}
 
@@ -113,23 +113,6 @@ def _secret_context(cfg: RunConfig) -> Any:
     return _SECRETS[key]
 
 
-def policy_mod(cfg_of: Any) -> Any:
-    """Flower mod: refuse, before any handler runs, what the site's own policy forbids."""
-
-    def mod(message: Message, context: Context, call_next: Any) -> Message:
-        cfg = cfg_of(context)
-        phase = message.metadata.message_type.split(".")[-1]
-        phase = "train" if phase == "default" or message.metadata.message_type == "train" else phase
-        try:
-            SitePolicy.from_config(cfg).check(phase, from_records(message.content))
-        except PolicyViolation as err:
-            log.warning("refused %s: %s", message.metadata.message_type, err)
-            return Message(to_records({"status": "refused", "error": str(err)}), reply_to=message)
-        return call_next(message, context)
-
-    return mod
-
-
 def make_client_app(
     cfg: RunConfig | None = None, keys_dir: Path | None = None, run_id: str = ""
 ) -> ClientApp:
@@ -138,7 +121,7 @@ def make_client_app(
     def cfg_of(context: Context) -> RunConfig:
         return cfg if cfg is not None else site_config_from_context(context)
 
-    app = ClientApp(mods=[policy_mod(cfg_of)])
+    app = ClientApp()  # policy, guard and the instruction log live in `handle`, for every runtime
 
     def respond(phase: str, message: Message, context: Context) -> Message:
         run_cfg = cfg_of(context)

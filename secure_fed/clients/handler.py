@@ -1,11 +1,20 @@
 """One entry point for every phase a site answers: the Flower ClientApp and the in-process engine
-both call `handle`, so the protocol is the same whichever runtime carries it."""
+both call `handle`, so the protocol is the same whichever runtime carries it.
+
+Every server message is untrusted input. `handle` checks it against the site's policy and guard,
+acts or refuses, and writes one `instruction` record to the site's own audit log either way (phase,
+round, digest of the parameters, outcome, code). What goes back on a refusal or an error is a code
+and our own one-line reason, never an exception's text: that can carry local paths or study ids,
+which stay in the site's log.
+"""
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
-from secure_fed.clients.policy import SitePolicy
+from secure_fed.clients.guard import Refusal, SiteGuard, request_digest
+from secure_fed.clients.policy import PolicyViolation, SitePolicy
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.crypto import scalars as scalar_sum
 from secure_fed.crypto import vectors as vector_sum
@@ -18,16 +27,59 @@ from secure_fed.crypto.secagg_protocol import (
     embedded_setup,
 )
 
+log = logging.getLogger(__name__)
+
 Payload = dict[str, Any]
 
+# protocol records that must survive a node restart (kept in the guard's file as well)
+PROTOCOL_MARKS = (vector_sum.MASKED_UPLOADS, *scalar_sum.ROUND_MARKS)
 VECTOR_PHASES = frozenset({PLAIN_SUM, *SECAGG_PHASES})
-SCALAR_PHASES = frozenset({scalar_sum.PLAIN_PHASE, scalar_sum.ENCRYPT_PHASE, scalar_sum.DECRYPT_PHASE})
+SCALAR_PHASES = frozenset(
+    {scalar_sum.PLAIN_PHASE, scalar_sum.KEYS_PHASE, scalar_sum.ENCRYPT_PHASE, scalar_sum.DECRYPT_PHASE}
+)
 
 
 def handle(
     runtime: SiteRuntime, phase: str, request: Payload, state: Payload, secret_context: object | None = None
 ) -> tuple[Payload, Payload]:
-    SitePolicy.from_config(runtime.cfg).check(phase, request)
+    round_id = request.get("round", request.get("round_id"))
+    digest = request_digest(phase, request)
+    outcome, code, detail = "acted", None, None
+    # From disk, not memory: under Flower another process may have answered the previous message.
+    runtime.guard = SiteGuard.load(runtime.guard.path, runtime.guard.run_id)
+    try:
+        SitePolicy.from_config(runtime.cfg).check(phase, request)
+        runtime.guard.check_open(phase)
+        state = runtime.guard.restore_marks(state, PROTOCOL_MARKS)
+        reply, state = _dispatch(runtime, phase, request, state, secret_context)
+        runtime.guard.keep_marks(state, PROTOCOL_MARKS)
+        if reply.get("status") == "refused" or "error" in reply:  # a protocol step's own refusal
+            outcome, code = "refused", str(reply.get("code", "protocol"))
+            detail = str(reply.get("error", ""))
+            reply = {**reply, "status": "refused", "code": code}
+    except PolicyViolation as err:
+        outcome, code, detail = "refused", "policy", str(err)
+        reply = {"status": "refused", "code": code, "error": str(err)}
+    except Refusal as err:
+        outcome, code, detail = "refused", err.code, str(err)
+        reply = {"status": "refused", "code": code, "error": str(err)}
+    except SecAggRefused as err:
+        outcome, code, detail = "refused", "secagg", str(err)
+        reply = {"status": "refused", "code": code, "error": str(err)}
+    except (KeyError, TypeError, ValueError) as err:
+        outcome, code, detail = "error", "bad_request", f"{type(err).__name__}: {err}"
+        reply = {"status": "error", "code": code, "error": f"malformed {phase!r} request"}
+    except Exception as err:  # noqa: BLE001 (anything else: the server gets a code, the log the rest)
+        log.exception("%s failed", phase)
+        outcome, code, detail = "error", "internal", f"{type(err).__name__}: {err}"
+        reply = {"status": "error", "code": code, "error": f"the site could not complete {phase!r}"}
+    runtime.log_instruction(phase, round_id, digest, outcome, code, detail)
+    return reply, state
+
+
+def _dispatch(
+    runtime: SiteRuntime, phase: str, request: Payload, state: Payload, secret_context: object | None
+) -> tuple[Payload, Payload]:
     round_id = int(request.get("round", 0))
     if phase == "hello":
         return {"site": runtime.site, "dp": runtime.privacy is not None}, state
@@ -38,24 +90,55 @@ def handle(
             return reply, state
         # SecAgg+ key advertisement rides on the training message: the update it will mask exists now
         try:
-            keys, state = vector_sum.client_step(SETUP, setup, {}, runtime.stash["upload"])
+            keys, state = vector_sum.client_step(
+                SETUP,
+                setup,
+                state,  # not {}: it records the updates already masked, so none is summed twice
+                runtime.stash["upload"],
+                identity=vector_sum.load_identity(runtime.keys_dir, runtime.site, runtime.run_id),
+            )
         except SecAggRefused as exc:  # the training result stands; the secure sum counts us as dropped
             return {**reply, "secagg_refused": str(exc)}, state
         return {**reply, **embed_setup(keys)}, state
     if phase == "hypergrad":
-        return runtime.hypergrad(round_id, request["final"], request["directions"]), state
+        return runtime.hypergrad(
+            round_id, request["final"], request["directions"], request_digest(phase, request)
+        ), state
     if phase == "finish":
-        return runtime.finish(), state
+        return runtime.finish(_stopped_early(request)), state
     if phase == "evaluate":
-        return runtime.evaluate(request["global"], str(request.get("split", "test"))), state
+        return runtime.evaluate(
+            request["global"], str(request.get("split", "test")), _stopped_early(request)
+        ), state
     if phase in VECTOR_PHASES:
         upload = runtime.stash.get("upload")
         if upload is None:
-            return {"error": "no update to aggregate this round"}, state
-        return vector_sum.client_step(phase, request, state, upload)
+            raise Refusal("no_update", "no update to aggregate this round")
+        return vector_sum.client_step(
+            phase,
+            request,
+            state,
+            upload,
+            identity=lambda: vector_sum.load_identity(runtime.keys_dir, runtime.site, runtime.run_id),
+        )
     if phase in SCALAR_PHASES:
         scalars = runtime.stash.get("scalars")
         if scalars is None:
-            return {"error": "no α scalars this round"}, state
-        return scalar_sum.client_step(phase, request, state, scalars, secret_context)
-    raise ValueError(f"unknown phase {phase!r}")
+            raise Refusal("no_scalars", "no α scalars this round")
+        if request.get("round_id") != runtime.stash.get("scalars_round"):
+            # the α round is the training round the site admitted, never an id the server makes up
+            raise Refusal(
+                "alpha_round", f"this site's α scalars are for round {runtime.stash.get('scalars_round')}"
+            )
+        identity = None
+        if phase == scalar_sum.KEYS_PHASE or phase == scalar_sum.ENCRYPT_PHASE:
+            identity = vector_sum.load_identity(runtime.keys_dir, runtime.site, runtime.run_id)
+        return scalar_sum.client_step(
+            phase, request, state, scalars, secret_context, identity, max(3, runtime.cfg.fed.min_sites)
+        )
+    raise Refusal("unknown_phase", f"unknown phase {phase!r}")
+
+
+def _stopped_early(request: Payload) -> str | None:
+    reason = request.get("stopped_early")
+    return str(reason) if reason else None

@@ -34,5 +34,7 @@ class SitePolicy:
             raise PolicyViolation("policy requires CKKS: refusing to send plaintext α scalars")
         if phase == "train" and self.require_dp and not request.get("dp", False):
             raise PolicyViolation("policy requires DP-SGD: refusing a non-private training round")
-        if phase == "evaluate" and request.get("split", "test") not in ("test", "val"):
-            raise PolicyViolation(f"unknown evaluation split {request.get('split')!r}")
+        if phase == "evaluate" and request.get("split", "test") != "test":
+            raise PolicyViolation(
+                f"only the test split is scored for the server, not {request.get('split')!r}"
+            )

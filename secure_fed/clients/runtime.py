@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from secure_fed.clients.coarsen import bucket_floor
 from secure_fed.clients.evaluation import evaluate_split
+from secure_fed.clients.guard import Refusal, SiteGuard
 from secure_fed.clients.hypergrad import flatten, per_patient_hypergradients, unflatten
 from secure_fed.clients.private import SitePrivacy
 from secure_fed.clients.profile import fit_gmm
@@ -56,6 +58,12 @@ class SiteRuntime:
     stash: dict[str, Any] = field(default_factory=dict)
 
     trail: SiteTrail | None = None
+    keys_dir: Path | None = None  # the site's provisioned keys: its signing key, peers' public keys
+    run_id: str = ""
+    guard: SiteGuard = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.guard = SiteGuard.load(self.folder / "guard.json", self.run_id)
 
     @property
     def folder(self) -> Path:
@@ -96,19 +104,59 @@ class SiteRuntime:
             privacy.record_gmm(event)
         attach_profiles(data, gmm)
         model = build_report_model(cfg)
-        return cls(cfg=cfg, site=site, data=data, model=model, privacy=privacy, trail=trail)
+        if trail is not None:  # exact sizes for the site's auditors; never in a record the server copies
+            trail.append(
+                "population_sizes",
+                {"train": data.n_train_patients, "validation": data.n_val_patients, "test": len(data.test)},
+            )
+        return cls(
+            cfg=cfg,
+            site=site,
+            data=data,
+            model=model,
+            privacy=privacy,
+            trail=trail,
+            keys_dir=keys_dir,
+            run_id=run_id,
+        )
+
+    def log_instruction(
+        self, phase: str, round_id: Any, digest: str, outcome: str, code: str | None, detail: str | None
+    ) -> None:
+        """Every server instruction, acted on or not, in the site's own log (details stay here)."""
+        if self.trail is None or self.trail.log.closed:
+            return
+        round_no = round_id if isinstance(round_id, int) and not isinstance(round_id, bool) else None
+        payload = {"phase": phase, "round": round_no, "digest": digest, "outcome": outcome, "code": code}
+        if detail:
+            payload["detail"] = detail
+        self.trail.append("instruction", payload, round_no)
+
+    def _check_state_vector(self, value: Any, what: str) -> np.ndarray:
+        vec = np.asarray(value)
+        dim = sum(v.numel() for v in self.model.trainable_state().values())
+        if vec.shape != (dim,) or not np.issubdtype(vec.dtype, np.floating) or not np.all(np.isfinite(vec)):
+            raise Refusal(
+                "bad_request", f"{what} must be {dim} finite floats, got shape {vec.shape} {vec.dtype}"
+            )
+        return vec.astype(np.float64)
 
     # -- phase: train -------------------------------------------------------------------------
     def train(
         self, round_id: int, method: str, global_vec: np.ndarray, options: dict[str, Any]
     ) -> dict[str, Any]:
         cfg = self.cfg
+        global_vec = self._check_state_vector(global_vec, "the global state")
+        self.guard.check_training(round_id)
+        self.guard.save()
         released = self.folder / f"release-r{round_id}.npy"
         if self.privacy is not None:
             if self.privacy.already_released(round_id) and released.exists():
                 # A retried round (after a crash) re-sends the very values released before:
                 # nothing new is disclosed and the ledger charges the round once.
                 self.stash["upload"] = np.load(released)
+                self.guard.trained_round(round_id)
+                self.guard.save()
                 return {
                     "status": "ok",
                     "dim": int(self.stash["upload"].size),
@@ -193,11 +241,13 @@ class SiteRuntime:
         self.stash["upload"] = upload
         if self.privacy is not None:
             np.save(released, upload)
+        self.guard.trained_round(round_id)
+        self.guard.save()
         reply: dict[str, Any] = {
             "status": "ok",
             "dim": int(upload.size),
             "steps": result.steps,
-            "train_loss": result.mean_loss if self.privacy is None else float("nan"),
+            "train_loss": result.mean_loss if self._losses_leave() else float("nan"),
         }
         if self.privacy is not None:
             reply.update(self.privacy.after_round_summary())
@@ -205,17 +255,54 @@ class SiteRuntime:
             reply["audit_records"] = self.trail.take_pending()
         return reply
 
-    def finish(self) -> dict[str, Any]:
-        """End of run: close the site's audit log with a signed head record."""
+    def finish(self, stopped_early: str | None = None) -> dict[str, Any]:
+        """End of run: close the site's audit log with a signed head record. Only after the last
+        round (or a stated early stop): a log closed mid-run would leave later releases unlogged."""
+        self.guard.check_end("finish", self.cfg.fed.rounds, stopped_early)
+        self.guard.finished = stopped_early or ""
+        self.guard.save()
         if self.trail is not None:
+            self.trail.append("run_end", {"stopped_early": stopped_early})
             self.trail.close()
         return {"status": "ok"}
 
     # -- phase: hypergradient -----------------------------------------------------------------
-    def hypergrad(self, round_id: int, final: np.ndarray, directions: np.ndarray) -> dict[str, Any]:
+    def hypergrad(
+        self, round_id: int, final: np.ndarray, directions: np.ndarray, digest: str = ""
+    ) -> dict[str, Any]:
+        """α hypergradient scalars for a round this site trained, once (a retry of the same request
+        gets the same values back). The directions are bounded: each per-patient scalar is clipped
+        anyway, but a site does not evaluate its validation patients along arbitrary vectors."""
+        final = self._check_state_vector(final, "the final state")
+        directions = np.asarray(directions)
+        limit = self.cfg.dp.alpha_direction_norm
+        if (
+            directions.shape != (self.cfg.data.max_visits, final.size)
+            or not np.issubdtype(directions.dtype, np.floating)
+            or not np.all(np.isfinite(directions))
+            or np.linalg.norm(directions, axis=1).max() > limit
+        ):
+            raise Refusal(
+                "bad_directions",
+                f"α directions must be {self.cfg.data.max_visits} finite vectors of length {final.size} "
+                f"with L2 norm ≤ {limit:g} (dp.alpha_direction_norm)",
+            )
+        if self.guard.check_alpha(round_id, digest) and "scalars" in self.stash:
+            return {"status": "ok"}  # a retry: the scalars released before, no new noise
+        reply = self._hypergrad(round_id, final, directions)
+        self.stash["scalars_round"] = round_id
+        self.guard.alpha_released(round_id, digest)
+        self.guard.save()
+        return reply
+
+    def _hypergrad(self, round_id: int, final: np.ndarray, directions: np.ndarray) -> dict[str, Any]:
         if len(self.data.val) == 0:
             self.stash["scalars"] = np.zeros(directions.shape[0])
-            return {"status": "ok", "val_loss_sum": 0.0, "val_patients": 0}
+            return (
+                {"status": "ok", "val_loss_sum": 0.0, "val_patients": 0}
+                if self._losses_leave()
+                else {"status": "ok"}
+            )
         per_patient, losses = per_patient_hypergradients(
             self.model, torch.as_tensor(final), torch.as_tensor(directions), self.data.val
         )
@@ -229,13 +316,32 @@ class SiteRuntime:
             self.stash["scalars"] = scalars
             return {"status": "ok"}
         self.stash["scalars"] = per_patient.sum(0).numpy()
+        if not self._losses_leave():
+            return {"status": "ok"}
         return {"status": "ok", "val_loss_sum": float(losses.sum()), "val_patients": int(losses.numel())}
 
+    def _losses_leave(self) -> bool:
+        """Per-site losses and validation counts are neither DP nor summed securely: under DP or
+        SecAgg+ they stay on the site (the server would otherwise see one site's figures)."""
+        return self.privacy is None and not self.cfg.secagg_on
+
     # -- phase: evaluate ----------------------------------------------------------------------
-    def evaluate(self, global_vec: np.ndarray, split: str = "test") -> dict[str, Any]:
+    def evaluate(
+        self, global_vec: np.ndarray, split: str = "test", stopped_early: str | None = None
+    ) -> dict[str, Any]:
+        """Corpus-level scores of the test split for the run's final model, once: the validation
+        split is never scored for the server, and a second scoring would be an oracle on test data."""
+        if split != "test":
+            raise Refusal(
+                "split_not_released", f"only the test split is scored for the server, not {split!r}"
+            )
+        global_vec = self._check_state_vector(global_vec, "the model to score")
+        self.guard.check_end("evaluate", self.cfg.fed.rounds, stopped_early)
+        self.guard.evaluated = True
+        self.guard.save()
         template = self.model.trainable_state()
         self.model.load_trainable_state(unflatten(torch.as_tensor(global_vec), template))
         examples = getattr(self.data, split)
         tokenizer = load_tokenizer(self.cfg.model.tokenizer_path)
         scores = evaluate_split(self.model, examples, tokenizer.decode, self.cfg.data.max_report_tokens + 1)
-        return {"status": "ok", "n": len(examples), **scores}
+        return {"status": "ok", "weight": bucket_floor(len(examples)), **scores}

@@ -127,8 +127,8 @@ class Orchestrator:
             save_checkpoint(checkpoint_dir, r, state, strategy.state_dict(), {"per_round": per_round})
             if self.progress is not None:
                 self.progress(r, cfg.fed.rounds, result)
-        test = self.evaluate(state, sites)
-        self.transport.exchange("finish", {n: {} for n in self.nodes})
+        test = self.evaluate(state, stopped)
+        self.transport.exchange("finish", {n: _end(stopped) for n in self.nodes})
         final_alpha = getattr(strategy, "alpha", None)
         metrics: dict[str, Any] = {
             "method": cfg.fed.method,
@@ -150,17 +150,28 @@ class Orchestrator:
         self.final_state = state
         return RunOutcome(metrics=metrics, stopped_early=stopped, per_round=per_round)
 
-    def evaluate(self, state: np.ndarray, sites: dict[int, str]) -> dict[str, float]:
-        """Each site scores its own test split; only corpus-level figures come back, weighted by n."""
-        replies = self.transport.exchange(
-            "evaluate", {n: {"global": state, "split": "test"} for n in self.nodes}
-        )
-        rows = [r for r in replies.values() if r.get("status") == "ok" and r.get("n", 0) > 0]
-        out: dict[str, float] = {}
-        for name in METRIC_NAMES:
-            pairs = [(float(r[name]), int(r["n"])) for r in rows if not np.isnan(float(r[name]))]
-            out[name] = sum(v * n for v, n in pairs) / sum(n for _, n in pairs) if pairs else float("nan")
-        return out
+    def evaluate(self, state: np.ndarray, stopped: str | None = None) -> dict[str, float]:
+        """Each site scores its own test split once, for the final model; only corpus-level figures
+        come back, each with a power-of-two weight (sites do not release exact test-set sizes)."""
+        request = {"global": state, "split": "test", **_end(stopped)}
+        replies = self.transport.exchange("evaluate", {n: dict(request) for n in self.nodes})
+        return pool_scores(list(replies.values()))
+
+
+def _end(stopped: str | None) -> dict[str, Any]:
+    """A site ends training (scores its test split, closes its log) before the last round only
+    when told why; it then acts on no further training."""
+    return {"stopped_early": stopped} if stopped else {}
+
+
+def pool_scores(replies: list[dict[str, Any]]) -> dict[str, float]:
+    """Sites' corpus-level scores averaged with the weights they released."""
+    rows = [r for r in replies if r.get("status") == "ok" and r.get("weight", 0) > 0]
+    out: dict[str, float] = {}
+    for name in METRIC_NAMES:
+        pairs = [(float(r[name]), int(r["weight"])) for r in rows if not np.isnan(float(r[name]))]
+        out[name] = sum(v * n for v, n in pairs) / sum(n for _, n in pairs) if pairs else float("nan")
+    return out
 
 
 def upload_size(dim: int, n_sites: int, aggregation: AggregationSettings) -> int:

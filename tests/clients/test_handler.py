@@ -2,22 +2,43 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
+from secure_fed.clients.guard import SiteGuard
 from secure_fed.clients.handler import handle
+from secure_fed.crypto.keys import init_keys
 from secure_fed.crypto.secagg_protocol import SETUP, embed_setup, embedded_setup
 from tests.crypto.test_secagg_privacy import _setup_request
+
+
+@pytest.fixture(scope="module")
+def keys_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A provisioned key folder: SecAgg+ signs a site's keys with its own Ed25519 key."""
+    root = tmp_path_factory.mktemp("keys")
+    init_keys(root, ["server", "site-1", "site-2"])
+    return root
 
 
 class StubRuntime:
     """What `handle` needs of a SiteRuntime for a training message."""
 
-    def __init__(self, cfg: Any, status: str = "ok") -> None:
+    def __init__(self, cfg: Any, keys_dir: Path | None, status: str = "ok") -> None:
         self.cfg = cfg
         self.status = status
+        self.site = "site-1"
+        self.keys_dir = keys_dir
+        self.run_id = "run-1"
         self.stash: dict[str, Any] = {}
+        Path(cfg.out).mkdir(parents=True, exist_ok=True)
+        self.guard = SiteGuard(path=Path(cfg.out) / "guard.json", run_id="run-1")
+        self.instructions: list[tuple] = []
+
+    def log_instruction(self, *record: Any) -> None:
+        self.instructions.append(record)
 
     def train(self, round_id: int, method: str, global_state: np.ndarray, request: dict) -> dict:
         self.stash["upload"] = np.zeros(10)
@@ -29,23 +50,42 @@ def _train(setup: dict[str, Any] | None) -> dict[str, Any]:
     return {**request, **(embed_setup(setup) if setup else {})}
 
 
-def test_training_reply_carries_the_keys_and_the_state_is_set_up(make_config):
-    reply, state = handle(StubRuntime(make_config()), "train", _train(_setup_request()), {})
+def test_training_reply_carries_the_keys_and_the_state_is_set_up(make_config, keys_dir):
+    reply, state = handle(StubRuntime(make_config(), keys_dir), "train", _train(_setup_request()), {})
     assert reply["status"] == "ok" and reply["train_loss"] == 1.0
     keys = embedded_setup(reply)
-    assert set(keys) == {"enc_pk", "mask_pk"} and all(len(k) == 32 for k in keys.values())
+    assert set(keys) == {"enc_pk", "mask_pk", "site", "key_sig"} and keys["site"] == "site-1"
+    assert len(keys["enc_pk"]) == len(keys["mask_pk"]) == 32 and len(keys["key_sig"]) == 64
     assert state["stage"] == SETUP and state["round_id"] == 1 and state["neighbours"] == [2, 3, 4, 5]
 
 
-def test_an_unsafe_setup_is_refused_but_the_training_result_stands(make_config):
+def test_an_unsafe_setup_is_refused_but_the_training_result_stands(make_config, keys_dir):
     unsafe = _train(_setup_request(threshold=2))
-    reply, state = handle(StubRuntime(make_config()), "train", unsafe, {"kept": 1})
+    reply, state = handle(StubRuntime(make_config(), keys_dir), "train", unsafe, {"kept": 1})
     assert reply["status"] == "ok" and "unsafe" in reply["secagg_refused"]
     assert embedded_setup(reply) is None and state == {"kept": 1}
 
 
-def test_no_setup_without_an_update_or_without_a_request(make_config):
-    declined, _ = handle(StubRuntime(make_config(), status="declined"), "train", _train(_setup_request()), {})
+def test_no_setup_without_an_update_or_without_a_request(make_config, keys_dir):
+    declined, _ = handle(
+        StubRuntime(make_config(), keys_dir, status="declined"), "train", _train(_setup_request()), {}
+    )
     assert embedded_setup(declined) is None
-    plain, state = handle(StubRuntime(make_config()), "train", _train(None), {"kept": 1})
+    plain, state = handle(StubRuntime(make_config(), keys_dir), "train", _train(None), {"kept": 1})
     assert embedded_setup(plain) is None and state == {"kept": 1}
+
+
+def test_without_provisioned_keys_the_setup_is_refused_and_says_how_to_fix_it(make_config):
+    reply, state = handle(StubRuntime(make_config(), None), "train", _train(_setup_request()), {"kept": 1})
+    assert reply["status"] == "ok" and "secure-fed keys init" in reply["secagg_refused"]
+    assert "\n" not in reply["secagg_refused"] and state == {"kept": 1}
+
+
+def test_a_retrained_round_that_re_sends_a_masked_update_gets_no_second_setup(make_config, keys_dir):
+    """The state the training message brings is passed to the setup, which keeps the record of
+    updates already masked: the retry path re-sends the same update, which is then refused."""
+    runtime = StubRuntime(make_config(), keys_dir)
+    _, state = handle(runtime, "train", _train(_setup_request()), {})
+    masked = {**state, "masked_uploads": state["masked_uploads"] + [f"{state['upload_fingerprint']}@1"]}
+    reply, _ = handle(runtime, "train", _train(_setup_request(round_id=2)), masked)
+    assert "already masked for round 1" in reply["secagg_refused"]

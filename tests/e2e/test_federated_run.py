@@ -50,10 +50,11 @@ def test_secagg_run_matches_plain_run_within_quantisation(make_config):
     assert masked["secure_aggregation"] == "secagg+"
     bound = max(r["quantisation_bound"] for r in masked["per_round"])
     assert 0 < bound < 1e-4
-    # α and the validation loss move by at most what the quantisation error can explain.
+    # α moves by at most what the quantisation error can explain.
     assert np.allclose(plain["alpha"], masked["alpha"], atol=1e-4)
-    for a, b in zip(plain["per_round"], masked["per_round"], strict=True):
-        assert a["val_loss"] == pytest.approx(b["val_loss"], rel=1e-3)
+    # Per-site losses would sit in the clear beside a sum meant to hide them: under SecAgg+ they stay home.
+    assert all(r["val_loss"] is None and r["train_loss"] is None for r in masked["per_round"])
+    assert all(r["val_loss"] is not None for r in plain["per_round"])
 
 
 def test_he_alpha_trajectory_equals_plain_run(make_config, tmp_path):
