@@ -45,6 +45,7 @@ from secure_fed.clients.training import MinibatchGradients, _trainable
 from secure_fed.config import RunConfig, build_config
 from secure_fed.data.batching import Examples
 from secure_fed.dp.dpsgd import PatientDPSGD
+from secure_fed.dp.keystream import NoiseStream
 from secure_fed.model.setup import build_report_model
 
 
@@ -106,9 +107,10 @@ def make_step(setup: Setup, private: bool, grad_sample_mode: str = "ew") -> tupl
     generator = torch.Generator().manual_seed(0)
     grads: DPGradients | MinibatchGradients
     if private:
-        grads = DPGradients(0.25, 1.0, 1.0, setup.n_patients, 1, generator)
+        noise = NoiseStream(bytes(32))  # a fixed key: the benchmark times the draws, it releases nothing
+        grads = DPGradients(0.25, 1.0, 1.0, setup.n_patients, 1, noise)
         grads.engine = PatientDPSGD(
-            copies, 1.0, 1.0, 0.25 * setup.n_patients, generator, grad_sample_mode=grad_sample_mode
+            copies, 1.0, 1.0, 0.25 * setup.n_patients, noise, grad_sample_mode=grad_sample_mode
         )
     else:
         grads = MinibatchGradients(setup.batch_patients, generator)

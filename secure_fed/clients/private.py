@@ -3,15 +3,19 @@ and the DP releases it makes (DP-SGD gradients, GMM histogram, α scalars).
 
 Privacy unit: the patient. Train and validation patients are disjoint populations (parallel
 composition): DP-SGD and the GMM histogram spend the train population's budget, the α scalars the
-validation population's. Noise is drawn from a generator keyed by the site's secret, never by a
-seed the server knows.
+validation population's. Every release draws its randomness (noise, Poisson sampling) from its own
+AES-256-CTR keystream, keyed by HKDF over the site's secret noise key and fresh OS randomness
+(`secure_fed.dp.keystream`): never from a seed the server knows or could search, and not
+reproducible later even from the site's own secret. A restarted site therefore reuses what it
+released (the noisy GMM histogram in its private folder) instead of drawing again.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
+import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from secure_fed.clients.coarsen import size_bucket
 from secure_fed.config import RunConfig
 from secure_fed.dp.budget import Admission, BudgetGuard
 from secure_fed.dp.calibration import (
@@ -31,6 +36,7 @@ from secure_fed.dp.calibration import (
 from secure_fed.dp.clipped_sum import clip_and_noise_sum, clipped_sum_event
 from secure_fed.dp.dpsgd import PatientDPSGD, poisson_sample
 from secure_fed.dp.events import Event, Gaussian, PoissonSampledGaussian
+from secure_fed.dp.keystream import NOISE_KEY_BYTES, NoiseStream
 from secure_fed.dp.ledger import PrivacyLedger
 
 TRAIN, VALIDATION = "train", "validation"
@@ -51,10 +57,10 @@ class DPGradients:
         sigma: float,
         n_patients: int,
         steps: int,
-        generator: torch.Generator,
+        noise: NoiseStream,
     ) -> None:
         self.q, self.clip, self.sigma = sampling_rate, clip, sigma
-        self.n_patients, self.steps, self.generator = n_patients, steps, generator
+        self.n_patients, self.steps, self.noise = n_patients, steps, noise
         self.engine: PatientDPSGD | None = None
         self.clipped: list[float] = []
 
@@ -62,10 +68,10 @@ class DPGradients:
         return steps_per_epoch(self.q)
 
     def sample(self, n_patients: int) -> torch.Tensor:
-        return poisson_sample(n_patients, self.q, self.generator)
+        return poisson_sample(n_patients, self.q, self.noise)
 
     def wrap(self, copies: list[torch.nn.Module]) -> list[torch.nn.Module]:
-        self.engine = PatientDPSGD(copies, self.clip, self.sigma, self.q * self.n_patients, self.generator)
+        self.engine = PatientDPSGD(copies, self.clip, self.sigma, self.q * self.n_patients, self.noise)
         return self.engine.forward_modules
 
     def backward(
@@ -100,6 +106,9 @@ class SitePrivacy:
     trail: Any = None  # SiteTrail: the site's signed audit log
     refused_population: str | None = None
     ledger_path: Path | None = None
+    # OS randomness mixed into every release key; injectable only so tests can pin values
+    entropy: Callable[[int], bytes] = os.urandom
+    _streams: dict[tuple[str, int], NoiseStream] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def plan(
@@ -134,6 +143,8 @@ class SitePrivacy:
         )
         if noise_key is None:
             raise ValueError("DP noise needs the site's secret noise key")
+        if len(noise_key) != NOISE_KEY_BYTES:
+            raise ValueError(f"the site's noise key must be {NOISE_KEY_BYTES} bytes, got {len(noise_key)}")
         key = noise_key
         return cls(
             site=site,
@@ -152,19 +163,12 @@ class SitePrivacy:
         )
 
     # -- releases ---------------------------------------------------------------------------
-    def _generator(self, purpose: str, round_id: int) -> torch.Generator:
-        seed = int.from_bytes(
-            hashlib.sha256(self.noise_key + f"{purpose}:{round_id}".encode()).digest()[:8], "big"
-        )
-        return torch.Generator().manual_seed(seed)
-
-    def numpy_rng(self, purpose: str, round_id: int) -> np.random.Generator:
-        return self._rng(purpose, round_id)
-
-    def _rng(self, purpose: str, round_id: int) -> np.random.Generator:
-        return np.random.default_rng(
-            list(hashlib.sha256(self.noise_key + f"{purpose}:{round_id}".encode()).digest())
-        )
+    def noise_stream(self, purpose: str, round_id: int) -> NoiseStream:
+        """A new keystream for one release (fresh key every call: a retry draws new noise, so
+        whatever must not be released twice has to be kept by the caller)."""
+        stream = NoiseStream.for_release(self.noise_key, purpose, round_id, self.entropy)
+        self._streams[(purpose, round_id)] = stream
+        return stream
 
     def _log(self, round_id: int, population: str, mechanism: str, event: Event) -> None:
         if self.ledger_path is not None:
@@ -174,7 +178,7 @@ class SitePrivacy:
         if self.trail is None:
             return
         eps = self.ledger.epsilon(self.site, population, delta=self.delta[population])
-        extra: dict[str, Any] = {"population_size": self.n_patients[population]}
+        extra: dict[str, Any] = {"population_bucket": size_bucket(self.n_patients[population])}
         if mechanism == "dp_sgd":
             extra.update(clip_norm=self.clip, steps=self.steps)
         elif mechanism == "alpha_scalars":
@@ -196,8 +200,23 @@ class SitePrivacy:
         )
 
     def record_gmm(self, event: Gaussian) -> None:
-        if 0 in (self.ledger.rounds(self.site, TRAIN) if TRAIN in self.ledger.populations(self.site) else []):
-            return  # fitted before a restart: same noise key, same release, charged once
+        """Charge the GMM histogram once. After a restart the site must have refitted from the noisy
+        histogram it kept (its stream then drew nothing); a fresh draw for a histogram already
+        charged would be a second, uncharged release, and is refused."""
+        charged = 0 in (
+            self.ledger.rounds(self.site, TRAIN) if TRAIN in self.ledger.populations(self.site) else []
+        )
+        stream = self._streams.get(("gmm_histogram", 0))
+        redrawn = stream is not None and stream.bytes_drawn > 0
+        if charged and redrawn:
+            raise RuntimeError(
+                f"site {self.site}: the GMM histogram was released and charged before a restart, but "
+                "its noisy histogram was not reused, so new noise was drawn: a second release the "
+                "ledger cannot charge. Keep it with fit_gmm(..., release_path=<site folder>/"
+                "gmm-histogram.json), or start a new run folder."
+            )
+        if charged:
+            return  # refitted from the kept histogram: the same release, charged once
         self.ledger.record(self.site, TRAIN, 0, "gmm_histogram", event)
         self._log(0, TRAIN, "gmm_histogram", event)
 
@@ -240,12 +259,12 @@ class SitePrivacy:
             self.sigma,
             self.n_patients[TRAIN],
             self.steps,
-            self._generator("dpsgd", round_id),
+            self.noise_stream("dpsgd", round_id),
         )
 
     def release_alpha_scalars(self, per_patient: np.ndarray, round_id: int) -> np.ndarray:
         return clip_and_noise_sum(
-            per_patient, self.alpha_clip, self.alpha_sigma, self._rng("alpha", round_id)
+            per_patient, self.alpha_clip, self.alpha_sigma, self.noise_stream("alpha", round_id)
         )
 
     # -- reporting --------------------------------------------------------------------------

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import io
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from secure_fed.clients.trail import SiteTrail
 from secure_fed.clients.training import LocalTrainSettings, train_copies
 from secure_fed.config import RunConfig
 from secure_fed.data.tokenizer import load_tokenizer
+from secure_fed.dp.private_files import atomic_write_bytes, load_or_create_noise_key
 from secure_fed.model.report_model import ReportModel
 from secure_fed.model.setup import build_report_model
 
@@ -35,16 +36,12 @@ def visit_groups(method: str, t_max: int) -> list[int] | None:
     return None if method in POOLED else list(range(1, t_max + 1))
 
 
-def site_noise_key(folder: Path) -> bytes:
-    """The site's secret for DP noise: random, created once, readable by the site alone."""
-    path = folder / "noise.key"
-    if path.exists():
-        return path.read_bytes()
-    key = os.urandom(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as fh:
-        fh.write(key)
-    return key
+def save_release(path: Path, values: np.ndarray) -> None:
+    """A released value, written so that a crash leaves the old file or the new one, never a torn
+    one a restarted site would misread as "nothing released yet" and then release again."""
+    buffer = io.BytesIO()
+    np.save(buffer, values)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 @dataclass
@@ -88,7 +85,11 @@ class SiteRuntime:
         privacy = None
         if cfg.dp.enabled:
             privacy = SitePrivacy.plan(
-                cfg, site, data.n_train_patients, data.n_val_patients, noise_key=site_noise_key(folder)
+                cfg,
+                site,
+                data.n_train_patients,
+                data.n_val_patients,
+                noise_key=load_or_create_noise_key(folder / "noise.key"),
             )
             privacy.trail = trail
             privacy.load_ledger(folder / "ledger.json")
@@ -98,7 +99,9 @@ class SiteRuntime:
             cfg.model.gmm_reg_covar,
             cfg.seed,
             privacy.histogram_sigma if privacy else None,
-            noise_rng=privacy.numpy_rng("gmm_histogram", 0) if privacy else None,
+            noise_rng=privacy.noise_stream("gmm_histogram", 0) if privacy else None,
+            # the noise cannot be redrawn: a restart refits from the histogram released before
+            release_path=folder / "gmm-histogram.json" if privacy else None,
         )
         if privacy is not None and event is not None:
             privacy.record_gmm(event)
@@ -240,7 +243,7 @@ class SiteRuntime:
         upload = torch.cat(parts).numpy()
         self.stash["upload"] = upload
         if self.privacy is not None:
-            np.save(released, upload)
+            save_release(released, upload)
         self.guard.trained_round(round_id)
         self.guard.save()
         reply: dict[str, Any] = {
@@ -312,7 +315,7 @@ class SiteRuntime:
                 scalars = np.load(released)
             else:
                 scalars = self.privacy.release_alpha_scalars(per_patient.numpy(), round_id)
-                np.save(released, scalars)
+                save_release(released, scalars)
             self.stash["scalars"] = scalars
             return {"status": "ok"}
         self.stash["scalars"] = per_patient.sum(0).numpy()

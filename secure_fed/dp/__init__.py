@@ -15,7 +15,7 @@ from secure_fed.dp.calibration import (
     split_budget,
 )
 from secure_fed.dp.clipped_sum import clip_and_noise_sum, clipped_sum_event
-from secure_fed.dp.dpsgd import PatientDPSGD, StepStats, poisson_sample
+from secure_fed.dp.dpsgd import PatientDPSGD, StepStats, check_modules, poisson_sample
 from secure_fed.dp.events import (
     Composed,
     Event,
@@ -24,8 +24,16 @@ from secure_fed.dp.events import (
     PoissonSampledGaussian,
     from_json,
 )
-from secure_fed.dp.histogram import HistogramBins, gaussian_histogram, histogram_event, sample_from_histogram
+from secure_fed.dp.histogram import (
+    HistogramBins,
+    gaussian_histogram,
+    histogram_event,
+    persisted_gaussian_histogram,
+    sample_from_histogram,
+)
+from secure_fed.dp.keystream import NoiseStream, release_key
 from secure_fed.dp.ledger import LedgerEntry, LedgerError, PrivacyLedger
+from secure_fed.dp.private_files import NoiseKeyError, atomic_write_bytes, load_or_create_noise_key
 
 __all__ = [
     "Admission",
@@ -39,14 +47,18 @@ __all__ = [
     "HistogramBins",
     "LedgerEntry",
     "LedgerError",
+    "NoiseKeyError",
+    "NoiseStream",
     "PatientDPSGD",
     "PoissonSampledGaussian",
     "PrivacyLedger",
     "PrvResult",
     "StepStats",
+    "atomic_write_bytes",
     "calibrate_gaussian",
     "calibrate_noise",
     "check_delta",
+    "check_modules",
     "clip_and_noise_sum",
     "clipped_sum_event",
     "default_delta",
@@ -55,8 +67,11 @@ __all__ = [
     "from_json",
     "gaussian_histogram",
     "histogram_event",
+    "load_or_create_noise_key",
+    "persisted_gaussian_histogram",
     "poisson_sample",
     "prv_epsilon",
+    "release_key",
     "sample_from_histogram",
     "split_budget",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from secure_fed.dp.events import Gaussian
+from secure_fed.dp.keystream import NoiseStream
 
 
 def clip_rows(vectors: np.ndarray, clip: float) -> np.ndarray:
@@ -25,14 +26,15 @@ def clip_rows(vectors: np.ndarray, clip: float) -> np.ndarray:
     return vectors * scale
 
 
-def clip_and_noise_sum(
-    vectors: np.ndarray, clip: float, sigma: float, rng: np.random.Generator
-) -> np.ndarray:
-    """Σ_p clip(v_p) + N(0, (σC)² I): the released T-vector."""
+def clip_and_noise_sum(vectors: np.ndarray, clip: float, sigma: float, noise: NoiseStream) -> np.ndarray:
+    """Σ_p clip(v_p) + N(0, (σC)² I): the released T-vector; the noise from a keystream."""
     if not sigma >= 0:
         raise ValueError(f"sigma must be >= 0, got {sigma}")
+    if not isinstance(noise, NoiseStream):
+        # a seeded statistical generator is predictable from its seed: no DP noise may come from one
+        raise TypeError(f"DP noise must come from a NoiseStream (keystream), got {type(noise).__name__}")
     clipped = clip_rows(vectors, clip)
-    return clipped.sum(axis=0) + rng.normal(0.0, sigma * clip, size=clipped.shape[1])
+    return clipped.sum(axis=0) + noise.normal(0.0, sigma * clip, size=clipped.shape[1])
 
 
 def clipped_sum_event(sigma: float) -> Gaussian:

@@ -8,15 +8,25 @@ adds N(0, σ²C²) and divides by the expected batch size (Opacus' convention un
 sampling: the divisor must not depend on the sampled batch).
 
 Usage per step:
-    batch = poisson_sample(n_patients, q, generator)      # patient ids in this step
+    batch = poisson_sample(n_patients, q, noise)          # patient ids in this step
     loss = Σ over rows of dp.forward_modules[t](rows_t)    # a SUM, not a mean
     loss.backward()
     dp.privatize([slot_of_row_for_module_t for t], num_patients=len(batch))
     optimizer.step(); dp.zero_grad()
 Any other pass through the same modules (validation loss, JVPs) goes inside `with dp.paused():`.
 
-Noise is drawn from `generator` parameter by parameter, modules in the given order and each
-module's trainable parameters in `named_parameters()` order, so a step is reproducible.
+Randomness (Poisson sampling and noise) comes from a `NoiseStream`, an AES-256-CTR keystream under
+a per-release key, never from a seeded statistical generator. Noise is drawn module by module in
+the given order, one float64 draw per module covering its trainable parameters in
+`named_parameters()` order, each rounded to the parameter dtype; a step is therefore reproducible
+from the stream key (tests pin values that way), and from nothing else.
+
+Per-patient clipping bounds a patient's influence only if each row's gradient depends on that row
+alone. A layer that mixes the rows of a batch in its forward (BatchNorm in training mode, even a
+frozen one: it normalises every row by the batch's statistics) breaks that: one patient then moves
+every other patient's clipped gradient, and the sum by many times C
+(tests/adversarial/test_dp_batchnorm.py). Construction therefore refuses such layers anywhere in
+the modules, and runs Opacus' `ModuleValidator` on every module that owns trainable parameters.
 """
 
 from __future__ import annotations
@@ -28,20 +38,78 @@ from dataclasses import dataclass
 import torch
 from opacus.grad_sample import GradSampleModule
 from opacus.grad_sample.gsm_exp_weights import GradSampleModuleExpandedWeights
+from opacus.validators import ModuleValidator
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.utils._expanded_weights.expanded_weights_impl import ExpandedWeight
 
 from secure_fed.dp.events import PoissonSampledGaussian
+from secure_fed.dp.keystream import NoiseStream
 
 
-def poisson_sample(n_patients: int, sampling_rate: float, generator: torch.Generator) -> torch.Tensor:
+def _noise_source(noise: object) -> NoiseStream:
+    if not isinstance(noise, NoiseStream):
+        # a seeded generator's output is predictable from its seed (torch's CPU generator keeps only
+        # 32 bits of it): no DP randomness may come from one
+        raise TypeError(
+            f"DP randomness must come from a NoiseStream (AES-CTR keystream), got {type(noise).__name__}"
+        )
+    return noise
+
+
+def poisson_sample(n_patients: int, sampling_rate: float, noise: NoiseStream) -> torch.Tensor:
     """Indices of the patients in this step: each independently with probability q (may be empty)."""
     if n_patients < 0:
         raise ValueError(f"n_patients must be >= 0, got {n_patients}")
     if not 0 <= sampling_rate <= 1:
         raise ValueError(f"sampling_rate must lie in [0, 1], got {sampling_rate}")
-    draws = torch.rand(n_patients, generator=generator, device=generator.device)
-    return torch.nonzero(draws < sampling_rate).flatten().cpu()
+    draws = _noise_source(noise).torch_random(n_patients)
+    return torch.nonzero(draws < sampling_rate).flatten()
+
+
+ROW_MIXING_FIX = (
+    "keep every frozen BatchNorm in eval mode while training (ReportModel.train() does so for its "
+    "frozen base; for another model call .eval() on those layers after .train()), or replace "
+    "BatchNorm by GroupNorm or LayerNorm (opacus.validators.ModuleValidator.fix)"
+)
+
+
+def _row_mixing(module: nn.Module) -> bool:
+    """Does this layer's forward mix the rows of a batch? BatchNorm does in training mode, and
+    always when it keeps no running statistics (it then uses the batch's even in eval mode)."""
+    return isinstance(module, _BatchNorm) and (module.training or not module.track_running_stats)
+
+
+def check_modules(modules: Sequence[nn.Module]) -> list[tuple[str, nn.Module]]:
+    """Refuse modules on which per-patient clipping would not bound a patient's influence; returns
+    the batch-normalisation layers (all in eval mode), which must stay so for every step.
+
+    Every layer is checked for row mixing, frozen or not (a frozen BatchNorm in training mode still
+    normalises by the batch); every layer owning trainable parameters also goes through Opacus'
+    `ModuleValidator` (e.g. trainable BatchNorm, LSTM, nn.MultiheadAttention, eval mode).
+    """
+    problems: list[str] = []
+    batch_norms: list[tuple[str, nn.Module]] = []
+    for t, module in enumerate(modules):
+        for name, sub in module.named_modules():
+            where = f"modules[{t}]" + (f".{name}" if name else "") + f" ({type(sub).__name__})"
+            if _row_mixing(sub):
+                problems.append(
+                    f"{where} normalises each row by the statistics of the whole batch "
+                    f"({'training mode' if sub.training else 'track_running_stats=False'}), so one "
+                    "patient's gradient depends on the other patients' rows"
+                )
+            elif isinstance(sub, _BatchNorm):
+                batch_norms.append((where, sub))
+            if any(p.requires_grad for p in sub.parameters(recurse=False)):
+                problems.extend(f"{where}: {error}" for error in ModuleValidator.validate(sub, strict=False))
+    if problems:
+        raise ValueError(
+            "per-patient clipping cannot bound a patient's influence on these modules:\n  - "
+            + "\n  - ".join(problems)
+            + f"\nFix: {ROW_MIXING_FIX}."
+        )
+    return batch_norms
 
 
 class ExpandedWeightsModule(GradSampleModuleExpandedWeights):
@@ -108,7 +176,7 @@ class PatientDPSGD:
         max_grad_norm: float,
         noise_multiplier: float,
         expected_batch_size: float,
-        generator: torch.Generator,
+        noise: NoiseStream,
         grad_sample_mode: str = "ew",
     ) -> None:
         if not max_grad_norm > 0:
@@ -120,12 +188,13 @@ class PatientDPSGD:
         self.max_grad_norm = float(max_grad_norm)
         self.noise_multiplier = float(noise_multiplier)
         self.expected_batch_size = float(expected_batch_size)
-        self.generator = generator
+        self.noise = _noise_source(noise)
         if grad_sample_mode not in ("ew", "hooks", "functorch"):
             raise ValueError(
                 f"grad_sample_mode must be 'ew', 'hooks' or 'functorch', got {grad_sample_mode!r}"
             )
         self.modules = list(modules)
+        self._batch_norms = check_modules(self.modules)
         self.grad_sample_mode = grad_sample_mode
         # Three Opacus modes, same per-row gradients (tests/dp/test_dpsgd.py), chosen by
         # benchmarks/dp_overhead.py: "ew" (ExpandedWeights) is the fastest here. "hooks" (Opacus'
@@ -218,6 +287,12 @@ class PatientDPSGD:
         """
         if len(patient_index) != len(self.modules):
             raise ValueError(f"{len(patient_index)} patient index tensors for {len(self.modules)} modules")
+        for where, norm in self._batch_norms:
+            if norm.training:  # e.g. a later .train() on the plain nn.Module: this step mixed rows
+                raise RuntimeError(
+                    f"{where} was switched to training mode after PatientDPSGD checked it, so this "
+                    f"step's per-patient gradients depend on other patients' rows. Fix: {ROW_MIXING_FIX}."
+                )
         live = [index for index in patient_index if index is not None and index.numel()]
         for index in live:
             if int(index.min()) < 0 or int(index.max()) >= num_patients:
@@ -256,16 +331,13 @@ class PatientDPSGD:
         for params, sizes, module_rows in zip(
             self.trainable_parameters, self._sizes, per_patient, strict=True
         ):
-            # Noise is drawn tensor by tensor in the documented order, each draw into its slice of
-            # one flat buffer (normal_ on a contiguous slice draws exactly what randn(shape) would);
-            # the module's gradients are then a few whole-buffer operations and each `.grad` a
-            # view of the result. torch.split makes every slice in one call.
+            # One draw per module, in the documented order, into one flat buffer; the module's
+            # gradients are then a few whole-buffer operations and each `.grad` a view of the
+            # result. torch.split makes every slice in one call.
             if not params:
                 continue
             first = params[0]
-            noise = torch.empty(sum(sizes), dtype=first.dtype, device=self.generator.device)
-            for piece in torch.split(noise, sizes):
-                piece.normal_(generator=self.generator)
+            noise = self.noise.torch_standard_normal(sum(sizes), first.dtype)
             grads = noise.to(first.device).mul_(std)
             if module_rows is not None:
                 rows, slots = module_rows

@@ -46,6 +46,26 @@ class ReportModel(nn.Module):
         for name, p in self.named_parameters():
             p.requires_grad_("lora_" in name or ".hyper." in name or name.startswith("proj."))
 
+    def train(self, mode: bool = True) -> ReportModel:
+        """Training mode for the adapters; the frozen base stays in eval mode.
+
+        A frozen layer in training mode can still change what it computes: BatchNorm (the `paper`
+        preset's CvT has it) normalises each row by the batch's statistics, which makes one
+        patient's per-row gradient depend on the other patients' rows (per-patient DP clipping no
+        longer bounds a patient) and writes private batch statistics into its running buffers.
+        So every module whose weights (parameters or buffers) are all frozen is put back in eval
+        mode. Parameter-free layers next to trainable ones (dropout) keep the requested mode.
+        Before `add_adapters` everything is trainable and this is plain `nn.Module.train`.
+        """
+        super().train(mode)
+        if mode:
+            for module in self.modules():
+                params = list(module.parameters())
+                has_weights = bool(params) or any(True for _ in module.buffers())
+                if has_weights and not any(p.requires_grad for p in params):
+                    module.eval()
+        return self
+
     def trainable_state(self) -> OrderedDict[str, torch.Tensor]:
         return OrderedDict((n, p.detach().clone()) for n, p in self.named_parameters() if p.requires_grad)
 

@@ -1,4 +1,5 @@
 import copy
+import hashlib
 from collections.abc import Callable
 
 import pytest
@@ -10,6 +11,7 @@ from transformers import GPT2Config, GPT2LMHeadModel
 
 from secure_fed.dp.dpsgd import PatientDPSGD, poisson_sample
 from secure_fed.dp.events import PoissonSampledGaussian
+from secure_fed.dp.keystream import NoiseStream
 
 T = 3  # per-visit-index copies
 PATIENTS = 4
@@ -17,6 +19,24 @@ PATIENTS = 4
 # copy 0 (e.g. two images of one visit).
 INDEX = [torch.tensor([0, 1, 2, 3, 0]), torch.tensor([1, 0, 3, 2]), torch.tensor([3, 0, 1])]
 RowLosses = Callable[[list[nn.Module]], list[torch.Tensor]]
+
+
+def noise(seed: int) -> NoiseStream:
+    """A keystream under a fixed test key, so a step's noise can be recomputed by hand."""
+    return NoiseStream(hashlib.sha256(f"test noise {seed}".encode()).digest())
+
+
+def module_noise(models: list[nn.Module], stream: NoiseStream) -> list[torch.Tensor]:
+    """The documented draw order: one float64 draw per module over its trainable parameters in
+    named_parameters() order, rounded to the parameter dtype."""
+    out = []
+    for m in models:
+        params = [p for p in m.parameters() if p.requires_grad]
+        z = stream.torch_standard_normal(sum(p.numel() for p in params), params[0].dtype)
+        out.extend(
+            piece.view(p.shape) for p, piece in zip(params, z.split([p.numel() for p in params]), strict=True)
+        )
+    return out
 
 
 def _perturbed_copies(base: nn.Module, config: LoraConfig) -> list[nn.Module]:
@@ -92,7 +112,7 @@ def _gpt2_case() -> tuple[Callable[[], list[nn.Module]], RowLosses]:
 def _hand_step(
     models: list[nn.Module], row_losses: RowLosses, c: float, sigma: float, seed: int, b: float
 ) -> list:
-    """Per-patient autograd, clip, sum, seeded noise (same draw order), divide: the reference."""
+    """Per-patient autograd, clip, sum, the keystream's noise (same draw order), divide: the reference."""
     flat = [p for m in models for p in m.parameters() if p.requires_grad]
     total = [torch.zeros_like(p) for p in flat]
     for patient in range(PATIENTS):
@@ -103,11 +123,8 @@ def _hand_step(
         norm = torch.sqrt(sum((g.double() ** 2).sum() for g in grads))
         factor = min(1.0, c / float(norm))
         total = [s + factor * g for s, g in zip(total, grads, strict=True)]
-    generator = torch.Generator().manual_seed(seed)
-    return [
-        (s + sigma * c * torch.randn(p.shape, generator=generator)) / b
-        for s, p in zip(total, flat, strict=True)
-    ]
+    draws = module_noise(models, noise(seed))
+    return [(s + sigma * c * z) / b for s, z in zip(total, draws, strict=True)]
 
 
 @pytest.mark.parametrize("mode", ["ew", "hooks"])
@@ -123,7 +140,7 @@ def test_dp_step_on_peft_lora_equals_the_hand_computation(case: Callable, mode: 
         {n: p.detach().clone() for n, p in m.named_parameters() if not p.requires_grad} for m in models
     ]
 
-    dp = PatientDPSGD(models, c, sigma, b, torch.Generator().manual_seed(7), grad_sample_mode=mode)
+    dp = PatientDPSGD(models, c, sigma, b, noise(7), grad_sample_mode=mode)
     trainable = [p for ps in dp.trainable_parameters for p in ps]
     assert trainable and all("lora_" in n for m in models for n, p in m.named_parameters() if p.requires_grad)
     optimizer = torch.optim.SGD(trainable, lr=lr)
@@ -149,7 +166,7 @@ def test_a_patient_with_five_visits_moves_the_sum_by_at_most_c() -> None:
 
     def clipped_sum(include_target: bool) -> torch.Tensor:
         models = copy.deepcopy(copies)
-        dp = PatientDPSGD(models, c, 0.0, 1.0, torch.Generator().manual_seed(0))
+        dp = PatientDPSGD(models, c, 0.0, 1.0, noise(0))
         g = torch.Generator().manual_seed(11)
         slots = [torch.tensor([0, 1, 2]) if include_target else torch.tensor([1, 2]) for _ in range(5)]
         loss = torch.zeros(())
@@ -170,19 +187,19 @@ def test_a_patient_with_five_visits_moves_the_sum_by_at_most_c() -> None:
 
 def test_an_empty_batch_still_releases_noise() -> None:
     models = [nn.Linear(3, 2) for _ in range(2)]
-    dp = PatientDPSGD(models, 1.0, 2.0, 4.0, torch.Generator().manual_seed(5))
+    dp = PatientDPSGD(models, 1.0, 2.0, 4.0, noise(5))
     dp.privatize([None, torch.tensor([], dtype=torch.long)], num_patients=0)
-    generator = torch.Generator().manual_seed(5)
-    for p in (p for m in models for p in m.parameters()):
-        assert torch.equal(p.grad, 2.0 * torch.randn(p.shape, generator=generator) / 4.0)
+    expected = module_noise(models, noise(5))
+    for p, z in zip((p for m in models for p in m.parameters()), expected, strict=True):
+        assert torch.equal(p.grad, z * 2.0 / 4.0)
 
 
 def test_misuse_is_refused() -> None:
     shared = nn.Linear(2, 2)
     with pytest.raises(ValueError, match="shared"):
-        PatientDPSGD([nn.Sequential(shared), nn.Sequential(shared)], 1.0, 1.0, 1.0, torch.Generator())
+        PatientDPSGD([nn.Sequential(shared), nn.Sequential(shared)], 1.0, 1.0, 1.0, noise(0))
     model = nn.Linear(2, 1)
-    dp = PatientDPSGD([model], 1.0, 1.0, 1.0, torch.Generator(), grad_sample_mode="hooks")
+    dp = PatientDPSGD([model], 1.0, 1.0, 1.0, noise(0), grad_sample_mode="hooks")
     model(torch.ones(3, 2)).sum().backward()
     with pytest.raises(ValueError, match="rows"):
         dp.privatize([torch.tensor([0, 1])], num_patients=2)
@@ -201,7 +218,7 @@ def test_misuse_is_refused() -> None:
         model(torch.ones(3, 2)).sum().backward()
     # ExpandedWeights mode: a call to the plain module, not its wrapper, gets no per-row gradient
     model = nn.Linear(2, 1)
-    dp = PatientDPSGD([model], 1.0, 1.0, 1.0, torch.Generator())
+    dp = PatientDPSGD([model], 1.0, 1.0, 1.0, noise(0))
     model(torch.ones(3, 2)).sum().backward()
     with pytest.raises(RuntimeError, match="no per-row gradient"):
         dp.privatize([torch.tensor([0, 1, 1])], num_patients=2)
@@ -216,7 +233,7 @@ def test_misuse_is_refused() -> None:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return x * self.w
 
-    (scaled,) = PatientDPSGD([Scale()], 1.0, 1.0, 1.0, torch.Generator()).forward_modules
+    (scaled,) = PatientDPSGD([Scale()], 1.0, 1.0, 1.0, noise(0)).forward_modules
     with pytest.raises(RuntimeError, match="cannot handle"):
         scaled(torch.ones(3, 2))
     # two forwards before one privatize would add one step's rows onto another's
@@ -227,17 +244,20 @@ def test_misuse_is_refused() -> None:
 
 
 def test_poisson_sample_rate_and_empty_batches() -> None:
-    generator = torch.Generator().manual_seed(0)
-    sizes = [len(poisson_sample(100, 0.05, generator)) for _ in range(400)]
+    stream = noise(0)
+    sizes = [len(poisson_sample(100, 0.05, stream)) for _ in range(400)]
     assert sum(sizes) / len(sizes) == pytest.approx(5.0, rel=0.1)
-    assert len(poisson_sample(100, 0.0, generator)) == 0
-    assert poisson_sample(10, 1.0, generator).tolist() == list(range(10))
+    assert len(poisson_sample(100, 0.0, stream)) == 0
+    assert poisson_sample(10, 1.0, stream).tolist() == list(range(10))
+    # patient i is in the step iff the stream's i-th uniform of this step is below q
+    expected = torch.nonzero(noise(1).torch_random(100) < 0.3).flatten()
+    assert torch.equal(poisson_sample(100, 0.3, noise(1)), expected)
 
 
 def test_consecutive_steps_of_different_sizes_match_plain_gradients_without_clipping_or_noise() -> None:
     torch.manual_seed(4)
     models = [nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 1)) for _ in range(2)]
-    dp = PatientDPSGD(models, 1e6, 0.0, 2.0, torch.Generator().manual_seed(0))
+    dp = PatientDPSGD(models, 1e6, 0.0, 2.0, noise(0))
     for rows in (5, 2, 7):
         xs = [torch.randn(rows, 3), torch.randn(rows - 1, 3)]
         with dp.paused():  # the reference pass must leave no per-row state behind
@@ -259,7 +279,7 @@ def test_every_opacus_mode_gives_the_same_private_gradient() -> None:
         models = make()
         for m in models:
             m.train()
-        dp = PatientDPSGD(models, c, sigma, b, torch.Generator().manual_seed(3), grad_sample_mode=mode)
+        dp = PatientDPSGD(models, c, sigma, b, noise(3), grad_sample_mode=mode)
         torch.stack([losses.sum() for losses in row_losses(dp.forward_modules)]).sum().backward()
         dp.privatize(INDEX, num_patients=PATIENTS)
         grads.append([p.grad.detach().clone() for ps in dp.trainable_parameters for p in ps])

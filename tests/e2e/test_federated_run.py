@@ -127,7 +127,7 @@ def test_secagg_keys_ride_on_the_training_message(make_config, monkeypatch):
             for node, request in requests.items():
                 setup = embedded_setup(request)
                 assert setup is not None and setup["node_id"] == node and setup["dim"] > 0
-                assert set(embedded_setup(replies[node])) == {"enc_pk", "mask_pk"}
+                assert set(embedded_setup(replies[node])) == {"enc_pk", "mask_pk", "site", "key_sig"}
     assert all(r["quantisation_bound"] > 0 for r in outcome.metrics["per_round"])
 
 
