@@ -21,7 +21,7 @@ from flwr.clientapp import ClientApp
 from secure_fed.clients.handler import handle
 from secure_fed.clients.hypergrad import flatten, unflatten
 from secure_fed.clients.runtime import SiteRuntime
-from secure_fed.clients.site import site_names
+from secure_fed.clients.site import deployment_site_key, site_names
 from secure_fed.config import RunConfig, load_config
 from secure_fed.wire import from_records, load_state, store_state, to_records
 
@@ -75,10 +75,11 @@ def _site_of(cfg: RunConfig, context: Context) -> str:
     return site_names(cfg)[int(node["partition-id"])]
 
 
-def _runtime(cfg: RunConfig, site: str, keys_dir: Path | None, run_id: str) -> SiteRuntime:
+def _runtime(cfg: RunConfig, site: str, keys_dir: Path | None, run_id: str, deployed: bool) -> SiteRuntime:
     key = (cfg.model_dump_json(), site)
     if key not in _RUNTIMES:
-        _RUNTIMES[key] = SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=run_id)
+        site_key = deployment_site_key(cfg, site) if deployed else None
+        _RUNTIMES[key] = SiteRuntime.create(cfg, site, site_key=site_key, keys_dir=keys_dir, run_id=run_id)
     return _RUNTIMES[key]
 
 
@@ -127,7 +128,9 @@ def make_client_app(
         run_cfg = cfg_of(context)
         node = dict(context.node_config)
         site_keys = Path(str(node["keys-dir"])) if "keys-dir" in node else keys_dir
-        runtime = _runtime(run_cfg, _site_of(run_cfg, context), site_keys, run_id or str(context.run_id))
+        deployed = "config-file" in node  # a hospital's own node, not the simulation's stand-in
+        site = _site_of(run_cfg, context)
+        runtime = _runtime(run_cfg, site, site_keys, run_id or str(context.run_id), deployed)
         _restore_memory(runtime, context)
         state = load_state(context.state, _STATE_KEY)
         reply, state = handle(runtime, phase, from_records(message.content), state, _secret_context(run_cfg))

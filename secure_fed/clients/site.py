@@ -16,6 +16,7 @@ from secure_fed.data.batching import Examples, make_examples
 from secure_fed.data.cohort import Cohort, Visit, load_cohort, split_patients
 from secure_fed.data.synthetic import synthesize
 from secure_fed.data.tokenizer import load_tokenizer
+from secure_fed.dp.private_files import load_or_create_secret
 from secure_fed.model.profile_gmm import PatientGMM
 
 
@@ -74,6 +75,17 @@ def site_names(cfg: RunConfig) -> list[str]:
 def simulation_site_key(seed: int, site: str) -> bytes:
     """Stand-in for the site's secret HMAC key in simulation; a deployed site reads its own."""
     return hashlib.sha256(f"secure-fed-simulation-site-key:{seed}:{site}".encode()).digest()
+
+
+def deployment_site_key(cfg: RunConfig, site: str) -> bytes:
+    """A deployed site's secret HMAC key for patient ids: random, made once, kept in its private
+    folder. The simulation key above is derivable from the seed and the site's name, so anyone could
+    turn a hashed id back into a record number by trying them."""
+    return load_or_create_secret(
+        Path(cfg.out) / "sites" / site / "patient-id.key",
+        "patient-id HMAC key",
+        "a new key changes every patient's profile, so the site's GMM is refitted",
+    )
 
 
 def encode_split(visits: list[Visit], cfg: RunConfig, tokenizer: object, site_key: bytes) -> Examples:

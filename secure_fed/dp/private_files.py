@@ -43,14 +43,11 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int = 0o600) -> None:
     _fsync_folder(path.parent)  # the rename itself must survive a power cut
 
 
-def load_or_create_noise_key(path: Path) -> bytes:
-    """The site's secret DP noise key: 32 random bytes, created on first use (mode 0600).
-
-    The key is one input of every release key (with fresh OS randomness), so it is needed only for
-    new releases: a site that loses it may start with a new one without weakening past releases.
-    A file that exists but is not a 32-byte key is refused, not silently replaced: it may be a
-    restore gone wrong, or someone else's file.
-    """
+def load_or_create_secret(path: Path, what: str, if_lost: str) -> bytes:
+    """A site secret of 32 random bytes, created on first use (mode 0600, atomically). A file that
+    exists but is not a 32-byte key is refused, not silently replaced: it may be a restore gone
+    wrong, or someone else's file. `what` names the key in errors, `if_lost` says what replacing
+    it costs."""
     path = Path(path)
     try:
         key = path.read_bytes()
@@ -61,15 +58,21 @@ def load_or_create_noise_key(path: Path) -> bytes:
         return key
     except OSError as error:
         raise NoiseKeyError(
-            f"cannot read the DP noise key {path}: {error.strerror or error}. It must be a regular "
+            f"cannot read the {what} {path}: {error.strerror or error}. It must be a regular "
             "file owned and readable by the site's user (chmod 600); fix that, or move it away to "
-            "have the site create a new key at its next start."
+            f"have the site create a new key at its next start ({if_lost})."
         ) from None
     if len(key) != NOISE_KEY_BYTES:
         found = "it is empty" if not key else f"it holds {len(key)} bytes"
         raise NoiseKeyError(
-            f"the DP noise key {path} must be exactly {NOISE_KEY_BYTES} bytes but {found}. "
+            f"the {what} {path} must be exactly {NOISE_KEY_BYTES} bytes but {found}. "
             "Restore it from the site's backup, or delete it to have the site create a new one at "
-            "its next start (past releases do not depend on it)."
+            f"its next start ({if_lost})."
         )
     return key
+
+
+def load_or_create_noise_key(path: Path) -> bytes:
+    """The site's secret DP noise key. It is one input of every release key (with fresh OS
+    randomness), so it is needed only for new releases."""
+    return load_or_create_secret(path, "DP noise key", "past releases do not depend on it")

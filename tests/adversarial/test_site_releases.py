@@ -162,3 +162,18 @@ def test_with_secagg_per_site_losses_and_counts_stay_on_the_site(make_config, on
     final, directions = server.directions()
     scalars = server.victim.send("hypergrad", {"round": 1, "final": final, "directions": directions})
     assert scalars == {"status": "ok"}
+
+
+def test_a_deployed_sites_patient_id_key_is_its_own_secret(make_config, one_torch_thread) -> None:
+    # The simulation's stand-in key follows from the seed and the site's name: with it, a hashed
+    # patient id is a dictionary lookup away from the record number.
+    from secure_fed.clients import app
+    from secure_fed.clients.site import simulation_site_key
+
+    cfg = make_config(fed__method="fedtar")
+    runtime = app._runtime(cfg, "site0", None, "run", deployed=True)
+    key_file = cfg.out / "sites" / "site0" / "patient-id.key"
+    assert runtime.data.site_key == key_file.read_bytes() and len(runtime.data.site_key) == 32
+    assert runtime.data.site_key != simulation_site_key(cfg.seed, "site0")
+    assert key_file.stat().st_mode & 0o077 == 0
+    app._RUNTIMES.clear()
