@@ -19,10 +19,11 @@ import numpy as np
 import pytest
 import tenseal as ts
 
-from secure_fed.crypto import ckks, keys, scalar_masks, scalars
+from secure_fed.crypto import ckks, scalar_masks, scalars
 from secure_fed.crypto.scalars import DECRYPT_PHASE, ENCRYPT_PHASE, KEYS_PHASE, HESettings, client_step
 from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
 from secure_fed.crypto.transport import LocalTransport
+from tests.crypto.he_kit import he_fixtures
 
 T = 8
 RUN = "run-curious"
@@ -60,21 +61,7 @@ class _Recorder:
         return reply, new_state
 
 
-@pytest.fixture(scope="module")
-def keydir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("curious") / "KEYS"
-    keys.init_keys(root, ["server", *NAMES])
-    return root
-
-
-@pytest.fixture(scope="module")
-def secret(keydir: Path) -> ts.Context:
-    return keys.load_he_context(keys.secret_context_path(keydir), True, keys.load_fingerprints(keydir))
-
-
-@pytest.fixture(scope="module")
-def settings(keydir: Path) -> HESettings:
-    return HESettings.from_keys_dir(keydir)
+keydir, secret, settings = he_fixtures(NAMES)
 
 
 def _honest_round(

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secure_fed.crypto import ckks, keys, scalar_masks, scalars
 from secure_fed.crypto.scalars import ENCRYPT_PHASE, KEYS_PHASE, HESettings, client_step
 from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
+from tests.crypto.he_kit import he_fixtures
 
 T = 6
 RUN = "run-sybil"
@@ -32,21 +33,7 @@ NODES = [100, 101, 102]
 VICTIM = NODES[0]
 
 
-@pytest.fixture(scope="module")
-def keydir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("sybil") / "KEYS"
-    keys.init_keys(root, ["server", *NAMES])
-    return root
-
-
-@pytest.fixture(scope="module")
-def secret(keydir: Path) -> ts.Context:
-    return keys.load_he_context(keys.secret_context_path(keydir), True, keys.load_fingerprints(keydir))
-
-
-@pytest.fixture(scope="module")
-def settings(keydir: Path) -> HESettings:
-    return HESettings.from_keys_dir(keydir)
+keydir, secret, settings = he_fixtures(NAMES)
 
 
 class _Victim:

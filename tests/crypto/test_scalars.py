@@ -27,6 +27,7 @@ from secure_fed.crypto.scalars import (
 )
 from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
 from secure_fed.crypto.transport import LocalTransport
+from tests.crypto.he_kit import he_fixtures
 
 T = 5
 RUN = "run-scalars"
@@ -43,21 +44,7 @@ class Site:
     min_participants: int = scalars.MIN_PARTICIPANTS
 
 
-@pytest.fixture(scope="module")
-def keydir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    root = tmp_path_factory.mktemp("k") / "KEYS"
-    keys.init_keys(root, ["server", *SITES])
-    return root
-
-
-@pytest.fixture(scope="module")
-def secret(keydir: Path) -> ts.Context:
-    return keys.load_he_context(keys.secret_context_path(keydir), True, keys.load_fingerprints(keydir))
-
-
-@pytest.fixture(scope="module")
-def settings(keydir: Path) -> HESettings:
-    return HESettings.from_keys_dir(keydir)
+keydir, secret, settings = he_fixtures(SITES)
 
 
 @pytest.fixture(scope="module")
