@@ -72,13 +72,17 @@ class TemporalMetaLearner(nn.Module):
             self.mlp[-1].weight.zero_()
             self.mlp[-1].bias.zero_()
 
+    def scores(self) -> torch.Tensor:
+        return self.mlp(self.embedding(torch.arange(self.t_max))).squeeze(-1)
+
     def forward(self) -> torch.Tensor:
-        u = self.mlp(self.embedding(torch.arange(self.t_max))).squeeze(-1)
-        return torch.softmax(u, dim=0)
+        return torch.softmax(self.scores(), dim=0)
 
     def alpha(self) -> np.ndarray:
+        """α in float64: the aggregation is a convex combination only if α sums to 1, and a float32
+        softmax misses that by up to ~1e-7."""
         with torch.no_grad():
-            return self().double().numpy()
+            return torch.softmax(self.scores().double(), dim=0).numpy()
 
 
 class MetaUpdater:

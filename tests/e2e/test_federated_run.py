@@ -132,12 +132,13 @@ def test_secagg_keys_ride_on_the_training_message(make_config, monkeypatch):
 
 
 def test_sites_lost_after_the_piggybacked_setup_are_dropped_not_fatal(make_config, monkeypatch):
-    """6 sites (k = 5, Shamir threshold 3): one never answers the training message (planned, no
-    keys), another vanishes before its masked upload; the round completes on the other four."""
-    cfg = make_config("dropouts", secagg__enabled=True, data__synth__sites=6, fed__rounds=1)
-    outcome, transport = _recorded_run(monkeypatch, cfg, drop={"train": {5}, MASKED: {4}})
+    """7 sites (k = 6, Shamir threshold 4, collusion-safe: 2t >= k + 2): one never answers the
+    training message (planned, no keys), another vanishes before its masked upload; the round
+    completes on the other five."""
+    cfg = make_config("dropouts", secagg__enabled=True, data__synth__sites=7, fed__rounds=1)
+    outcome, transport = _recorded_run(monkeypatch, cfg, drop={"train": {6}, MASKED: {5}})
     shares = next(requests for phase, requests, _ in transport.log if phase == SHARES)
-    assert sorted(shares) == [0, 1, 2, 3, 4]  # node 5 was planned but advertised no keys
+    assert sorted(shares) == [0, 1, 2, 3, 4, 5]  # node 6 was planned but advertised no keys
     round_1 = outcome.metrics["per_round"][0]
     assert round_1["quantisation_bound"] > 0
-    assert round_1["dropped"] == ["site4"], round_1
+    assert round_1["dropped"] == ["site5"], round_1
