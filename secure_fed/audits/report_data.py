@@ -295,6 +295,10 @@ def _releases(
         out.append(
             Release("α scalars", how + ("; clipped and noised per patient first" if covered else ""), covered)
         )
+    if not dp and secagg is False:
+        # sites keep these at home under DP or SecAgg+ (there they would sit beside a protected sum)
+        losses = "the site's own training loss and validation loss sum and count, each round, in the clear"
+        out.append(Release("losses", losses, False))
     scores = (
         "corpus-level scores of the final model on the site's test split, released once at the end of the run"
     )

@@ -130,7 +130,8 @@ def test_run_without_dp_says_so_first_and_claims_no_protection(pristine_plain: R
     for site in sites.values():
         assert site["dp"] is False and site["rounds"] == [1, 2]
         releases = {release["what"]: release for release in site["releases"]}
-        assert set(releases) == {"model updates", "α scalars", "test-set scores"}
+        assert set(releases) == {"model updates", "α scalars", "losses", "test-set scores"}
+        assert "in the clear" in releases["losses"]["how"]
         assert (
             "plain" in releases["model updates"]["how"] and "SecAgg+" not in releases["model updates"]["how"]
         )
