@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from secure_fed.dp.private_files import atomic_write_bytes
 
 
 class Refusal(Exception):
@@ -68,12 +69,7 @@ class SiteGuard:
 
     def save(self) -> None:
         state = {k: v for k, v in asdict(self).items() if k != "path"}
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w", encoding="utf-8") as fh:
-            json.dump(state, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        tmp.replace(self.path)
+        atomic_write_bytes(self.path, json.dumps(state).encode())
 
     def restore_marks(self, state: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
         """`state` with every remembered mark put back (a union: a mark is never forgotten)."""
@@ -86,12 +82,10 @@ class SiteGuard:
         return out
 
     def keep_marks(self, state: dict[str, Any], keys: tuple[str, ...]) -> None:
-        changed = False
-        for key in keys:
-            merged = self.restore_marks(state, (key,)).get(key)
-            if merged is not None and merged != self.marks.get(key):
-                self.marks[key], changed = list(merged), True
-        if changed:
+        merged = self.restore_marks(state, keys)
+        kept = {key: list(merged[key]) for key in keys if key in merged}
+        if any(self.marks.get(key) != value for key, value in kept.items()):
+            self.marks.update(kept)
             self.save()
 
     # -- rules ----------------------------------------------------------------------------------

@@ -51,21 +51,16 @@ def handle(
         SitePolicy.from_config(runtime.cfg).check(phase, request)
         runtime.guard.check_open(phase)
         state = runtime.guard.restore_marks(state, PROTOCOL_MARKS)
-        reply, state = _dispatch(runtime, phase, request, state, secret_context)
+        reply, state = _dispatch(runtime, phase, request, state, secret_context, digest)
         runtime.guard.keep_marks(state, PROTOCOL_MARKS)
         if reply.get("status") == "refused" or "error" in reply:  # a protocol step's own refusal
             outcome, code = "refused", str(reply.get("code", "protocol"))
             detail = str(reply.get("error", ""))
             reply = {**reply, "status": "refused", "code": code}
-    except PolicyViolation as err:
-        outcome, code, detail = "refused", "policy", str(err)
-        reply = {"status": "refused", "code": code, "error": str(err)}
-    except Refusal as err:
-        outcome, code, detail = "refused", err.code, str(err)
-        reply = {"status": "refused", "code": code, "error": str(err)}
-    except SecAggRefused as err:
-        outcome, code, detail = "refused", "secagg", str(err)
-        reply = {"status": "refused", "code": code, "error": str(err)}
+    except (PolicyViolation, Refusal, SecAggRefused) as err:  # our own reasons: safe to send
+        outcome, detail = "refused", str(err)
+        code = _refusal_code(err)
+        reply = {"status": "refused", "code": code, "error": detail}
     except (KeyError, TypeError, ValueError) as err:
         outcome, code, detail = "error", "bad_request", f"{type(err).__name__}: {err}"
         reply = {"status": "error", "code": code, "error": f"malformed {phase!r} request"}
@@ -78,7 +73,12 @@ def handle(
 
 
 def _dispatch(
-    runtime: SiteRuntime, phase: str, request: Payload, state: Payload, secret_context: object | None
+    runtime: SiteRuntime,
+    phase: str,
+    request: Payload,
+    state: Payload,
+    secret_context: object | None,
+    digest: str,
 ) -> tuple[Payload, Payload]:
     round_id = int(request.get("round", 0))
     if phase == "hello":
@@ -95,15 +95,13 @@ def _dispatch(
                 setup,
                 state,  # not {}: it records the updates already masked, so none is summed twice
                 runtime.stash["upload"],
-                identity=vector_sum.load_identity(runtime.keys_dir, runtime.site, runtime.run_id),
+                identity=runtime.identity(),
             )
         except SecAggRefused as exc:  # the training result stands; the secure sum counts us as dropped
             return {**reply, "secagg_refused": str(exc)}, state
         return {**reply, **embed_setup(keys)}, state
     if phase == "hypergrad":
-        return runtime.hypergrad(
-            round_id, request["final"], request["directions"], request_digest(phase, request)
-        ), state
+        return runtime.hypergrad(round_id, request["final"], request["directions"], digest), state
     if phase == "finish":
         return runtime.finish(_stopped_early(request)), state
     if phase == "evaluate":
@@ -119,7 +117,7 @@ def _dispatch(
             request,
             state,
             upload,
-            identity=lambda: vector_sum.load_identity(runtime.keys_dir, runtime.site, runtime.run_id),
+            identity=runtime.identity,
         )
     if phase in SCALAR_PHASES:
         scalars = runtime.stash.get("scalars")
@@ -132,11 +130,17 @@ def _dispatch(
             )
         identity = None
         if phase == scalar_sum.KEYS_PHASE or phase == scalar_sum.ENCRYPT_PHASE:
-            identity = vector_sum.load_identity(runtime.keys_dir, runtime.site, runtime.run_id)
+            identity = runtime.identity()
         return scalar_sum.client_step(
             phase, request, state, scalars, secret_context, identity, max(3, runtime.cfg.fed.min_sites)
         )
     raise Refusal("unknown_phase", f"unknown phase {phase!r}")
+
+
+def _refusal_code(err: Exception) -> str:
+    if isinstance(err, Refusal):
+        return err.code
+    return "policy" if isinstance(err, PolicyViolation) else "secagg"
 
 
 def _stopped_early(request: Payload) -> str | None:

@@ -21,6 +21,7 @@ from secure_fed.clients.site import SiteData, attach_profiles, load_site, patien
 from secure_fed.clients.trail import SiteTrail
 from secure_fed.clients.training import LocalTrainSettings, train_copies
 from secure_fed.config import RunConfig
+from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.dp.private_files import atomic_write_bytes, load_or_create_noise_key
 from secure_fed.model.report_model import ReportModel
@@ -58,6 +59,7 @@ class SiteRuntime:
     keys_dir: Path | None = None  # the site's provisioned keys: its signing key, peers' public keys
     run_id: str = ""
     guard: SiteGuard = field(init=False)
+    _identity: SecAggIdentity | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.guard = SiteGuard.load(self.folder / "guard.json", self.run_id)
@@ -135,9 +137,15 @@ class SiteRuntime:
             payload["detail"] = detail
         self.trail.append("instruction", payload, round_no)
 
+    def identity(self) -> SecAggIdentity:
+        """This site's signing identity for SecAgg+ and the α masks, read from its keys once."""
+        if self._identity is None:
+            self._identity = load_identity(self.keys_dir, self.site, self.run_id)
+        return self._identity
+
     def _check_state_vector(self, value: Any, what: str) -> np.ndarray:
         vec = np.asarray(value)
-        dim = sum(v.numel() for v in self.model.trainable_state().values())
+        dim = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
         if vec.shape != (dim,) or not np.issubdtype(vec.dtype, np.floating) or not np.all(np.isfinite(vec)):
             raise Refusal(
                 "bad_request", f"{what} must be {dim} finite floats, got shape {vec.shape} {vec.dtype}"

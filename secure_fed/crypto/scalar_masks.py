@@ -20,33 +20,21 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 from collections.abc import Sequence
 
 import numpy as np
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey, X25519PublicKey
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from secure_fed.crypto import secagg_channel
 from secure_fed.crypto.masking import keystream_words
 
 GRID = 2.0**-30
 _EXACT_BITS = 23  # float64 holds multiples of 2^-30 exactly below 2^23
-_RAW = serialization.Encoding.Raw
 
 
 def new_keypair() -> tuple[bytes, bytes]:
     """(raw secret, raw public) X25519 keys, fresh for one round's α masks."""
-    secret = X25519PrivateKey.generate()
-    raw = secret.private_bytes(_RAW, serialization.PrivateFormat.Raw, serialization.NoEncryption())
-    return raw, secret.public_key().public_bytes(_RAW, serialization.PublicFormat.Raw)
-
-
-def public_of(secret: bytes) -> bytes:
-    return (
-        X25519PrivateKey.from_private_bytes(secret)
-        .public_key()
-        .public_bytes(_RAW, serialization.PublicFormat.Raw)
-    )
+    return secagg_channel.new_keypair(os.urandom)
 
 
 def mask_bits(participants: int) -> int:
@@ -72,11 +60,8 @@ def pair_mask(shared_key: bytes, length: int, bits: int) -> np.ndarray:
 
 def pair_key(secret: bytes, peer_public: bytes, context: bytes) -> bytes:
     """The 256-bit key two participants share for this round (`context` binds run and round)."""
-    shared = X25519PrivateKey.from_private_bytes(secret).exchange(
-        X25519PublicKey.from_public_bytes(peer_public)
-    )
     info = b"secure_fed/alpha-mask/v1|" + hashlib.sha256(context).digest()
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(shared)
+    return secagg_channel.agree(secret, [peer_public], info)[0]
 
 
 def masked(

@@ -44,7 +44,7 @@ import tenseal as ts
 from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-from secure_fed.crypto import ckks, keys, scalar_masks
+from secure_fed.crypto import ckks, keys, scalar_masks, secagg_channel
 from secure_fed.crypto.secagg_identity import SecAggIdentity, statement
 from secure_fed.crypto.transport import Transport
 
@@ -369,7 +369,7 @@ def _encrypt(
     if state.get(_KEYED[0]) != round_id or state.get(_KEYED[1]) != node_id:
         raise _Refusal(f"round {round_id}: this site sent no α mask key as node {node_id}")
     secret = state[_KEYED[2]]
-    own_pk = scalar_masks.public_of(secret)
+    own_pk = secagg_channel.public_key(secret)
     nodes, pks, others = _peers(request, identity, round_id, node_id, own_pk, minimum)
     context = f"{identity.run_id}|{round_id}".encode()
     values = scalar_masks.masked(_own_scalars(scalars), identity.site, secret, others, context)

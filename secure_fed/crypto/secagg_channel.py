@@ -54,7 +54,7 @@ def self_mask_key(seed: bytes, round_id: int | str) -> bytes:
     return _derive(seed, f"secure_fed/secagg+/v1/self-mask|round={round_id!s}".encode())
 
 
-def _agree(raw_secret: bytes, peer_publics: list[bytes], info: bytes) -> list[bytes]:
+def agree(raw_secret: bytes, peer_publics: list[bytes], info: bytes) -> list[bytes]:
     # one private-key object for all peers: loading it costs as much as an exchange
     secret = X25519PrivateKey.from_private_bytes(raw_secret)
     return [_derive(secret.exchange(X25519PublicKey.from_public_bytes(pk)), info) for pk in peer_publics]
@@ -62,7 +62,7 @@ def _agree(raw_secret: bytes, peer_publics: list[bytes], info: bytes) -> list[by
 
 def channel_keys(raw_secret: bytes, peer_publics: list[bytes]) -> list[bytes]:
     """Share-channel key with each peer; raises ValueError on a low-order (invalid) public key."""
-    return _agree(raw_secret, peer_publics, _SHARE_CHANNEL)
+    return agree(raw_secret, peer_publics, _SHARE_CHANNEL)
 
 
 def channel_key(raw_secret: bytes, peer_public: bytes) -> bytes:
@@ -72,7 +72,7 @@ def channel_key(raw_secret: bytes, peer_public: bytes) -> bytes:
 def pairwise_mask_keys(raw_secret: bytes, peer_publics: list[bytes], round_id: int | str) -> list[bytes]:
     """Pairwise mask key with each peer for this round; ValueError on an invalid public key."""
     info = f"secure_fed/secagg+/v1/pairwise-mask|round={round_id!s}".encode()
-    return _agree(raw_secret, peer_publics, info)
+    return agree(raw_secret, peer_publics, info)
 
 
 def pairwise_mask_key(raw_secret: bytes, peer_public: bytes, round_id: int | str) -> bytes:

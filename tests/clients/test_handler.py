@@ -11,6 +11,7 @@ import pytest
 from secure_fed.clients.guard import SiteGuard
 from secure_fed.clients.handler import handle
 from secure_fed.crypto.keys import init_keys
+from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
 from secure_fed.crypto.secagg_protocol import SETUP, embed_setup, embedded_setup
 from tests.crypto.test_secagg_privacy import _setup_request
 
@@ -36,6 +37,9 @@ class StubRuntime:
         Path(cfg.out).mkdir(parents=True, exist_ok=True)
         self.guard = SiteGuard(path=Path(cfg.out) / "guard.json", run_id="run-1")
         self.instructions: list[tuple] = []
+
+    def identity(self) -> SecAggIdentity:
+        return load_identity(self.keys_dir, self.site, self.run_id)
 
     def log_instruction(self, *record: Any) -> None:
         self.instructions.append(record)
