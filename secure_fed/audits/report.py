@@ -264,6 +264,8 @@ def _summary(data: ReportData) -> str:
             else " No site had to decline a round."
         )
         parts.append(f"<p>{budget_line}{refusal_line}</p>")
+    if data.stopped is not None:
+        parts.append(f"<p id='stopped'>The run ended before its planned rounds: {_e(data.stopped)}</p>")
     items = "".join(_release_item(site) for site in data.sites)
     parts.append(f"<p>What left each hospital:</p><ul id='releases'>{items}</ul>")
     parts.append(_instruction_line(data))

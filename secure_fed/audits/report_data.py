@@ -103,6 +103,7 @@ class ReportData:
     settings: dict[str, Any] | None = None  # RunSettings of the logged run_config; None: none logged
     sites: list[SiteReport] = field(default_factory=list)
     instructions: list[dict[str, Any]] = field(default_factory=list)  # refused or failed ones
+    stopped: str | None = None  # why the run ended before its planned rounds (server's run_stopped)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -371,7 +372,13 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
             if row is not None:
                 data.mechanisms.append(row)
         elif event == "budget_refusal":
-            data.refusals.append({"party": record["party"], "round": record["round"], **payload})
+            # the site and the server both log a refusal: one declined round, counted once
+            refusal = {"party": record["party"], "round": record["round"], **payload}
+            key = (refusal.get("site", refusal["party"]), refusal["round"])
+            if key not in {(r.get("site", r["party"]), r["round"]) for r in data.refusals}:
+                data.refusals.append(refusal)
+        elif event == "run_stopped":
+            data.stopped = str(payload.get("reason", ""))
         elif event == "secagg_round":
             data.secagg_rounds.append({"party": record["party"], "round": record["round"], **payload})
         elif event == "alpha":

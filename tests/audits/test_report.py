@@ -238,3 +238,23 @@ def test_releases_follow_the_logged_sums(tmp_path: Path, modes: tuple[str, str])
     # One round summed in the clear is enough to lose SecAgg+'s protection for that site.
     expected = "summed with SecAgg+" if "plain" not in modes else "sent for a plain sum"
     assert how["model updates"].startswith(expected)
+
+
+def test_a_run_that_stopped_early_says_so_and_counts_each_refusal_once(tmp_path: Path) -> None:
+    # The site and the server both log a budget refusal; the server also logs why the run stopped.
+    logs = {
+        p: AuditLog(tmp_path / f"{p}.jsonl", p, "r1", Ed25519PrivateKey.generate()) for p in ("s0", "server")
+    }
+    refusal = {"site": "s0", "population": "train", "budget": 3.0, "reason": "would exceed the budget"}
+    logs["s0"].append("budget_refusal", refusal, round=2)
+    logs["server"].append("budget_refusal", refusal, round=2)
+    logs["server"].append("run_stopped", {"reason": "round 2: only 0 site(s) took part"}, round=2)
+    for log in logs.values():
+        log.close()
+    html_path, json_path, _ = write_report(
+        [tmp_path / "s0.jsonl", tmp_path / "server.jsonl"], tmp_path / "out" / "report.html", None
+    )
+    data = json.loads(json_path.read_text())
+    assert [(r["site"], r["round"]) for r in data["refusals"]] == [("s0", 2)]
+    assert data["stopped"] == "round 2: only 0 site(s) took part"
+    assert "ended before its planned rounds: round 2: only 0 site(s) took part" in html_path.read_text()
