@@ -22,16 +22,27 @@ class SitePolicy:
     require_dp: bool
     require_secagg: bool
     require_he: bool
+    methods: frozenset[str] = frozenset()  # empty: any method
 
     @classmethod
     def from_config(cls, cfg: RunConfig) -> SitePolicy:
-        return cls(require_dp=cfg.dp.enabled, require_secagg=cfg.secagg_on, require_he=cfg.he.enabled)
+        return cls(
+            require_dp=cfg.dp.enabled,
+            require_secagg=cfg.secagg_on,
+            require_he=cfg.he.enabled,
+            methods=frozenset(cfg.fed.accepted_methods),
+        )
 
     def check(self, phase: str, request: dict[str, Any]) -> None:
         if phase == "plain_sum" and self.require_secagg:
             raise PolicyViolation("policy requires secure aggregation: refusing to send an unmasked update")
         if phase == "plain_scalars" and self.require_he:
             raise PolicyViolation("policy requires CKKS: refusing to send plaintext α scalars")
+        if phase == "train" and self.methods and str(request.get("method")) not in self.methods:
+            raise PolicyViolation(
+                f"policy accepts the methods {', '.join(sorted(self.methods))} (fed.accepted_methods), "
+                f"not {request.get('method')!r}"
+            )
         if phase == "train" and self.require_dp and not request.get("dp", False):
             raise PolicyViolation("policy requires DP-SGD: refusing a non-private training round")
         if phase == "evaluate" and request.get("split", "test") != "test":

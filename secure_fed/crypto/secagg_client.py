@@ -82,6 +82,7 @@ _ROUND_KEYS = frozenset(
         "mask_sk",
         "seed",
         "upload_fingerprint",
+        "context",
         "peers",
         "peer_enc_pk",
         "peer_mask_pk",
@@ -194,7 +195,12 @@ def _refuse_if_masked(digest: str, marks: list[str]) -> None:
 
 
 def _setup(
-    request: Mapping[str, Any], state: State, vector: np.ndarray, identity: SecAggIdentity, entropy: Entropy
+    request: Mapping[str, Any],
+    state: State,
+    vector: np.ndarray,
+    identity: SecAggIdentity,
+    entropy: Entropy,
+    context: bytes,
 ) -> tuple[dict[str, Any], State]:
     """Check the server's parameters, then advertise fresh public keys for this round, signed."""
     me = _int(request, "node_id")
@@ -225,7 +231,9 @@ def _setup(
     _refuse_if_masked(digest, marks)
     enc_sk, enc_pk = channel.new_keypair(entropy)
     mask_sk, mask_pk = channel.new_keypair(entropy)
-    signature = identity.sign(key_statement(identity.run_id, round_id, me, identity.site, enc_pk, mask_pk))
+    signature = identity.sign(
+        key_statement(identity.run_id, round_id, me, identity.site, enc_pk, mask_pk, context)
+    )
     new_state: State = {
         **{k: v for k, v in state.items() if k not in _ROUND_KEYS},
         MASKED_UPLOADS: marks,
@@ -241,6 +249,7 @@ def _setup(
         "mask_sk": mask_sk,
         "seed": entropy(SECRET_BYTES),
         "upload_fingerprint": digest,
+        "context": context,
     }
     return {"enc_pk": enc_pk, "mask_pk": mask_pk, "site": identity.site, "key_sig": signature}, new_state
 
@@ -266,11 +275,14 @@ def _check_identities(
             raise SecAggRefused(f"repeated identity: site {site!r} appears as nodes {seen[site]} and {peer}")
         if site not in identity.peer_public_keys:
             raise SecAggRefused(f"node {peer} claims to be site {site!r}, which is not a provisioned site")
-        statement = key_statement(identity.run_id, state["round_id"], peer, site, enc_pk, mask_pk)
+        statement = key_statement(
+            identity.run_id, state["round_id"], peer, site, enc_pk, mask_pk, state.get("context", b"")
+        )
         if not identity.signed_by(site, signature, statement):
             raise SecAggRefused(
                 f"the keys relayed for node {peer} are not signed by site {site!r} for this node, "
-                "round and run (forged, altered or replayed)"
+                "round, run and context (forged, altered, replayed, or the server showed the sites "
+                "different factors)"
             )
         seen[site] = peer
     t = state["threshold"]
@@ -443,10 +455,13 @@ def secagg_client_step(
     *,
     identity: SecAggIdentity | None,
     entropy: Entropy = os.urandom,
+    context: bytes = b"",
 ) -> tuple[dict[str, Any], State]:
     """Run one SecAgg+ phase as the site `identity`; `entropy` is injectable only so tests can be
     deterministic. The setup (which signs this site's keys) and the share distribution (which checks
-    the peers') are refused without an identity: SecAgg+ never runs unauthenticated."""
+    the peers') are refused without an identity: SecAgg+ never runs unauthenticated. `context`
+    (read at the setup only) is signed with the keys: only neighbours that signed the same context
+    are accepted."""
     if phase != SETUP and phase not in _AFTER:
         raise SecAggRefused(f"unknown SecAgg+ phase {phase!r}")
     state = dict(state)
@@ -456,7 +471,7 @@ def secagg_client_step(
                 "SecAgg+ needs this site's identity: its signing key and the sites' public keys"
             )
         if phase == SETUP:
-            return _setup(request, state, vector, identity, entropy)
+            return _setup(request, state, vector, identity, entropy, context)
         _check_order(phase, request, state)
         return _shares(request, state, identity, entropy)
     _check_order(phase, request, state)

@@ -86,14 +86,20 @@ def statement(purpose: bytes, *fields: str | int | bytes) -> bytes:
     return _DOMAIN + purpose + b"|" + b"".join(_field(f) for f in fields)
 
 
-# scalars.py (in progress elsewhere) imports the helper under its first, private name
-
-
 def key_statement(
-    run_id: str, round_id: int | str, node_id: int, site: str, enc_pk: bytes, mask_pk: bytes
+    run_id: str,
+    round_id: int | str,
+    node_id: int,
+    site: str,
+    enc_pk: bytes,
+    mask_pk: bytes,
+    context: bytes = b"",
 ) -> bytes:
-    """What a site signs in its setup reply: these are my keys, as this node, in this round."""
-    return statement(b"keys", run_id, round_id, node_id, site, enc_pk, mask_pk)
+    """What a site signs in its setup reply: these are my keys, as this node, in this round, for
+    inputs prepared under `context` (e.g. the digest of server-chosen weights every participant must
+    have been shown alike; empty when nothing of the sort applies). A neighbour checks the signature
+    against its own context, so two sites shown different contexts never mask together."""
+    return statement(b"keys", run_id, round_id, node_id, site, enc_pk, mask_pk, context)
 
 
 def load_identity(keys_dir: Path | str | None, site: str, run_id: str) -> SecAggIdentity:

@@ -66,13 +66,16 @@ def client_step(
     *,
     identity: IdentitySource = None,
     entropy: Entropy = os.urandom,
+    context: bytes = b"",
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Client side of `sum_vectors` for every phase (plain and SecAgg+); `vector` never leaves unmasked
     except in the plain phase, which a client whose policy demands SecAgg+ must not be asked to run.
 
     The SecAgg+ setup and share distribution need the site's `identity`: a `SecAggIdentity`
     (`load_identity(keys_dir, site, run_id)`) or a function returning one, called only for those
-    two phases; without one they are refused. Pass every step the state the previous step returned,
+    two phases; without one they are refused. `context` (bytes every participant must hold alike,
+    such as the digest of server-chosen weights) is signed with the setup keys and checked against
+    the neighbours'. Pass every step the state the previous step returned,
     the setup included: it carries the record of updates already masked, which makes a second
     secure sum over the same update impossible (its setup or masked phase is refused)."""
     if phase == PLAIN_SUM:
@@ -84,4 +87,6 @@ def client_step(
         return {"vector": vec}, {}
     if callable(identity):
         identity = identity() if phase in IDENTIFIED_PHASES else None
-    return secagg_client_step(phase, request, state, vector, identity=identity, entropy=entropy)
+    return secagg_client_step(
+        phase, request, state, vector, identity=identity, entropy=entropy, context=context
+    )

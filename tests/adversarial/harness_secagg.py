@@ -104,13 +104,18 @@ def keys_request(round_id: int | str, peers: list[int], keys: Mapping[int, Paylo
 
 
 def sybil_keys(
-    round_id: int | str, node: int, site: str, signer: Ed25519PrivateKey | None, run_id: str = RUN_ID
+    round_id: int | str,
+    node: int,
+    site: str,
+    signer: Ed25519PrivateKey | None,
+    run_id: str = RUN_ID,
+    context: bytes = b"",
 ) -> tuple[Payload, Payload]:
     """Keys the server makes up for node `node` claiming to be `site`, signed by `signer` (None:
     unsigned, 64 zero bytes); returns (the advertised keys, their secrets)."""
     enc_sk, enc_pk = channel.new_keypair(random.Random(f"enc|{node}").randbytes)
     mask_sk, mask_pk = channel.new_keypair(random.Random(f"mask|{node}").randbytes)
-    statement = key_statement(run_id, round_id, node, site, enc_pk, mask_pk)
+    statement = key_statement(run_id, round_id, node, site, enc_pk, mask_pk, context)
     signature = signer.sign(statement) if signer else bytes(64)
     return (
         {"enc_pk": enc_pk, "mask_pk": mask_pk, "site": site, "key_sig": signature},

@@ -67,22 +67,25 @@ def test_the_victims_own_keys_handed_back_are_refused(pki: Pki) -> None:
         victim.send(SHARES, keys_request(1, [2, 3, 4], keys))
 
 
-@pytest.mark.parametrize("signed_for", ["round 1", "another run", "node 5"])
+@pytest.mark.parametrize("signed_for", ["round 1", "another run", "node 5", "other factors"])
 def test_keys_signed_for_something_else_are_refused(pki: Pki, signed_for: str) -> None:
     """North's own signature, as the server holds it from an earlier message, over keys for
-    round 1, for another run, or for node 5, relayed as node 2's keys in round 2."""
+    round 1, for another run, for node 5, or for inputs scaled by factors the victim was not shown,
+    relayed as node 2's keys in round 2."""
     plan = _plan(round_id=2)
     victim = _site(pki, 1, "victim")
     keys = {1: victim.send(SETUP, plan.requests[1])}
     for node, site in ((3, "south"), (4, "east")):
         keys[node], _ = sybil_keys(2, node, site, pki.keys[site])
-    round_id, run_id, node = {
-        "round 1": (1, RUN_ID, 2),
-        "another run": (2, "run-0", 2),
-        "node 5": (2, RUN_ID, 5),
+    round_id, run_id, node, context = {
+        "round 1": (1, RUN_ID, 2, b""),
+        "another run": (2, "run-0", 2, b""),
+        "node 5": (2, RUN_ID, 5, b""),
+        "other factors": (2, RUN_ID, 2, b"\x01" * 32),
     }[signed_for]
-    keys[2], _ = sybil_keys(round_id, node, "north", pki.keys["north"], run_id=run_id)
-    with pytest.raises(SecAggRefused, match="not signed by site 'north' for this node, round and run"):
+    keys[2], _ = sybil_keys(round_id, node, "north", pki.keys["north"], run_id=run_id, context=context)
+    refusal = "not signed by site 'north' for this node, round, run and context"
+    with pytest.raises(SecAggRefused, match=refusal):
         victim.send(SHARES, keys_request(2, [2, 3, 4], keys))
 
 

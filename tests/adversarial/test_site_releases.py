@@ -169,9 +169,10 @@ def test_a_deployed_sites_patient_id_key_is_its_own_secret(make_config, one_torc
     # patient id is a dictionary lookup away from the record number.
     from secure_fed.clients import app
     from secure_fed.clients.site import simulation_site_key
+    from secure_fed.keyring import audit_keys_dir
 
     cfg = make_config(fed__method="fedtar")
-    runtime = app._runtime(cfg, "site0", None, "run", deployed=True)
+    runtime = app._runtime(cfg, "site0", audit_keys_dir(cfg, ["site0"]), "run", deployed=True)
     key_file = cfg.out / "sites" / "site0" / "patient-id.key"
     assert runtime.data.site_key == key_file.read_bytes() and len(runtime.data.site_key) == 32
     assert runtime.data.site_key != simulation_site_key(cfg.seed, "site0")

@@ -177,8 +177,23 @@ def test_drfa_lambda_ascends_on_losses(make_config) -> None:
     lam = np.array([strategy.lam["site0"], strategy.lam["site1"]])
     assert lam.sum() == pytest.approx(1.0)
     assert lam[1] > 0.5 > lam[0]  # the worse-off site gains weight
-    # Each site was asked to pre-scale by λ_k · K (uniform λ at the first round → 1).
-    assert transport.requests["train"][0]["lambda"] == pytest.approx(1.0)
+    # Every site was shown the same factor vector (uniform λ at the first round → all 1).
+    first = transport.requests["train"]
+    assert first[0]["factor_sites"] == first[1]["factor_sites"] == ["site0", "site1"]
+    assert first[0]["factors"] == first[1]["factors"] == pytest.approx([1.0, 1.0])
+    # later factors keep DRFA's order, average 1 and stay above the sites' floor
+    later = strategy.factors(["site0", "site1"])
+    floor = cfg.fed.factor_floor
+    assert later[1] > 1.0 > later[0] >= floor and sum(later) == pytest.approx(2.0)
+
+
+def test_drfa_factors_never_fall_below_the_floor(make_config) -> None:
+    cfg = make_config(fed__method="drfa", fed__factor_floor=0.25)
+    strategy = DRFA(1, cfg)
+    strategy.lam = {"a": 1.0, "b": 0.0, "c": 0.0}  # DRFA's own λ may reach a vertex of the simplex
+    factors = strategy.factors(["a", "b", "c"])
+    assert factors == pytest.approx([0.25 + 0.75 * 3, 0.25, 0.25])
+    assert sum(factors) / 3 == pytest.approx(1.0)
 
 
 def test_fedtar_round_applies_chain_and_meta_step(make_config) -> None:

@@ -2,6 +2,10 @@
 simplex over sites, sites pre-scale their updates by their λ_k, and λ ascends on the sites' losses.
 
 The loss of each site is an individual (non-aggregated) release: DRFA is a non-private baseline.
+Sites accept a weight only as their entry of one factor vector every site is shown alike, each
+entry at least `fed.factor_floor` and averaging one (clients/factors.py): a λ of zero for all but
+one site would make the secure sum that site's update. So the factors sent are λ mixed with the
+uniform weights, floor + (1 − floor)·n·λ, which keeps DRFA's ordering of the sites.
 """
 
 from __future__ import annotations
@@ -40,9 +44,9 @@ class DRFA(Strategy):
             "global": global_state,
             "dp": ctx.cfg.dp.enabled,
         }
-        replies = ctx.transport.exchange(
-            "train", {n: {**request_base, "lambda": self.lam[ctx.sites[n]] * len(sites)} for n in ctx.nodes}
-        )
+        request_base["factor_sites"] = sites
+        request_base["factors"] = self.factors(sites)
+        replies = ctx.transport.exchange("train", {n: request_base for n in ctx.nodes})
         participants = [n for n in ctx.nodes if replies.get(n, {}).get("status") == "ok"]
         declined = {
             ctx.sites[n]: str(replies.get(n, {}).get("reason", replies.get(n, {}).get("error", "no reply")))
@@ -70,6 +74,14 @@ class DRFA(Strategy):
             dropped=summed.dropped,
             quantisation_bound=summed.quantisation_bound,
         )
+
+    def factors(self, sites: list[str]) -> list[float]:
+        """What each site's contribution is scaled by: λ rescaled over this round's sites, mixed
+        with the uniform weights so that every factor is at least the sites' floor."""
+        floor = self.cfg.fed.factor_floor
+        lam = np.array([self.lam[s] for s in sites])
+        lam = lam / lam.sum() if lam.sum() > 0 else np.full(len(sites), 1.0 / len(sites))
+        return [float(v) for v in floor + (1.0 - floor) * len(sites) * lam]
 
     def state_dict(self) -> dict[str, Any]:
         return {"lambda_sites": list(self.lam), "lambda_values": np.array(list(self.lam.values()))}
