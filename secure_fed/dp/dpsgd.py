@@ -32,7 +32,7 @@ the modules, and runs Opacus' `ModuleValidator` on every module that owns traina
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -232,6 +232,11 @@ class PatientDPSGD:
         self._submodules = (
             [] if grad_sample_mode == "ew" else [sub for m in self.modules for sub in m.modules()]
         )
+        # Privacy audits only (secure_fed.dp.canaries): called once per step, it returns extra
+        # "patients" whose gradients are given, not computed — per module a (k, P_t) matrix in the
+        # layout of `_row_gradients` (or None) — which are then clipped, summed and noised exactly
+        # like the real patients. Never set in training.
+        self.injected: Callable[[], Sequence[torch.Tensor | None] | None] | None = None
 
     @property
     def forward_modules(self) -> list[nn.Module]:
@@ -307,7 +312,9 @@ class PatientDPSGD:
         # that a patient's gradient for the module is the sum of its rows. Modules are disjoint
         # blocks of parameters, so a patient's squared joint norm is the sum over modules.
         per_patient: list[tuple[torch.Tensor, torch.Tensor] | None] = []
-        squared = torch.zeros(len(present), dtype=torch.float64)
+        extra = self.injected() if self.injected is not None else None
+        n_extra = next((len(e) for e in extra or () if e is not None), 0)
+        squared = torch.zeros(len(present) + n_extra, dtype=torch.float64)
         for params, index in zip(self.trainable_parameters, patient_index, strict=True):
             rows = self._row_gradients(params, index)
             if rows is None:
@@ -323,10 +330,12 @@ class PatientDPSGD:
             # float32 row norms (a float64 reduction costs 5x as much), squared and summed in float64
             squared.index_add_(0, slots, torch.linalg.vector_norm(rows, dim=1).to(torch.float64).cpu() ** 2)
             per_patient.append((rows, slots))
+        if extra is not None:
+            self._add_injected(extra, per_patient, squared, len(present))
         # C / max(‖g‖, C) = min(1, C/‖g‖) without dividing by zero for an all-zero gradient.
         factors = self.max_grad_norm / torch.clamp(squared.sqrt(), min=self.max_grad_norm)
         norms = torch.zeros(num_patients, dtype=torch.float64)
-        norms[present] = squared.sqrt()
+        norms[present] = squared[: len(present)].sqrt()
         std = self.noise_multiplier * self.max_grad_norm
         for params, sizes, module_rows in zip(
             self.trainable_parameters, self._sizes, per_patient, strict=True
@@ -348,6 +357,35 @@ class PatientDPSGD:
         self._clear_grad_samples()
         clipped = float((norms > self.max_grad_norm).double().mean()) if num_patients else 0.0
         return StepStats(per_patient_norms=norms, clipped_fraction=clipped, num_patients=num_patients)
+
+    def _add_injected(
+        self,
+        extra: Sequence[torch.Tensor | None],
+        per_patient: list[tuple[torch.Tensor, torch.Tensor] | None],
+        squared: torch.Tensor,
+        first_slot: int,
+    ) -> None:
+        """Give the injected patients the compact slots after the real ones, module by module, so
+        that the one clipping, summing and noising below treats them as any other patient."""
+        if len(extra) != len(self.modules):
+            raise ValueError(f"{len(extra)} injected gradient blocks for {len(self.modules)} modules")
+        for t, block in enumerate(extra):
+            if block is None or not len(block):
+                continue
+            params = self.trainable_parameters[t]
+            if block.shape[1:] != (sum(self._sizes[t]),):
+                raise ValueError(f"injected gradients of module {t} must be (k, {sum(self._sizes[t])})")
+            if len(block) != len(squared) - first_slot:
+                raise ValueError("every module's injected block must hold the same patients")
+            block = block.to(params[0].device, params[0].dtype)
+            slots = first_slot + torch.arange(len(block))
+            squared.index_add_(0, slots, torch.linalg.vector_norm(block, dim=1).to(torch.float64).cpu() ** 2)
+            current = per_patient[t]
+            per_patient[t] = (
+                (block, slots)
+                if current is None
+                else (torch.cat([current[0], block]), torch.cat([current[1], slots]))
+            )
 
     def _clear_grad_samples(self) -> None:
         hooks = self.grad_sample_mode != "ew"

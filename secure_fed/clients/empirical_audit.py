@@ -1,0 +1,297 @@
+"""`secure-fed audit empirical`: a one-run privacy audit of one site's own training code.
+
+The audit run is a site's run, alone: `SiteRuntime.create` (cohort, GMM histogram, calibration,
+ledger, signed log) and `SiteRuntime.train` for each of the configured rounds, with the site's
+own `SitePrivacy`, `DPGradients` and `PatientDPSGD`. The only difference from a real run is the
+canaries (`secure_fed.dp.canaries`): each round's `DPGradients` gets an injector that adds the
+included canaries as extra patients at every step and records the step's released noisy sum.
+Between rounds the site's model moves by the mean of its own released copy updates (a single-site
+federation; any choice is post-processing of what was released, so it cannot change the bound).
+
+After the last round each canary is scored, the auditor guesses, and the count of correct guesses
+becomes ε̂ (`secure_fed.dp.one_run_audit`), logged as a signed `empirical_audit` record beside the
+stated ε: the accountant's ε for the DP-SGD steps the canaries went through (the site's total
+train ε, which also counts the GMM histogram, is logged too). The run's folder is its own: the
+audit never charges a real run's ledger.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from secure_fed.clients.hypergrad import flatten
+from secure_fed.clients.private import TRAIN, VALIDATION, DPGradients, SitePrivacy
+from secure_fed.clients.runtime import SiteRuntime
+from secure_fed.clients.site import site_names
+from secure_fed.config import RunConfig
+from secure_fed.dp.accountants import epsilon_prv, epsilon_rdp
+from secure_fed.dp.canaries import (
+    DEFAULT_SUPPORT,
+    AuditOutcome,
+    CanaryInjector,
+    GradientCanaries,
+    default_guesses,
+    evaluate,
+    likelihood_scores,
+)
+from secure_fed.dp.events import PoissonSampledGaussian
+from secure_fed.dp.histogram import HistogramBins
+from secure_fed.dp.keystream import STREAM_KEY_BYTES, NoiseStream
+from secure_fed.dp.one_run_audit import DEFAULT_CONFIDENCE
+from secure_fed.dp.release_audits import audit_clipped_sum, audit_histogram, single_release_epsilon
+from secure_fed.keyring import audit_keys_dir
+
+CANARY = "white-box gradient canary: a fixed gradient of norm 4C (clipped to C), random direction"
+VIEW = "every noisy DP-SGD step (the released clipped, noised patient sum)"
+SCORE = "per-step likelihood ratio of a Poisson-sampled canary, summed over steps"
+
+
+class CanaryGradients:
+    """The site's own `DPGradients`, with canaries injected into its `PatientDPSGD`."""
+
+    def __init__(self, inner: DPGradients, canaries: GradientCanaries, projections: list[np.ndarray]) -> None:
+        self.inner = inner
+        self.canaries = canaries
+        self.projections = projections  # shared over rounds: one row per step of the whole run
+        self.injector: CanaryInjector | None = None
+
+    def steps_per_epoch(self, n_patients: int) -> int:
+        return self.inner.steps_per_epoch(n_patients)
+
+    def sample(self, n_patients: int) -> torch.Tensor:
+        return self.inner.sample(n_patients)
+
+    def wrap(self, copies: list[torch.nn.Module]) -> list[torch.nn.Module]:
+        wrapped = self.inner.wrap(copies)
+        assert self.inner.engine is not None
+        self.injector = CanaryInjector(
+            self.canaries,
+            self.inner.q,
+            self.inner.engine.expected_batch_size,
+            self.inner.noise,
+            projections=self.projections,
+        )
+        self.injector.attach(self.inner.engine)
+        return wrapped
+
+    def backward(
+        self, copies: list[torch.nn.Module], losses: list[torch.Tensor], patient_index: list[torch.Tensor]
+    ) -> None:
+        self.inner.backward(copies, losses, patient_index)
+        assert self.injector is not None
+        self.injector.observe()
+
+
+@dataclass(frozen=True, eq=False)
+class EmpiricalAudit:
+    site: str
+    outcome: AuditOutcome
+    stated_epsilon: float  # the site's accountant's ε of the audited DP-SGD steps
+    stated_epsilon_prv: float | None
+    site_epsilon: float  # the site's total train ε (DP-SGD and the GMM histogram)
+    rounds: int
+    steps: int
+    noise_multiplier: float
+    sampling_rate: float
+    seconds: float
+    log: Path | None
+    # the auditor's secret and evidence: never logged (the counts above are what anyone can check)
+    scores: np.ndarray
+    included: np.ndarray
+    # the α scalars' and GMM histogram's own audits (`empirical_audit` payloads), if run
+    releases: list[dict[str, Any]]
+
+    def payload(self) -> dict[str, Any]:
+        return {
+            "site": self.site,
+            "population": TRAIN,
+            "mechanism": "dp_sgd",
+            **self.outcome.to_json(),
+            "stated_epsilon": self.stated_epsilon,
+            "stated_epsilon_prv": self.stated_epsilon_prv,
+            "site_epsilon": self.site_epsilon,
+            "accountant": "rdp",
+            "rounds": self.rounds,
+            "steps": self.steps,
+            "noise_multiplier": self.noise_multiplier,
+            "sampling_rate": self.sampling_rate,
+            "canary": CANARY,
+            "adversary_view": VIEW,
+            "score": SCORE,
+        }
+
+
+def release_audits(
+    privacy: SitePrivacy, cfg: RunConfig, m: int, guesses: int, confidence: float, rng: np.random.Generator
+) -> list[dict[str, Any]]:
+    """The α scalars' and the GMM histogram's audits at this site's σ, C and δ (a second or two)."""
+    noise = NoiseStream(os.urandom(STREAM_KEY_BYTES))  # as a real release: unpredictable noise
+    plans = [
+        (
+            "alpha_scalars",
+            VALIDATION,
+            privacy.alpha_sigma,
+            lambda delta: audit_clipped_sum(
+                m,
+                guesses,
+                privacy.alpha_clip,
+                privacy.alpha_sigma,
+                cfg.data.max_visits,
+                delta,
+                rng,
+                noise,
+                confidence=confidence,
+            ),
+            "a per-patient T-vector of norm 2·C_α (clipping must halve it) along a random direction",
+        ),
+        (
+            "gmm_histogram",
+            TRAIN,
+            privacy.histogram_sigma,
+            lambda delta: audit_histogram(
+                m,
+                guesses,
+                HistogramBins().n_cells,
+                privacy.histogram_sigma,
+                delta,
+                rng,
+                noise,
+                confidence=confidence,
+            ),
+            "a patient in a random cell of the (age bin × sex) histogram",
+        ),
+    ]
+    out = []
+    for mechanism, population, sigma, run, canary in plans:
+        delta = privacy.delta[population]
+        outcome = run(delta)
+        out.append(
+            {
+                "site": privacy.site,
+                "population": population,
+                "mechanism": mechanism,
+                **outcome.to_json(),
+                "stated_epsilon": single_release_epsilon(sigma, delta),
+                "stated_for": "one release (exact Gaussian ε)",
+                "noise_multiplier": sigma,
+                "canary": canary,
+                "adversary_view": "the released noisy vector, one release per canary",
+                "score": "release minus the known others' sum, along the canary",
+            }
+        )
+    return out
+
+
+def audit_run_id(out: Path) -> str:
+    return "audit-" + hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:12]
+
+
+def run_empirical_audit(
+    cfg: RunConfig,
+    site: str,
+    canaries: int,
+    out: Path,
+    guesses: int | None = None,
+    confidence: float = DEFAULT_CONFIDENCE,
+    support: int = DEFAULT_SUPPORT,
+    auditor_seed: int | None = None,
+    progress: Any = None,
+    releases: bool = True,
+) -> EmpiricalAudit:
+    """Run `cfg.fed.rounds` rounds of `site`'s DP training with `canaries` canaries, then bound ε."""
+    if not cfg.dp.enabled:
+        raise ValueError("dp.enabled is false: there is no DP mechanism to audit (set dp.enabled = true)")
+    started = time.monotonic()
+    out = Path(out)
+    cfg = cfg.model_copy(update={"out": out})
+    if cfg.train.threads is not None:
+        torch.set_num_threads(cfg.train.threads)
+    # keys for every site of the cohort at once: the folder is made on first use only
+    keys_dir = audit_keys_dir(cfg, site_names(cfg)) if cfg.audit.enabled else None
+    runtime = SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=audit_run_id(out))
+    privacy = runtime.privacy
+    assert privacy is not None
+    # The auditor's secret (which canaries are in, their directions) never comes from the site's
+    # noise key or the config's seed: a fresh OS seed unless a test pins it.
+    rng = np.random.default_rng(auditor_seed if auditor_seed is not None else int.from_bytes(os.urandom(16)))
+    template = runtime.model.trainable_state()
+    copies = (
+        1
+        if runtime.cfg.fed.method in ("fedavg", "fedprox", "fedadam", "scaffold", "drfa")
+        else (cfg.data.max_visits)
+    )
+    per_copy = int(sum(t.numel() for t in template.values()))
+    drawn = GradientCanaries.draw(canaries, [per_copy] * copies, privacy.clip, rng, support=support)
+    projections: list[np.ndarray] = []
+    own_gradients = privacy.gradients
+    # the site's own DPGradients for each round, wrapped; nothing else of the site changes
+    privacy.gradients = lambda round_id: CanaryGradients(own_gradients(round_id), drawn, projections)  # type: ignore[method-assign]
+    state = flatten(template).numpy()
+    trained = 0
+    for round_id in range(1, cfg.fed.rounds + 1):
+        reply = runtime.train(round_id, cfg.fed.method, state, {})
+        if reply.get("status") != "ok":
+            break  # declined (budget): the audit covers the rounds that ran
+        trained += 1
+        upload = runtime.stash["upload"].reshape(copies, per_copy + 1)
+        # each part is w·Δ followed by w (w public): the copies' mean update is the next model
+        state = state + (upload[:, :per_copy] / upload[:, per_copy:]).mean(axis=0)
+        if progress is not None:
+            progress(round_id, cfg.fed.rounds)
+    if not projections:
+        raise ValueError(f"{site} trained no round under DP, so there is nothing to audit")
+    scores = likelihood_scores(np.stack(projections), privacy.sampling_rate, privacy.sigma)
+    outcome = evaluate(
+        scores,
+        drawn.included,
+        default_guesses(canaries) if guesses is None else guesses,
+        privacy.delta[TRAIN],
+        confidence,
+    )
+    audited = PoissonSampledGaussian(privacy.sampling_rate, privacy.sigma, privacy.steps * trained)
+    result = EmpiricalAudit(
+        site=site,
+        outcome=outcome,
+        stated_epsilon=epsilon_rdp(audited, privacy.delta[TRAIN]),
+        stated_epsilon_prv=epsilon_prv(audited, privacy.delta[TRAIN]),
+        site_epsilon=float(privacy.epsilon()[TRAIN]["rdp"]),
+        rounds=trained,
+        steps=len(projections),
+        noise_multiplier=privacy.sigma,
+        sampling_rate=privacy.sampling_rate,
+        seconds=time.monotonic() - started,
+        log=None if runtime.trail is None else runtime.trail.log.path,
+        scores=scores,
+        included=drawn.included,
+        releases=release_audits(privacy, cfg, canaries, outcome.guesses, confidence, rng) if releases else [],
+    )
+    if runtime.trail is not None:
+        runtime.trail.append("empirical_audit", result.payload())
+        for payload in result.releases:
+            runtime.trail.append("empirical_audit", payload)
+    if trained == cfg.fed.rounds:
+        runtime.finish()
+    elif runtime.trail is not None:
+        runtime.finish(stopped_early=f"the site declined round {trained + 1} (privacy budget)")
+    return result
+
+
+def write_audit_report(cfg: RunConfig, parties: list[str]) -> Path | None:
+    """The compliance report over the audit run's logs (ε̂ beside ε per site), verified first."""
+    from secure_fed.audits.keys import load_public_keys
+    from secure_fed.audits.report import write_report
+
+    logs = sorted((Path(cfg.out) / "audit").glob("*.jsonl"))
+    if not logs or not cfg.audit.enabled:
+        return None
+    keys_dir = audit_keys_dir(cfg, parties)
+    html, _, _ = write_report(logs, Path(cfg.out) / "report.html", public_keys=load_public_keys(keys_dir))
+    return Path(html)

@@ -1,0 +1,126 @@
+"""`secure-fed audit empirical` end to end on a small cohort: the site's own runtime trains with
+canaries, the signed `empirical_audit` record verifies, and the report shows ε̂ beside ε."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from secure_fed.cli import app
+from secure_fed.dp.canaries import default_guesses
+
+runner = CliRunner()
+
+
+def _config(cache_dir: Path, tmp_path: Path, dp: bool = True) -> Path:
+    path = tmp_path / "audit.toml"
+    path.write_text(
+        f"""
+seed = 0
+[data]
+max_visits = 3
+val_fraction = 0.25
+test_fraction = 0.25
+[data.synth]
+sites = 3
+patients = 16
+visits = 3
+[model]
+cache_dir = "{cache_dir}"
+pretrain_steps = 150
+[train]
+batch_size = 8
+threads = 1
+[fed]
+rounds = 2
+[dp]
+enabled = {"true" if dp else "false"}
+target_epsilon = 4.0
+"""
+    )
+    return path
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_audit_logs_a_record_that_verifies_and_reaches_the_report(cache_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "audit"
+    config = _config(cache_dir, tmp_path)
+    result = runner.invoke(
+        app,
+        [
+            "audit",
+            "empirical",
+            "--config",
+            str(config),
+            "--canaries",
+            "200",
+            "--site",
+            "site0",
+            "-o",
+            str(out),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (out / "audit" / "site0.jsonl").read_text().splitlines()]
+    audits = {r["payload"]["mechanism"]: r["payload"] for r in records if r["event"] == "empirical_audit"}
+    assert set(audits) == {"dp_sgd", "alpha_scalars", "gmm_histogram"}
+    for other in ("alpha_scalars", "gmm_histogram"):
+        assert audits[other]["epsilon_hat"] <= audits[other]["stated_epsilon"]
+    audit = audits["dp_sgd"]
+    assert audit["canaries"] == 200 and audit["guesses"] == default_guesses(200)
+    assert 0 <= audit["correct"] <= audit["guesses"]
+    assert audit["rounds"] == 2 and audit["steps"] > 0
+    # the stated ε is the site's own accountant over the DP-SGD steps it logged
+    dpsgd = [
+        r["payload"] for r in records if r["event"] == "privacy" and r["payload"]["mechanism"] == "dp_sgd"
+    ]
+    assert len(dpsgd) == 2
+    assert audit["stated_epsilon"] <= audit["site_epsilon"] + 1e-9
+    assert audit["epsilon_hat"] <= audit["stated_epsilon"]
+    assert records[-1]["event"] == "head"  # the audit run's log was closed cleanly
+
+    verified = runner.invoke(
+        app,
+        ["audit", "verify", *map(str, sorted((out / "audit").glob("*.jsonl"))), "--keys", str(out / "keys")],
+    )
+    assert verified.exit_code == 0, verified.output
+    assert f"ε̂ = {audit['epsilon_hat']:.3f} re-derived" in verified.output
+    page = (out / "report.html").read_text()
+    assert "Empirical privacy audit" in page and "measured lower bound" in page
+    assert "re-derived from the logged counts by the verifier" in page
+
+
+def test_audit_refuses_a_config_without_dp(cache_dir: Path, tmp_path: Path) -> None:
+    config = _config(cache_dir, tmp_path, dp=False)
+    result = runner.invoke(app, ["audit", "empirical", "--config", str(config), "-o", str(tmp_path / "x")])
+    assert result.exit_code == 2
+    assert "dp.enabled is false" in result.output and "Traceback" not in result.output
+
+
+def test_audit_refuses_an_unknown_site(cache_dir: Path, tmp_path: Path) -> None:
+    config = _config(cache_dir, tmp_path)
+    result = runner.invoke(
+        app, ["audit", "empirical", "--config", str(config), "--site", "nowhere", "-o", str(tmp_path / "x")]
+    )
+    assert result.exit_code == 2
+    assert "--site nowhere" in result.output
+
+
+def test_help_has_an_example() -> None:
+    result = runner.invoke(app, ["audit", "empirical", "--help"])
+    assert result.exit_code == 0 and "Example" in result.output
+
+
+def test_results_commands_are_the_ones_the_script_runs() -> None:
+    """docs/RESULTS.md's audit commands are executed by benchmarks/empirical_audit.sh, verbatim."""
+    root = Path(__file__).resolve().parents[2]
+    script = (root / "benchmarks" / "empirical_audit.sh").read_text()
+    results = (root / "docs" / "RESULTS.md").read_text()
+    section = results[results.index("## Empirical audit") :]
+    commands = [line.strip() for line in section.splitlines() if line.strip().startswith("secure-fed audit")]
+    assert commands
+    for command in commands:
+        assert command.replace("secure-fed", "$SF", 1) in script, command
