@@ -40,7 +40,8 @@ def per_patient_hypergradients(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Returns (S, losses): S[p, t] = ∂L_p/∂α_t and the per-patient validation loss L_p."""
     template = model.trainable_state()
-    primals = unflatten(final.float(), template)
+    device = next(model.parameters()).device  # the JVPs run where the model is
+    primals = OrderedDict((n, v.to(device)) for n, v in unflatten(final.float(), template).items())
     n_patients = int(examples.patient_slot.max()) + 1 if len(examples) else 0
     visits = torch.bincount(examples.patient_slot, minlength=n_patients).clamp_min(1).double()
     scalars = torch.zeros(n_patients, directions.shape[0], dtype=torch.float64)
@@ -55,9 +56,11 @@ def per_patient_hypergradients(
             return functional_call(model, params, inputs, strict=False)
 
         for t in range(directions.shape[0]):
-            tangent = unflatten(directions[t].float(), template)
+            tangent = OrderedDict(
+                (n, v.to(device)) for n, v in unflatten(directions[t].float(), template).items()
+            )
             value, derivative = jvp(loss_fn, (primals,), (tangent,))
-            scalars[:, t].index_add_(0, slots, derivative.double())
-        losses.index_add_(0, slots, value.detach().double())
+            scalars[:, t].index_add_(0, slots, derivative.double().cpu())
+        losses.index_add_(0, slots, value.detach().double().cpu())
     model.train()
     return scalars / visits[:, None], losses / visits

@@ -107,6 +107,14 @@ def train_copies(
         c.train()
         copies.append(c)
     copies = grads.wrap(copies)
+    # the copies live on the model's device; `start` (and SCAFFOLD's correction) arrive on the CPU
+    device = next(model.parameters()).device
+    start_on = {n: v.to(device) for n, v in start.items()} if settings.prox_mu > 0 else start
+    correction = (
+        None
+        if settings.grad_correction is None
+        else {n: v.to(device) for n, v in settings.grad_correction.items()}
+    )
     optims = [
         torch.optim.AdamW([p for _, p in _trainable(c)], lr=settings.lr, weight_decay=settings.weight_decay)
         for c in copies
@@ -131,7 +139,7 @@ def train_copies(
             loss = c(g.images[rows], g.input_ids[rows], g.profiles[rows])
             if settings.prox_mu > 0:
                 # FedProx: μ/2 ‖w − w_global‖², spread over rows so per-row DP accounting holds.
-                prox = sum(((p - start[n]) ** 2).sum() for n, p in _trainable(c))
+                prox = sum(((p - start_on[n]) ** 2).sum() for n, p in _trainable(c))
                 loss = loss + settings.prox_mu / 2 * prox / rows.numel()
             losses.append(loss)
             index.append(g.patient_slot[rows])
@@ -141,16 +149,16 @@ def train_copies(
             opt.zero_grad(set_to_none=True)
         grads.backward(copies, losses, index)
         for c, opt in zip(copies, optims, strict=True):
-            if settings.grad_correction is not None:
+            if correction is not None:
                 for n, p in _trainable(c):
                     if p.grad is not None:
-                        p.grad.add_(settings.grad_correction[n])
+                        p.grad.add_(correction[n])
             opt.step()
         if progress is not None:
             progress(step + 1, steps)
     states = []
     for c in copies:
-        states.append(OrderedDict((n, p.detach().clone()) for n, p in _trainable(c)))
+        states.append(OrderedDict((n, p.detach().to("cpu", copy=True)) for n, p in _trainable(c)))
     return TrainResult(
         states=states, rows=[len(g) for g in groups], steps=steps, mean_loss=loss_sum / max(loss_rows, 1)
     )

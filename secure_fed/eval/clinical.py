@@ -61,3 +61,26 @@ def temporal_consistency(ref_labels: list[LabelRow], hyps: list[str]) -> float:
         said = label_report(hyp)["progression"]
         right += all(said.get(f) == state for f, state in truth.items())
     return right / len(follow_ups)
+
+
+def chexpert_ce_f1(refs: list[str], hyps: list[str]) -> float:
+    """CE-F1 of free-text reports without label rows (real data): both sides read with the
+    14-observation labeler, positive = 1 (uncertain and negative count as not positive), macro F1
+    over the observations positive in some reference; NaN when none is."""
+    from secure_fed.eval.labeler import CHEXPERT, label_chexpert
+
+    if len(refs) != len(hyps):
+        raise ValueError(f"{len(refs)} references but {len(hyps)} hypotheses")
+    truth = [label_chexpert(r) for r in refs]
+    guess = [label_chexpert(h) for h in hyps]
+    scores = []
+    for name in CHEXPERT:
+        t = [row.get(name) == 1.0 for row in truth]
+        if not any(t):
+            continue
+        g = [row.get(name) == 1.0 for row in guess]
+        tp = sum(a and b for a, b in zip(t, g, strict=True))
+        fp = sum(b and not a for a, b in zip(t, g, strict=True))
+        fn = sum(a and not b for a, b in zip(t, g, strict=True))
+        scores.append(f1(tp, fp, fn))
+    return sum(scores) / len(scores) if scores else math.nan

@@ -20,12 +20,21 @@ from secure_fed.model.report_model import ReportModel
 log = logging.getLogger(__name__)
 
 # Bump when the base architecture or pretraining recipe changes, so stale caches are not reused.
-_BASE_VERSION = 1
+_BASE_VERSION = 3  # 3: pretrained on the public domain cohort (a mixed archive), not a site twin
 
 
 def build_base(
-    cfg: ModelConfig, vocab_size: int, pad_id: int, bos_id: int, eos_id: int, image_size: int, seed: int = 0
+    cfg: ModelConfig,
+    vocab_size: int,
+    pad_id: int,
+    bos_id: int,
+    eos_id: int,
+    image_size: int,
+    seed: int = 0,
+    min_positions: int = 0,
 ) -> ReportModel:
+    """``min_positions``: bos + the longest report + eos; a preset with fewer positions gets more
+    (real reports are longer than the synthetic ones the presets were sized for)."""
     preset = PRESETS[cfg.preset]
     encoder_name = cfg.encoder or preset.encoder
     if not encoder_name:
@@ -41,7 +50,7 @@ def build_base(
         preset.n_embd,
         preset.n_layer,
         preset.n_head,
-        preset.n_positions,
+        max(preset.n_positions, min_positions),
         bos_id,
         eos_id,
         pad_id,
@@ -50,7 +59,9 @@ def build_base(
     return ReportModel(encoder, decoder, pad_id=pad_id, bos_id=bos_id, eos_id=eos_id)
 
 
-def base_cache_path(cfg: ModelConfig, vocab_size: int, image_size: int, seed: int) -> Path:
+def base_cache_path(
+    cfg: ModelConfig, vocab_size: int, image_size: int, seed: int, min_positions: int = 0
+) -> Path:
     key = json.dumps(
         {
             "v": _BASE_VERSION,
@@ -63,6 +74,7 @@ def base_cache_path(cfg: ModelConfig, vocab_size: int, image_size: int, seed: in
             "image": image_size,
             "steps": cfg.pretrain_steps,
             "seed": seed,
+            **({"positions": min_positions} if min_positions > PRESETS[cfg.preset].n_positions else {}),
         },
         sort_keys=True,
     )
@@ -79,14 +91,15 @@ def build_model(
     image_size: int,
     pretrain: Callable[[ReportModel], None] | None = None,
     adapter_seed: int = 0,
+    min_positions: int = 0,
 ) -> ReportModel:
     """Base weights are identical at every site: built from a fixed seed, pretrained on public
     synthetic data once, cached, then frozen under the adapters."""
     seed = 0  # the base is public and identical for every run and site
-    model = build_base(cfg, vocab_size, pad_id, bos_id, eos_id, image_size, seed)
+    model = build_base(cfg, vocab_size, pad_id, bos_id, eos_id, image_size, seed, min_positions)
     local_checkpoints = cfg.decoder_path is not None
     if pretrain is not None and not local_checkpoints and cfg.pretrain_steps > 0:
-        path = base_cache_path(cfg, vocab_size, image_size, seed)
+        path = base_cache_path(cfg, vocab_size, image_size, seed, min_positions)
         if path.exists():
             model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         else:

@@ -66,8 +66,16 @@ class ReportModel(nn.Module):
                     module.eval()
         return self
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model was put (secure_fed.model.device decides); inputs are moved here."""
+        return next(self.parameters()).device
+
     def trainable_state(self) -> OrderedDict[str, torch.Tensor]:
-        return OrderedDict((n, p.detach().clone()) for n, p in self.named_parameters() if p.requires_grad)
+        """A CPU copy of the adapters: states are flattened, summed and sent from the CPU."""
+        return OrderedDict(
+            (n, p.detach().to("cpu", copy=True)) for n, p in self.named_parameters() if p.requires_grad
+        )
 
     def load_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
         params = dict(self.named_parameters())
@@ -81,6 +89,7 @@ class ReportModel(nn.Module):
 
     def forward(self, images: torch.Tensor, input_ids: torch.Tensor, profiles: torch.Tensor) -> torch.Tensor:
         """Per-row mean token cross-entropy (B,): callers sum it for per-patient DP gradients."""
+        input_ids = input_ids.to(self.device)
         logits = self.logits(images, input_ids, profiles)
         targets = input_ids[:, 1:]
         mask = (targets != self.pad_id).float()
@@ -88,6 +97,8 @@ class ReportModel(nn.Module):
         return (nll * mask).sum(1) / mask.sum(1).clamp_min(1.0)
 
     def logits(self, images: torch.Tensor, input_ids: torch.Tensor, profiles: torch.Tensor) -> torch.Tensor:
+        device = self.device
+        images, input_ids, profiles = images.to(device), input_ids.to(device), profiles.to(device)
         visual = self.visual_tokens(images)
         self.ctx.phi = self.proj(profiles) if self.proj is not None else None
         try:
@@ -101,6 +112,7 @@ class ReportModel(nn.Module):
         """Greedy decoding; short reports make recomputing the prefix cheaper than a KV cache."""
         was_training = self.training
         self.eval()
+        images, profiles = images.to(self.device), profiles.to(self.device)
         batch = images.shape[0]
         ids = torch.full((batch, 1), self.bos_id, dtype=torch.long, device=images.device)
         done = torch.zeros(batch, dtype=torch.bool, device=images.device)

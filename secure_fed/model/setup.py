@@ -14,6 +14,7 @@ from secure_fed.data.cohort import load_cohort
 from secure_fed.data.synthetic import synthesize
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.model.build import build_model
+from secure_fed.model.device import resolve_device
 from secure_fed.model.report_model import ReportModel
 
 log = logging.getLogger(__name__)
@@ -24,7 +25,8 @@ PUBLIC_PATIENTS = 240
 
 
 def _public_examples(cfg: RunConfig, tokenizer: object) -> object:
-    folder = Path(cfg.model.cache_dir) / f"public-cohort-i{cfg.data.synth.image_size}-v{cfg.data.max_visits}"
+    # Its own domain (wording, look, age mix unlike every site): see synthetic.py's docstring.
+    folder = Path(cfg.model.cache_dir) / f"public-domain2-i{cfg.data.synth.image_size}-v{cfg.data.max_visits}"
     manifest = folder / "manifest.jsonl"
     if not manifest.exists():
         synthesize(
@@ -34,6 +36,7 @@ def _public_examples(cfg: RunConfig, tokenizer: object) -> object:
             visits=cfg.data.max_visits,
             seed=PUBLIC_SEED,
             image_size=cfg.data.synth.image_size,
+            domain="public",
         )
     cohort = load_cohort(manifest, cfg.data.synth.image_size)
     key = hashlib.sha256(b"public-cohort").digest()
@@ -60,13 +63,13 @@ def pretrain_base(
 
 
 def build_report_model(cfg: RunConfig) -> ReportModel:
-    tokenizer = load_tokenizer(cfg.model.tokenizer_path)
+    tokenizer = load_tokenizer(cfg.model.tokenizer_path, cfg.data.tokenizer)
 
     def pretrain(model: ReportModel) -> None:
         pretrain_base(model, _public_examples(cfg, tokenizer), cfg.model.pretrain_steps)
 
     model_cfg = cfg.model if cfg.hyper_lora_on else cfg.model.model_copy(update={"hyper_lora": False})
-    return build_model(
+    model = build_model(
         model_cfg,
         tokenizer.vocab_size,
         tokenizer.pad_id,
@@ -75,4 +78,6 @@ def build_report_model(cfg: RunConfig) -> ReportModel:
         cfg.data.synth.image_size,
         pretrain=pretrain,
         adapter_seed=cfg.seed,
+        min_positions=cfg.data.max_report_tokens + 2,
     )
+    return model.to(resolve_device(cfg.train.device))

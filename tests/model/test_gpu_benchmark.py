@@ -1,0 +1,54 @@
+"""The commands docs/BENCHMARKS.md gives for the GPU and tokenizer sections run as documented."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "FLWR_TELEMETRY_ENABLED": "0"}
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600, check=False
+    )
+
+
+def test_gpu_benchmark_command():
+    # the documented command; without CUDA it must refuse in one line, not crash
+    done = _run("benchmarks/gpu.py")
+    if torch.cuda.is_available():
+        assert done.returncode == 0, done.stderr
+        assert set(json.loads(done.stdout)["presets"]) == {"small", "paper"}
+    else:
+        assert done.returncode == 2
+        assert done.stderr.strip().splitlines() == [
+            "error: train.device = 'cuda' but this machine has no usable CUDA device "
+            "(torch.cuda.is_available() is False); set train.device = 'cpu' or 'auto'"
+        ]
+
+
+def test_gpu_benchmark_smoke_on_cpu():
+    done = _run("benchmarks/gpu.py", "--device", "cpu", "--quick", "--presets", "paper")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)["presets"]["paper"]
+    assert result["trainable_parameters"] > 0 and result["rows_per_step"] > 0
+    for variant in ("dp", "non_private"):
+        assert result[variant]["median_s"] > 0 and result[variant]["samples_per_s"] > 0
+
+
+def test_tokenizer_measurement_command():
+    done = _run("benchmarks/tokenizer_coverage.py")  # the documented command
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    real = result["real_looking"]
+    assert real["words+chars"]["unk_rate"] < 0.01 < real["public"]["unk_rate"]
+    assert real["bytes"]["unk_rate"] == 0.0
+    assert real["bytes"]["tokens_per_report_mean"] > real["words+chars"]["tokens_per_report_mean"]
+    assert result["synthetic"]["public"]["unk_rate"] == 0.0
