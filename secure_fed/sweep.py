@@ -1,9 +1,25 @@
-"""Privacy–utility sweeps: methods × seeds × ε on the same data, summarised as mean ± std."""
+"""Privacy–utility sweeps: methods × seeds × ε on the same data, summarised as mean ± std.
+
+Seeds are paired: seed s fixes the cohort (``data.synth.seed``), its split and the run's seed for
+every method, so per-seed differences between two methods are paired and their confidence interval
+is much tighter than the two methods' spreads. Every (method, ε, seed) cell is written to its own
+folder as soon as it finishes (``cell.json``); a sweep started again on the same folder skips the
+finished cells, so a long sweep can run in the background and resume after an interruption.
+
+Reference points besides the federated methods: ``base`` (the pretrained base, adapters untrained),
+``local`` (each site trains alone on its own train split for ``rounds × local_epochs`` epochs and is
+scored on its own test split) and ``central`` (the pooled train splits of every site, non-private,
+the same number of epochs: the ceiling). All three are scored exactly as a run's final evaluation:
+each site's test split, pooled with the weights a site releases.
+"""
 
 from __future__ import annotations
 
+import base64
+import html
 import json
 import math
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -15,10 +31,65 @@ from secure_fed.config import RunConfig
 from secure_fed.runner import run_inprocess
 
 BASE = "base"  # the pretrained base with untrained adapters: the "no federated training" reference
+LOCAL = "local"  # each site alone
+CENTRAL = "central"  # pooled, non-private: the ceiling
+REFERENCES: tuple[str, ...] = (BASE, LOCAL, CENTRAL)
+FEDERATED: tuple[str, ...] = (
+    "fedtar",
+    "fedtar-no-gmm",
+    "fedtar-no-temporal",
+    "fedavg",
+    "fedprox",
+    "fedadam",
+    "scaffold",
+    "drfa",
+)
+METHODS: tuple[str, ...] = REFERENCES + FEDERATED
+# The columns tables show by default (all nine metrics stay in results.json).
+TABLE_METRICS: tuple[str, ...] = ("CIDEr", "CE-F1", "temporal_consistency", "BLEU-4", "ROUGE-L")
+PAIRED_METRICS: tuple[str, ...] = ("CIDEr", "CE-F1")
+
+# Two-sided 95 % Student t quantiles by degrees of freedom (no scipy at run time).
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
+
+
+def t975(df: int) -> float:
+    return _T975.get(df, 2.228 if df < 15 else 2.0)  # df 10-14: ≤ 2.228 (conservative), then ≈ 2
 
 
 def run_label(method: str, epsilon: float | None) -> str:
     return method if epsilon is None else f"{method} ε={epsilon:g}"
+
+
+def cell_folder(out: Path, method: str, epsilon: float | None, seed: int) -> Path:
+    return out / f"{method}-eps{epsilon if epsilon is not None else 'inf'}-seed{seed}"
+
+
+def seed_config(base: RunConfig, method: str, epsilon: float | None, seed: int) -> RunConfig:
+    """The cell's config: the same cohort, split and seed for every method (paired seeds)."""
+    cfg = base.model_copy(deep=True, update={"seed": seed})
+    if method in FEDERATED:
+        cfg.fed.method = method  # type: ignore[assignment]
+    cfg.data.synth.seed = seed
+    if epsilon is not None:
+        cfg.dp.target_epsilon = epsilon  # before enabling: the validator needs it
+        cfg.dp.enabled = True
+    return cfg
+
+
+def _check_folder(base: RunConfig, out: Path) -> None:
+    """A folder holds one benchmark: resuming with another config would mix incomparable cells."""
+    saved = out / "sweep-config.json"
+    mine = base.model_dump(mode="json", exclude={"out"})
+    if saved.exists():
+        theirs = json.loads(saved.read_text())
+        if theirs != mine:
+            raise ValueError(
+                f"{out} holds a sweep of another configuration ({saved}); "
+                "pass another --out to start a new one"
+            )
+    else:
+        saved.write_text(json.dumps(mine, indent=1))
 
 
 def sweep(
@@ -29,95 +100,376 @@ def sweep(
     out: Path,
     log: Callable[[str], None] = print,
 ) -> dict[str, Any]:
-    """Every (method, ε, seed) run in its own folder; results.json holds each run's test metrics."""
+    """Every (method, ε, seed) cell in its own folder, finished cells skipped; then the summary,
+    the paired differences, the privacy–utility plot and the HTML page, over every cell in ``out``."""
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
     if base.train.threads is not None:
         import torch
 
         torch.set_num_threads(base.train.threads)
-    results: dict[str, Any] = {"runs": []}
     out.mkdir(parents=True, exist_ok=True)
+    _check_folder(base, out)
+    started = time.monotonic()
     for epsilon in epsilons:
         for method in methods:
+            if method in REFERENCES and epsilon is not None:
+                continue  # the references are non-private; they run once, at ε = ∞
             for seed in seeds:
-                update: dict[str, Any] = {"seed": seed}
-                cfg = base.model_copy(deep=True, update=update)
-                if method != BASE:
-                    cfg.fed.method = method  # type: ignore[assignment]
-                cfg.data.synth.seed = seed
-                if epsilon is not None:
-                    cfg.dp.target_epsilon = epsilon  # before enabling: the validator needs it
-                    cfg.dp.enabled = True
-                folder = out / f"{method}-eps{epsilon if epsilon is not None else 'inf'}-seed{seed}"
-                log(f"{run_label(method, epsilon)} seed {seed} → {folder}")
-                if method == BASE:
-                    results["runs"].extend(evaluate_base(base, [seed], out))
+                folder = cell_folder(out, method, epsilon, seed)
+                done = folder / "cell.json"
+                if done.exists():
+                    log(f"{run_label(method, epsilon)} seed {seed}: done already ({done})")
                     continue
-                metrics = run_inprocess(cfg, folder).metrics
-                results["runs"].append(
-                    {
-                        "method": method,
-                        "epsilon": epsilon,
-                        "seed": seed,
-                        "test": metrics["test"],
-                        "alpha": metrics.get("alpha"),
-                        "privacy": metrics.get("privacy"),
-                    }
-                )
-                (out / "results.json").write_text(json.dumps(results, indent=1))
-    results["summary"] = summarise(results["runs"])
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "results.md").write_text(markdown_table(results["summary"]))
-    return results
+                log(f"{run_label(method, epsilon)} seed {seed} → {folder}")
+                t0 = time.monotonic()
+                cell = run_cell(base, method, epsilon, seed, folder)
+                cell["wall_s"] = round(time.monotonic() - t0, 1)
+                folder.mkdir(parents=True, exist_ok=True)
+                tmp = done.with_suffix(".tmp")
+                tmp.write_text(json.dumps(cell, indent=1))
+                tmp.replace(done)
+    return write_outputs(out, time.monotonic() - started)
+
+
+def run_cell(base: RunConfig, method: str, epsilon: float | None, seed: int, folder: Path) -> dict[str, Any]:
+    cfg = seed_config(base, method, epsilon, seed)
+    cell: dict[str, Any] = {"method": method, "epsilon": epsilon, "seed": seed}
+    if method in REFERENCES:
+        test, per_site = evaluate_reference(cfg, method, folder)
+        return cell | {"test": test, "per_site": per_site, "alpha": None, "privacy": None}
+    metrics = run_inprocess(cfg, folder).metrics
+    return cell | {
+        "test": metrics["test"],
+        "per_site": metrics.get("test_per_site"),
+        "alpha": metrics.get("alpha"),
+        "privacy": metrics.get("privacy"),
+    }
+
+
+def evaluate_reference(
+    cfg: RunConfig, method: str, out: Path
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """``base``, ``local`` or ``central``, scored as a run's final evaluation; also per site."""
+    import torch
+
+    from secure_fed.clients.centralised import pooled_splits
+    from secure_fed.clients.handler import handle
+    from secure_fed.clients.hypergrad import flatten
+    from secure_fed.clients.runtime import SiteRuntime
+    from secure_fed.clients.site import site_names
+    from secure_fed.clients.training import LocalTrainSettings, train_copies
+    from secure_fed.model.setup import build_report_model
+    from secure_fed.server.orchestrator import pool_scores
+
+    cfg = cfg.model_copy(deep=True, update={"out": out})
+    cfg.audit.enabled = False
+    epochs = cfg.fed.rounds * cfg.train.local_epochs  # the passes over its data each site gets in FL
+    settings = LocalTrainSettings(lr=cfg.train.lr, epochs=epochs, batch_patients=cfg.train.batch_size)
+    model = build_report_model(cfg)
+    start = model.trainable_state()
+    shared: dict[str, torch.Tensor] = start
+    if method == CENTRAL:
+        train, _, _ = pooled_splits(cfg)
+        shared = train_copies(model, start, [train], settings, seed=cfg.seed).states[0]
+    replies: dict[str, dict[str, Any]] = {}
+    for site in site_names(cfg):
+        runtime = SiteRuntime.create(cfg, site)
+        state = shared
+        if method == LOCAL:
+            state = train_copies(model, start, [runtime.data.train], settings, seed=cfg.seed).states[0]
+        vector = flatten(state).numpy()
+        request = {"global": vector, "stopped_early": f"{method} reference: no federated training"}
+        replies[site] = handle(runtime, "evaluate", request, {})[0]
+    per_site = {s: {k: float(r[k]) for k in METRIC_NAMES if k in r} for s, r in replies.items()}
+    return pool_scores(list(replies.values())), per_site
+
+
+# -- summaries ------------------------------------------------------------------------------------
+def load_cells(out: Path) -> list[dict[str, Any]]:
+    cells = [json.loads(p.read_text()) for p in sorted(out.glob("*/cell.json"))]
+    order = {m: i for i, m in enumerate(METHODS)}
+    return sorted(
+        cells,
+        key=lambda c: (
+            order.get(c["method"], 99),
+            -(c["epsilon"] if c["epsilon"] is not None else math.inf),
+            c["seed"],
+        ),
+    )
+
+
+def _max_epsilon(privacy: dict[str, Any] | None) -> float | None:
+    """The largest per-patient ε any site reports spent (RDP, the budget guard's accountant)."""
+    if not privacy:
+        return None
+    values: list[float] = []
+    for v in (privacy.get("epsilon") or {}).values():
+        if isinstance(v, dict):
+            v = v.get("rdp", v.get("epsilon"))
+        if isinstance(v, int | float):
+            values.append(float(v))
+    return max(values) if values else None
+
+
+def _mean_std(values: list[float]) -> tuple[float, float | None]:
+    arr = np.array([v for v in values if not math.isnan(v)])
+    if not len(arr):
+        return (math.nan, None)
+    return (float(arr.mean()), float(arr.std(ddof=1)) if len(arr) > 1 else None)
 
 
 def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    groups: dict[tuple[str, float | None], list[dict[str, float]]] = {}
+    """Per (method, ε): n, mean and sample std (None for n = 1) of every metric, ε spent."""
+    groups: dict[tuple[str, float | None], list[dict[str, Any]]] = {}
     for run in runs:
-        groups.setdefault((run["method"], run["epsilon"]), []).append(run["test"])
+        groups.setdefault((run["method"], run["epsilon"]), []).append(run)
     rows = []
-    for (method, epsilon), tests in groups.items():
-        row: dict[str, Any] = {"method": method, "epsilon": epsilon, "n": len(tests)}
+    for (method, epsilon), group in groups.items():
+        row: dict[str, Any] = {"method": method, "epsilon": epsilon, "n": len(group)}
         for name in METRIC_NAMES:
-            values = np.array([t[name] for t in tests if not math.isnan(t[name])])
-            row[name] = (
-                (float(values.mean()), float(values.std(ddof=1)) if len(values) > 1 else 0.0)
-                if len(values)
-                else (math.nan, math.nan)
-            )
+            row[name] = _mean_std([float(r["test"][name]) for r in group])
+        spent = [e for e in (_max_epsilon(r.get("privacy")) for r in group) if e is not None]
+        row["epsilon_spent"] = max(spent) if spent else None
+        walls = [r["wall_s"] for r in group if "wall_s" in r]
+        row["wall_s"] = float(np.mean(walls)) if walls else None
         rows.append(row)
     return rows
 
 
-def markdown_table(rows: list[dict[str, Any]]) -> str:
-    head = "| method | ε | n | " + " | ".join(METRIC_NAMES) + " |\n"
-    head += "|" + " --- |" * (3 + len(METRIC_NAMES)) + "\n"
+def paired_differences(
+    runs: list[dict[str, Any]], against: str, metrics: Sequence[str] = PAIRED_METRICS
+) -> list[dict[str, Any]]:
+    """For every other non-private method: mean per-seed difference (method − ``against``) and its
+    95 % t interval over the seeds both have (None where fewer than 2)."""
+    by: dict[str, dict[int, dict[str, float]]] = {}
+    for run in runs:
+        if run["epsilon"] is None:
+            by.setdefault(run["method"], {})[run["seed"]] = run["test"]
+    if against not in by:
+        return []
+    rows = []
+    for method, tests in by.items():
+        if method == against:
+            continue
+        seeds = sorted(set(tests) & set(by[against]))
+        row: dict[str, Any] = {"method": method, "against": against, "n": len(seeds)}
+        for name in metrics:
+            d = np.array([tests[s][name] - by[against][s][name] for s in seeds])
+            d = d[~np.isnan(d)]
+            if len(d) == 0:
+                row[name] = (math.nan, None)
+            elif len(d) == 1:
+                row[name] = (float(d[0]), None)
+            else:
+                half = t975(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
+                row[name] = (float(d.mean()), (float(d.mean()) - half, float(d.mean()) + half))
+        rows.append(row)
+    return rows
+
+
+def _cell(mean: float, std: float | None) -> str:
+    if math.isnan(mean):
+        return "—"
+    return f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std:.3f}"
+
+
+def markdown_table(rows: list[dict[str, Any]], metrics: Sequence[str] = METRIC_NAMES) -> str:
+    """Mean ± sample std; n = 1 shows the value alone (a std of one run does not exist)."""
+    head = "| method | ε | ε spent | n | " + " | ".join(metrics) + " |\n"
+    head += "|" + " --- |" * (4 + len(metrics)) + "\n"
     lines = []
     for row in rows:
         eps = "∞" if row["epsilon"] is None else f"{row['epsilon']:g}"
-        cells = [f"{m:.3f} ± {s:.3f}" for m, s in (row[name] for name in METRIC_NAMES)]
-        lines.append(f"| {row['method']} | {eps} | {row['n']} | " + " | ".join(cells) + " |")
+        spent = row.get("epsilon_spent")
+        spent_s = "—" if spent is None else f"{spent:.3f}"
+        cells = [_cell(*row[name]) for name in metrics]
+        lines.append(f"| {row['method']} | {eps} | {spent_s} | {row['n']} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"
+
+
+def paired_table(rows: list[dict[str, Any]], metrics: Sequence[str] = PAIRED_METRICS) -> str:
+    if not rows:
+        return ""
+    against = rows[0]["against"]
+    head = f"| method − {against} | n | " + " | ".join(f"Δ {m} [95 % CI]" for m in metrics) + " |\n"
+    head += "|" + " --- |" * (2 + len(metrics)) + "\n"
+    lines = []
+    for row in rows:
+        cells = []
+        for m in metrics:
+            mean, ci = row[m]
+            cells.append(
+                "—"
+                if math.isnan(mean)
+                else f"{mean:+.3f}" + ("" if ci is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]")
+            )
+        lines.append(f"| {row['method']} | {row['n']} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"
+
+
+def per_site_table(runs: list[dict[str, Any]], metric: str = "CIDEr") -> str:
+    """Mean (± std) of ``metric`` per site, for every non-private method that reports sites."""
+    per: dict[str, dict[str, list[float]]] = {}
+    for run in runs:
+        if run["epsilon"] is None and run.get("per_site"):
+            for site, scores in run["per_site"].items():
+                per.setdefault(run["method"], {}).setdefault(site, []).append(float(scores[metric]))
+    if not per:
+        return ""
+    sites = sorted({s for m in per.values() for s in m})
+    head = f"| method ({metric}) | " + " | ".join(sites) + " |\n" + "|" + " --- |" * (1 + len(sites)) + "\n"
+    lines = [
+        f"| {method} | " + " | ".join(_cell(*_mean_std(by.get(s, []))) for s in sites) + " |"
+        for method, by in per.items()
+    ]
+    return head + "\n".join(lines) + "\n"
+
+
+def privacy_utility(rows: list[dict[str, Any]], metric: str = "CIDEr") -> list[dict[str, Any]]:
+    """Share of the non-private gain over ``base`` kept at each ε, per federated method."""
+    base = next((r for r in rows if r["method"] == BASE), None)
+    if base is None:
+        return []
+    out = []
+    for method in {r["method"] for r in rows if r["method"] in FEDERATED}:
+        plain = next((r for r in rows if r["method"] == method and r["epsilon"] is None), None)
+        if plain is None:
+            continue
+        gain = plain[metric][0] - base[metric][0]
+        for r in rows:
+            if r["method"] == method:
+                kept = (r[metric][0] - base[metric][0]) / gain if gain > 0 else math.nan
+                out.append(
+                    {
+                        "method": method,
+                        "epsilon": r["epsilon"],
+                        "epsilon_spent": r["epsilon_spent"],
+                        metric: r[metric],
+                        "kept": kept,
+                    }
+                )
+    return sorted(out, key=lambda x: (x["method"], -(x["epsilon"] or math.inf)))
+
+
+def plot_privacy_utility(rows: list[dict[str, Any]], path: Path, metric: str = "CIDEr") -> bool:
+    """PNG of the metric against ε (∞ drawn at the right, base as a line); False if nothing to plot."""
+    private = [r for r in rows if r["method"] in FEDERATED and r["epsilon"] is not None]
+    if not private:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    finite = sorted({r["epsilon"] for r in private})
+    inf_x = max(finite) * 2.5
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for method in sorted({r["method"] for r in private}):
+        pts = sorted(
+            ((r["epsilon"] if r["epsilon"] is not None else inf_x), r[metric])
+            for r in rows
+            if r["method"] == method
+        )
+        xs = [p[0] for p in pts]
+        ys = [p[1][0] for p in pts]
+        es = [p[1][1] or 0.0 for p in pts]
+        ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=method)
+    for ref, style in ((BASE, ":"), (CENTRAL, "--")):
+        row = next((r for r in rows if r["method"] == ref), None)
+        if row is not None:
+            ax.axhline(row[metric][0], linestyle=style, color="grey", label=ref)
+    ax.set_xscale("log")
+    ax.set_xticks([*finite, inf_x], [f"{e:g}" for e in finite] + ["∞"])
+    ax.set_xlabel("ε per patient (target; δ fixed)")
+    ax.set_ylabel(f"{metric} (mean ± std over seeds)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return True
+
+
+def _md_to_html(table: str) -> str:
+    rows = [ln.strip("|").split(" | ") for ln in table.strip().splitlines() if ln and "---" not in ln]
+    if not rows:
+        return ""
+    head = "".join(f"<th>{html.escape(c.strip())}</th>" for c in rows[0])
+    body = "".join(
+        "<tr>" + "".join(f"<td>{html.escape(c.strip())}</td>" for c in r) + "</tr>" for r in rows[1:]
+    )
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
+    """results.json, results.md, privacy_utility.png and results.html from every cell in ``out``."""
+    runs = load_cells(out)
+    rows = summarise(runs)
+    against = "fedtar" if any(r["method"] == "fedtar" for r in runs) else BASE
+    paired = paired_differences(runs, against)
+    paired_base = paired_differences(runs, BASE) if against != BASE else []
+    pu = privacy_utility(rows)
+    png = out / "privacy_utility.png"
+    has_plot = plot_privacy_utility(rows, png)
+    total_wall = sum(r.get("wall_s", 0.0) for r in runs)
+    results = {
+        "runs": runs,
+        "summary": rows,
+        "paired": paired,
+        "paired_vs_base": paired_base,
+        "privacy_utility": pu,
+        "wall_s_this_call": round(wall_s, 1),
+        "wall_s_all_cells": round(total_wall, 1),
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    sections = [
+        ("Mean ± sample std over paired seeds", markdown_table(rows, TABLE_METRICS)),
+        (f"Paired differences to {against}", paired_table(paired)),
+        ("Paired differences to base", paired_table(paired_base)),
+        ("CIDEr per site", per_site_table(runs)),
+        ("CE-F1 per site", per_site_table(runs, "CE-F1")),
+        ("Privacy–utility: share of the non-private CIDEr gain over base kept", privacy_table(pu)),
+    ]
+    md = "".join(f"### {title}\n\n{table}\n" for title, table in sections if table)
+    md += f"All nine metrics: results.json. Wall time of all cells: {total_wall / 60:.1f} min.\n"
+    (out / "results.md").write_text(md)
+    img = ""
+    if has_plot:
+        img = (
+            '<img alt="privacy-utility" src="data:image/png;base64,'
+            + base64.b64encode(png.read_bytes()).decode()
+            + '">'
+        )
+    body = "".join(f"<h2>{html.escape(t)}</h2>{_md_to_html(tab)}" for t, tab in sections if tab)
+    (out / "results.html").write_text(
+        "<!doctype html><meta charset='utf-8'><title>secure-fed sweep</title>"
+        "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:2px 6px}"
+        "table{border-collapse:collapse}</style>"
+        f"<h1>secure-fed sweep: {html.escape(str(out))}</h1>{img}{body}"
+        f"<p>Wall time of all cells: {total_wall / 60:.1f} min.</p>"
+    )
+    return results
+
+
+def privacy_table(pu: list[dict[str, Any]]) -> str:
+    if not pu:
+        return ""
+    head = "| method | ε target | ε spent | CIDEr | share of gain kept |\n| --- | --- | --- | --- | --- |\n"
+    lines = []
+    for r in pu:
+        eps = "∞" if r["epsilon"] is None else f"{r['epsilon']:g}"
+        spent = "—" if r["epsilon_spent"] is None else f"{r['epsilon_spent']:.3f}"
+        kept = "—" if math.isnan(r["kept"]) else f"{100 * r['kept']:.0f} %"
+        lines.append(f"| {r['method']} | {eps} | {spent} | {_cell(*r['CIDEr'])} | {kept} |")
     return head + "\n".join(lines) + "\n"
 
 
 def evaluate_base(base: RunConfig, seeds: Sequence[int], out: Path) -> list[dict[str, Any]]:
-    """The pretrained base with untrained adapters, scored exactly as a run's final evaluation
-    (each site's test split, weighted as in a run): the "no federated training" reference."""
-    from secure_fed.clients.handler import handle
-    from secure_fed.clients.runtime import SiteRuntime
-    from secure_fed.clients.site import site_names
-    from secure_fed.runner import initial_adapter_state
-    from secure_fed.server.orchestrator import pool_scores
-
+    """The pretrained base with untrained adapters, scored exactly as a run's final evaluation."""
     runs = []
     for seed in seeds:
-        cfg = base.model_copy(deep=True, update={"seed": seed, "out": out / f"base-seed{seed}"})
-        cfg.data.synth.seed = seed
-        cfg.audit.enabled = False
-        state = initial_adapter_state(cfg)
-        request = {"global": state, "stopped_early": "base reference: no federated training"}
-        replies = [
-            handle(SiteRuntime.create(cfg, site), "evaluate", request, {})[0] for site in site_names(cfg)
-        ]
-        test = pool_scores(replies)
-        runs.append({"method": BASE, "epsilon": None, "seed": seed, "test": test})
+        cfg = seed_config(base, BASE, None, seed)
+        test, per_site = evaluate_reference(cfg, BASE, out / f"base-seed{seed}")
+        runs.append({"method": BASE, "epsilon": None, "seed": seed, "test": test, "per_site": per_site})
     return runs

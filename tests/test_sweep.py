@@ -1,17 +1,35 @@
-"""The sweep's summary is what RESULTS.md reports: mean ± sample std per (method, ε)."""
+"""The sweep's summary is what RESULTS.md reports: mean ± sample std per (method, ε), paired
+differences with a t interval, resumable cells, the privacy–utility plot and the HTML page."""
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 
+from secure_fed import sweep as sweep_module
 from secure_fed.clients.evaluation import METRIC_NAMES
-from secure_fed.sweep import markdown_table, summarise
+from secure_fed.config import RunConfig
+from secure_fed.sweep import (
+    markdown_table,
+    paired_differences,
+    privacy_utility,
+    summarise,
+    t975,
+)
 
 
-def _run(method, epsilon, value):
-    return {"method": method, "epsilon": epsilon, "seed": 0, "test": dict.fromkeys(METRIC_NAMES, value)}
+def _run(method, epsilon, value, seed=0, privacy=None):
+    return {
+        "method": method,
+        "epsilon": epsilon,
+        "seed": seed,
+        "test": dict.fromkeys(METRIC_NAMES, value),
+        "privacy": privacy,
+    }
 
 
 def test_summary_is_mean_and_sample_std_per_group():
@@ -20,17 +38,149 @@ def test_summary_is_mean_and_sample_std_per_group():
         _run("fedtar", None, 2.0),
         _run("fedtar", None, 3.0),
         _run("fedavg", None, 0.5),
-        _run("fedtar", 4.0, 0.25),
+        _run("fedtar", 4.0, 0.25, privacy={"epsilon": {"site0": {"rdp": 3.9}, "site1": {"rdp": 3.95}}}),
     ]
     rows = {(r["method"], r["epsilon"]): r for r in summarise(runs)}
     assert rows[("fedtar", None)]["n"] == 3
     assert rows[("fedtar", None)]["CIDEr"] == pytest.approx((2.0, 1.0))
-    assert rows[("fedavg", None)]["CIDEr"] == (0.5, 0.0)
+    assert rows[("fedavg", None)]["CIDEr"] == (0.5, None)  # one run has no std
+    assert rows[("fedtar", 4.0)]["epsilon_spent"] == pytest.approx(3.95)  # the worst site
     table = markdown_table(list(rows.values()))
-    assert "| fedtar | ∞ | 3 | 2.000 ± 1.000" in table and "| fedtar | 4 | 1 |" in table
+    assert "| fedtar | ∞ | — | 3 | 2.000 ± 1.000" in table and "| fedtar | 4 | 3.950 | 1 |" in table
+    assert "± 0" not in table.split("fedavg")[1].splitlines()[0]  # n = 1 prints the value alone
 
 
 def test_nan_metrics_are_left_out_not_averaged_in():
     runs = [_run("fedtar", None, 1.0), _run("fedtar", None, math.nan)]
     row = summarise(runs)[0]
-    assert row["BLEU-1"] == (1.0, 0.0)
+    assert row["BLEU-1"] == (1.0, None)
+
+
+def test_paired_interval_uses_per_seed_differences():
+    # Both methods vary a lot across seeds, but fedavg is always 0.1 above base: the paired interval
+    # is tight around +0.1 although the unpaired spreads overlap.
+    base = [1.0, 3.0, 2.0, 5.0]
+    runs = [_run("base", None, v, seed=s) for s, v in enumerate(base)]
+    runs += [_run("fedavg", None, v + 0.1 + 0.01 * s, seed=s) for s, v in enumerate(base)]
+    (row,) = paired_differences(runs, "base")
+    d = np.array([0.1 + 0.01 * s for s in range(4)])
+    mean, (lo, hi) = row["CIDEr"]
+    half = t975(3) * d.std(ddof=1) / 2
+    assert mean == pytest.approx(d.mean()) and (lo, hi) == pytest.approx((d.mean() - half, d.mean() + half))
+    assert lo > 0
+
+
+def test_share_of_gain_kept():
+    runs = [_run("base", None, 1.0), _run("fedtar", None, 3.0), _run("fedtar", 4.0, 2.5)]
+    kept = {r["epsilon"]: r["kept"] for r in privacy_utility(summarise(runs))}
+    assert kept == pytest.approx({None: 1.0, 4.0: 0.75})
+
+
+def test_sweep_resumes_and_writes_plot_and_html(tmp_path: Path, monkeypatch):
+    calls: list[tuple] = []
+
+    def fake_cell(base, method, epsilon, seed, folder):
+        calls.append((method, epsilon, seed))
+        value = {"base": 1.0, "fedtar": 2.0}[method] - (0.5 if epsilon else 0.0) + 0.1 * seed
+        privacy = {"epsilon": {"site0": {"rdp": epsilon * 0.99}}} if epsilon else None
+        return {
+            "method": method,
+            "epsilon": epsilon,
+            "seed": seed,
+            "test": dict.fromkeys(METRIC_NAMES, value),
+            "per_site": {"site0": dict.fromkeys(METRIC_NAMES, value)} if method == "base" else None,
+            "privacy": privacy,
+        }
+
+    monkeypatch.setattr(sweep_module, "run_cell", fake_cell)
+    cfg = RunConfig()
+    out = tmp_path / "sw"
+    sweep_module.sweep(cfg, ["base", "fedtar"], [0, 1], [None, 4.0], out, log=lambda _: None)
+    # base runs once per seed (not at ε = 4); fedtar at both ε
+    assert sorted(calls, key=str) == sorted(
+        [("base", None, 0), ("base", None, 1), ("fedtar", None, 0), ("fedtar", None, 1)]
+        + [("fedtar", 4.0, 0), ("fedtar", 4.0, 1)],
+        key=str,
+    )
+    calls.clear()
+    results = sweep_module.sweep(cfg, ["base", "fedtar"], [0, 1, 2], [None], out, log=lambda _: None)
+    assert calls == [("base", None, 2), ("fedtar", None, 2)]  # finished cells are skipped
+    assert len(results["runs"]) == 8
+    png = out / "privacy_utility.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    page = (out / "results.html").read_text()
+    assert "data:image/png;base64," in page and "fedtar" in page
+    md = (out / "results.md").read_text()
+    assert "| fedtar | 4 | 3.960 | 2 |" in md and "CIDEr per site" in md
+    saved = json.loads((out / "results.json").read_text())
+    assert saved["paired_vs_base"][0]["CIDEr"][0] == pytest.approx(1.0)
+    # another configuration in the same folder is refused, not mixed in
+    other = cfg.model_copy(deep=True)
+    other.fed.rounds = cfg.fed.rounds + 1
+    with pytest.raises(ValueError, match="another configuration"):
+        sweep_module.sweep(other, ["base"], [0], [None], out, log=lambda _: None)
+
+
+def test_unknown_method_is_refused_before_anything_runs(tmp_path: Path):
+    with pytest.raises(ValueError, match="fedfoo"):
+        sweep_module.sweep(RunConfig(), ["fedfoo"], [0], [None], tmp_path / "x", log=lambda _: None)
+    assert not (tmp_path / "x").exists()
+
+
+def _results_recipe() -> list[list[str]]:
+    """The `make results` commands, with the Makefile's variables expanded (docs are executable:
+    RESULTS.md names this target, so its commands must at least parse and name real things)."""
+    text = (Path(__file__).parents[1] / "Makefile").read_text()
+    variables = dict(
+        line.split(" := ", 1) for line in text.splitlines() if " := " in line and not line.startswith("\t")
+    )
+    recipe = text.split("\nresults:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    commands = []
+    for line in recipe:
+        for name, value in variables.items():
+            line = line.replace(f"$({name})", value)
+        commands.append(line.split())
+    return commands
+
+
+def _check_sweep_command(cmd: list[str]) -> None:
+    from secure_fed.config import load_config
+
+    assert cmd[0].endswith("secure-fed") and cmd[1] == "sweep", cmd
+    args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
+    assert set(args) <= {"--config", "--methods", "--seeds", "--epsilons", "-o", "--out", "--rounds"}
+    load_config(Path(__file__).parents[1] / args["--config"])
+    assert set(args["--methods"].split(",")) <= set(sweep_module.METHODS)
+    assert all(e == "inf" or float(e) > 0 for e in args["--epsilons"].split(","))
+    assert all(int(x) >= 0 for x in args["--seeds"].split(","))
+
+
+def test_make_results_commands_name_real_methods_and_configs():
+    from secure_fed.config import load_config
+
+    commands = _results_recipe()
+    assert len(commands) == 3
+    for cmd in commands:
+        _check_sweep_command(cmd)
+    null = load_config(Path(__file__).parents[1] / "configs/results-null.toml")
+    assert null.data.synth.temporal_drift == 0 and null.data.synth.demographic_effect == 0
+
+
+def test_sweep_help_lists_every_method():
+    from typer.testing import CliRunner
+
+    from secure_fed.cli import app
+
+    result = CliRunner().invoke(app, ["sweep", "--help"], terminal_width=400)
+    assert result.exit_code == 0
+    assert all(m in result.output for m in sweep_module.METHODS)
+
+
+def test_results_md_sweep_commands_are_valid():
+    """The sweep commands docs/RESULTS.md's issue-14 section shows parse and name real things."""
+    text = (Path(__file__).parents[1] / "docs" / "RESULTS.md").read_text()
+    section = text[text.index("## Benchmark v2") : text.index("## Setting")]
+    commands = [ln.split() for ln in section.splitlines() if ln.startswith("secure-fed sweep")]
+    assert commands
+    for cmd in commands:
+        _check_sweep_command(cmd)

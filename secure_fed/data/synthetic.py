@@ -6,6 +6,26 @@ shrinks, an effusion appears or resolves); the report template changes in 2021 a
 report compares with the prior study. Everything is drawn from ``numpy`` generators keyed by
 (seed, site, patient), so a cohort is reproducible and a patient does not change when the number of
 patients does.
+
+Two knobs add the phenomena FedTAR's paper claims for real longitudinal data; each has a strength in
+[0, 1] (the chance, per visit, that the phenomenon applies) and an off position (0), and with both
+off the cohort is the plain generator, a null control for FedTAR's extra parts:
+
+- ``temporal_drift``: from the third visit on, a patient is in follow-up surveillance and the
+  report uses the follow-up protocol: the current ("new") template whatever the year, and a stable
+  finding is named as "unchanged" in the comparison. The visit index (which FedTAR's per-index
+  copies see) then predicts the wording; off, the wording depends on the calendar year only, which
+  no model input carries.
+- ``demographic_effect``: a report says things because of who the patient is: a nodule in a
+  patient aged 65 or more gets a CT follow-up recommendation, a woman's report mentions breast
+  tissue over the lower zones. Age and sex are in the patient profile (FedTAR's hyper-LoRA sees
+  them, a plain model does not); off, demographics change only the chance of each finding.
+
+``domain="public"`` draws the public pretraining cohort instead: an archive unlike every site, with
+its own scanner look, a younger and wider age mix, and its own wording: half its reports in its own
+template and synonyms, the rest mixing every site's words at random, so that the base knows every
+word but no site's conventions (which synonyms, which template when, the follow-up protocol, the
+demographic remarks: these appear in it at random, tied to nothing).
 """
 
 from __future__ import annotations
@@ -15,6 +35,7 @@ import datetime as dt
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 from PIL import Image
@@ -76,6 +97,34 @@ def site_look(site: int) -> SiteLook:
 
 def site_age_mean(site: int) -> float:
     return 50.0 + 8.0 * (site % 4)
+
+
+AGE_SD = 14.0
+# The public cohort: a brighter, higher-contrast, nearly noise-free scanner and a younger, wider age
+# mix than any site (sites: means 50-74, sd 14), so the base it trains meets a domain shift at every
+# site, as a base pretrained on another hospital's archive would.
+PUBLIC_LOOK = SiteLook(contrast=1.5, brightness=0.12, noise=0.01)
+PUBLIC_AGE_MEAN, PUBLIC_AGE_SD = 36.0, 18.0
+FOLLOW_UP_FROM_VISIT = 3
+
+Domain = Literal["sites", "public"]
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """Strengths in [0, 1] of the phenomena the module docstring describes; 0 switches one off."""
+
+    temporal_drift: float = 1.0
+    demographic_effect: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("temporal_drift", "demographic_effect"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {value}")
+
+
+OFF = Knobs(0.0, 0.0)
 
 
 def onset_probability(finding: str, age: float, sex: str) -> float:
@@ -208,21 +257,70 @@ def finding_sentences(d: Disease, terms: dict[str, str], style: str) -> list[str
     return out
 
 
-def comparison_sentence(changes: dict[str, str] | None, terms: dict[str, str], style: str) -> str:
+def comparison_sentence(
+    changes: dict[str, str] | None, terms: dict[str, str], style: str, name_stable: bool = False
+) -> str:
     t = lexicon.TEMPLATES[style]
     if changes is None:
         return t["no_prior"]
-    said = [
-        f"{terms[f]} {lexicon.CHANGE_WORDS[style][s]}"
-        for f, s in changes.items()
-        if s in lexicon.CHANGE_WORDS[style]
-    ]
+    words = dict(lexicon.CHANGE_WORDS[style])
+    if name_stable:
+        words["stable"] = lexicon.FOLLOW_UP_STABLE
+    said = [f"{terms[f]} {words[s]}" for f, s in changes.items() if s in words]
     return t["compare"].format(changes=lexicon.CHANGE_JOINER.join(said) if said else t["no_change"])
 
 
-def write_report(d: Disease, changes: dict[str, str] | None, terms: dict[str, str], year: int) -> str:
-    style = lexicon.era(year)
-    return " ".join([*finding_sentences(d, terms, style), comparison_sentence(changes, terms, style)])
+def write_report(
+    d: Disease,
+    changes: dict[str, str] | None,
+    terms: dict[str, str],
+    year: int,
+    follow_up: bool = False,
+    remarks: tuple[str, ...] = (),
+) -> str:
+    """``follow_up``: the temporal knob's protocol applies; ``remarks``: demographic sentences."""
+    style = "new" if follow_up else lexicon.era(year)
+    return " ".join(
+        [
+            *finding_sentences(d, terms, style),
+            *remarks,
+            comparison_sentence(changes, terms, style, name_stable=follow_up),
+        ]
+    )
+
+
+PUBLIC_OWN_STYLE = 0.5  # share of public reports in the public department's own template
+PUBLIC_REMARK = 0.15  # chance of each knob sentence in a public report, whoever the patient is
+
+
+def public_report(d: Disease, changes: dict[str, str] | None, rng: np.random.Generator) -> str:
+    """A report of the public archive: many departments, so every word of the language appears
+    (a tiny decoder only knows the words it was pretrained on, as a real LM knows English), but
+    none of a site's conventions: synonyms drawn per report, the public template or either era's
+    at random (not by year), knob sentences at random, unrelated to visit index or demographics."""
+    terms = {f: lexicon.TERMS[f][int(rng.integers(len(lexicon.TERMS[f])))] for f in FINDINGS}
+    style = "public" if rng.random() < PUBLIC_OWN_STYLE else str(rng.choice(["old", "new"]))
+    remarks = [s for s in lexicon.DEMOGRAPHIC_SENTENCES.values() if rng.random() < PUBLIC_REMARK]
+    name_stable = rng.random() < PUBLIC_REMARK
+    return " ".join(
+        [
+            *finding_sentences(d, terms, style),
+            *remarks,
+            comparison_sentence(changes, terms, style, name_stable=name_stable),
+        ]
+    )
+
+
+def demographic_remarks(
+    d: Disease, age: float, sex: str, strength: float, rng: np.random.Generator
+) -> tuple[str, ...]:
+    """The demographic knob's sentences for one visit (a draw per sentence, so strength 0 is none)."""
+    out: list[str] = []
+    if d.nodule > 0 and age >= lexicon.OLDER_FROM_AGE and rng.random() < strength:
+        out.append(lexicon.DEMOGRAPHIC_SENTENCES["older_nodule"])
+    if sex == "F" and rng.random() < strength:
+        out.append(lexicon.DEMOGRAPHIC_SENTENCES["female"])
+    return tuple(out)
 
 
 def _soft_disc(xx: np.ndarray, yy: np.ndarray, cx: float, cy: float, r: float, size: int) -> np.ndarray:
@@ -277,15 +375,27 @@ def _visit_dates(rng: np.random.Generator, last_slot: int) -> list[dt.date]:
 
 
 def _patient(
-    seed: int, site: int, index: int, max_visits: int, image_size: int, out_dir: Path
+    seed: int,
+    site: int,
+    index: int,
+    max_visits: int,
+    image_size: int,
+    out_dir: Path | None,
+    knobs: Knobs = Knobs(),
+    domain: Domain = "sites",
 ) -> tuple[list[dict], list[dict]]:
+    """One patient's visits and labels; images are written under ``out_dir`` (None: no images)."""
+    public = domain == "public"
     rng = np.random.default_rng([seed, site, index])
-    site_name = f"site{site}"
+    site_name = "public" if public else f"site{site}"
     pid = f"{site_name}-p{index:04d}"
     terms = lexicon.site_terms(site)
-    look = site_look(site)
+    look = PUBLIC_LOOK if public else site_look(site)
     sex = str(rng.choice(["M", "F", "U"], p=[0.485, 0.485, 0.03]))
-    base_age = float(np.clip(rng.normal(site_age_mean(site), 14.0), 18.0, 95.0))
+    age_mean, age_sd = (PUBLIC_AGE_MEAN, PUBLIC_AGE_SD) if public else (site_age_mean(site), AGE_SD)
+    base_age = float(np.clip(rng.normal(age_mean, age_sd), 18.0, 95.0))
+    # The knobs draw from their own stream, so switching one does not move any disease, date or pixel.
+    knob_rng = np.random.default_rng([seed, site, index, 1])
     slots = _visit_slots(rng, max_visits)
     dates = _visit_dates(rng, slots[-1])
     records: list[dict] = []
@@ -300,14 +410,21 @@ def _patient(
         date = dates[slot - 1]
         image_rel = f"images/{site_name}/{pid}_v{slot}.png"
         pixels = render_image(disease, look, image_size, rng)
-        Image.fromarray(np.round(pixels * 255).astype(np.uint8)).save(out_dir / image_rel)
+        if out_dir is not None:
+            Image.fromarray(np.round(pixels * 255).astype(np.uint8)).save(out_dir / image_rel)
+        if public:
+            report = public_report(disease, changes, knob_rng)
+        else:
+            follow_up = slot >= FOLLOW_UP_FROM_VISIT and knob_rng.random() < knobs.temporal_drift
+            remarks = demographic_remarks(disease, age, sex, knobs.demographic_effect, knob_rng)
+            report = write_report(disease, changes, terms, date.year, follow_up, remarks)
         records.append(
             {
                 "patient_id": pid,
                 "visit_index": slot,
                 "study_date": date.isoformat(),
                 "image": image_rel,
-                "report": write_report(disease, changes, terms, date.year),
+                "report": report,
                 "age": round(age, 1),
                 "sex": sex,
                 "site": site_name,
@@ -332,25 +449,48 @@ def synthesize(
     visits: int = 5,
     seed: int = 0,
     image_size: int = 32,
+    temporal_drift: float = 1.0,
+    demographic_effect: float = 1.0,
+    domain: Domain = "sites",
 ) -> Path:
     """Write ``manifest.jsonl``, ``labels.jsonl`` and ``images/`` under ``out_dir``; return the manifest.
 
-    ``patients`` is per site and ``visits`` the most visits a patient has (T). The same arguments
-    always give byte-identical files.
+    ``patients`` is per site and ``visits`` the most visits a patient has (T). The knobs are
+    described in the module docstring (0 = off). ``domain="public"`` writes the public pretraining
+    cohort (``sites`` of it, all in the public domain, knobs ignored). The same arguments always
+    give byte-identical files.
     """
+    knobs = Knobs(temporal_drift, demographic_effect)
     out = Path(out_dir)
     manifest, labels = out / "manifest.jsonl", out / "labels.jsonl"
     all_records: list[dict] = []
     all_labels: list[dict] = []
     for site in range(sites):
-        (out / "images" / f"site{site}").mkdir(parents=True, exist_ok=True)
+        (out / "images" / ("public" if domain == "public" else f"site{site}")).mkdir(
+            parents=True, exist_ok=True
+        )
         for index in range(patients):
-            recs, labs = _patient(seed, site, index, visits, image_size, out)
+            recs, labs = _patient(seed, site, index, visits, image_size, out, knobs, domain)
             all_records += recs
             all_labels += labs
     manifest.write_text("".join(json.dumps(r) + "\n" for r in all_records))
     labels.write_text("".join(json.dumps(r) + "\n" for r in all_labels))
     return manifest
+
+
+# The fixed corpus CIDEr's document frequencies come from (eval/metrics.py): reports of a cohort
+# that shares no seed with any run's, at the default knobs, without images.
+REFERENCE_SEED = 2_000_003
+
+
+def reference_reports(sites: int = 3, patients: int = 200, visits: int = 5) -> list[str]:
+    """Reports (only) of a fixed synthetic cohort: the same list on every machine and run."""
+    return [
+        rec["report"]
+        for site in range(sites)
+        for index in range(patients)
+        for rec in _patient(REFERENCE_SEED, site, index, visits, 16, None)[0]
+    ]
 
 
 def public_vocabulary() -> list[str]:

@@ -5,22 +5,34 @@ toolkit would) rather than with pycocoevalcap's PTBTokenizer, which starts a Jav
 METEOR does need Java: without it METEOR is NaN, with a warning saying so, and the other metrics
 are still computed. One METEOR Java process is kept per Python process (its start-up costs seconds)
 and ended by ``close_meteor()`` or at exit.
+
+CIDEr's document frequencies come from a fixed corpus (``reference_df``: reports of a fixed-seed
+synthetic cohort), not from the references being scored: pycocoevalcap refits them to each call's
+references, so the same report scored against another site's or seed's test split got another
+weight, and small splits made the weights (and the score) noisy. Pass ``cider_df=None`` for
+pycocoevalcap's own refitted CIDEr.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import math
 import os
 import shutil
 import subprocess
 import threading
 import warnings
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pycocoevalcap.meteor.meteor as meteor_module
 from pycocoevalcap.bleu.bleu import Bleu
 from pycocoevalcap.cider.cider import Cider
+from pycocoevalcap.cider.cider_scorer import precook
 from pycocoevalcap.meteor.meteor import METEOR_JAR, Meteor
 from pycocoevalcap.rouge.rouge import Rouge
 
@@ -118,10 +130,77 @@ def meteor_score(gts: Corpus, res: Corpus) -> float:
         return _no_meteor(f"METEOR's Java scorer failed ({err!r})")
 
 
-def report_metrics(refs: list[str], hyps: list[str], meteor: bool = True) -> dict[str, float]:
+@dataclass(frozen=True)
+class DocumentFrequencies:
+    """CIDEr's n-gram document counts over a corpus of ``n_docs`` reference sets."""
+
+    counts: dict[tuple[str, ...], float]
+    n_docs: int
+
+    @classmethod
+    def of(cls, references: Sequence[Sequence[str]], n: int = 4) -> DocumentFrequencies:
+        """``references[i]``: the scoring texts of document i (one or more references)."""
+        counts: dict[tuple[str, ...], float] = defaultdict(float)
+        for refs in references:
+            for gram in {g for r in refs for g in precook(r, n)}:
+                counts[gram] += 1.0
+        return cls(dict(counts), len(references))
+
+
+@functools.lru_cache(maxsize=1)
+def reference_df() -> DocumentFrequencies:
+    """The fixed corpus: every report of the generator's reference cohort (fixed seed, 3 sites)."""
+    from secure_fed.data.synthetic import reference_reports
+
+    return DocumentFrequencies.of([[scoring_text(r)] for r in reference_reports()])
+
+
+def cider(gts: Corpus, res: Corpus, df: DocumentFrequencies, n: int = 4, sigma: float = 6.0) -> float:
+    """CIDEr-D exactly as pycocoevalcap computes it, with document frequencies from ``df``."""
+    ref_len = np.log(float(df.n_docs))
+
+    def vec(text: str) -> tuple[list[dict[tuple[str, ...], float]], list[float], int]:
+        grams = precook(text, n)
+        v: list[dict[tuple[str, ...], float]] = [defaultdict(float) for _ in range(n)]
+        norm = [0.0] * n
+        length = 0
+        for gram, tf in grams.items():
+            k = len(gram) - 1
+            v[k][gram] = float(tf) * (ref_len - np.log(max(1.0, df.counts.get(gram, 0.0))))
+            norm[k] += v[k][gram] ** 2
+            if k == 1:  # pycocoevalcap's length is its bigram count; kept for identical scores
+                length += tf
+        return v, [float(np.sqrt(x)) for x in norm], length
+
+    scores = []
+    for key, refs in gts.items():
+        hv, hn, hl = vec(res[key][0])
+        total = np.zeros(n)
+        for ref in refs:
+            rv, rn, rl = vec(ref)
+            for k in range(n):
+                val = sum(min(w, rv[k][g]) * rv[k][g] for g, w in hv[k].items())
+                if hn[k] != 0 and rn[k] != 0:
+                    val /= hn[k] * rn[k]
+                total[k] += val * np.e ** (-(float(hl - rl) ** 2) / (2 * sigma**2))
+        scores.append(float(np.mean(total)) / len(refs) * 10.0)
+    return float(np.mean(scores))
+
+
+_FIXED = "fixed"
+
+
+def report_metrics(
+    refs: list[str],
+    hyps: list[str],
+    meteor: bool = True,
+    cider_df: DocumentFrequencies | str | None = _FIXED,
+) -> dict[str, float]:
     """Corpus-level scores of ``hyps[i]`` against the single reference ``refs[i]``.
 
     ``meteor=False`` skips the Java scorer (METEOR is then NaN, silently), for quick checks.
+    ``cider_df``: CIDEr's document frequencies: ``"fixed"`` (the reference corpus, default), a
+    ``DocumentFrequencies``, or None to refit them to ``refs`` as pycocoevalcap does.
     """
     if len(refs) != len(hyps):
         raise ValueError(f"{len(refs)} references but {len(hyps)} hypotheses")
@@ -131,6 +210,10 @@ def report_metrics(refs: list[str], hyps: list[str], meteor: bool = True) -> dic
     res: Corpus = {i: [scoring_text(h)] for i, h in enumerate(hyps)}
     bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)
     rouge, _ = Rouge().compute_score(gts, res)
-    cider, _ = Cider().compute_score(gts, res)
-    scores = [*bleu, meteor_score(gts, res) if meteor else math.nan, rouge, cider]
+    if cider_df is None:
+        cider_score, _ = Cider().compute_score(gts, res)
+    else:
+        df = reference_df() if isinstance(cider_df, str) else cider_df
+        cider_score = cider(gts, res, df)
+    scores = [*bleu, meteor_score(gts, res) if meteor else math.nan, rouge, cider_score]
     return {name: float(s) for name, s in zip(METRIC_NAMES, scores, strict=True)}

@@ -4,15 +4,20 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from secure_fed.data import lexicon
 from secure_fed.data.manifest import load_manifest
 from secure_fed.data.synthetic import (
+    FOLLOW_UP_FROM_VISIT,
+    PUBLIC_LOOK,
     Disease,
     onset_probability,
     public_vocabulary,
+    reference_reports,
     render_image,
+    site_age_mean,
     site_look,
     synthesize,
 )
@@ -83,17 +88,91 @@ def test_longitudinal_structure(synth_manifest):
     assert all(states[s] > 0 for s in lexicon.PROGRESSION_STATES)
 
 
-def test_reports_drift_by_year_compare_with_prior_and_stay_short(synth_manifest):
-    records = load_manifest(synth_manifest)
+def test_reports_drift_by_year_and_visit_compare_with_prior_and_stay_short(synth_manifest):
+    records = load_manifest(synth_manifest)  # default knobs: temporal drift at full strength
     for r in records:
         n_words = len(r.report.split())
-        assert 8 <= n_words <= 32
+        assert 8 <= n_words <= 40
         first = r.report.endswith(("no prior study for comparison.", "no prior exam available."))
         assert first == (r.visit_index == min(x.visit_index for x in records if x.patient_id == r.patient_id))
-        old = int(r.study_date[:4]) < lexicon.NEW_STYLE_FROM_YEAR
+        old = int(r.study_date[:4]) < lexicon.NEW_STYLE_FROM_YEAR and r.visit_index < FOLLOW_UP_FROM_VISIT
         if not first:
             assert ("compared with the prior study," in r.report) == old
             assert ("since the prior exam," in r.report) == (not old)
+
+
+def _reports(tmp_path: Path, name: str, **knobs: float) -> tuple[list, list[dict]]:
+    m = synthesize(tmp_path / name, sites=3, patients=30, visits=5, seed=5, image_size=16, **knobs)
+    return load_manifest(m), _rows(m.parent / "labels.jsonl")
+
+
+def test_knobs_off_is_the_plain_generator_and_moves_no_disease_or_pixel(tmp_path):
+    on, on_labels = _reports(tmp_path, "on")
+    off, off_labels = _reports(tmp_path, "off", temporal_drift=0.0, demographic_effect=0.0)
+    assert on_labels == off_labels  # the knobs draw from their own stream
+    assert _tree_digest(tmp_path / "on" / "images") == _tree_digest(tmp_path / "off" / "images")
+    assert [r.report for r in on] != [r.report for r in off]
+    for r in off:  # off: no demographic sentence, no follow-up protocol, wording by calendar year
+        assert not any(s in r.report for s in lexicon.DEMOGRAPHIC_SENTENCES.values())
+        assert lexicon.FOLLOW_UP_STABLE not in r.report
+        if "since the prior exam," in r.report:
+            assert int(r.study_date[:4]) >= lexicon.NEW_STYLE_FROM_YEAR
+
+
+def test_temporal_knob_makes_the_visit_index_predict_the_wording(tmp_path):
+    records, labels = _reports(tmp_path, "t", demographic_effect=0.0)
+    late = [(r, lb) for r, lb in zip(records, labels, strict=True) if r.visit_index >= FOLLOW_UP_FROM_VISIT]
+    assert late and all("since the prior exam," in r.report for r, _ in late)
+    stable = [(r, lb) for r, lb in late if "stable" in lb["progression"].values()]
+    assert stable and all(lexicon.FOLLOW_UP_STABLE in r.report for r, _ in stable)
+    early = [r for r in records if r.visit_index == 2]
+    assert not any(lexicon.FOLLOW_UP_STABLE in r.report for r in early)
+
+
+def test_demographic_knob_changes_what_a_report_says(tmp_path):
+    records, labels = _reports(tmp_path, "d", temporal_drift=0.0)
+    female = lexicon.DEMOGRAPHIC_SENTENCES["female"]
+    older = lexicon.DEMOGRAPHIC_SENTENCES["older_nodule"]
+    assert all((female in r.report) == (r.sex == "F") for r in records)
+    for r, lb in zip(records, labels, strict=True):
+        assert (older in r.report) == (lb["findings"]["nodule"] == 1 and r.age >= lexicon.OLDER_FROM_AGE)
+    assert any(older in r.report for r in records)
+    half, _ = _reports(tmp_path, "h", temporal_drift=0.0, demographic_effect=0.5)
+    share = np.mean([female in r.report for r in half if r.sex == "F"])
+    assert 0.3 < share < 0.7  # the strength is the chance per visit
+
+
+def test_knob_strength_outside_unit_interval_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="temporal_drift"):
+        synthesize(tmp_path / "x", sites=1, patients=2, temporal_drift=1.5)
+
+
+def test_public_domain_is_unlike_every_site(tmp_path):
+    m = synthesize(tmp_path / "pub", sites=1, patients=60, visits=5, seed=7, image_size=32, domain="public")
+    public = load_manifest(m)
+    sites, _ = _reports(tmp_path, "s")
+    pub_text = " ".join(r.report for r in public)
+    assert {r.site for r in public} == {"public"}
+    assert "pleural collection" in pub_text and "pneumonia" in pub_text  # its own synonyms
+    own = [r for r in public if "compared to the earlier study" in r.report or "baseline study" in r.report]
+    assert 0.3 < len(own) / len(public) < 0.7  # its own template for about half its reports
+    # every word the sites use is in it (the base knows the language), not tied to who or when
+    site_words = {w for r in sites for w in lexicon.words(r.report)}
+    assert site_words <= {w for r in public for w in lexicon.words(r.report)}
+    female = lexicon.DEMOGRAPHIC_SENTENCES["female"]
+    men = [r for r in public if r.sex == "M"]
+    assert any(female in r.report for r in men)  # a remark at random, not a demographic convention
+    assert np.mean([r.age for r in public]) < min(site_age_mean(k) for k in range(3)) - 5
+    rng = np.random.default_rng(0)
+    pub_img = render_image(Disease(), PUBLIC_LOOK, 32, rng)
+    for k in range(3):
+        site_img = render_image(Disease(), site_look(k), 32, rng)
+        assert abs(pub_img.std() - site_img.std()) > 0.01 or abs(pub_img.mean() - site_img.mean()) > 0.01
+
+
+def test_reference_reports_are_fixed():
+    a = reference_reports(sites=2, patients=5)
+    assert a == reference_reports(sites=2, patients=5) and len(a) >= 10
 
 
 def test_sites_use_their_own_synonyms(synth_manifest):

@@ -1,5 +1,6 @@
 import pytest
 
+from secure_fed.config import DataConfig
 from secure_fed.data.manifest import load_manifest
 from secure_fed.data.synthetic import synthesize
 from secure_fed.data.tokenizer import PretrainedTokenizer, PublicTokenizer, load_tokenizer
@@ -40,13 +41,14 @@ def test_vocabulary_does_not_depend_on_the_data(tmp_path):
 def test_round_trips_every_generated_report_without_unk(synth_manifest, tmp_path):
     tok = PublicTokenizer.from_public()
     other = synthesize(tmp_path / "other", sites=5, patients=30, visits=6, seed=9)
-    records = load_manifest(synth_manifest) + load_manifest(other)
+    public = synthesize(tmp_path / "public", sites=1, patients=60, visits=5, seed=9, domain="public")
+    records = load_manifest(synth_manifest) + load_manifest(other) + load_manifest(public)
     seen = set()
     for r in records:
         ids = tok.encode(r.report)
         assert tok.unk_id not in ids, r.report
         assert tok.decode([tok.bos_id, *ids, tok.eos_id]) == r.report
-        assert len(ids) + 2 <= 48  # fits the default max_report_tokens with bos and eos
+        assert len(ids) + 2 <= DataConfig().max_report_tokens  # fits the default with bos and eos
         seen.update(ids)
     assert len(seen) >= 0.9 * (tok.vocab_size - 4)  # the cohorts use (almost) the whole vocabulary
 

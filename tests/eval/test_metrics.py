@@ -107,3 +107,35 @@ def test_java_that_fails_to_start_is_reported(monkeypatch, tmp_path):
     monkeypatch.setattr(metrics.shutil, "which", lambda name: "/usr/bin/java")  # found, but cannot run
     with pytest.warns(RuntimeWarning, match="Java"):
         assert math.isnan(report_metrics(["a b"], ["a b"])["METEOR"])
+
+
+def test_fixed_df_cider_is_pycocoevalcaps_formula():
+    """With the document frequencies of the scored references themselves, our CIDEr is exactly
+    pycocoevalcap's (which refits them per call)."""
+    refs = ["the lungs are clear no effusion", "small left effusion heart size is normal", "no effusion"]
+    hyps = ["the lungs are clear", "small right effusion heart normal", "no effusion seen"]
+    own = metrics.DocumentFrequencies.of([[r] for r in refs])
+    ours = report_metrics(refs, hyps, meteor=False, cider_df=own)["CIDEr"]
+    theirs = report_metrics(refs, hyps, meteor=False, cider_df=None)["CIDEr"]
+    assert ours == pytest.approx(theirs, rel=1e-12) and ours > 0
+
+
+def test_fixed_df_score_of_a_report_does_not_depend_on_the_rest_of_the_split():
+    ref, hyp = "small nodule in the right lung. heart size is normal.", "small nodule in the left lung."
+    alone = report_metrics([ref], [hyp], meteor=False)["CIDEr"]
+    others = ["the lungs are clear. no effusion."] * 3
+    # the pair's CIDEr is the same inside any split (the mean over the split moves by the others)
+    with_others = report_metrics([ref, *others], [hyp, *others], meteor=False)["CIDEr"]
+    per_other = report_metrics(others, others, meteor=False)["CIDEr"]
+    assert with_others == pytest.approx((alone + 3 * per_other) / 4)
+    refit = report_metrics([ref, *others], [hyp, *others], meteor=False, cider_df=None)["CIDEr"]
+    refit_alone = report_metrics([ref], [hyp], meteor=False, cider_df=None)["CIDEr"]
+    refit_others = report_metrics(others, others, meteor=False, cider_df=None)["CIDEr"]
+    assert refit != pytest.approx((refit_alone + 3 * refit_others) / 4)  # what the fixed corpus fixes
+
+
+def test_reference_corpus_is_fixed_and_covers_every_site_wording():
+    df = metrics.reference_df()
+    assert df is metrics.reference_df() and df.n_docs > 1000
+    for word in ("nodule", "opacity", "lesion", "since", "compared"):
+        assert df.counts[(word,)] > 0
