@@ -10,7 +10,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install test demo lint bench clean
+.PHONY: install browser test test-deploy demo lint bench clean results
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,26 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-test: $(STAMP)
+# The report's browser test needs Chromium: installed here when missing, or make test fails.
+browser:
+	bash .ci/ensure-browser
+
+test: $(STAMP) browser
 	$(PY) -m pytest -q
+
+# docs/RESULTS.md's tables, resumable (finished cells are skipped): run it in the background with
+#   nohup make results > runs/results.log 2>&1 &
+# and run it again after an interruption. Wall time: see docs/RESULTS.md.
+RESULTS_METHODS := base,local,central,fedavg,fedprox,scaffold,fedadam,drfa,fedtar,fedtar-no-gmm,fedtar-no-temporal
+SWEEP := $(VENV)/bin/secure-fed sweep
+results: $(STAMP)
+	$(SWEEP) --config configs/results.toml --methods $(RESULTS_METHODS) --seeds 0,1,2,3,4 --epsilons inf -o runs/results
+	$(SWEEP) --config configs/results.toml --methods base,fedavg,fedtar --seeds 0,1,2 --epsilons 16,8,4,2,1 -o runs/results
+	$(SWEEP) --config configs/results-null.toml --methods $(RESULTS_METHODS) --seeds 0,1,2,3,4 --epsilons inf -o runs/results-null
+
+# docs/DEPLOYMENT.md's script end to end (examples/deploy-local/deploy.sh all): ~17 min here
+test-deploy: $(STAMP)
+	SECURE_FED_DEPLOY_SCRIPT=1 $(PY) -m pytest -q tests/server/test_deployment.py
 
 demo: $(STAMP)
 	$(VENV)/bin/secure-fed run --out runs/demo

@@ -12,12 +12,15 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from secure_fed.config import ConfigError, RunConfig, load_config
 
 app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
+    # A crash report must not print local variables: they can hold key material and patient data.
+    pretty_exceptions_show_locals=False,
     help="Privacy-hardened FedTAR: federated longitudinal report generation.",
 )
 data_app = typer.Typer(no_args_is_help=True, help="Make or check cohorts.")
@@ -26,11 +29,16 @@ audit_app = typer.Typer(no_args_is_help=True, help="Verify audit logs and write 
 app.add_typer(data_app, name="data")
 app.add_typer(keys_app, name="keys")
 app.add_typer(audit_app, name="audit")
+certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates and SuperNode keys for a deployment.")
+app.add_typer(certs_app, name="certs")
+ledger_app = typer.Typer(no_args_is_help=True, help="A site's persistent privacy ledger (ε across runs).")
+app.add_typer(ledger_app, name="ledger")
 console = Console(stderr=True)
 
 
 def _fail(message: str, code: int = 2) -> None:
-    console.print(f"[red]error:[/red] {message}")
+    # Not wrapped (a log line per problem, greppable) and not read as markup (paths, "[data]").
+    console.print(Text.assemble(("error:", "red"), " ", message), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -38,24 +46,30 @@ def _config(path: Path | None, overrides: dict[str, Any]) -> RunConfig:
     try:
         return load_config(path, overrides)
     except ConfigError as err:
-        _fail(f"invalid configuration:\n{err}")
+        text = str(err).replace("<root>: ", "").replace("Value error, ", "")
+        lines = text.splitlines()
+        where = "" if path is None or all(ln.startswith(str(path)) for ln in lines) else f" in {path}"
+        hint = ""
+        if any(ln.endswith("unknown key") for ln in lines):
+            hint = "\nremove or respell the key (secure_fed/config.py defines every key)"
+        _fail(f"invalid configuration{where}:\n{text}{hint}")
+        raise  # unreachable
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
+        _fail(f"{path}: cannot read the configuration ({reason}); pass a readable TOML file to --config")
         raise  # unreachable
 
 
-def _progress_printer(total_rounds: int) -> Any:
-    def show(round_id: int, rounds: int, result: Any) -> None:
-        alpha = "" if result.alpha is None else " α=[" + ", ".join(f"{a:.3f}" for a in result.alpha) + "]"
-        eps = ""
-        if result.epsilon:
-            eps = " ε=" + ", ".join(f"{s}:{v['rdp']:.2f}" for s, v in sorted(result.epsilon.items()))
-        loss = f" val_loss={result.val_loss:.4f}" if result.val_loss is not None else ""
-        declined = f" declined={sorted(result.declined)}" if result.declined else ""
-        console.print(
-            f"[bold]round {round_id}/{rounds}[/bold] sites={len(result.participants)}{loss}{alpha}{eps}"
-            f"{declined}"
-        )
-
-    return show
+def _round_line(round_id: int, rounds: int, result: Any) -> str:
+    alpha = "" if result.alpha is None else " α=[" + ", ".join(f"{a:.3f}" for a in result.alpha) + "]"
+    eps = ""
+    if result.epsilon:
+        eps = " ε=" + ", ".join(f"{s}:{v['rdp']:.2f}" for s, v in sorted(result.epsilon.items()))
+    loss = f" val_loss={result.val_loss:.4f}" if result.val_loss is not None else ""
+    declined = f" declined={sorted(result.declined)}" if result.declined else ""
+    return (
+        f"[bold]round {round_id}/{rounds}[/bold] sites={len(result.participants)}{loss}{alpha}{eps}{declined}"
+    )
 
 
 def _print_metrics(metrics: dict[str, Any]) -> None:
@@ -95,6 +109,9 @@ def run(
     engine: Annotated[str | None, typer.Option(help="simulation (Flower + Ray) or inprocess")] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="run folder")] = None,
     resume: Annotated[Path | None, typer.Option(help="continue the run in this folder")] = None,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="also show Flower's, Ray's and our INFO logs")
+    ] = False,
 ) -> None:
     """Run one federated experiment; writes OUT/metrics.json, checkpoint/, audit/ and report.html.
 
@@ -114,35 +131,71 @@ def run(
         "fed.engine": engine,
     }
     folder = resume or out
+    if resume is not None and not (resume / "config.json").is_file():
+        _fail(
+            f"--resume {resume}: no run to continue there (no config.json); pass the folder an earlier"
+            " `secure-fed run --out DIR` wrote, or use --out for a new run"
+        )
     if resume is not None and config is None and (resume / "config.json").exists():
-        saved = json.loads((resume / "config.json").read_text())
-        cfg = _config(None, {})
-        cfg = RunConfig.model_validate(saved)
+        try:
+            cfg = RunConfig.model_validate(json.loads((resume / "config.json").read_text()))
+        except ValueError as err:  # JSON and pydantic errors alike
+            _fail(f"{resume / 'config.json'}: not a run configuration ({err}); start a new run with --out")
+            raise
     else:
         cfg = _config(config, overrides)
     folder = Path(folder or cfg.out)
     cfg = cfg.model_copy(update={"out": folder})
-    folder.mkdir(parents=True, exist_ok=True)
-    if resume is None:
-        (folder / "config.json").write_text(cfg.model_dump_json(indent=1))
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from secure_fed.model.device import DeviceUnavailable, resolve_device
+
+    try:
+        resolve_device(cfg.train.device)  # a missing GPU is a start-up error, not a mid-round one
+    except DeviceUnavailable as err:
+        _fail(str(err))
+    from secure_fed.console import privacy_line, quiet_frameworks, run_progress
+
+    quiet_frameworks(verbose)  # before the frameworks are imported: some read their settings then
+    from secure_fed.data.manifest import DataValidationError
+    from secure_fed.runner import preflight
+
+    try:
+        preflight(cfg)  # refuse bad data before the run folder or anything slow exists
+    except DataValidationError as err:
+        _fail(f"the run's data cannot be used ({len(err.problems)} problem(s)):\n" + "\n".join(err.problems))
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if resume is None:
+            (folder / "config.json").write_text(cfg.model_dump_json(indent=1))
+    except OSError as err:
+        _fail(f"--out {folder}: cannot write the run folder ({err.strerror}); choose a writable folder")
     from secure_fed.runner import run_federated
 
     console.print(
         f"secure-fed: {cfg.fed.method}, {cfg.fed.rounds} rounds, engine={cfg.fed.engine}, "
         f"dp={'on' if cfg.dp.enabled else 'off'}, secagg={'on' if cfg.secagg_on else 'off'}, "
-        f"he={'on' if cfg.he.enabled else 'off'} → {folder}"
+        f"he={'on' if cfg.he.enabled else 'off'} → {folder}",
+        soft_wrap=True,
     )
     try:
-        outcome = run_federated(
-            cfg, folder, resume=resume is not None, progress=_progress_printer(cfg.fed.rounds)
-        )
+        with run_progress(console, cfg.fed.rounds, _round_line) as shown:
+            outcome = run_federated(cfg, folder, resume=resume is not None, progress=shown.on_round)
     except (ValueError, FileNotFoundError, PermissionError, KeyError) as err:
         _fail(str(err), 1)
         raise
+    except KeyboardInterrupt:
+        # Click would swallow it with a bare newline; say what happened and how to go on.
+        console.print(
+            f"interrupted; `secure-fed run --resume {folder}` continues from the last checkpoint",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(130) from None
     _print_metrics(outcome.metrics)
     if outcome.stopped_early:
         console.print(f"[yellow]stopped early:[/yellow] {outcome.stopped_early}")
+    budget = (cfg.dp.budget_epsilon or cfg.dp.target_epsilon) if cfg.dp.enabled else None
+    closing = privacy_line(outcome.metrics, cfg.dp.accountant, budget)
+    console.print(closing or "privacy: DP off, no ε accounted (--dp turns it on)", soft_wrap=True)
     console.print(f"wrote {folder / 'metrics.json'}")
     report = folder / "report.html"
     if report.exists():
@@ -152,31 +205,50 @@ def run(
 @app.command()
 def sweep(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML file (RunConfig tree)")] = None,
-    methods: Annotated[str, typer.Option(help="comma-separated methods")] = "fedtar,fedavg",
-    seeds: Annotated[str, typer.Option(help="comma-separated seeds")] = "0,1,2",
+    methods: Annotated[
+        str,
+        typer.Option(
+            help="comma-separated methods: base (pretrained base, no training), local (each site alone), "
+            "central (pooled, non-private), fedtar, fedtar-no-gmm, fedtar-no-temporal, fedavg, fedprox, "
+            "fedadam, scaffold, drfa"
+        ),
+    ] = "fedtar,fedavg",
+    seeds: Annotated[
+        str, typer.Option(help="comma-separated seeds (each fixes cohort, split and run)")
+    ] = "0,1,2",
     epsilons: Annotated[str, typer.Option(help="comma-separated ε targets; 'inf' = no DP")] = "inf",
     rounds: Annotated[int | None, typer.Option(help="federated rounds")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="sweep folder")] = Path("runs/sweep"),
 ) -> None:
-    """Methods × seeds × ε on the same data; writes results.json and a mean ± std table (results.md).
+    """Methods × seeds × ε on the same data, paired by seed; finished cells are skipped, so a sweep
+    resumes where it stopped. Writes results.json, results.md (mean ± std, paired CIs, per-site
+    tables), results.html and privacy_utility.png.
 
-    Example: secure-fed sweep --methods fedtar,fedavg --seeds 0,1,2 --epsilons inf,8,4,1 -o runs/sweep
+    Example: secure-fed sweep --methods base,fedtar,fedavg --seeds 0,1,2 --epsilons inf,8,4,1 -o runs/sweep
     """
     from secure_fed.sweep import sweep as run_sweep
 
     cfg = _config(config, {"fed.rounds": rounds, "fed.engine": "inprocess"})
-    eps = [None if e.strip() in ("inf", "∞") else float(e) for e in epsilons.split(",")]
+    try:
+        eps = [None if e.strip() in ("inf", "∞") else float(e) for e in epsilons.split(",")]
+        seed_list = [int(s) for s in seeds.split(",")]
+    except ValueError as err:
+        _fail(f"--epsilons/--seeds: {err}; pass comma-separated numbers, e.g. --seeds 0,1,2 --epsilons inf,8")
+        raise
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    results = run_sweep(
-        cfg,
-        [m.strip() for m in methods.split(",")],
-        [int(s) for s in seeds.split(",")],
-        eps,
-        out,
-        log=console.print,
+    try:
+        results = run_sweep(
+            cfg, [m.strip() for m in methods.split(",")], seed_list, eps, out, log=console.print
+        )
+    except ValueError as err:
+        _fail(str(err))
+        raise
+    # Plain stdout, not rich: a markdown table wider than the terminal must not be re-wrapped.
+    sys.stdout.write((out / "results.md").read_text())
+    console.print(
+        f"wrote {out / 'results.json'}, results.md, results.html ({len(results['runs'])} cells); "
+        f"this call took {results['wall_s_this_call'] / 60:.1f} min"
     )
-    Console().print((out / "results.md").read_text())
-    console.print(f"wrote {out / 'results.json'} ({len(results['runs'])} runs)")
 
 
 @app.command()
@@ -185,7 +257,9 @@ def client(
     config: Annotated[
         Path, typer.Option("--config", "-c", help="the SITE's own policy TOML (RunConfig tree)")
     ],
-    superlink: Annotated[str, typer.Option(help="SuperLink Fleet API address host:port")] = "127.0.0.1:9092",
+    superlink: Annotated[
+        str, typer.Option(help="SuperLink address host:port (its --port; Flower's default is 8000)")
+    ] = "127.0.0.1:8000",
     keys: Annotated[
         Path | None, typer.Option(help="this site's key folder (signing key for its audit log)")
     ] = None,
@@ -201,6 +275,9 @@ def client(
         typer.Option(help="port of the node's local Runtime API (127.0.0.1 only; one per node on a host)"),
     ] = 9094,
     dry_run: Annotated[bool, typer.Option(help="print the command instead of running it")] = False,
+    prepare_only: Annotated[
+        bool, typer.Option(help="check, fill the model and data caches, and exit (no node)")
+    ] = False,
 ) -> None:
     """Run this hospital's hardened node: a Flower SuperNode whose ClientApp takes every privacy
     setting from the site's own --config, never from the server, with telemetry off.
@@ -211,12 +288,21 @@ def client(
     import os
     import shutil
 
-    _config(config, {})  # fail here, not mid-round, on a bad policy file
-    if not insecure and root_certificates is None:
+    from secure_fed.clients.preflight import PreflightError, check_node
+
+    policy = _config(config, {})  # fail here, not mid-round, on a bad policy file
+    if not insecure and root_certificates is None and not prepare_only:
         _fail("TLS needs --root-certificates (or pass --insecure for a local test)")
+    try:  # seconds, before any SuperNode, Flower or pretraining starts
+        check_node(policy, config, site, keys, root_certificates, auth_key)
+    except PreflightError as err:
+        _fail(str(err))
+    # Absolute paths: the SuperNode's ClientApp processes and a service file run from other folders.
     node_config = f"site='{site}' config-file='{config.resolve()}'"
     if keys is not None:
         node_config += f" keys-dir='{keys.resolve()}'"
+    root_certificates = root_certificates.resolve() if root_certificates is not None else None
+    auth_key = auth_key.resolve() if auth_key is not None else None
     beside = Path(sys.executable).parent / "flower-supernode"
     exe = str(beside) if beside.exists() else shutil.which("flower-supernode") or "flower-supernode"
     # The Runtime API (ClientApp processes ↔ SuperNode) stays on loopback, whatever Flower's default.
@@ -230,11 +316,34 @@ def client(
 
         typer.echo(shlex.join(cmd))  # quoted, unwrapped: ready to paste into a service file
         return
+    from secure_fed.clients.preflight import prepare_site
     from secure_fed.clients.supervise import run_node
 
+    # The base model and the site's data are ready before the node connects, not in its first
+    # message: the first pretraining takes minutes on a CPU.
+    console.print(
+        f"{site}: preparing the model base and the site's data (cache {policy.model.cache_dir.resolve()})"
+    )
+    try:
+        prepare_site(policy, site)
+    except (OSError, ValueError) as err:
+        _fail(f"{site}: {err}")
+    if prepare_only:
+        console.print(f"{site}: ready")
+        return
     # The SuperNode process does not import secure_fed itself: hand it the hardened environment.
     # Its SuperExec child would outlive it; run_node ends the whole process group with it.
-    raise typer.Exit(run_node(cmd, env=os.environ))
+    tls = "without TLS" if insecure else f"with TLS (CA {root_certificates})"
+    console.print(f"{site}: SuperNode dialling SuperLink {superlink} {tls}")
+    status = run_node(cmd, env=os.environ)
+    if status not in (0, 130, 143):  # not a clean end, nor Ctrl-C / SIGTERM from the operator
+        console.print(
+            f"[red]error:[/red] {site}: the SuperNode dialling {superlink} {tls} ended with status "
+            f"{status}; its reason is in the lines above (refused: register the node's .pub with "
+            "`flwr supernode register`; unreachable: the SuperLink's --port and this address must "
+            "match; certificate: it must name the host in --superlink)"
+        )
+    raise typer.Exit(status)
 
 
 @data_app.command("synth")
@@ -242,32 +351,42 @@ def data_synth(
     out: Annotated[
         Path, typer.Option("--out", "-o", help="folder for manifest.jsonl, labels.jsonl, images/")
     ],
-    sites: int = 3,
-    patients: int = 60,
-    visits: int = 5,
+    sites: Annotated[int, typer.Option(min=1, max=64)] = 3,
+    patients: Annotated[int, typer.Option(min=1, help="patients per site")] = 60,
+    visits: Annotated[int, typer.Option(min=1, max=16, help="maximum visits per patient")] = 5,
     seed: int = 0,
-    image_size: int = 32,
+    image_size: Annotated[int, typer.Option(min=16, max=256)] = 32,
 ) -> None:
     """Make a synthetic longitudinal cohort. Example: secure-fed data synth --out data/synth --sites 3"""
     from secure_fed.data.synthetic import synthesize
 
-    manifest = synthesize(
-        out, sites=sites, patients=patients, visits=visits, seed=seed, image_size=image_size
-    )
+    try:
+        manifest = synthesize(
+            out, sites=sites, patients=patients, visits=visits, seed=seed, image_size=image_size
+        )
+    except OSError as err:
+        _fail(f"--out {out}: cannot write the cohort ({err.strerror}); choose a writable folder")
+        raise
     console.print(f"wrote {manifest} ({sum(1 for _ in manifest.open())} visits)")
 
 
 @data_app.command("check")
 def data_check(
     path: Annotated[Path, typer.Argument(help="manifest.jsonl, annotation.json or a folder")],
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="run TOML whose data.val_fraction, data.test_fraction apply"),
+    ] = None,
 ) -> None:
-    """Validate a manifest; prints every problem as file:line: field: problem, exits 2 if any.
+    """Validate a manifest: fields, images, visit dates in order, sites large enough to split.
 
+    Prints every problem as file:line: field: problem (or file: field: problem), exits 2 if any.
     Example: secure-fed data check data/synth/manifest.jsonl
     """
-    from secure_fed.data.manifest import check_main
+    from secure_fed.data.cohort import check_main
 
-    raise typer.Exit(check_main(path))
+    data = _config(config, {}).data
+    raise typer.Exit(check_main(path, data.val_fraction, data.test_fraction))
 
 
 @keys_app.command("init")
@@ -289,14 +408,183 @@ def keys_init(
     raise typer.Exit(keys_init_main(out, names, force))
 
 
+def _ceremony(step: Any, *args: Any) -> Any:
+    from secure_fed.crypto.keys import KeyMaterialError
+
+    try:
+        return step(*args)
+    except (KeyMaterialError, ValueError) as err:
+        _fail(str(err))
+
+
+@keys_app.command("new")
+def keys_new(
+    party: Annotated[str, typer.Option(help="this party's name: server, or the site's name")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="this party's own key folder")],
+) -> None:
+    """Make this party's signing key on its own machine; publish only signing/PARTY.pub.
+
+    Example: secure-fed keys new --party site0 --out site0-keys
+    """
+    from secure_fed.crypto.key_ceremony import new_signing_key
+
+    fingerprint = _ceremony(new_signing_key, out, party)
+    typer.echo(f"{party}: {out / 'signing' / (party + '.pem')} stays here (0600)")
+    typer.echo(f"{party}: publish {out / 'signing' / (party + '.pub')}  sha256 {fingerprint}")
+
+
+@keys_app.command("he-init")
+def keys_he_init(
+    out: Annotated[Path, typer.Option("--out", "-o", help="the CKKS key holder's (a site's) key folder")],
+) -> None:
+    """Make the CKKS contexts, at one site: he/secret.tenseal goes to the other sites only.
+
+    Example: secure-fed keys he-init --out site0-keys
+    """
+    from secure_fed.crypto.key_ceremony import new_he_context
+
+    fingerprint = _ceremony(new_he_context, out)
+    secret = out / "he" / "secret.tenseal"
+    typer.echo(f"{secret}: give to every other site over its own channel, never to the server")
+    typer.echo(f"{out / 'he' / 'public.tenseal'}: publish  sha256 {fingerprint}")
+
+
+@keys_app.command("assemble")
+def keys_assemble(
+    keys: Annotated[Path, typer.Option(help="this party's key folder")],
+    public: Annotated[
+        Path, typer.Option(help="folder of every party's published .pub and he/public.tenseal")
+    ],
+) -> None:
+    """Pin every party's published key and the CKKS public context in this party's kit.
+
+    Example: secure-fed keys assemble --keys site0-keys --public published
+    """
+    from secure_fed.crypto.key_ceremony import assemble
+
+    fingerprints = _ceremony(assemble, keys, public)
+    typer.echo(f"{keys / 'fingerprints.json'}: he_public {fingerprints['he_public']}")
+    for party, fingerprint in fingerprints["signing"].items():
+        typer.echo(f"  {party}  {fingerprint}")
+
+
+@keys_app.command("export-public")
+def keys_export_public(
+    keys: Annotated[Path, typer.Option(help="a key folder (kept private)")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="folder to publish or give a verifier")],
+) -> None:
+    """Copy only the public part of a kit: .pub keys, he/public.tenseal, fingerprints.json.
+
+    Example: secure-fed keys export-public --keys keys --out public-keys
+    """
+    from secure_fed.crypto.key_ceremony import export_public
+
+    for path in _ceremony(export_public, keys, out):
+        typer.echo(str(path))
+
+
+@certs_app.command("init")
+def certs_init(
+    out: Annotated[
+        Path, typer.Option("--out", "-o", help="folder for ca.crt, superlink.pem/.key, node keys")
+    ],
+    host: Annotated[
+        list[str] | None,
+        typer.Option(help="an address the nodes dial, repeatable (the certificate's SAN)"),
+    ] = None,
+    nodes: Annotated[
+        str, typer.Option(help="comma-separated node names: one OpenSSH ECDSA key pair each (NAME-node.key)")
+    ] = "",
+    days: Annotated[int, typer.Option(help="validity in days")] = 365,
+    force: Annotated[bool, typer.Option(help="replace existing files")] = False,
+) -> None:
+    """A CA, a SuperLink certificate naming the dialled addresses, and SuperNode key pairs.
+
+    Example: secure-fed certs init --out certs --host 127.0.0.1 --host localhost --nodes site0,site1,site2
+    """
+    from secure_fed.certs import DEFAULT_HOSTS, CertsError, init_certs
+
+    names = [n.strip() for n in nodes.split(",") if n.strip()]
+    try:
+        kit = init_certs(out, host or list(DEFAULT_HOSTS), names, days, force)
+    except CertsError as err:
+        _fail(str(err))
+        raise
+    console.print(
+        f"wrote {kit.ca} (give to every node and to `flwr`), {kit.cert} + {kit.key} (SuperLink only)"
+    )
+    for name, (private, public) in kit.nodes.items():
+        console.print(f"wrote {private} ({name} only) and {public} (`flwr supernode register`)")
+
+
+@ledger_app.command("show")
+def ledger_show(
+    site: Annotated[str, typer.Option(help="the site whose ledger to show")],
+    config: Annotated[Path, typer.Option("--config", "-c", help="the site's own policy TOML")],
+) -> None:
+    """Every run charged to this site's data set and the ε spent, per run and in all.
+
+    Example: secure-fed ledger show --site site0 --config site0.toml
+    """
+    from secure_fed.clients.lifetime import site_ledger_of
+
+    cfg = _config(config, {})
+    store = site_ledger_of(cfg, site)
+    delta = cfg.dp.delta if cfg.dp.delta is not None else 1e-5
+    deltas = {"train": delta, "validation": delta}
+    if not store.runs:
+        console.print(f"{store.path.resolve()}: no release charged to {site}'s data yet")
+        return
+    table = Table(title=f"{site}: {store.path.resolve()} (ε at δ = {delta:g})")
+    for column in ("run", "releases", "ε train", "ε validation"):
+        table.add_column(column)
+    rows = [(run, store.epsilon(deltas, run), len(store.runs[run])) for run in store.runs]
+    for run, eps, count in [*rows, ("all runs", store.epsilon(deltas), sum(r[2] for r in rows))]:
+        cells = [f"{eps[p]['rdp']:.3f}" if p in eps else "0" for p in ("train", "validation")]
+        table.add_row(run, str(count), *cells)
+    Console().print(table)
+
+
+@ledger_app.command("reset")
+def ledger_reset(
+    site: Annotated[str, typer.Option(help="the site whose ledger to delete")],
+    config: Annotated[Path, typer.Option("--config", "-c", help="the site's own policy TOML")],
+    keys: Annotated[Path, typer.Option(help="the site's key folder (signs the record of the reset)")],
+    reason: Annotated[str, typer.Option(help="why (kept in the signed record)")],
+    yes: Annotated[bool, typer.Option("--yes", help="confirm: the patients' spent ε is forgotten")] = False,
+) -> None:
+    """Delete a site's persistent ledger: an operator's decision, signed and logged beside it.
+
+    Example: secure-fed ledger reset --site site0 --config site0.toml --keys keys --reason "new cohort" --yes
+    """
+    from secure_fed.clients.lifetime import reset_site_ledger, site_ledger_of
+
+    cfg = _config(config, {})
+    if not yes:
+        store = site_ledger_of(cfg, site)
+        _fail(
+            f"{store.path.resolve()} holds {len(store.runs)} run(s) of {site}'s spent ε; "
+            "add --yes to delete it"
+        )
+    try:
+        store, record = reset_site_ledger(cfg, site, keys, reason)
+    except (OSError, ValueError) as err:
+        _fail(str(err))
+        raise
+    console.print(f"deleted {store.path.resolve()}; signed record in {record.resolve()}")
+
+
 @audit_app.command("verify")
 def audit_verify(
     logs: Annotated[list[Path], typer.Argument(help="audit logs (*.jsonl)")],
-    keys: Annotated[Path | None, typer.Option(help="key folder with the parties' public keys")] = None,
+    keys: Annotated[
+        Path | None,
+        typer.Option(help="folder of the parties' <party>.pub public keys (`keys export-public`)"),
+    ] = None,
 ) -> None:
     """Check chains, signatures, completeness and re-derive every ε. Exit 0 only if all hold.
 
-    Example: secure-fed audit verify runs/demo/audit/*.jsonl --keys runs/demo/keys
+    Example: secure-fed audit verify runs/demo/audit/*.jsonl --keys runs/demo/public-keys
     """
     from secure_fed.audits.verify import verify_main
 
@@ -309,15 +597,96 @@ def audit_report(
     out: Annotated[Path, typer.Option("--out", "-o", help="report.html (json and csv beside it)")] = Path(
         "report.html"
     ),
-    keys: Annotated[Path | None, typer.Option(help="key folder with the parties' public keys")] = None,
+    keys: Annotated[
+        Path | None,
+        typer.Option(help="folder of the parties' <party>.pub public keys (`keys export-public`)"),
+    ] = None,
 ) -> None:
     """Write the compliance report (HTML + JSON + CSV).
 
-    Example: secure-fed audit report runs/demo/audit/*.jsonl -o report.html --keys runs/demo/keys
+    Example: secure-fed audit report runs/demo/audit/*.jsonl -o report.html --keys runs/demo/public-keys
     """
     from secure_fed.audits.report import report_main
 
     raise typer.Exit(report_main(logs, out, keys))
+
+
+@audit_app.command("empirical")
+def audit_empirical(
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML file (RunConfig tree)")] = None,
+    canaries: Annotated[int, typer.Option(help="M: canaries, each included with probability ½")] = 1000,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="audit run folder")] = None,
+    site: Annotated[
+        list[str] | None, typer.Option(help="site to audit (repeatable); default: every site")
+    ] = None,
+    guesses: Annotated[
+        int | None, typer.Option(help="guesses (top half in, bottom half out); default M/10")
+    ] = None,
+    target_epsilon: Annotated[
+        float | None, typer.Option(help="turn DP on at this ε (else the config's dp section)")
+    ] = None,
+    rounds: Annotated[int | None, typer.Option(help="federated rounds")] = None,
+) -> None:
+    """One-run privacy audit: plant M gradient canaries in each site's own DP-SGD, measure the lower
+    bound ε̂ and log it beside the stated ε; writes OUT/audit/*.jsonl and OUT/report.html.
+
+    Example: secure-fed audit empirical --config configs/empirical_audit.toml --canaries 1000 -o runs/audit
+    """
+    import os
+
+    os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    overrides: dict[str, Any] = {"fed.rounds": rounds}
+    if target_epsilon is not None:
+        overrides |= {"dp.enabled": True, "dp.target_epsilon": target_epsilon}
+    cfg = _config(config, overrides)
+    where = str(config) if config else "the default configuration"
+    if not cfg.dp.enabled:
+        _fail(
+            f"{where}: dp.enabled is false, so there is no mechanism to audit; set [dp] enabled = true "
+            "and target_epsilon, or pass --target-epsilon"
+        )
+    if canaries < 2:
+        _fail(f"--canaries must be at least 2, got {canaries}")
+    if guesses is not None and not 1 <= guesses <= canaries:
+        _fail(f"--guesses must lie in [1, {canaries}] (the number of canaries), got {guesses}")
+    folder = Path(out or cfg.out)
+    if (folder / "sites").exists() or any((folder / "audit").glob("*.jsonl")):
+        # a second audit there would resume the first one's ledgers and logs
+        _fail(f"{folder}: already holds a run; give a new --out folder")
+    from secure_fed.clients.empirical_audit import run_empirical_audit, write_audit_report
+    from secure_fed.clients.site import site_names
+
+    names = site_names(cfg)
+    chosen = site or names
+    unknown = [name for name in chosen if name not in names]
+    if unknown:
+        _fail(f"--site {unknown[0]}: not a site of {where} (sites: {', '.join(names)})")
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    table = Table(title=f"empirical privacy audit — {canaries} canaries")
+    for column in ("site", "mechanism", "ε̂ (95 %)", "stated ε", "ε̂ / ε", "correct / guesses", "seconds"):
+        table.add_column(column)
+    for name in chosen:
+        try:
+            result = run_empirical_audit(cfg, name, canaries, folder, guesses=guesses)
+        except (ValueError, FileNotFoundError, PermissionError) as err:
+            _fail(str(err), 1)
+            raise
+        for row in (result.payload(), *result.releases):
+            table.add_row(
+                name,
+                str(row["mechanism"]) + (f" ({result.steps} steps)" if row["mechanism"] == "dp_sgd" else ""),
+                f"{row['epsilon_hat']:.3f}",
+                f"{row['stated_epsilon']:.3f}",
+                f"{row['epsilon_hat'] / row['stated_epsilon']:.2f}",
+                f"{row['correct']} / {row['guesses']}",
+                f"{result.seconds:.0f}" if row["mechanism"] == "dp_sgd" else "",
+            )
+    Console().print(table)
+    report = write_audit_report(cfg.model_copy(update={"out": folder}), names)
+    if report is not None:
+        console.print(
+            f"wrote {report}; check with: secure-fed audit verify {folder}/audit/*.jsonl --keys {folder}/keys"
+        )
 
 
 def main() -> None:

@@ -8,13 +8,25 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def cache_base() -> Path:
+    """One absolute place for the model cache: $SECURE_FED_CACHE, else ~/.cache/secure_fed.
+
+    Read when a config is built, so every process of a run (Ray workers, SuperNodes started
+    elsewhere) gets the same absolute path from the saved config, whatever its working directory.
+    """
+    import os
+
+    env = os.environ.get("SECURE_FED_CACHE")
+    return Path(env).expanduser().absolute() if env else Path.home() / ".cache" / "secure_fed"
 
 
 class SynthConfig(_Strict):
@@ -23,6 +35,15 @@ class SynthConfig(_Strict):
     visits: int = Field(5, ge=1, le=16, description="maximum visits per patient (T)")
     image_size: int = Field(32, ge=16, le=256)
     seed: int = 0
+    temporal_drift: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="chance a visit from the third on follows the follow-up protocol (0 = off)",
+    )
+    demographic_effect: float = Field(
+        1.0, ge=0.0, le=1.0, description="chance of each age/sex-dependent report sentence (0 = off)"
+    )
 
 
 class DataConfig(_Strict):
@@ -32,7 +53,19 @@ class DataConfig(_Strict):
     val_fraction: float = Field(0.2, gt=0.0, lt=0.5, description="patients held out for α")
     test_fraction: float = Field(0.2, gt=0.0, lt=0.5)
     max_visits: int = Field(5, ge=1, le=16, description="T: visit indices beyond this are dropped")
-    max_report_tokens: int = Field(48, ge=8, le=512)
+    max_report_tokens: int = Field(56, ge=8, le=512)  # the knobs add up to 2 sentences: 48 words max
+    deal_sites: int | None = Field(
+        None,
+        ge=1,
+        le=64,
+        description="deal a single-source data set's patients (IU-Xray) at random to this many sites "
+        "site0..; None = each record's own site",
+    )
+    tokenizer: Literal["public", "words+chars", "bytes"] = Field(
+        "public",
+        description="built-in tokenizer when model.tokenizer_path is unset: the generator's words, "
+        "a public word list with a character fallback (real reports), or UTF-8 bytes",
+    )
 
     @model_validator(mode="after")
     def _needs_path(self) -> DataConfig:
@@ -53,8 +86,18 @@ class ModelConfig(_Strict):
     profile_dim: int = Field(8, ge=1, le=128, description="dimension of φ_p")
     gmm_components: int = Field(16, ge=1, le=64)
     gmm_reg_covar: float = Field(1e-6, ge=1e-6)
-    cache_dir: Path = Path(".cache/secure_fed")
+    cache_dir: Path = Field(
+        default_factory=lambda: cache_base(),
+        description="cohorts and pretrained bases; a relative path is taken under the cache base",
+    )
     pretrain_steps: int = Field(2000, ge=0, description="tiny preset: base pretraining steps (public data)")
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _absolute_cache(cls, value: Path) -> Path:
+        # Relative to the cwd, each process (and each folder an operator starts from) had its own.
+        value = Path(value).expanduser()
+        return value if value.is_absolute() else cache_base() / value
 
 
 class TrainConfig(_Strict):
@@ -71,15 +114,36 @@ class TrainConfig(_Strict):
 Method = Literal[
     "fedtar", "fedtar-no-gmm", "fedtar-no-temporal", "fedavg", "fedprox", "fedadam", "scaffold", "drfa"
 ]
+_METHODS: tuple[str, ...] = get_args(Method)
 
 
 class FedConfig(_Strict):
     method: Method = "fedtar"
-    rounds: int = Field(5, ge=1)
+    rounds: int = Field(10, ge=1, description="10 × 2 local epochs: central gains most by 20 epochs")
     min_sites: int = Field(2, ge=1, description="a round needs at least this many sites")
+    dropouts: int | None = Field(
+        None,
+        ge=0,
+        description="sites the run must survive losing; refused at start when the site count, the "
+        "3-survivor rule and the SecAgg+ threshold allow fewer (None = no demand)",
+    )
     fedprox_mu: float = Field(0.01, ge=0)
     fedadam_lr: float = Field(1e-2, gt=0)
     drfa_lr: float = Field(0.1, gt=0, description="DRFA's step on the site-weight simplex")
+    participation: float = Field(
+        1.0, gt=0, le=1, description="share of the sites the server samples per round (seeded, logged)"
+    )
+    factor_floor: float = Field(
+        0.5,
+        gt=0,
+        le=1,
+        description="site policy: the smallest server-chosen factor (DRFA's n·λ) a site accepts on "
+        "any site's secure-sum contribution; factors average 1",
+    )
+    accepted_methods: list[Method] = Field(
+        default_factory=lambda: list(_METHODS),
+        description="site policy: the methods this site trains for; a request for another is refused",
+    )
     time_embedding_dim: int = Field(32, ge=1)
     engine: Literal["simulation", "inprocess"] = "simulation"
 
@@ -99,6 +163,11 @@ class DPConfig(_Strict):
         100.0, gt=0, description="largest L2 norm of one α direction the site accepts from the server"
     )
     accountant: Literal["rdp", "prv"] = Field("rdp", description="accountant the budget guard uses")
+    ledger_dir: Path | None = Field(
+        None,
+        description="site policy: folder of the site's persistent privacy ledgers (one per data set, "
+        "kept across runs; a deployed site's default is <out>/ledgers)",
+    )
 
     @model_validator(mode="after")
     def _target(self) -> DPConfig:
@@ -144,13 +213,23 @@ class RunConfig(_Strict):
     seed: int = 0
     out: Path = Path("runs/default")
     data: DataConfig = DataConfig()
-    model: ModelConfig = ModelConfig()
+    model: ModelConfig = Field(default_factory=ModelConfig)  # its cache_dir is read per config
     train: TrainConfig = TrainConfig()
     fed: FedConfig = FedConfig()
     dp: DPConfig = DPConfig()
     secagg: SecAggConfig = SecAggConfig()
     he: HEConfig = HEConfig()
     audit: AuditConfig = AuditConfig()
+
+    @model_validator(mode="after")
+    def _he_keys(self) -> RunConfig:
+        # checked when the config loads, before Flower or Ray start: CKKS without keys cannot run
+        if self.he.enabled and self.he.keys_dir is None:
+            raise ValueError(
+                "he.enabled needs he.keys_dir: make keys with `secure-fed keys init --out KEYS`, then "
+                "pass --keys KEYS (or set [he] keys_dir)"
+            )
+        return self
 
     @property
     def hyper_lora_on(self) -> bool:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +92,9 @@ def run_inprocess(
     try:
         outcome = orchestrator.run(resume=resume)
     except BaseException:
-        if trail is not None:
+        if trail is not None and orchestrator.aborted:
+            trail.log.close()  # it ends with the orchestrator's signed `run_aborted` record
+        elif trail is not None:
             trail.log.abandon()  # no head record: the log shows the run did not stop cleanly
         raise
     if trail is not None:
@@ -121,8 +126,11 @@ def write_report(out: Path, keys_dir: Path | None) -> Path | None:
     return Path(html)
 
 
-def loopback_ray_backend(client_cpus: float) -> dict[str, Any]:
-    """Flower simulation backend config: every Ray service on 127.0.0.1, no dashboard, 2 CPUs."""
+def loopback_ray_backend(client_cpus: float, client_gpus: float = 0.0) -> dict[str, Any]:
+    """Flower simulation backend config: every Ray service on 127.0.0.1, no dashboard, 2 CPUs.
+
+    ``client_gpus``: each site's share of the GPU when train.device resolves to CUDA (Ray hides
+    every GPU from an actor that asked for none)."""
     return {
         "init_args": {
             "_node_ip_address": "127.0.0.1",
@@ -131,8 +139,59 @@ def loopback_ray_backend(client_cpus: float) -> dict[str, Any]:
             "log_to_driver": False,
             "logging_level": logging.ERROR,
         },
-        "client_resources": {"num_cpus": client_cpus, "num_gpus": 0.0},
+        "client_resources": {"num_cpus": client_cpus, "num_gpus": client_gpus},
     }
+
+
+def _site_gpu_share(cfg: RunConfig, sites: int) -> float:
+    from secure_fed.model.device import resolve_device
+
+    return 1.0 / max(sites, 1) if resolve_device(cfg.train.device).type == "cuda" else 0.0
+
+
+INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
+
+
+@contextlib.contextmanager
+def _stop_promptly_on_interrupt(trail: ServerTrail | None) -> Iterator[None]:
+    """Ctrl-C ends a simulation now, not after the round (or pretraining) in progress.
+
+    Flower runs our ServerApp in a thread of its own and the Ray engine in the main one; a
+    KeyboardInterrupt there left the ServerApp thread computing, and the process waited for it (over
+    two minutes, measured). So the first Ctrl-C leaves the log without a head record (verify reports
+    the unclean stop), shuts Ray down and exits; the last checkpoint stays for `--resume`.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: object) -> None:
+        print(
+            "\ninterrupted: stopping now; `secure-fed run --resume DIR` continues from the last checkpoint",
+            file=sys.stderr,
+            flush=True,
+        )
+        if trail is not None:
+            trail.log.abandon()
+        # Flower's engine threads report every message cut short by the shutdown as an error.
+        logging.disable(logging.CRITICAL)
+        try:
+            import ray
+
+            ray.shutdown()  # its services are this process's children: do not leave them behind
+        except Exception:  # noqa: BLE001 (exiting anyway; Ray may be half started)
+            pass
+        logging.shutdown()
+        os._exit(INTERRUPTED)
+
+    previous = signal.signal(signal.SIGINT, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def run_simulation(
@@ -169,19 +228,54 @@ def run_simulation(
         result=box,
     )
     client_app = make_client_app(cfg, keys_dir=keys_dir, run_id=run_id)
-    flwr_run_simulation(
-        server_app=server_app,
-        client_app=client_app,
-        num_supernodes=len(names),
-        backend_config=loopback_ray_backend(client_cpus=2),
-    )
+    with _stop_promptly_on_interrupt(trail):
+        flwr_run_simulation(
+            server_app=server_app,
+            client_app=client_app,
+            num_supernodes=len(names),
+            backend_config=loopback_ray_backend(client_cpus=2, client_gpus=_site_gpu_share(cfg, len(names))),
+        )
     if "outcome" not in box:
-        if trail is not None:
+        if trail is not None and box.get("aborted"):
+            trail.log.close()  # it ends with the orchestrator's signed `run_aborted` record
+        elif trail is not None:
             trail.log.abandon()
         raise RuntimeError(f"the simulation ended without a result: {box.get('error', 'see the log above')}")
     if trail is not None:
         trail.finish(box["final_state"])
     return box["outcome"]
+
+
+def preflight(cfg: RunConfig) -> None:
+    """Refuse, before anything slow, data that would stop the run midway (one message per problem).
+
+    Raises ``DataValidationError`` whose problems each name the file or configuration key and the fix.
+    """
+    from secure_fed.data.cohort import cohort_problems, min_patients
+    from secure_fed.data.manifest import DataValidationError
+
+    d = cfg.data
+    if d.source == "synthetic":
+        need = min_patients(d.val_fraction, d.test_fraction)
+        if d.synth.patients < need:
+            raise DataValidationError(
+                [
+                    f"data.synth.patients: {d.synth.patients} patient(s) per site cannot fill train,"
+                    f" validation and test (at least {need} needed); raise data.synth.patients"
+                ]
+            )
+        return
+    assert d.path is not None
+    if not Path(d.path).exists():
+        raise DataValidationError(
+            [
+                f"data.path: {d.path} does not exist (from {Path.cwd()}); point data.path at a"
+                " manifest.jsonl, an annotation.json or a folder holding one"
+            ]
+        )
+    problems = cohort_problems(d.path, d.val_fraction, d.test_fraction, d.deal_sites)
+    if problems:
+        raise DataValidationError(problems)
 
 
 def run_federated(
@@ -190,6 +284,7 @@ def run_federated(
     resume: bool = False,
     progress: Callable[[int, int, RoundResult], None] | None = None,
 ) -> RunOutcome:
+    preflight(cfg)
     if cfg.train.threads is not None:
         import torch
 

@@ -36,6 +36,18 @@ def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(env) if env else tmp_path_factory.mktemp("secure_fed_cache")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _hermetic_cache(cache_dir: Path) -> Iterator[None]:
+    """A config's default model.cache_dir ($SECURE_FED_CACHE, else ~/.cache) is the session's cache."""
+    saved = os.environ.get("SECURE_FED_CACHE")
+    os.environ["SECURE_FED_CACHE"] = str(cache_dir)
+    yield
+    if saved is None:
+        os.environ.pop("SECURE_FED_CACHE", None)
+    else:
+        os.environ["SECURE_FED_CACHE"] = saved
+
+
 def small_config(cache_dir: Path, out: Path, **overrides: object) -> RunConfig:
     data: dict = {
         "seed": 0,

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import shlex
+from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from secure_fed.cli import app
@@ -57,20 +59,33 @@ def test_keys_init_refuses_overwrite(tmp_path):
     assert again.exit_code != 0
 
 
-def test_client_builds_a_hardened_supernode_command(tmp_path):
+def _node_kit(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A site's keys and a CA + node key, as `keys init` and `certs init` make them."""
+    keys, certs = tmp_path / "keys", tmp_path / "certs"
+    assert runner.invoke(app, ["keys", "init", "--out", str(keys), "--sites", "2"]).exit_code == 0
+    made = runner.invoke(app, ["certs", "init", "--out", str(certs), "--nodes", "site0"])
+    assert made.exit_code == 0, made.output
+    return keys, certs / "ca.crt", certs / "site0-node.key"
+
+
+def test_client_builds_a_hardened_supernode_command(tmp_path, monkeypatch):
+    keys, ca, node_key = _node_kit(tmp_path)
     policy = tmp_path / "site0.toml"
     policy.write_text("[dp]\nenabled = true\ntarget_epsilon = 4.0\n")
     base = ["client", "--site", "site0", "--config", str(policy), "--superlink", "link.example:9092"]
-    refused = runner.invoke(app, [*base, "--dry-run"])
+    refused = runner.invoke(app, [*base, "--keys", str(keys), "--dry-run"])
     assert refused.exit_code == 2 and "--root-certificates" in refused.output  # no TLS, no node
+    monkeypatch.chdir(tmp_path)  # relative paths in, absolute paths out (a service file runs elsewhere)
     shown = runner.invoke(
         app,
         [
             *base,
+            "--keys",
+            "keys",
             "--root-certificates",
-            "ca.crt",
+            "certs/ca.crt",
             "--auth-key",
-            "node.key",
+            "certs/site0-node.key",
             "--runtime-port",
             "9200",
             "--dry-run",
@@ -80,7 +95,315 @@ def test_client_builds_a_hardened_supernode_command(tmp_path):
     cmd = shlex.split(shown.output)
     assert cmd[0].endswith("flower-supernode") and "--insecure" not in cmd
     flags = dict(zip(cmd[1::2], cmd[2::2], strict=False))
-    assert flags["--superlink"] == "link.example:9092" and flags["--root-certificates"] == "ca.crt"
-    assert flags["--auth-supernode-private-key"] == "node.key"
+    assert flags["--superlink"] == "link.example:9092" and flags["--root-certificates"] == str(ca.resolve())
+    assert flags["--auth-supernode-private-key"] == str(node_key.resolve())
     assert (flags["--host"], flags["--port"]) == ("127.0.0.1", "9200")  # the Runtime API stays local
-    assert flags["--node-config"] == f"site='site0' config-file='{policy.resolve()}'"
+    assert flags["--node-config"] == (
+        f"site='site0' config-file='{policy.resolve()}' keys-dir='{keys.resolve()}'"
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"--site": "site7"}, "'site7' is not a site"),
+        ({"--keys": "nowhere"}, "nowhere: no such folder"),
+        ({"--keys": None}, "--keys is required"),
+        ({"--root-certificates": "missing.crt"}, "missing.crt: no such file"),
+        ({"--root-certificates": "site0.toml"}, "not a PEM certificate"),
+        ({"--auth-key": "missing.key"}, "missing.key: no such file"),
+    ],
+)
+def test_client_checks_its_inputs_before_starting_anything(tmp_path, monkeypatch, change, named):
+    """One line naming the flag, the absolute path and the fix, under --dry-run as for a real start:
+    nothing is started (no flower-supernode), so an operator learns of the typo in seconds."""
+    keys, ca, node_key = _node_kit(tmp_path)
+    (tmp_path / "site0.toml").write_text("[dp]\nenabled = true\ntarget_epsilon = 4.0\n")
+    monkeypatch.chdir(tmp_path)
+    options = {
+        "--site": "site0",
+        "--config": "site0.toml",
+        "--keys": str(keys),
+        "--root-certificates": str(ca),
+        "--auth-key": str(node_key),
+        **change,
+    }
+    args = ["client", *[x for k, v in options.items() if v is not None for x in (k, v)]]
+    for dry_run in (["--dry-run"], []):
+        result = runner.invoke(app, [*args, *dry_run])
+        assert result.exit_code == 2, result.output
+        assert named in result.output and "Traceback" not in result.output
+        assert "flower-supernode" not in result.output
+        if change.get("--keys") == "nowhere" or "missing" in str(change):
+            assert str(tmp_path.resolve()) in result.output  # the absolute path the node looked at
+
+
+def test_he_without_keys_fails_at_the_config(tmp_path):
+    policy = tmp_path / "site0.toml"
+    policy.write_text("[he]\nenabled = true\n")
+    for args in (
+        ["client", "--site", "site0", "--config", str(policy), "--insecure", "--dry-run"],
+        ["run", "--he", "--out", str(tmp_path / "o")],
+    ):
+        result = runner.invoke(app, args)
+        assert result.exit_code == 2, (args, result.output)
+        assert "he.keys_dir" in result.output and "secure-fed keys init" in result.output
+    assert not (tmp_path / "o" / "checkpoint").exists()  # refused before any training
+
+
+def test_client_he_needs_the_secret_context(tmp_path):
+    keys, ca, _ = _node_kit(tmp_path)
+    (keys / "he" / "secret.tenseal").unlink()  # a server-side kit copy: public context only
+    policy = tmp_path / "site0.toml"
+    policy.write_text(f'[he]\nenabled = true\nkeys_dir = "{keys}"\n')
+    result = runner.invoke(
+        app,
+        ["client", "--site", "site0", "--config", str(policy), "--keys", str(keys)]
+        + ["--root-certificates", str(ca), "--dry-run"],
+    )
+    assert result.exit_code == 2 and "he/secret.tenseal" in result.output, result.output
+
+
+def test_certs_init_makes_a_ca_a_superlink_certificate_with_the_dialled_sans_and_node_keys(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import load_ssh_private_key, load_ssh_public_key
+
+    out = tmp_path / "certs"
+    args = ["certs", "init", "--out", str(out), "--host", "127.0.0.1", "--host", "link.hospital.example"]
+    made = runner.invoke(app, [*args, "--nodes", "site0,site1"])
+    assert made.exit_code == 0, made.output
+    ca = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
+    cert = x509.load_pem_x509_certificate((out / "superlink.pem").read_bytes())
+    cert.verify_directly_issued_by(ca)  # raises unless the CA signed it
+    san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in san.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert san.get_values_for_type(x509.DNSName) == ["link.hospital.example"]
+    assert ca.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    for private in ("ca.key", "superlink.key", "site0-node.key", "site1-node.key"):
+        assert (out / private).stat().st_mode & 0o777 == 0o600, private
+    node = load_ssh_private_key((out / "site0-node.key").read_bytes(), None)
+    public = load_ssh_public_key((out / "site0-node.pub").read_bytes())
+    assert node.public_key().public_numbers() == public.public_numbers()  # type: ignore[union-attr]
+    again = runner.invoke(app, [*args])
+    assert again.exit_code == 2 and "--force" in again.output  # nothing overwritten silently
+
+
+# --- user errors: one message naming the file or key and the fix, never a traceback (issue 15.6) ---
+
+
+def _one_error(result: object, *named: str) -> str:
+    out = result.output  # type: ignore[attr-defined]
+    assert result.exit_code == 2, out  # type: ignore[attr-defined]
+    assert "Traceback" not in out and not isinstance(result.exception, Exception), out  # type: ignore[attr-defined]
+    assert out.count("error:") == 1, out
+    for name in named:
+        assert name in out, (name, out)
+    return out
+
+
+def _cohort(tmp_path: Path) -> Path:
+    out = tmp_path / "cohort"
+    made = runner.invoke(
+        app, ["data", "synth", "--out", str(out), "--sites", "2", "--patients", "5", "--visits", "3"]
+    )
+    assert made.exit_code == 0, made.output
+    return out
+
+
+def _manifest_config(tmp_path: Path, data: Path) -> Path:
+    path = tmp_path / "run.toml"
+    path.write_text(f'[data]\nsource = "manifest"\npath = "{data}"\n')
+    return path
+
+
+def test_data_check_and_run_refuse_dates_going_backwards(tmp_path):
+    data = _cohort(tmp_path)
+    rows = [json.loads(line) for line in (data / "manifest.jsonl").read_text().splitlines()]
+    patient = next(r["patient_id"] for r in rows if r["visit_index"] == 2)
+    first, second = (r for r in rows if r["patient_id"] == patient and r["visit_index"] in (1, 2))
+    first["study_date"], second["study_date"] = "2021-06-01", "2020-01-01"
+    (data / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    checked = runner.invoke(app, ["data", "check", str(data)])
+    assert checked.exit_code == 2 and f"patient {patient!r}" in checked.output
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["run", "-c", str(_manifest_config(tmp_path, data)), "--out", str(out)])
+    _one_error(result, "study_date", patient, "dated before")
+    assert not out.exists()  # refused before anything was made
+
+
+def test_run_refuses_a_site_too_small_and_names_it(tmp_path):
+    data = _cohort(tmp_path)
+    rows = [json.loads(line) for line in (data / "manifest.jsonl").read_text().splitlines()]
+    rows += [dict(rows[0], site="annex", patient_id="annex-1", visit_index=1)]
+    (data / "manifest.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert "site 'annex'" in runner.invoke(app, ["data", "check", str(data)]).output
+    config = _manifest_config(tmp_path, data)
+    result = runner.invoke(app, ["run", "-c", str(config), "-o", str(tmp_path / "o")])
+    _one_error(result, "site 'annex' has 1 patient(s)", "add patients")
+
+
+def test_run_refuses_an_unreadable_image(tmp_path):
+    data = _cohort(tmp_path)
+    image = data / json.loads((data / "manifest.jsonl").read_text().splitlines()[0])["image"]
+    image.write_bytes(b"\x00garbage")
+    config = _manifest_config(tmp_path, data)
+    result = runner.invoke(app, ["run", "-c", str(config), "-o", str(tmp_path / "o")])
+    _one_error(result, str(image), "cannot be read")
+
+
+@pytest.mark.parametrize(
+    ("text", "named"),
+    [
+        ("[fed\nrounds = 1\n", ["c.toml", "line 1"]),
+        ("[fed]\nroundz = 1\n", ["c.toml", "fed.roundz: unknown key", "secure_fed/config.py"]),
+        ('[data]\nsource = "manifest"\npath = "/nonexistent/m.jsonl"\n', ["data.path", "/nonexistent"]),
+        ("[data.synth]\npatients = 2\n", ["data.synth.patients", "at least 3"]),
+    ],
+)
+def test_run_config_errors_are_one_message(tmp_path, text, named):
+    path = tmp_path / "c.toml"
+    path.write_text(text)
+    _one_error(runner.invoke(app, ["run", "-c", str(path), "-o", str(tmp_path / "o")]), *named)
+
+
+def test_run_path_errors_are_one_message(tmp_path):
+    _one_error(runner.invoke(app, ["run", "-c", str(tmp_path / "none.toml")]), "none.toml", "no such config")
+    _one_error(runner.invoke(app, ["run", "-c", str(tmp_path)]), str(tmp_path), "--config")
+    _one_error(runner.invoke(app, ["run", "--resume", str(tmp_path / "gone")]), "--resume", "--out")
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    _one_error(runner.invoke(app, ["run", "-o", str(blocked / "run")]), "--out", "writable")
+    _one_error(runner.invoke(app, ["data", "synth", "-o", str(blocked / "c")]), "--out", "writable")
+
+
+def test_model_cache_is_one_absolute_place(tmp_path, monkeypatch):
+    from secure_fed.config import load_config
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SECURE_FED_CACHE", str(tmp_path / "cache"))
+    assert load_config(None, {}).model.cache_dir == tmp_path / "cache"
+    assert load_config(None, {"model.cache_dir": "bases"}).model.cache_dir == tmp_path / "cache" / "bases"
+    assert load_config(None, {"model.cache_dir": "/srv/c"}).model.cache_dir == Path("/srv/c")
+    monkeypatch.delenv("SECURE_FED_CACHE")
+    assert load_config(None, {}).model.cache_dir == Path.home() / ".cache" / "secure_fed"
+
+
+# --- the run's console: quiet frameworks, progress, the closing privacy line (issue 15.5) ---
+
+
+def test_default_console_drops_framework_debug_and_our_deprecation(monkeypatch):
+    import logging
+    import warnings
+
+    from flwr.common.logger import FLOWER_LOGGER, console_handler
+
+    from secure_fed.console import quiet_frameworks
+
+    monkeypatch.delenv("FLWR_LOG_LEVEL", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_VERBOSITY", raising=False)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+    monkeypatch.setattr(FLOWER_LOGGER, "propagate", FLOWER_LOGGER.propagate)
+    monkeypatch.setattr(console_handler, "level", console_handler.level)
+    monkeypatch.setattr(console_handler, "filters", list(console_handler.filters))
+    with warnings.catch_warnings():
+        quiet_frameworks(verbose=False)
+        assert not FLOWER_LOGGER.propagate  # no second copy of each Flower line through the root
+        debug = logging.LogRecord("flwr", logging.DEBUG, __file__, 1, "Registered 3 nodes", None, None)
+        ours = logging.LogRecord(
+            "flwr", logging.WARNING, __file__, 1, "The `run_simulation` function is deprecated", None, None
+        )
+        real = logging.LogRecord("flwr", logging.WARNING, __file__, 1, "node 3 unreachable", None, None)
+        shown = [r for r in (debug, ours, real) if r.levelno >= console_handler.level]
+        assert [r for r in shown if console_handler.filter(r)] == [real]
+
+
+def test_progress_follows_pretraining_and_rounds():
+    import io
+    import logging
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from secure_fed.console import run_progress
+
+    buffer = io.StringIO()
+    screen = Console(file=buffer, force_terminal=False, width=120)
+    lines = []
+
+    def line(round_id, rounds, result):
+        lines.append(round_id)
+        return f"round {round_id}/{rounds} sites={len(result.participants)}"
+
+    build = logging.getLogger("secure_fed.model.build")
+    setup = logging.getLogger("secure_fed.model.setup")
+    with run_progress(screen, 2, line) as shown:
+        build.info("pretraining the %s base on the public synthetic cohort (cached at %s)", "tiny", "/c")
+        setup.info("base pretraining step %d/%d loss %.3f", 100, 300, 2.5)
+        (task,) = [t for t in shown.progress.tasks if t.description.startswith("base pretraining")]
+        assert (task.completed, task.total) == (100, 300)
+        shown.on_round(1, 2, SimpleNamespace(participants=[0, 1, 2]))
+        assert not [t for t in shown.progress.tasks if t.description.startswith("base pretraining")]
+        rounds = shown.progress.tasks[0]
+        assert (rounds.completed, rounds.total, rounds.description) == (1, 2, "round 2: training")
+        shown.on_round(2, 2, SimpleNamespace(participants=[0, 1]))
+        assert shown.progress.tasks[0].description.startswith("evaluating")
+    assert lines == [1, 2]
+    text = buffer.getvalue()
+    assert "round 1/2 sites=3" in text and "round 2/2 sites=2" in text and "base model ready" in text
+    assert build.handlers == [] and build.propagate  # the watcher is gone after the run
+
+
+def test_closing_privacy_line_names_accountant_delta_and_budget():
+    from secure_fed.console import privacy_line
+
+    metrics = {
+        "privacy": {
+            "delta": 1e-5,
+            "epsilon": {"site1": {"rdp": 3.5, "prv": 3.1}, "site0": {"rdp": 2.25, "prv": None}},
+        }
+    }
+    line = privacy_line(metrics, "prv", 8.0)
+    assert line == (
+        "privacy: δ=1.0e-05, ε per patient (PRV accountant) of budget: site0 2.25/8, site1 3.10/8"
+    )
+    assert privacy_line(metrics, "rdp", None).endswith("(RDP accountant): site0 2.25, site1 3.50")
+    assert privacy_line({"privacy": {"epsilon": {}}}, "rdp", None) is None
+
+
+def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    config = tmp_path / "run.toml"
+    config.write_text(
+        "[data.synth]\nsites = 3\npatients = 16\nvisits = 3\n[data]\nmax_visits = 3\n"
+        f'[model]\ncache_dir = "{cache_dir}"\npretrain_steps = 150\n[train]\nthreads = 1\n'
+        '[fed]\nrounds = 50\nengine = "inprocess"\n'
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "secure_fed.cli", "run", "-c", str(config), "-o", str(tmp_path / "o")],
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
+    try:
+        assert proc.stderr is not None
+        header = proc.stderr.readline()
+        assert header.startswith("secure-fed: fedtar, 50 rounds"), header
+        time.sleep(3)  # inside setup, pretraining or round 1: work that takes far longer than 3 s
+        proc.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        _, err = proc.communicate(timeout=60)
+        waited = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "--resume" in err and "Traceback" not in err, err
+    assert waited < 15, f"took {waited:.1f} s to stop"

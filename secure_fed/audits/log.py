@@ -43,13 +43,23 @@ EVENTS: dict[str, str] = {
     "secagg_round": 'secure aggregation of one round: {"participants": [...], "dropped": [...]}',
     "alpha": "the aggregated (final) α",
     "alpha_skipped": 'the round\'s α sum could not be completed and α kept its value: {"reason"}',
+    "participation": 'the sites sampled for a round: {"fraction", "sampled": [...]}',
     "run_stopped": 'the run ended before its planned rounds: {"reason"}',
+    "run_aborted": 'the run failed and ended here; nothing more was released: {"reason", "round"?}',
+    "round_skipped": 'sites left mid-round: no aggregate, the model kept: {"reason", "dropped": [...]}',
+    "site_budget": 'a site\'s privacy budget across runs, from its persistent ledger: {"site", '
+    '"dataset", "run_id", "lifetime_start", "run"?, "lifetime"?, "delta", "budget"} (ε per population; '
+    'at the start of a run, and with "run" and "lifetime" at its end)',
+    "ledger_reset": 'an operator deleted a site\'s persistent ledger: {"site", "dataset", "file", "runs", '
+    '"releases", "epsilon", "delta", "reason"}',
     "model_hash": 'hash of the released model: {"sha256": hex, ...}',
     "instruction": 'a server instruction a site acted on or refused: {"phase", "round", "digest" (SHA-256 '
     'of the parameters), "outcome": "acted" | "refused" | "error", "code", "detail"?}',
     "population_sizes": 'a site\'s exact patient counts {"train", "validation", "test"} (site log only: '
     "records the server copies carry a power-of-two range)",
     "run_end": 'a site ended its run: {"stopped_early": reason | null}',
+    "empirical_audit": "a one-run canary audit of a site's DP-SGD (secure-fed audit empirical): "
+    '{"site", "canaries", "guesses", "correct", "delta", "confidence", "epsilon_hat", "stated_epsilon", ...}',
     "site_record": "a site's signed record copied verbatim into the server's log (payload = the record)",
     "head": "written by close(): {count: records before it, last_hash}",
 }

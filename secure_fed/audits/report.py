@@ -108,7 +108,9 @@ def _guarantee_sentence(g: Guarantee, refusals: list[dict[str, Any]]) -> str:
     data = f" ({sizes})" if sizes else ""
     sentence = (
         f"<li><b>{_e(g.site)}</b>{_e(data)}: each patient's privacy loss is at most "
-        f"<b>(ε = {_num(g.epsilon, 3)}, δ = {g.delta:g}) per patient at {_e(g.site)}</b>, "
+        f"<b>(ε = {_num(g.epsilon, 3)}, δ = {g.delta:g}) per patient at {_e(g.site)}</b> "
+        f"by the {_e(g.accountant)} accountant, the one its budget was enforced with "
+        "(the value `secure-fed run` prints last), "
         f"over every release that touched patient data ({_e(', '.join(g.mechanisms))}). "
     )
     if g.budget is None:
@@ -299,25 +301,44 @@ def _verification_html(data: ReportData) -> str:
 
 _COLUMNS: list[tuple[str, str]] = [
     ("site", "site"),
-    ("population", "patients"),
+    ("population", "patient group"),
+    ("population_size", "group size"),
     ("round", "round"),
     ("mechanism", "mechanism"),
+    ("what", "what was released, in words"),
     ("sampling_rate", "q"),
     ("noise_multiplier", "σ"),
     ("clip_norm", "C"),
-    ("steps", "steps"),
-    ("population_size", "population"),
+    ("steps", "releases"),
     ("delta", "δ"),
-    ("epsilon_rdp", "ε RDP (logged)"),
+    ("epsilon_rdp", "cumulative ε RDP (logged)"),
     ("rederived_rdp", "ε RDP (re-derived)"),
-    ("epsilon_prv", "ε PRV (logged)"),
+    ("epsilon_prv", "cumulative ε PRV (logged)"),
     ("rederived_pld", "ε PLD (re-derived)"),
-    ("budget", "budget"),
-    ("matches", "matches"),
+    ("budget", "budget ε"),
+    ("matches", "re-derived ε matches"),
 ]
+
+# Each mechanism in words, for a reader who does not know the symbols.
+MECHANISM_WORDS: dict[str, str] = {
+    "dp_sgd": (
+        "training of the shared model (DP-SGD): each step samples each patient with probability q, "
+        "clips the patient's gradient to norm C and adds Gaussian noise of σ·C"
+    ),
+    "gmm_histogram": (
+        "counts of patients per age band and sex, released once with Gaussian noise of σ per count, "
+        "from which the site fits its patient groups"
+    ),
+    "alpha_scalars": (
+        "how much each of the site's validation patients favours each time step (α hypergradients): "
+        "clipped per patient to C, Gaussian noise of σ·C, summed with the other sites under encryption"
+    ),
+}
 
 
 def _cell(row: MechanismRow, name: str) -> str:
+    if name == "what":
+        return _e(MECHANISM_WORDS.get(row.mechanism, "a noisy release (see the mechanism's parameters)"))
     value = getattr(row, name)
     if name == "matches":
         return "—" if value is None else ("✓" if value else "✗ MISMATCH")
@@ -396,9 +417,65 @@ def _mechanisms_html(rows: list[MechanismRow]) -> str:
             "differential-privacy guarantee.</p>"
         )
     return _mechanism_table(rows) + (
-        "<p class='muted'>q: sampling rate; σ: noise multiplier (noise std / clipping bound C); steps: "
-        "releases; ε re-derived independently with Google's dp_accounting (RDP on Opacus' orders; PLD for "
-        "the tight value).</p>"
+        "<p class='muted'>Patient group: training or validation patients (different people, so a patient's "
+        "ε is that of their own group); group size: a power-of-two range, never the exact count. "
+        "q: the chance each patient is sampled in a step (1: every patient, every time); σ: noise "
+        "multiplier (noise standard deviation / C); C: the most one patient can change the released value "
+        "(clipping bound; — where the sensitivity is fixed by the mechanism); releases: how many noisy "
+        "steps this row adds. ε columns are cumulative for the (site, group) after this row, as the site "
+        "logged them, and as re-derived independently with Google's dp_accounting (RDP on Opacus' orders; "
+        "PLD for the tight value).</p>"
+    )
+
+
+_AUDITED = {
+    "dp_sgd": "its DP-SGD training over all rounds",
+    "alpha_scalars": "one release of its α scalars",
+    "gmm_histogram": "its GMM histogram release",
+}
+
+
+def _empirical_html(data: ReportData) -> str:
+    """ε̂ beside ε per audited site, with what a measured lower bound does and does not say."""
+    if not data.empirical_audits:
+        return ""
+    items = []
+    for audit in data.empirical_audits:
+        stated, measured = audit.get("stated_epsilon"), audit.get("epsilon_hat")
+        again = audit.get("rederived_epsilon_hat")
+        check = (
+            "re-derived from the logged counts by the verifier"
+            if again is not None
+            else "not re-derived (verification did not run or could not read the record)"
+        )
+        verdict = ""
+        what = _AUDITED.get(str(audit.get("mechanism")), "its releases")
+        if isinstance(stated, int | float) and isinstance(measured, int | float):
+            if measured > stated:
+                verdict = (
+                    " <b>The measured lower bound EXCEEDS the stated ε: the training code leaks more "
+                    "than its accountant says (a bug in noise, clipping or accounting).</b>"
+                )
+            else:
+                verdict = f" ε̂ / ε = {measured / stated:.2f} (1 would be a perfectly tight audit)."
+        items.append(
+            f"<li><b>{_e(audit.get('site'))}</b>: measured ε̂ = <b>{_num(measured, 3)}</b> beside the stated "
+            f"ε = <b>{_num(stated, 3)}</b> for {_e(what)} "
+            f"(δ = {_e(audit.get('delta'))}); "
+            f"{_e(audit.get('correct'))} of {_e(audit.get('guesses'))} guesses about "
+            f"{_e(audit.get('canaries'))} planted canaries were right, at "
+            f"{_num(100 * float(audit.get('confidence', 0)), 3)} % confidence; ε̂ {check}.{verdict}</li>"
+        )
+    return (
+        "<h2>Empirical privacy audit</h2><div id='empirical'>"
+        "<p>An audit run planted artificial test patients (canaries) in a site's own training code, each "
+        "included or not by a coin flip, and then tried to tell from what the training released which "
+        "ones had been included. How often it was right gives ε̂, a <b>measured lower bound</b>: the "
+        "true privacy loss is at least ε̂ (at the stated confidence). A correct implementation must keep "
+        "ε̂ at or below the stated ε, which is an upper bound proved from the mechanism's settings; "
+        "ε̂ above ε would prove a bug. ε̂ below ε does not prove the code right, it only finds no leak "
+        "larger than ε̂.</p>"
+        f"<ul>{''.join(items)}</ul></div>"
     )
 
 
@@ -414,6 +491,7 @@ def render_html(data: ReportData) -> str:
         "report "
         f"from the signed audit logs of: {_e(', '.join(data.parties))}.</p>"
         f"<h2>Summary</h2>{_summary(data)}"
+        f"{_empirical_html(data)}"
         f"<h2>Privacy loss over rounds</h2><div class='plot' id='plot'>{plot_svg(data)}</div>"
         f"{_plot_caption(data)}"
         f"<h2>Verification</h2>{_verification_html(data)}"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -101,9 +101,14 @@ class ReportData:
     model_hash: Any = None
     verification: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] | None = None  # RunSettings of the logged run_config; None: none logged
+    # The accountant whose ε the headline, table and plot report: the one the run's budget guard
+    # used (run_config dp.accountant), so the report and `secure-fed run`'s last line agree.
+    accountant: str = "rdp"
     sites: list[SiteReport] = field(default_factory=list)
     instructions: list[dict[str, Any]] = field(default_factory=list)  # refused or failed ones
     stopped: str | None = None  # why the run ended before its planned rounds (server's run_stopped)
+    # one-run canary audits (`secure-fed audit empirical`): payload + party + re-derived ε̂
+    empirical_audits: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -185,7 +190,23 @@ def _row(record: dict[str, Any], verification: Verification | None) -> Mechanism
     )
 
 
-def _guarantees(rows: list[MechanismRow]) -> list[Guarantee]:
+def _run_accountant(configs: list[dict[str, Any]]) -> str:
+    """dp.accountant of the latest run_config that states one; else RDP, the guard's default."""
+    for config in reversed(configs):
+        dp = config.get("dp")
+        if isinstance(dp, dict) and dp.get("accountant") in ("rdp", "prv"):
+            return str(dp["accountant"])
+    return "rdp"
+
+
+def _as_reported(row: MechanismRow, accountant: str) -> MechanismRow:
+    """The row's ε by the run's accountant (PRV falls back to RDP where none was logged)."""
+    value = row.epsilon_prv if accountant == "prv" and row.epsilon_prv is not None else row.epsilon_rdp
+    within = None if row.budget is None else value <= row.budget
+    return replace(row, epsilon_reported=value, within_budget=within)
+
+
+def _guarantees(rows: list[MechanismRow], accountant: str = "rdp") -> list[Guarantee]:
     result = []
     for site in sorted({row.site for row in rows}):
         own = [row for row in rows if row.site == site]
@@ -198,7 +219,7 @@ def _guarantees(rows: list[MechanismRow]) -> list[Guarantee]:
                 site=site,
                 epsilon=worst.epsilon_reported,
                 delta=max(row.delta for row in last.values()),
-                accountant="PRV" if worst.epsilon_prv is not None else "RDP",
+                accountant="PRV" if accountant == "prv" and worst.epsilon_prv is not None else "RDP",
                 budget=min(budgets) if budgets else None,
                 exceeded=any(row.within_budget is False for row in own),
                 populations={pop: row.epsilon_reported for pop, row in last.items()},
@@ -385,6 +406,8 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
             data.alpha = payload
         elif event == "model_hash":
             data.model_hash = payload
+        elif event == "empirical_audit":
+            data.empirical_audits.append(empirical_row(record, verification))
         elif event == "run_config":
             configs.append(payload)
         elif event == "instruction":
@@ -392,7 +415,9 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
             if payload.get("outcome") in ("refused", "error"):
                 data.instructions.append({"site": record["party"], "round": record["round"], **payload})
     data.mechanisms.sort(key=lambda row: (row.site, row.party, row.seq))
-    data.guarantees = _guarantees(data.mechanisms)
+    data.accountant = _run_accountant(configs)
+    data.mechanisms = [_as_reported(row, data.accountant) for row in data.mechanisms]
+    data.guarantees = _guarantees(data.mechanisms, data.accountant)
     data.period = (min(times), max(times)) if times else None
     settings = _settings(configs)
     data.settings = None if settings is None else asdict(settings)
@@ -410,3 +435,15 @@ def epsilon_series(rows: list[MechanismRow]) -> dict[tuple[str, str], list[tuple
         by_round = series.setdefault((row.site, row.population), {})
         by_round[row.round if row.round is not None else 0] = row.epsilon_reported
     return {key: sorted(points.items()) for key, points in series.items()}
+
+
+def empirical_row(record: dict[str, Any], verification: Verification | None) -> dict[str, Any]:
+    """An `empirical_audit` record for the report: its payload, who signed it, and ε̂ as re-derived
+    by the verifier (None when verification did not run or could not read the record)."""
+    again = verification.empirical.get(record["hash"]) if verification is not None else None
+    return {
+        "party": record["party"],
+        "time": record["time"],
+        **record["payload"],
+        "rederived_epsilon_hat": again,
+    }

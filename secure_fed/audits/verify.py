@@ -42,7 +42,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from secure_fed.audits.accounting import EventError, StreamAccountant, prv_matches, rdp_matches
-from secure_fed.audits.keys import keys_for_cli
+from secure_fed.audits.empirical_bound import check_record as check_empirical_record
+from secure_fed.audits.keys import key_fingerprint, keys_for_cli
 from secure_fed.audits.payloads import instruction_problem, record_round, round_sites, run_settings
 from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
 from secure_fed.audits.reader import TORN, Line, read_log
@@ -96,6 +97,8 @@ class Verification:
     warnings: list[str] = field(default_factory=list)
     # Sites named in a log whose own log was not given: checked only through the copies of others.
     unsupplied: list[str] = field(default_factory=list)
+    # empirical_audit records (by hash) → ε̂ re-derived from their logged counts
+    empirical: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -137,6 +140,10 @@ class _Checker:
         self.problems: list[Problem] = []
         self.warnings: list[str] = []
         self._missing_key_reported: set[tuple[str, str]] = set()
+        self._signed: dict[tuple[str, str], list[int]] = {}  # (log, party) → [checked, failed]
+        self._mismatch: dict[tuple[str, str], tuple[int, str]] = {}  # → (problem index, label)
+        self.logged_fingerprints: dict[str, str] = {}
+        self.wrong_keys: set[str] = set()  # parties none of whose signatures verify with the key given
 
     def report(self, path: str, line: Line | None, reason: str, seq: int | None = None) -> None:
         self.problems.append(Problem(path, line.number if line else None, reason, seq))
@@ -153,10 +160,58 @@ class _Checker:
                 self._missing_key_reported.add((path, party))
                 self.report(path, line, f"{label}no public key for party {party!r}: signatures not checked")
             return True
+        checked = self._signed.setdefault((path, party), [0, 0])
+        checked[0] += 1
         if not signature_holds(record["hash"], record["signature"], key):
-            self.report(path, line, f"{label}signature does not verify with {party}'s key", record["seq"])
+            # One problem per (log, party), naming the first bad record; the count and the
+            # fingerprints are filled in at the end (a wrong key folder fails every record alike).
+            checked[1] += 1
+            if checked[1] == 1:
+                self._mismatch[(path, party)] = (len(self.problems), label)
+                self.report(path, line, "", record["seq"])
             return True
         return False
+
+    def note_fingerprints(self, record: dict[str, Any]) -> None:
+        """What a key_fingerprints record says (for the message only: never trusted as a key)."""
+        signing = record["payload"].get("signing") if isinstance(record["payload"], dict) else None
+        if isinstance(signing, dict):
+            self.logged_fingerprints.update({p: fp for p, fp in signing.items() if isinstance(fp, str)})
+
+    def finish_mismatches(self) -> None:
+        """Word each (log, signer) mismatch once; a signer whose own log fails with the key given is
+        named there only, not again for each copy of its records in other logs."""
+        drop: set[int] = set()
+        own_first = sorted(self._mismatch.items(), key=lambda item: bool(item[1][1]))
+        for (path, party), (index, label) in own_first:
+            total, bad = self._signed[(path, party)]
+            if label and bad == total and party in self.wrong_keys:
+                drop.add(index)
+                continue
+            if bad == total:
+                self.wrong_keys.add(party)
+            given = key_fingerprint(self.keys[party])[:16]
+            logged = self.logged_fingerprints.get(party)
+            if bad == total:
+                said = (
+                    f"the run's key_fingerprints record says {logged[:16]}…"
+                    if logged and logged != key_fingerprint(self.keys[party])
+                    else "no fingerprint of it in the logs given"
+                    if not logged
+                    else "the same as the run's key_fingerprints record"
+                )
+                reason = (
+                    f"{label}key mismatch: none of {party}'s {total} signature(s) verify with the key given"
+                    f" (sha256 {given}…; {said}); pass this run's public keys"
+                    " (`secure-fed keys export-public --keys KEYS --out PUBDIR`)"
+                )
+            else:  # some records only: those were changed or re-signed, not the key folder wrong
+                reason = f"{label}signature does not verify with {party}'s key"
+                if bad > 1:
+                    reason += f" ({bad} of {total} records, the first here): records modified or re-signed"
+            old = self.problems[index]
+            self.problems[index] = Problem(old.path, old.line, reason, old.seq)
+        self.problems = [p for i, p in enumerate(self.problems) if i not in drop]
 
     def check_log(self, path: str, lines: list[Line]) -> _LogState:
         state = _LogState(path)
@@ -380,6 +435,12 @@ class _Checker:
             self.warnings.append(
                 f"{site}: log not supplied; its records were checked only as copied by {holder}"
             )
+        parties = {state.party for state in states if state.party}
+        if parties and "server" not in parties:
+            self.warnings.append(
+                "server: log not supplied; participation and the copies of site records were not"
+                " cross-checked (give audit/server.jsonl too)"
+            )
         return sorted(missing)
 
     def rederive(self, state: _LogState, rederived: dict[str, Rederived]) -> None:
@@ -416,6 +477,15 @@ class _Checker:
                 )
 
 
+def _print_empirical(console: Console, result: Verification) -> None:
+    for value in result.empirical.values():
+        console.print(
+            f"empirical audit: ε̂ = {value:.3f} re-derived from the logged canary counts "
+            "(a measured lower bound on ε)",
+            highlight=False,
+        )
+
+
 def _fmt(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.4g}"
 
@@ -435,13 +505,26 @@ def verify_logs(
             checker.report(path, None, f"cannot read: {err.strerror or err}")
             continue
         states.append(checker.check_log(path, lines))
-    checker.check_copies(states)
-    checker.check_participation(states)
-    checker.check_handed_over(states)
+    for state in states:
+        for record in state.records.values():
+            if record.get("event") == "key_fingerprints":
+                checker.note_fingerprints(record)
+    checker.finish_mismatches()
+    if checker.wrong_keys:
+        # Copies and participation rest on signatures: with a wrong key each would fail again.
+        checker.warnings.append(
+            "cross-log checks (copies, participation) skipped: the keys given do not match "
+            + ", ".join(sorted(checker.wrong_keys))
+        )
+    else:
+        checker.check_copies(states)
+        checker.check_participation(states)
+        checker.check_handed_over(states)
     unsupplied = checker.note_unsupplied(states)
     rederived: dict[str, Rederived] = {}
     for state in states:
         checker.rederive(state, rederived)
+    empirical = _check_empirical_audits(checker, states)
     order = {str(path): index for index, path in enumerate(paths)}
     problems = sorted(checker.problems, key=lambda p: (order.get(p.path, 0), p.line or 0))
     logs = [LogSummary(s.path, s.party, s.run_id, s.count, len(s.privacy), s.closed) for s in states]
@@ -453,7 +536,23 @@ def verify_logs(
         keys_checked=public_keys is not None,
         warnings=checker.warnings,
         unsupplied=unsupplied,
+        empirical=empirical,
     )
+
+
+def _check_empirical_audits(checker: _Checker, states: list[_LogState]) -> dict[str, float]:
+    """Re-derive each `empirical_audit` record's ε̂ from its logged counts (one-run audit bound)."""
+    found: dict[str, float] = {}
+    for state in states:
+        for seq, record in sorted(state.records.items()):
+            if record["event"] != "empirical_audit":
+                continue
+            again, problem = check_empirical_record(record["payload"])
+            if again is not None:
+                found[record["hash"]] = again
+            if problem:
+                checker.report(state.path, None, f"record seq {seq}: {problem}", seq)
+    return found
 
 
 def verify_main(
@@ -484,6 +583,7 @@ def verify_main(
     console.print(table)
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
+    _print_empirical(console, result)
     if result.ok:
         checked = len(result.rederived)
         console.print(

@@ -11,6 +11,7 @@ SuperNode keeps between messages and never sends to the server.
 from __future__ import annotations
 
 import logging
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +19,14 @@ import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
+from secure_fed.clients.guard import Refusal
 from secure_fed.clients.handler import handle
 from secure_fed.clients.hypergrad import flatten, unflatten
+from secure_fed.clients.lifetime import attach_lifetime, log_lifetime_end
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.clients.site import deployment_site_key, site_names
 from secure_fed.config import RunConfig, load_config
+from secure_fed.dp.site_ledger import SiteLedger
 from secure_fed.wire import from_records, load_state, store_state, to_records
 
 log = logging.getLogger(__name__)
@@ -44,28 +48,81 @@ PHASES = (
 )
 _STATE_KEY = "secure_fed_protocol"
 _MEMORY_KEY = "secure_fed_site"
-_STASHED = ("upload", "scalars", "scalars_round")
-_RUNTIMES: dict[tuple[str, str], SiteRuntime] = {}
+_STASHED = ("upload", "secagg_context", "scalars", "scalars_round")
+_RUNTIMES: dict[tuple[str, str, str], SiteRuntime] = {}
+_LIFETIME: dict[tuple[str, str, str], SiteLedger | None] = {}
 _SECRETS: dict[str, Any] = {}
 
 
+_RUN_KEY = "secure_fed_run"  # the method and rounds the server announced in `hello`
+# [fed] key of a config file ← the `flwr run --run-config` key that fills it when the file is silent
+_RUN_CONFIG_KEYS = (("method", "method"), ("rounds", "num-server-rounds"))
+
+
+def _file_fed_table(path: str) -> dict[str, Any]:
+    if not path:
+        return {}
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}  # load_config below names the file and the problem
+    fed = data.get("fed", {})
+    return fed if isinstance(fed, dict) else {}
+
+
 def config_from_context(context: Context) -> RunConfig:
+    """The server's configuration: its file, where the file sets `[fed] method` / `rounds`; the run
+    config (`method`, `num-server-rounds`, whose defaults live in pyproject.toml) only where it
+    does not. A differing run-config value is named in the log, never silently taken."""
     run = dict(context.run_config)
     path = str(run.get("config-file") or "")
-    overrides = {"fed.method": run.get("method"), "fed.rounds": run.get("num-server-rounds")}
+    fed = _file_fed_table(path)
+    overrides: dict[str, Any] = {}
+    for key, run_key in _RUN_CONFIG_KEYS:
+        value = run.get(run_key)
+        if key not in fed:
+            overrides[f"fed.{key}"] = value
+        elif value is not None and value != fed[key]:
+            log.warning(
+                "%s sets [fed] %s = %r; the run config's %s = %r is not used",
+                path,
+                key,
+                fed[key],
+                run_key,
+                value,
+            )
     return load_config(Path(path) if path else None, overrides)
 
 
 def site_config_from_context(context: Context) -> RunConfig:
     """A deployed site trusts its own policy file, not the server's: with `config-file` in the node
     config, every setting comes from the site's file and only the method and the number of rounds
-    from the run the server submitted."""
+    from the server — as its `hello` announced them (the server's file may set them), else as the
+    submitted run config says."""
     node = dict(context.node_config)
     if "config-file" not in node:
         return config_from_context(context)
     run = dict(context.run_config)
-    overrides = {"fed.method": run.get("method"), "fed.rounds": run.get("num-server-rounds")}
+    announced = load_state(context.state, _RUN_KEY)
+    overrides = {
+        "fed.method": announced.get("method", run.get("method")),
+        "fed.rounds": announced.get("rounds", run.get("num-server-rounds")),
+    }
     return load_config(Path(str(node["config-file"])), overrides)
+
+
+def _remember_announcement(context: Context, request: dict[str, Any]) -> None:
+    """The first `hello` of a run fixes the method and rounds for the site (a later one cannot
+    change what the site calibrated its noise for)."""
+    if load_state(context.state, _RUN_KEY):
+        return
+    announced = {
+        key: request[key]
+        for key, kind in (("method", str), ("rounds", int))
+        if isinstance(request.get(key), kind) and not isinstance(request.get(key), bool)
+    }
+    if announced:
+        store_state(context.state, _RUN_KEY, announced)
 
 
 def _site_of(cfg: RunConfig, context: Context) -> str:
@@ -75,11 +132,33 @@ def _site_of(cfg: RunConfig, context: Context) -> str:
     return site_names(cfg)[int(node["partition-id"])]
 
 
+def run_folder(cfg: RunConfig, run_id: str) -> Path:
+    """A deployed party's folder for one run (<out>/runs/<run id>): its audit log, guard, released
+    values. A site joins any number of runs with one policy file; what outlives a run (the
+    patient-id key, the persistent privacy ledger) stays in <out>."""
+    return Path(cfg.out) / "runs" / run_id
+
+
 def _runtime(cfg: RunConfig, site: str, keys_dir: Path | None, run_id: str, deployed: bool) -> SiteRuntime:
-    key = (cfg.model_dump_json(), site)
+    key = (cfg.model_dump_json(), site, run_id)
     if key not in _RUNTIMES:
-        site_key = deployment_site_key(cfg, site) if deployed else None
-        _RUNTIMES[key] = SiteRuntime.create(cfg, site, site_key=site_key, keys_dir=keys_dir, run_id=run_id)
+        if deployed:
+            if not cfg.audit.enabled or keys_dir is None:
+                # a hospital's node never acts unlogged: every release must reach its signed log
+                raise Refusal(
+                    "unlogged",
+                    f"site {site} has no audit log to sign: set [audit] enabled = true in its policy and "
+                    "start it with --keys (its own signing/<site>.pem and fingerprints.json)",
+                )
+            run_cfg = cfg.model_copy(update={"out": run_folder(cfg, run_id)})
+            runtime = SiteRuntime.create(
+                run_cfg, site, site_key=deployment_site_key(cfg, site), keys_dir=keys_dir, run_id=run_id
+            )
+            _LIFETIME[key] = attach_lifetime(runtime, cfg, run_id)
+        else:
+            runtime = SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=run_id)
+            _LIFETIME[key] = None
+        _RUNTIMES[key] = runtime
     return _RUNTIMES[key]
 
 
@@ -125,15 +204,21 @@ def make_client_app(
     app = ClientApp()  # policy, guard and the instruction log live in `handle`, for every runtime
 
     def respond(phase: str, message: Message, context: Context) -> Message:
+        request = from_records(message.content)
+        if phase == "hello" and cfg is None:
+            _remember_announcement(context, request)
         run_cfg = cfg_of(context)
         node = dict(context.node_config)
         site_keys = Path(str(node["keys-dir"])) if "keys-dir" in node else keys_dir
         deployed = "config-file" in node  # a hospital's own node, not the simulation's stand-in
         site = _site_of(run_cfg, context)
-        runtime = _runtime(run_cfg, site, site_keys, run_id or str(context.run_id), deployed)
+        this_run = run_id or str(context.run_id)
+        runtime = _runtime(run_cfg, site, site_keys, this_run, deployed)
         _restore_memory(runtime, context)
+        if phase == "finish":  # the run's and the lifetime ε, before `finish` closes the log
+            log_lifetime_end(runtime, _LIFETIME.get((run_cfg.model_dump_json(), site, this_run)), this_run)
         state = load_state(context.state, _STATE_KEY)
-        reply, state = handle(runtime, phase, from_records(message.content), state, _secret_context(run_cfg))
+        reply, state = handle(runtime, phase, request, state, _secret_context(run_cfg))
         store_state(context.state, _STATE_KEY, state)
         _save_memory(runtime, context)
         return Message(to_records(reply), reply_to=message)

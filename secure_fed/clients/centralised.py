@@ -61,5 +61,5 @@ def train_centralised(
         settings = LocalTrainSettings(lr=cfg.train.lr, epochs=epochs, batch_patients=cfg.train.batch_size)
         result = train_copies(model, model.trainable_state(), [train], settings, seed=cfg.seed)
         model.load_trainable_state(result.states[0])
-    tokenizer = load_tokenizer(cfg.model.tokenizer_path)
+    tokenizer = load_tokenizer(cfg.model.tokenizer_path, cfg.data.tokenizer)
     return model, evaluate_split(model, test, tokenizer.decode, cfg.data.max_report_tokens + 1)

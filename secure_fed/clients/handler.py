@@ -96,6 +96,7 @@ def _dispatch(
                 state,  # not {}: it records the updates already masked, so none is summed twice
                 runtime.stash["upload"],
                 identity=runtime.identity(),
+                context=runtime.stash.get("secagg_context", b""),
             )
         except SecAggRefused as exc:  # the training result stands; the secure sum counts us as dropped
             return {**reply, "secagg_refused": str(exc)}, state
@@ -103,7 +104,7 @@ def _dispatch(
     if phase == "hypergrad":
         return runtime.hypergrad(round_id, request["final"], request["directions"], digest), state
     if phase == "finish":
-        return runtime.finish(_stopped_early(request)), state
+        return runtime.finish(_stopped_early(request), bool(request.get("aborted"))), state
     if phase == "evaluate":
         return runtime.evaluate(
             request["global"], str(request.get("split", "test")), _stopped_early(request)
@@ -118,6 +119,7 @@ def _dispatch(
             state,
             upload,
             identity=runtime.identity,
+            context=runtime.stash.get("secagg_context", b""),
         )
     if phase in SCALAR_PHASES:
         scalars = runtime.stash.get("scalars")

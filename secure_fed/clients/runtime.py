@@ -13,6 +13,7 @@ import torch
 
 from secure_fed.clients.coarsen import bucket_floor
 from secure_fed.clients.evaluation import evaluate_split
+from secure_fed.clients.factors import check_factors
 from secure_fed.clients.guard import Refusal, SiteGuard
 from secure_fed.clients.hypergrad import flatten, per_patient_hypergradients, unflatten
 from secure_fed.clients.private import SitePrivacy
@@ -158,6 +159,7 @@ class SiteRuntime:
     ) -> dict[str, Any]:
         cfg = self.cfg
         global_vec = self._check_state_vector(global_vec, "the global state")
+        factors = check_factors(options, self.site, cfg.fed.factor_floor)
         self.guard.check_training(round_id)
         self.guard.save()
         released = self.folder / f"release-r{round_id}.npy"
@@ -166,6 +168,8 @@ class SiteRuntime:
                 # A retried round (after a crash) re-sends the very values released before:
                 # nothing new is disclosed and the ledger charges the round once.
                 self.stash["upload"] = np.load(released)
+                context = released.with_suffix(".factors")
+                self.stash["secagg_context"] = context.read_bytes() if context.exists() else b""
                 self.guard.trained_round(round_id)
                 self.guard.save()
                 return {
@@ -218,7 +222,7 @@ class SiteRuntime:
             prox_mu=cfg.fed.fedprox_mu if method == "fedprox" else 0.0,
         )
         if method == "scaffold":
-            server_c = unflatten(torch.as_tensor(options["control"]), template)
+            server_c = unflatten(torch.tensor(np.asarray(options["control"])), template)
             local_c = self.scaffold_c or {n: torch.zeros_like(v) for n, v in template.items()}
             settings.grad_correction = {n: server_c[n] - local_c[n] for n in template}
         gradients = self.privacy.gradients(round_id) if self.privacy is not None else None
@@ -246,11 +250,12 @@ class SiteRuntime:
             control_delta = flatten(new_c) - flatten(local_c)
             self.scaffold_c = new_c
             parts.append(weights[0] * control_delta)
-        if method == "drfa":
-            parts[0] = parts[0] * float(options.get("lambda", 1.0))
-        upload = torch.cat(parts).numpy()
+        upload = (torch.cat(parts) * factors.own).numpy()
         self.stash["upload"] = upload
+        self.stash["secagg_context"] = factors.digest
         if self.privacy is not None:
+            # the factors' digest first: a retry re-sends the release under the vector it was made with
+            atomic_write_bytes(released.with_suffix(".factors"), factors.digest)
             save_release(released, upload)
         self.guard.trained_round(round_id)
         self.guard.save()
@@ -266,14 +271,18 @@ class SiteRuntime:
             reply["audit_records"] = self.trail.take_pending()
         return reply
 
-    def finish(self, stopped_early: str | None = None) -> dict[str, Any]:
+    def finish(self, stopped_early: str | None = None, aborted: bool = False) -> dict[str, Any]:
         """End of run: close the site's audit log with a signed head record. Only after the last
-        round (or a stated early stop): a log closed mid-run would leave later releases unlogged."""
+        round (or a stated early stop): a log closed mid-run would leave later releases unlogged.
+        An aborted run ends the log with `run_aborted` instead of `run_end`."""
         self.guard.check_end("finish", self.cfg.fed.rounds, stopped_early)
         self.guard.finished = stopped_early or ""
         self.guard.save()
         if self.trail is not None:
-            self.trail.append("run_end", {"stopped_early": stopped_early})
+            if aborted:
+                self.trail.append("run_aborted", {"reason": stopped_early, "round": self.guard.last_round})
+            else:
+                self.trail.append("run_end", {"stopped_early": stopped_early})
             self.trail.close()
         return {"status": "ok"}
 
@@ -315,7 +324,7 @@ class SiteRuntime:
                 else {"status": "ok"}
             )
         per_patient, losses = per_patient_hypergradients(
-            self.model, torch.as_tensor(final), torch.as_tensor(directions), self.data.val
+            self.model, torch.tensor(final), torch.tensor(directions), self.data.val
         )
         if self.privacy is not None:
             released = self.folder / f"alpha-r{round_id}.npy"
@@ -353,6 +362,6 @@ class SiteRuntime:
         template = self.model.trainable_state()
         self.model.load_trainable_state(unflatten(torch.as_tensor(global_vec), template))
         examples = getattr(self.data, split)
-        tokenizer = load_tokenizer(self.cfg.model.tokenizer_path)
+        tokenizer = load_tokenizer(self.cfg.model.tokenizer_path, self.cfg.data.tokenizer)
         scores = evaluate_split(self.model, examples, tokenizer.decode, self.cfg.data.max_report_tokens + 1)
         return {"status": "ok", "weight": bucket_floor(len(examples)), **scores}

@@ -46,12 +46,20 @@ def cohort_manifest(cfg: RunConfig) -> Path:
     folder = (
         Path(cfg.model.cache_dir)
         / f"cohort-s{s.sites}-p{s.patients}-v{s.visits}-i{s.image_size}-seed{s.seed}"
+        f"-g2-td{s.temporal_drift:g}-de{s.demographic_effect:g}"
     )
     manifest = folder / "manifest.jsonl"
     if not manifest.exists():
         tmp = folder.with_name(folder.name + f".tmp{np.random.randint(1 << 30)}")
         synthesize(
-            tmp, sites=s.sites, patients=s.patients, visits=s.visits, seed=s.seed, image_size=s.image_size
+            tmp,
+            sites=s.sites,
+            patients=s.patients,
+            visits=s.visits,
+            seed=s.seed,
+            image_size=s.image_size,
+            temporal_drift=s.temporal_drift,
+            demographic_effect=s.demographic_effect,
         )
         try:
             tmp.rename(folder)
@@ -61,15 +69,17 @@ def cohort_manifest(cfg: RunConfig) -> Path:
 
 
 @functools.lru_cache(maxsize=2)
-def _cohort(manifest: Path, image_size: int) -> Cohort:
+def _cohort(manifest: Path, image_size: int, deal_sites: int | None = None, seed: int = 0) -> Cohort:
     """Every image of the cohort is read once per process, not once per site (read-only use)."""
-    return load_cohort(manifest, image_size)
+    return load_cohort(manifest, image_size, deal_sites, seed)
 
 
 def site_names(cfg: RunConfig) -> list[str]:
     if cfg.data.source == "synthetic":
         return [f"site{k}" for k in range(cfg.data.synth.sites)]
-    return sorted(_cohort(cohort_manifest(cfg), cfg.data.synth.image_size).sites)
+    return sorted(
+        _cohort(cohort_manifest(cfg), cfg.data.synth.image_size, cfg.data.deal_sites, cfg.seed).sites
+    )
 
 
 def simulation_site_key(seed: int, site: str) -> bytes:
@@ -93,11 +103,11 @@ def encode_split(visits: list[Visit], cfg: RunConfig, tokenizer: object, site_ke
 
 
 def load_site(cfg: RunConfig, site: str, site_key: bytes | None = None) -> SiteData:
-    cohort = _cohort(cohort_manifest(cfg), cfg.data.synth.image_size)
+    cohort = _cohort(cohort_manifest(cfg), cfg.data.synth.image_size, cfg.data.deal_sites, cfg.seed)
     if site not in cohort.sites:
         raise ValueError(f"site {site!r} not in the cohort (sites: {', '.join(sorted(cohort.sites))})")
     key = site_key or simulation_site_key(cfg.seed, site)
-    tokenizer = load_tokenizer(cfg.model.tokenizer_path)
+    tokenizer = load_tokenizer(cfg.model.tokenizer_path, cfg.data.tokenizer)
     train, val, test = split_patients(
         cohort.sites[site], cfg.data.val_fraction, cfg.data.test_fraction, cfg.seed
     )

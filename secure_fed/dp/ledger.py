@@ -7,7 +7,7 @@ maximum over populations. Within a population everything composes sequentially.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,9 +60,16 @@ def _max_or_none(values: Iterable[float | None]) -> float | None:
 
 
 class PrivacyLedger:
+    """One run's releases. `carry` adds what the same patients released in earlier runs: it counts
+    towards every projection (so the budget holds for life) but not towards `epsilon`, which stays
+    the run's own composition, as its audit log re-derives it."""
+
     def __init__(self) -> None:
         self._entries: list[LedgerEntry] = []
         self._keys: set[tuple[str, str, int, str]] = set()
+        self._prior: dict[tuple[str, str], list[Event]] = {}
+        # called after every successful record (a persistent store keeps the run's entries)
+        self.on_record: Callable[[PrivacyLedger], None] | None = None
 
     # --- recording -------------------------------------------------------------------------
     def record(self, site: str, population: str, round: int, mechanism: str, event: Event) -> LedgerEntry:
@@ -78,6 +85,19 @@ class PrivacyLedger:
             keys.add((entry.site, entry.population, entry.round, entry.mechanism))
         self._entries.extend(entries)
         self._keys = keys
+        if self.on_record is not None and entries:
+            self.on_record(self)
+
+    def carry(self, site: str, population: str, events: Sequence[Event]) -> None:
+        """Events the (site, population) released before this run (earlier runs on the same data)."""
+        if population not in POPULATIONS:
+            raise LedgerError(f"population must be one of {POPULATIONS}, got {population!r}")
+        if not all(isinstance(event, Event) for event in events):
+            raise LedgerError("carried events must be privacy events")
+        self._prior[(site, population)] = list(events)
+
+    def prior_events(self, site: str, population: str) -> list[Event]:
+        return list(self._prior.get((site, population), []))
 
     @staticmethod
     def _validate(entry: LedgerEntry, keys: set[tuple[str, str, int, str]]) -> None:
@@ -138,7 +158,13 @@ class PrivacyLedger:
         """ε (site, population) would have after also releasing `extra_events` (nothing recorded)."""
         if population not in POPULATIONS:
             raise LedgerError(f"population must be one of {POPULATIONS}, got {population!r}")
-        return self.price([*self.events(site, population), *extra_events], delta)
+        return self.price(
+            [*self.prior_events(site, population), *self.events(site, population), *extra_events], delta
+        )
+
+    def lifetime_epsilon(self, site: str, population: str, *, delta: float) -> dict[str, float | None]:
+        """ε of (site, population) over every run so far: what was carried, then this run."""
+        return self.price([*self.prior_events(site, population), *self.events(site, population)], delta)
 
     # --- persistence -----------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:

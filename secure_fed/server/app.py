@@ -73,11 +73,12 @@ def make_server_app(
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        from secure_fed.clients.app import config_from_context
+        from secure_fed.clients.app import config_from_context, run_folder
         from secure_fed.runner import initial_adapter_state
 
         run_cfg = cfg if cfg is not None else config_from_context(context)
-        target = out if out is not None else Path(run_cfg.out)
+        # under `flwr run`, one folder per run: the server's out serves any number of runs
+        target = out if out is not None else run_folder(run_cfg, str(context.run_id))
         nodes = wait_for_nodes(grid, expected_sites(run_cfg), run_cfg.fed.min_sites)
         # Every party of a Flower run knows its run id; the sites sign their logs with it too.
         trail = deployment_trail(run_cfg, target, str(context.run_id)) if cfg is None else None
@@ -94,10 +95,13 @@ def make_server_app(
         try:
             outcome = orchestrator.run(resume=resume)
         except Exception as err:
-            if trail is not None:
+            if trail is not None and orchestrator.aborted:
+                trail.log.close()  # it ends with the orchestrator's signed `run_aborted` record
+            elif trail is not None:
                 trail.log.abandon()  # no head record: the log shows the run did not stop cleanly
             if result is not None:
                 result["error"] = repr(err)
+                result["aborted"] = orchestrator.aborted
             raise
         if trail is not None:
             trail.finish(orchestrator.final_state)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,9 +19,11 @@ import numpy as np
 
 from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.config import RunConfig
+from secure_fed.crypto.secagg_protocol import SecAggAbort
 from secure_fed.crypto.transport import Transport
 from secure_fed.server.aggregation import AggregationSettings
 from secure_fed.server.checkpoint import load_checkpoint, save_checkpoint
+from secure_fed.server.participation import sample_sites
 from secure_fed.server.strategies import RoundContext, RoundResult, make_strategy
 from secure_fed.server.strategies.base import TooFewSites
 
@@ -40,6 +43,76 @@ def _no_events(event: str, payload: dict[str, Any], round_id: int | None) -> Non
     return None
 
 
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+class RunAborted(ValueError):
+    """The run cannot go on (or could not start) safely; every log was closed with `run_aborted`."""
+
+
+@dataclass(frozen=True)
+class DropoutTolerance:
+    """How many sites a run can lose, from the privacy rule and the SecAgg+ threshold.
+
+    sites: sites at the start. fewest: the fewest a round may sum over — a secure sum never has fewer
+    than 3 survivors (with 2, each learns the other's update from the global model), and never fewer
+    than fed.min_sites. run: sites the run can lose and still finish (a round that loses sites
+    mid-way is skipped and the next goes on with those left). in_round: sites a round can lose after
+    it started and still produce its sum: each survivor needs `threshold` of its `degree` SecAgg+
+    neighbours alive to rebuild its self-mask, so at most degree - threshold may go.
+    """
+
+    sites: int
+    fewest: int
+    run: int
+    in_round: int
+    degree: int | None = None
+    threshold: int | None = None
+
+    def describe(self) -> str:
+        rule = (
+            f"a secure sum keeps at least {self.fewest} sites"
+            if self.fewest >= 3
+            else (f"a round needs at least {self.fewest} sites (fed.min_sites)")
+        )
+        line = f"dropouts: {self.sites} sites; the run tolerates {self.run} ({rule})"
+        if self.degree is not None:
+            line += (
+                f"; a round tolerates {self.in_round} mid-round (SecAgg+ threshold {self.threshold} of "
+                f"{self.degree} neighbours), a round that loses more is skipped"
+            )
+        return line
+
+    def remedy(self) -> str:
+        return (
+            f"add sites (each one more tolerates one more dropout), or lower fed.dropouts; the floor of "
+            f"{self.fewest} survivors is the privacy rule and cannot be lowered"
+        )
+
+    def refusal(self, asked: int) -> str:
+        return f"fed.dropouts = {asked}, but {self.describe().removeprefix('dropouts: ')}: {self.remedy()}"
+
+    def abort_message(self, left: int, gone: list[str]) -> str:
+        return (
+            f"run aborted: {left} of {self.sites} sites left ({', '.join(gone) or 'none'} gone), at "
+            f"least {self.fewest} needed — the run tolerates {self.run} dropout(s); {self.remedy()}"
+        )
+
+
+def dropout_tolerance(cfg: RunConfig, n_sites: int, aggregation: AggregationSettings) -> DropoutTolerance:
+    secure = aggregation.secagg is not None or aggregation.he is not None
+    fewest = max(3, cfg.fed.min_sites) if secure else cfg.fed.min_sites
+    run = max(0, n_sites - fewest)
+    if aggregation.secagg is None or n_sites < 3:
+        return DropoutTolerance(n_sites, fewest, run, run)
+    from secure_fed.crypto.secagg_protocol import round_params
+
+    params = round_params(n_sites, 1, aggregation.secagg)
+    in_round = max(0, min(run, params.degree - params.threshold))
+    return DropoutTolerance(n_sites, fewest, run, in_round, params.degree, params.threshold)
+
+
 class Orchestrator:
     def __init__(
         self,
@@ -51,6 +124,7 @@ class Orchestrator:
         events: EventSink = _no_events,
         progress: Callable[[int, int, RoundResult], None] | None = None,
         copy_record: Callable[[dict[str, Any]], None] | None = None,
+        announce: Callable[[str], None] | None = None,
     ) -> None:
         self.cfg = cfg
         self.transport = transport
@@ -62,18 +136,63 @@ class Orchestrator:
         self.copy_record = copy_record or (lambda record: None)
         self.site_deltas: dict[str, float] = {}
         self.aggregation = AggregationSettings.from_config(cfg)
+        self.announce = announce or _say
+        self.current_round = 0
+        self.sites: dict[int, str] = {}
+        self.aborted = False  # set once `run_aborted` went to every log
 
     def hello(self) -> dict[int, str]:
-        replies = self.transport.exchange("hello", {n: {} for n in self.nodes})
+        # the method and rounds travel with hello: a deployed site learns them from the server that
+        # runs them, whichever of the server's config file or `flwr run --run-config` set them
+        request = {"method": self.cfg.fed.method, "rounds": self.cfg.fed.rounds}
+        replies = self.transport.exchange("hello", {n: dict(request) for n in self.nodes})
         sites = {n: str(r["site"]) for n, r in replies.items() if "site" in r}
         missing = [n for n in self.nodes if n not in sites]
-        if missing:
-            raise RuntimeError(f"nodes {missing} did not answer hello: {[replies.get(n) for n in missing]}")
+        if not sites:
+            raise RuntimeError(f"no node answered hello: {[replies.get(n) for n in missing]}")
+        if missing:  # a node the SuperLink still lists but that is gone (killed, unplugged)
+            self.announce(f"nodes {missing} did not answer hello; going on without them")
+            self.nodes = [n for n in self.nodes if n in sites]
         return sites
 
+    def alive(self) -> list[int]:
+        """The nodes that still answer (after a round lost sites mid-way)."""
+        request = {"method": self.cfg.fed.method, "rounds": self.cfg.fed.rounds}
+        replies = self.transport.exchange("hello", {n: dict(request) for n in self.nodes})
+        return [n for n in self.nodes if "site" in replies.get(n, {})]
+
     def run(self, resume: bool = False) -> RunOutcome:
+        try:
+            return self._run(resume)
+        except Exception as err:
+            self.abort(err)
+            raise
+
+    def abort(self, err: BaseException) -> None:
+        """Close every party's log with a signed `run_aborted` record: the server's through the
+        event sink (its caller closes that log), each site's through `finish` with the reason."""
+        reason = str(err) if isinstance(err, RunAborted) else f"{type(err).__name__}: {err}"
+        round_id = self.current_round or None
+        sites = getattr(self, "sites", {})
+        self.aborted = True
+        try:
+            self.events("run_aborted", {"reason": reason, "round": round_id}, round_id)
+        except Exception:  # noqa: BLE001 (the abort itself must reach the sites and the caller)
+            log.exception("could not log run_aborted")
+        try:
+            request = {"stopped_early": f"run aborted: {reason}", "aborted": True}
+            self.transport.exchange("finish", {n: dict(request) for n in self.nodes if n in sites})
+        except Exception:  # noqa: BLE001
+            log.exception("could not tell the sites the run aborted")
+
+    def _run(self, resume: bool = False) -> RunOutcome:
         cfg = self.cfg
-        sites = self.hello()
+        self.current_round = 0
+        sites = self.sites = self.hello()
+        tolerance = dropout_tolerance(cfg, len(self.nodes), self.aggregation)
+        self.announce(tolerance.describe())
+        if cfg.fed.dropouts is not None and cfg.fed.dropouts > tolerance.run:
+            raise RunAborted(tolerance.refusal(cfg.fed.dropouts))
         strategy = make_strategy(cfg.fed.method, self.initial_state.size, cfg.data.max_visits, cfg)
         checkpoint_dir = self.out / "checkpoint"
         state, first_round, per_round = self.initial_state.copy(), 1, []
@@ -88,11 +207,19 @@ class Orchestrator:
             log.info("resuming after round %d", done)
         stopped = None
         upload_bytes = upload_size(strategy.upload_dim(), len(self.nodes), self.aggregation)
+        floor = max(cfg.fed.min_sites, 3 if cfg.secagg_on else 1)
         for r in range(first_round, cfg.fed.rounds + 1):
+            nodes = sample_sites(self.nodes, cfg.fed.participation, cfg.seed, r, floor)
+            if cfg.fed.participation < 1:
+                self.events(
+                    "participation",
+                    {"fraction": cfg.fed.participation, "sampled": [sites[n] for n in nodes]},
+                    r,
+                )
             ctx = RoundContext(
                 round=r,
                 transport=self.transport,
-                nodes=self.nodes,
+                nodes=nodes,
                 sites=sites,
                 cfg=cfg,
                 aggregation=self.aggregation,
@@ -101,13 +228,27 @@ class Orchestrator:
                 site_deltas=self.site_deltas,
             )
             started = time.perf_counter()
+            self.current_round = r
             try:
                 result = strategy.run_round(ctx, state)
             except TooFewSites as err:
+                if not per_round:  # nothing trained: no model to evaluate, the run failed
+                    raise RunAborted(f"{err}\n  no round completed; nothing is evaluated") from None
                 stopped = str(err)
                 log.warning("%s", err)
                 self.events("run_stopped", {"reason": stopped}, r)
                 break
+            except SecAggAbort as err:
+                # Sites left mid-round: no aggregate, the model stays. Go on with those that answer,
+                # as long as a secure sum keeps at least its minimum of survivors.
+                alive = self.alive()
+                gone = [sites[n] for n in self.nodes if n not in alive]
+                self.events("round_skipped", {"reason": str(err), "dropped": gone}, r)
+                self.announce(f"round {r} skipped: {err}; sites gone: {', '.join(gone) or 'none'}")
+                if len(alive) < tolerance.fewest:
+                    raise RunAborted(tolerance.abort_message(len(alive), gone)) from err
+                self.nodes = alive
+                continue
             state = result.global_state
             row = {
                 "round": r,
@@ -127,6 +268,8 @@ class Orchestrator:
             save_checkpoint(checkpoint_dir, r, state, strategy.state_dict(), {"per_round": per_round})
             if self.progress is not None:
                 self.progress(r, cfg.fed.rounds, result)
+        if not per_round:  # every round was skipped: there is no trained model to score
+            raise RunAborted(f"no round of {cfg.fed.rounds} completed; nothing is evaluated")
         test = self.evaluate(state, stopped)
         self.transport.exchange("finish", {n: _end(stopped) for n in self.nodes})
         final_alpha = getattr(strategy, "alpha", None)

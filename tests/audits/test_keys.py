@@ -29,7 +29,9 @@ def test_key_layout_round_trip(tmp_path: Path) -> None:
 
 def test_key_errors_are_clear(tmp_path: Path) -> None:
     with pytest.raises(KeyFileError, match="no such directory"):
-        load_public_keys(tmp_path)
+        load_public_keys(tmp_path / "absent")
+    with pytest.raises(KeyFileError, match="no <party>.pub files"):
+        load_public_keys(tmp_path)  # a public-keys folder may hold the .pub files at its top
     (tmp_path / "signing").mkdir()
     with pytest.raises(KeyFileError, match="no <party>.pub files"):
         load_public_keys(tmp_path)

@@ -75,7 +75,7 @@ def test_policy_refuses_plain_sum_when_secagg_required(make_config):
     with pytest.raises(PolicyViolation, match="secure aggregation"):
         policy.check("plain_sum", {})
     with pytest.raises(PolicyViolation, match="DP-SGD"):
-        policy.check("train", {"dp": False})
+        policy.check("train", {"dp": False, "method": "fedtar"})
 
 
 @pytest.mark.parametrize(

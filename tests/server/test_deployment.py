@@ -514,7 +514,7 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
             f"{log.stdout[-4000:] if log else ''}"
         )
     return Deployment(
-        out=out,
+        out=out / "runs" / str(status["run-id"]),  # under `flwr run`, one folder per run
         status=status,
         watch=watch,
         logs=logs,
@@ -573,6 +573,113 @@ def test_flwr_run_on_a_local_deployment(tmp_path: Path, cache_dir: Path) -> None
     assert not any(local.startswith(("0.0.0.0:", ":::", "[::]")) for *_, local, _ in listening)
     # Flower installed the app under our FLWR_HOME, not the real home.
     assert any((tmp_path / "flwr_home" / "apps").iterdir())
+
+
+# -- the documented script ---------------------------------------------------------------------
+
+EXAMPLE = REPO / "examples" / "deploy-local"
+SCRIPT_TIMEOUT = 3000.0  # FedTAR + SecAgg+ + CKKS, 4 nodes, a process per message, 2 busy cores
+
+
+def deploy(action: str, work: Path, port: int, cache_dir: Path) -> subprocess.CompletedProcess:
+    """`examples/deploy-local/deploy.sh ACTION WORK`, exactly as DEPLOYMENT.md shows it."""
+    env = dict(os.environ)
+    env.update(
+        {
+            "PORT": str(port),
+            "SECURE_FED_CACHE": str(cache_dir),  # the session's cache: the base is pretrained once
+            "PATH": f"{BIN}{os.pathsep}{env.get('PATH', '')}",
+        }
+    )
+    return subprocess.run(
+        ["bash", str(EXAMPLE / "deploy.sh"), action, str(work)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SCRIPT_TIMEOUT,
+    )
+
+
+def site_records(work: Path, site: str, run_id: str, event: str) -> list[dict]:
+    lines = (work / site / "runs" / run_id / "audit" / f"{site}.jsonl").read_text().splitlines()
+    return [r["payload"] for r in map(json.loads, lines) if r["event"] == event]
+
+
+# 17 minutes on this 2-core machine, idle (two full DP + SecAgg+ + CKKS runs on 4 TLS nodes): over
+# half of `make test`'s budget, so `make test-deploy` runs it; a plain `make test` reports it skipped.
+@pytest.mark.skipif(
+    os.environ.get("SECURE_FED_DEPLOY_SCRIPT") != "1",
+    reason="the documented deployment script takes ~17 min: `make test-deploy` runs it",
+)
+def test_the_documented_deployment_script(tmp_path: Path, cache_dir: Path) -> None:
+    """deploy.sh up / run / run / down: SuperLink with TLS and node authentication, four
+    `secure-fed client` nodes, two FedTAR runs with DP + SecAgg+ + CKKS; the second run continues
+    every site's ε from the first one's total, with no edits between runs."""
+    work, port = tmp_path / "deploy-work", free_port()
+    started: list[psutil.Process] = []
+    try:
+        up = deploy("up", work, port, cache_dir)
+        assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:]
+        for pidfile in (work / "logs").glob("*.pid"):
+            try:
+                started.append(psutil.Process(int(pidfile.read_text())))
+            except psutil.NoSuchProcess:
+                said = (work / "logs" / f"{pidfile.stem}.log").read_text()
+                pytest.fail(f"{pidfile.stem} is not running: {said[-2000:]}")
+        watch = SocketWatch(roots=[p.pid for p in started])
+        watch.start()
+        runs = []
+        for _ in range(2):
+            done = deploy("run", work, port, cache_dir)
+            assert done.returncode == 0, done.stderr[-4000:]
+            runs.append((work / "logs" / "last-run-id").read_text().strip())
+        watch.stop()
+    finally:
+        down = deploy("down", work, port, cache_dir)
+        for proc in started:
+            try:
+                started += proc.children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        for proc in started:
+            try:
+                proc.terminate()  # anything `down` left (psutil refuses a reused pid)
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(started, timeout=10)
+    assert down.returncode == 0, down.stderr
+    assert watch.off_loopback() == []
+    sites = ["site0", "site1", "site2", "site3"]
+    for run_id in runs:
+        folder = work / "server" / "runs" / run_id
+        metrics = json.loads((folder / "metrics.json").read_text())
+        assert metrics["method"] == "fedtar" and metrics["rounds"] == 2  # server.toml's [fed], honoured
+        assert metrics["secure_aggregation"] == "secagg+" and metrics["he"] is True
+        assert all(r["quantisation_bound"] > 0 for r in metrics["per_round"])
+        assert set(metrics["privacy"]["epsilon"]) == set(sites)
+        logs = [folder / "audit" / "server.jsonl"] + [
+            work / s / "runs" / run_id / "audit" / f"{s}.jsonl" for s in sites
+        ]
+        verify = subprocess.run(
+            [
+                str(BIN / "secure-fed"),
+                "audit",
+                "verify",
+                *map(str, logs),
+                "--keys",
+                str(work / "keys" / "verifier-keys"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+    first, second = runs
+    for site in sites:
+        (start_1, end_1), (start_2, end_2) = (site_records(work, site, r, "site_budget") for r in runs)
+        assert start_1["lifetime_start"] == {}
+        assert start_2["lifetime_start"] == end_1["lifetime"]  # ε continues from the first run's total
+        assert end_2["lifetime"]["train"]["rdp"] > end_2["run"]["train"]["rdp"]
 
 
 # -- fast: a process per message ---------------------------------------------------------------

@@ -1,0 +1,141 @@
+"""A site's privacy budget across runs: the persistent ledger of its data set joined to a run.
+
+The ledger is found by a digest of the site's own records (not by a run folder or a seed), so the
+same patients meet the same ledger whichever run, folder or server asks. A run starts from what
+the earlier runs spent, its budget guard prices every round on top of it, and the site's log says
+so: a `site_budget` record with the lifetime ε at the start, and one with the run's and the
+lifetime ε at the end.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from secure_fed.clients.handler import handle
+from secure_fed.clients.runtime import SiteRuntime
+from secure_fed.clients.site import cohort_manifest
+from secure_fed.config import RunConfig
+from secure_fed.dp.private_files import atomic_write_bytes
+from secure_fed.dp.site_ledger import SiteLedger
+
+_STARTED = "lifetime-start.json"  # in the run's private folder: the start record is written once
+
+
+def dataset_digest(cfg: RunConfig, site: str) -> str:
+    """SHA-256 over the site's records of the manifest, order-free (images by path, as listed)."""
+    manifest = cohort_manifest(cfg)
+    lines = []
+    with Path(manifest).open() as handle_:
+        for line in handle_:
+            if not line.strip():
+                continue
+            record = json.loads(line)
+            if record.get("site") == site:
+                lines.append(json.dumps(record, sort_keys=True, separators=(",", ":")))
+    h = hashlib.sha256(f"secure_fed/site-data/v1|{site}|".encode())
+    for line in sorted(lines):
+        h.update(line.encode() + b"\n")
+    return h.hexdigest()
+
+
+def ledger_folder(cfg: RunConfig, base_out: Path) -> Path:
+    return Path(cfg.dp.ledger_dir) if cfg.dp.ledger_dir is not None else Path(base_out) / "ledgers"
+
+
+def _payload(runtime: SiteRuntime, store: SiteLedger, run_id: str, end: bool) -> dict[str, Any]:
+    assert runtime.privacy is not None
+    deltas = runtime.privacy.delta
+    earlier = SiteLedger(
+        store.path, store.site, store.dataset, {r: e for r, e in store.runs.items() if r != run_id}
+    )
+    budget = runtime.privacy.budget
+    payload: dict[str, Any] = {
+        "site": runtime.site,
+        "dataset": store.dataset[:16],
+        "run_id": run_id,
+        "lifetime_start": earlier.epsilon(deltas),
+        "delta": dict(deltas),
+        "budget": budget if budget != float("inf") else None,
+    }
+    if end:
+        payload["run"] = store.epsilon(deltas, run_id)
+        payload["lifetime"] = store.epsilon(deltas)
+    return payload
+
+
+def attach_lifetime(runtime: SiteRuntime, base_cfg: RunConfig, run_id: str) -> SiteLedger | None:
+    """Join the runtime's ledger to its data set's persistent ledger (DP sites only)."""
+    if runtime.privacy is None:
+        return None
+    store = SiteLedger.open(
+        ledger_folder(base_cfg, Path(base_cfg.out)), runtime.site, dataset_digest(runtime.cfg, runtime.site)
+    )
+    store.attach(run_id, runtime.privacy.ledger)
+    marker = runtime.folder / _STARTED
+    if runtime.trail is not None and not marker.exists():
+        runtime.trail.append("site_budget", _payload(runtime, store, run_id, end=False))
+        atomic_write_bytes(marker, b"{}")
+    return store
+
+
+def log_lifetime_end(runtime: SiteRuntime, store: SiteLedger | None, run_id: str) -> None:
+    """The run's and the lifetime ε, in the site's log before it closes."""
+    if store is None or runtime.trail is None or runtime.trail.log.closed:
+        return
+    runtime.trail.append("site_budget", _payload(runtime, store, run_id, end=True))
+
+
+def lifetime_handler(
+    runtime: SiteRuntime, store: SiteLedger | None, run_id: str, secret_context: object | None = None
+) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
+    """`runner.make_site_handler` with the lifetime record written before `finish` closes the log."""
+    state: dict[str, Any] = {}
+
+    def call(phase: str, request: dict[str, Any]) -> dict[str, Any]:
+        nonlocal state
+        if phase == "finish":
+            log_lifetime_end(runtime, store, run_id)
+        reply, state = handle(runtime, phase, request, state, secret_context)
+        return reply
+
+    return call
+
+
+def site_ledger_of(cfg: RunConfig, site: str) -> SiteLedger:
+    """The persistent ledger a site's policy file leads to (for `secure-fed ledger`)."""
+    return SiteLedger.open(ledger_folder(cfg, Path(cfg.out)), site, dataset_digest(cfg, site))
+
+
+def reset_site_ledger(cfg: RunConfig, site: str, keys_dir: Path, reason: str) -> tuple[SiteLedger, Path]:
+    """Delete a site's persistent ledger, logged first: a signed `ledger_reset` record (what it
+    held) in a log of its own beside the ledgers, then the file goes."""
+    import datetime
+
+    from secure_fed.audits.keys import load_private_key
+    from secure_fed.audits.log import AuditLog
+
+    store = site_ledger_of(cfg, site)
+    delta = cfg.dp.delta if cfg.dp.delta is not None else 1e-5
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    path = store.path.parent / "operations" / f"ledger-reset-{site}-{stamp}.jsonl"
+    log = AuditLog(path, site, f"ledger-reset-{stamp}", load_private_key(keys_dir, site))
+    log.append(
+        "ledger_reset",
+        {
+            "site": site,
+            "dataset": store.dataset[:16],
+            "file": str(store.path.resolve()),
+            "runs": list(store.runs),
+            "releases": sum(len(entries) for entries in store.runs.values()),
+            "epsilon": store.epsilon({"train": delta, "validation": delta}),
+            "delta": delta,
+            "reason": reason,
+        },
+    )
+    log.close()
+    store.delete()
+    return store, path

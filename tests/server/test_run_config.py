@@ -1,0 +1,53 @@
+"""`[fed] rounds` in the server's file is honoured under `flwr run` (not replaced by the default
+`num-server-rounds`), and a deployed site runs the rounds the server announced."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+from flwr.app import Context, RecordDict
+
+from secure_fed.clients.app import _remember_announcement, config_from_context, site_config_from_context
+
+
+def _context(run_config: dict, node_config: dict | None = None) -> Context:
+    return Context(
+        run_id=1, node_id=2, node_config=node_config or {}, state=RecordDict(), run_config=run_config
+    )
+
+
+def test_the_servers_file_wins_and_the_run_config_fills_in(tmp_path: Path, caplog) -> None:
+    with_rounds = tmp_path / "server.toml"
+    with_rounds.write_text('[fed]\nrounds = 2\nmethod = "fedavg"\n')
+    silent = tmp_path / "bare.toml"
+    silent.write_text("seed = 1\n")
+    defaults = {"method": "fedtar", "num-server-rounds": 3}  # pyproject.toml's [tool.flwr.app.config]
+    with caplog.at_level(logging.WARNING):
+        cfg = config_from_context(_context({"config-file": str(with_rounds), **defaults}))
+    assert (cfg.fed.rounds, cfg.fed.method) == (2, "fedavg")
+    assert "rounds = 2" in caplog.text and "num-server-rounds = 3 is not used" in caplog.text
+    bare = config_from_context(_context({"config-file": str(silent), **defaults}))
+    assert (bare.fed.rounds, bare.fed.method) == (3, "fedtar")
+
+
+def test_a_deployed_site_runs_the_rounds_the_server_announced(tmp_path: Path) -> None:
+    policy = tmp_path / "site0.toml"
+    policy.write_text("[fed]\nrounds = 9\n")  # a site's own number never decides the run's length
+    context = _context({"method": "fedtar", "num-server-rounds": 3}, {"config-file": str(policy)})
+    assert site_config_from_context(context).fed.rounds == 3  # before hello: the run config
+    _remember_announcement(context, {"method": "fedavg", "rounds": 2})
+    cfg = site_config_from_context(context)
+    assert (cfg.fed.rounds, cfg.fed.method) == (2, "fedavg")
+    _remember_announcement(context, {"method": "fedtar", "rounds": 7})  # a later hello changes nothing
+    assert site_config_from_context(context).fed.rounds == 2
+
+
+@pytest.mark.parametrize("bad", [{"rounds": "2"}, {"rounds": True}, {}])
+def test_an_announcement_of_the_wrong_type_is_ignored(tmp_path: Path, bad: dict) -> None:
+    policy = tmp_path / "site0.toml"
+    policy.write_text("seed = 0\n")
+    context = _context({"method": "fedtar", "num-server-rounds": 3}, {"config-file": str(policy)})
+    _remember_announcement(context, bad)
+    assert site_config_from_context(context).fed.rounds == 3
