@@ -32,7 +32,8 @@ def new_keypair(entropy: Callable[[int], bytes]) -> tuple[bytes, bytes]:
     """(secret, public) raw X25519 keys; `entropy` is os.urandom outside tests."""
     secret = X25519PrivateKey.from_private_bytes(entropy(KEY_BYTES))
     raw_secret = secret.private_bytes(_RAW, serialization.PrivateFormat.Raw, serialization.NoEncryption())
-    return raw_secret, public_key(raw_secret)
+    # the public key from this same object: loading the secret again costs a scalar multiplication
+    return raw_secret, secret.public_key().public_bytes(_RAW, serialization.PublicFormat.Raw)
 
 
 def public_key(raw_secret: bytes) -> bytes:

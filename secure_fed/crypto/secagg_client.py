@@ -60,6 +60,9 @@ MASKED_UPLOADS = "masked_uploads"
 # let anyone strip its masks. The pairwise keys with its partners stay until the unmask request
 # (a dropped partner's mask is cancelled with them) and go with it.
 _SECRETS = ("enc_sk", "mask_sk", "seed", "peer_enc_pk", "peer_mask_pk", "peer_channel_key")
+# this round's own public keys, kept from the setup to the share distribution (which checks no peer
+# relays one of them) so they need not be derived again from the secrets
+_OWN_PUBLIC = ("own_enc_pk", "own_mask_pk")
 
 # the phase a client must have completed before it accepts each request
 _AFTER = {SHARES: SETUP, MASKED: SHARES, UNMASK: MASKED}
@@ -80,6 +83,8 @@ _ROUND_KEYS = frozenset(
         "bits",
         "enc_sk",
         "mask_sk",
+        "own_enc_pk",
+        "own_mask_pk",
         "seed",
         "upload_fingerprint",
         "context",
@@ -247,6 +252,8 @@ def _setup(
         "bits": bits,
         "enc_sk": enc_sk,
         "mask_sk": mask_sk,
+        "own_enc_pk": enc_pk,
+        "own_mask_pk": mask_pk,
         "seed": entropy(SECRET_BYTES),
         "upload_fingerprint": digest,
         "context": context,
@@ -308,8 +315,8 @@ def _shares(
     all_keys = [
         *enc_pks,
         *mask_pks,
-        channel.public_key(state["enc_sk"]),
-        channel.public_key(state["mask_sk"]),
+        state["own_enc_pk"],
+        state["own_mask_pk"],
     ]
     if len(set(all_keys)) != len(all_keys):
         raise SecAggRefused("public keys are not all distinct")
@@ -407,7 +414,7 @@ def _masked(
     )
     rng = np.random.default_rng(int.from_bytes(entropy(32), "little"))
     y = masked_input(np.asarray(vector), state, senders, pair_keys, rng)
-    kept = {k: v for k, v in state.items() if k not in (*_SECRETS, "upload_fingerprint")}
+    kept = {k: v for k, v in state.items() if k not in (*_SECRETS, *_OWN_PUBLIC, "upload_fingerprint")}
     state = {
         **kept,
         MASKED_UPLOADS: [*marks, f"{digest}@{round_id}"],

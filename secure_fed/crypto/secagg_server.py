@@ -185,14 +185,19 @@ def _collect_masked(
     transport: Transport, requests: dict[int, dict[str, Any]], dim: int, word: np.dtype
 ) -> tuple[np.ndarray, list[int]]:
     """Sum of the masked vectors in Z_{2^w}, and who sent one."""
-    total = np.zeros(dim + 1, dtype=word)
+    total: np.ndarray | None = None
     senders = []
     for v, r in transport.exchange(MASKED, requests).items():
         y = r.get("masked")
         if v in requests and isinstance(y, np.ndarray) and y.dtype == word and y.shape == (dim + 1,):
-            np.add(total, y, out=total)  # wraps mod the word, a multiple of 2^m
+            # the first vector starts the sum (a copy: it may be a read-only view of the message),
+            # one pass over 4 bytes a value fewer than adding it to zeros
+            if total is None:
+                total = np.array(y, dtype=word, order="C")
+            else:
+                np.add(total, y, out=total)  # wraps mod the word, a multiple of 2^m
             senders.append(v)
-    return total, sorted(senders)
+    return (np.zeros(dim + 1, dtype=word) if total is None else total), sorted(senders)
 
 
 def _collect_unmask_shares(

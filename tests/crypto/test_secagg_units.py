@@ -6,6 +6,7 @@ from cryptography.exceptions import InvalidTag
 
 from secure_fed.config import SecAggConfig
 from secure_fed.crypto import secagg_channel as channel
+from secure_fed.crypto import secagg_shamir as shamir
 from secure_fed.crypto.masking import add_masks, keystream_words
 from secure_fed.crypto.secagg_client import upload_fingerprint
 from secure_fed.crypto.secagg_graph import neighbour_graph
@@ -102,6 +103,33 @@ def test_shamir_threshold():
         combine_secret(shares[:2] + [shares[0]], 3)
     # two shares of a threshold-3 sharing interpolate to something else
     assert combine_secret(shares[:2], 2) != secret
+
+
+@pytest.mark.parametrize(("threshold", "count"), [(2, 2), (3, 4), (5, 7), (9, 16)])
+def test_shamir_matches_pycryptodome_both_ways(threshold, count):
+    # secagg_shamir writes GF(2^128) out by hand for speed; it must stay pycryptodome's field,
+    # element encoding and polynomial, so shares from either side combine on the other
+    from Crypto.Protocol.SecretSharing import Shamir, _Element
+
+    rng = random.Random(threshold * 100 + count)
+    for _ in range(20):
+        a, b = rng.getrandbits(128), rng.getrandbits(128)
+        x = rng.randrange(1, 1 << 32)
+        assert shamir._mul(a, b) == int(_Element(a) * _Element(b))
+        assert shamir._mul_public(a, x) == int(_Element(a) * _Element(x))
+        if a:
+            assert shamir._inverse(a) == int(_Element(a).inverse())
+    secret = rng.randbytes(16)
+    ours = split_secret(secret, threshold, count)
+    theirs = [x.to_bytes(4, "little") + y for x, y in Shamir.split(threshold, count, secret)]
+    for _ in range(5):
+        picked = rng.sample(range(count), threshold)
+        assert combine_secret([theirs[i] for i in picked], threshold) == secret
+        assert (
+            Shamir.combine([(int.from_bytes(ours[i][:4], "little"), ours[i][4:]) for i in picked]) == secret
+        )
+    if threshold > 2:  # fewer shares than the threshold interpolate to something else
+        assert combine_secret(ours[: threshold - 1], threshold - 1) != secret
 
 
 def test_channel_keys_agree_and_bind_the_associated_data():
