@@ -90,7 +90,8 @@ def run(
     method: Annotated[
         str | None,
         typer.Option(
-            help="fedtar, fedtar-no-gmm, fedtar-no-temporal, fedavg, fedprox, fedadam, scaffold, drfa"
+            help="fedtar, fedtar-no-gmm, fedtar-no-temporal, fedavg, fedprox, fedadam, scaffold, drfa; "
+            "on imaging data (data.kind = imaging): fm2, fedavg, fedprox, fedrep, fedbn"
         ),
     ] = None,
     rounds: Annotated[int | None, typer.Option(help="federated rounds")] = None,
@@ -144,6 +145,8 @@ def run(
             raise
     else:
         cfg = _config(config, overrides)
+        if sites is not None and cfg.data.kind == "imaging":
+            cfg.data.imaging.sites = sites
     folder = Path(folder or cfg.out)
     cfg = cfg.model_copy(update={"out": folder})
     from secure_fed.model.device import DeviceUnavailable, resolve_device
@@ -356,8 +359,43 @@ def data_synth(
     visits: Annotated[int, typer.Option(min=1, max=16, help="maximum visits per patient")] = 5,
     seed: int = 0,
     image_size: Annotated[int, typer.Option(min=16, max=256)] = 32,
+    kind: Annotated[
+        str, typer.Option(help="reports (longitudinal cohort) or multimodal (FM2's imaging benchmark)")
+    ] = "reports",
+    per_class: Annotated[int, typer.Option(min=4, help="multimodal: images per (modality, class)")] = 40,
+    split: Annotated[str, typer.Option(help="multimodal: overlapped (Dirichlet label skew) or disjoint")] = (
+        "overlapped"
+    ),
+    phi: Annotated[
+        float, typer.Option(min=0.001, help="multimodal: Dirichlet φ of the overlapped split")
+    ] = 0.3,
 ) -> None:
-    """Make a synthetic longitudinal cohort. Example: secure-fed data synth --out data/synth --sites 3"""
+    """Make a synthetic longitudinal cohort, or FM2's multi-modality imaging benchmark dealt to sites.
+
+    Example: secure-fed data synth --out data/synth --sites 3
+    Example: secure-fed data synth --kind multimodal --out data/mm --sites 4 --phi 0.1
+    """
+    if kind not in ("reports", "multimodal"):
+        _fail(f"--kind {kind}: choose reports or multimodal")
+    if kind == "multimodal":
+        from secure_fed.data.multimodal import synthesize_sited
+
+        if split not in ("overlapped", "disjoint"):
+            _fail(f"--split {split}: choose overlapped or disjoint")
+        try:
+            manifest, counts = synthesize_sited(out, sites, per_class, split, phi, image_size, seed)
+        except OSError as err:
+            _fail(f"--out {out}: cannot write the benchmark ({err.strerror}); choose a writable folder")
+            raise
+        except ValueError as err:
+            _fail(f"--sites {sites}: {err}")
+            raise
+        console.print(
+            f"wrote {manifest} ({sum(counts.values())} images: "
+            + ", ".join(f"{s} {n}" for s, n in counts.items())
+            + ")"
+        )
+        return
     from secure_fed.data.synthetic import synthesize
 
     try:

@@ -46,7 +46,30 @@ class SynthConfig(_Strict):
     )
 
 
+class ImagingConfig(_Strict):
+    """The multi-modality imaging benchmark FM2 and its baselines run on (data.kind = "imaging")."""
+
+    path: Path | None = Field(
+        None, description="a multi-modality manifest.jsonl with a site per record; None = synthetic"
+    )
+    sites: int = Field(4, ge=1, le=64, description="synthetic: sites the images are dealt to")
+    per_class: int = Field(40, ge=4, description="synthetic: images per (modality, class)")
+    image_size: int = Field(32, ge=16, le=128)
+    split: Literal["overlapped", "disjoint"] = Field(
+        "overlapped",
+        description="synthetic: every site every modality with Dirichlet(phi) label skew, or each "
+        "site its own modalities",
+    )
+    phi: float = Field(0.3, gt=0, description="Dirichlet concentration of the overlapped split")
+    test_fraction: float = Field(0.25, gt=0.0, lt=0.5, description="each site's held-out images")
+
+
 class DataConfig(_Strict):
+    kind: Literal["reports", "imaging"] = Field(
+        "reports",
+        description="longitudinal reports (FedTAR and its baselines) or multi-modality images (FM2)",
+    )
+    imaging: ImagingConfig = ImagingConfig()
     source: Literal["synthetic", "manifest", "annotation"] = "synthetic"
     path: Path | None = Field(None, description="manifest.jsonl or annotation.json when not synthetic")
     synth: SynthConfig = SynthConfig()
@@ -112,9 +135,33 @@ class TrainConfig(_Strict):
 
 
 Method = Literal[
-    "fedtar", "fedtar-no-gmm", "fedtar-no-temporal", "fedavg", "fedprox", "fedadam", "scaffold", "drfa"
+    "fedtar",
+    "fedtar-no-gmm",
+    "fedtar-no-temporal",
+    "fedavg",
+    "fedprox",
+    "fedadam",
+    "scaffold",
+    "drfa",
+    "fm2",
+    "fedrep",
+    "fedbn",
 ]
 _METHODS: tuple[str, ...] = get_args(Method)
+# the methods each kind of data runs: a report model's and an image classifier's
+METHODS_FOR: dict[str, tuple[str, ...]] = {
+    "reports": (
+        "fedtar",
+        "fedtar-no-gmm",
+        "fedtar-no-temporal",
+        "fedavg",
+        "fedprox",
+        "fedadam",
+        "scaffold",
+        "drfa",
+    ),
+    "imaging": ("fm2", "fedavg", "fedprox", "fedrep", "fedbn"),
+}
 
 
 class FedConfig(_Strict):
@@ -196,6 +243,22 @@ class SecAggConfig(_Strict):
     )
 
 
+class FM2Config(_Strict):
+    """FM2 (seed 001): Observer V, class-wise MoE M_c (local), domain-wise MoE M_d (aggregated)."""
+
+    dim: int = Field(64, ge=8, le=1024, description="the Observer's feature size")
+    hidden: int = Field(64, ge=8, le=1024, description="hidden units of each expert")
+    class_experts: int = Field(4, ge=1, le=32, description="N_c, the local class-wise experts")
+    gamma_d: float = Field(0.5, ge=0, description="weight of M_d in y = γ_d M_d + γ_c M_c")
+    gamma_c: float = Field(0.5, ge=0, description="weight of M_c")
+    hma_lambda: float = Field(0.01, ge=0, description="λ of the HMA pull towards the global M_d")
+    top_k: int | None = Field(
+        None, ge=1, description="Observer Top-K sampling: images per class for stage 2; None = all"
+    )
+    cel_weight: float = Field(0.0, ge=0, description="weight of Caption-Enhanced Learning in stage 1")
+    lr: float = Field(0.01, gt=0, description="Adam step size of FM2's stages and the imaging baselines")
+
+
 class HEConfig(_Strict):
     enabled: bool = False
     keys_dir: Path | None = None
@@ -217,6 +280,7 @@ class RunConfig(_Strict):
     train: TrainConfig = TrainConfig()
     fed: FedConfig = FedConfig()
     dp: DPConfig = DPConfig()
+    fm2: FM2Config = FM2Config()
     secagg: SecAggConfig = SecAggConfig()
     he: HEConfig = HEConfig()
     audit: AuditConfig = AuditConfig()
@@ -229,6 +293,40 @@ class RunConfig(_Strict):
                 "he.enabled needs he.keys_dir: make keys with `secure-fed keys init --out KEYS`, then "
                 "pass --keys KEYS (or set [he] keys_dir)"
             )
+        return self
+
+    @model_validator(mode="before")
+    @classmethod
+    def _kind_from_method(cls, data: Any) -> Any:
+        # `--method fm2` alone means the imaging data FM2 runs on; an explicit data.kind wins
+        if isinstance(data, dict):
+            method = (data.get("fed") or {}).get("method") if isinstance(data.get("fed"), dict) else None
+            section = data.get("data")
+            if method in ("fm2", "fedrep", "fedbn") and not (isinstance(section, dict) and "kind" in section):
+                data = {**data, "data": {**(section if isinstance(section, dict) else {}), "kind": "imaging"}}
+        return data
+
+    @model_validator(mode="after")
+    def _method_fits_data(self) -> RunConfig:
+        kind, method = self.data.kind, self.fed.method
+        if method not in METHODS_FOR[kind]:
+            raise ValueError(
+                f"fed.method = {method!r} does not run on data.kind = {kind!r}; choose from "
+                + ", ".join(METHODS_FOR[kind])
+            )
+        if kind == "imaging" and self.dp.enabled and method == "fm2":
+            # both make one image's gradient depend on other images: per-image clipping then no
+            # longer bounds an image's influence, and Top-K voids the Poisson sampling accounted for
+            if self.fm2.top_k is not None:
+                raise ValueError(
+                    "fm2.top_k must be unset with dp.enabled: a score-ranked selection "
+                    "is not the Poisson sampling DP-SGD is accounted with"
+                )
+            if self.fm2.cel_weight > 0:
+                raise ValueError(
+                    "fm2.cel_weight must be 0 with dp.enabled: the contrastive loss "
+                    "mixes images of a batch, so per-image clipping would not hold"
+                )
         return self
 
     @property
@@ -249,8 +347,9 @@ def _describe(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
-        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-        lines.append(f"{key}: {msg}")
+        msg = "unknown key" if e["type"] == "extra_forbidden" else str(e["msg"]).removeprefix("Value error, ")
+        # a check across sections names its keys itself
+        lines.append(msg if key == "<root>" else f"{key}: {msg}")
     return "\n".join(lines)
 
 

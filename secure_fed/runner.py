@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 
 
 def initial_adapter_state(cfg: RunConfig) -> np.ndarray:
+    """The global state round 1 starts from: the report model's adapters, or an algorithm's shared
+    parameters (seeded from the public run seed, so every party builds the same)."""
+    if cfg.data.kind == "imaging":
+        from secure_fed.algorithms.fm2.learner import initial_imaging_state
+
+        return initial_imaging_state(cfg)
     return flatten(build_report_model(cfg).trainable_state()).numpy()
 
 
@@ -255,6 +261,24 @@ def preflight(cfg: RunConfig) -> None:
     from secure_fed.data.manifest import DataValidationError
 
     d = cfg.data
+    if d.kind == "imaging":
+        from secure_fed.algorithms.fm2.data import imaging_split
+
+        try:
+            _, split = imaging_split(cfg)  # validates a manifest: file:line problems
+        except DataValidationError:
+            raise
+        except ValueError as err:
+            raise DataValidationError([f"data.imaging: {err}; change data.imaging.sites or .split"]) from None
+        small = sorted(s for s, ix in split.sites.items() if len(ix) < 4)
+        if small:
+            raise DataValidationError(
+                [
+                    f"data.imaging: site(s) {', '.join(small)} hold fewer than 4 images, too few to split "
+                    "train/test; use fewer sites or more images (data.imaging.per_class)"
+                ]
+            )
+        return
     if d.source == "synthetic":
         need = min_patients(d.val_fraction, d.test_fraction)
         if d.synth.patients < need:

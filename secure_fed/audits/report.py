@@ -226,7 +226,7 @@ def _summary(data: ReportData) -> str:
             f"<p>Patient data was released without differential privacy (ε = ∞) in {run}: nothing bounds "
             "what could be learned about an individual patient from what the hospitals taking part "
             f"({_e(_names([site.site for site in data.sites]))}) sent out. Each trained the shared model on "
-            "its own patients' records and X-ray images, which stayed at the hospital; what did leave it "
+            "its own patients' records and images, which stayed at the hospital; what did leave it "
             f"is listed below ({_e(_no_dp_reasons(exposed, data))}).</p>"
         )
     else:
@@ -240,7 +240,7 @@ def _summary(data: ReportData) -> str:
         else:
             parts.append(
                 f"<p>This report covers {run}. The hospitals taking part ({_e(_names(covered))}) each "
-                "trained the shared model on their own patients' records and X-ray images; patient data "
+                "trained the shared model on their own patients' records and images; patient data "
                 "never left a hospital, and "
             )
         parts.append(

@@ -11,7 +11,6 @@ SuperNode keeps between messages and never sends to the server.
 from __future__ import annotations
 
 import logging
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.clients.site import deployment_site_key, site_names
 from secure_fed.config import RunConfig, load_config
 from secure_fed.dp.site_ledger import SiteLedger
+from secure_fed.run_context import config_from_context, run_folder
 from secure_fed.wire import from_records, load_state, store_state, to_records
 
 log = logging.getLogger(__name__)
@@ -55,43 +55,6 @@ _SECRETS: dict[str, Any] = {}
 
 
 _RUN_KEY = "secure_fed_run"  # the method and rounds the server announced in `hello`
-# [fed] key of a config file ← the `flwr run --run-config` key that fills it when the file is silent
-_RUN_CONFIG_KEYS = (("method", "method"), ("rounds", "num-server-rounds"))
-
-
-def _file_fed_table(path: str) -> dict[str, Any]:
-    if not path:
-        return {}
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        return {}  # load_config below names the file and the problem
-    fed = data.get("fed", {})
-    return fed if isinstance(fed, dict) else {}
-
-
-def config_from_context(context: Context) -> RunConfig:
-    """The server's configuration: its file, where the file sets `[fed] method` / `rounds`; the run
-    config (`method`, `num-server-rounds`, whose defaults live in pyproject.toml) only where it
-    does not. A differing run-config value is named in the log, never silently taken."""
-    run = dict(context.run_config)
-    path = str(run.get("config-file") or "")
-    fed = _file_fed_table(path)
-    overrides: dict[str, Any] = {}
-    for key, run_key in _RUN_CONFIG_KEYS:
-        value = run.get(run_key)
-        if key not in fed:
-            overrides[f"fed.{key}"] = value
-        elif value is not None and value != fed[key]:
-            log.warning(
-                "%s sets [fed] %s = %r; the run config's %s = %r is not used",
-                path,
-                key,
-                fed[key],
-                run_key,
-                value,
-            )
-    return load_config(Path(path) if path else None, overrides)
 
 
 def site_config_from_context(context: Context) -> RunConfig:
@@ -130,13 +93,6 @@ def _site_of(cfg: RunConfig, context: Context) -> str:
     if "site" in node:
         return str(node["site"])
     return site_names(cfg)[int(node["partition-id"])]
-
-
-def run_folder(cfg: RunConfig, run_id: str) -> Path:
-    """A deployed party's folder for one run (<out>/runs/<run id>): its audit log, guard, released
-    values. A site joins any number of runs with one policy file; what outlives a run (the
-    patient-id key, the persistent privacy ledger) stays in <out>."""
-    return Path(cfg.out) / "runs" / run_id
 
 
 def _runtime(cfg: RunConfig, site: str, keys_dir: Path | None, run_id: str, deployed: bool) -> SiteRuntime:

@@ -102,6 +102,7 @@ class SitePrivacy:
     noise_key: bytes
     ledger: PrivacyLedger = field(default_factory=PrivacyLedger)
     accountant: str = "rdp"
+    releases_alpha: bool = True  # the validation population pays only where α scalars are released
     last_round: int = 0
     trail: Any = None  # SiteTrail: the site's signed audit log
     refused_population: str | None = None
@@ -112,15 +113,24 @@ class SitePrivacy:
 
     @classmethod
     def plan(
-        cls, cfg: RunConfig, site: str, n_train: int, n_val: int, noise_key: bytes | None = None
+        cls,
+        cfg: RunConfig,
+        site: str,
+        n_train: int,
+        n_val: int,
+        noise_key: bytes | None = None,
+        passes: int = 1,
+        alpha: bool = True,
     ) -> SitePrivacy:
+        """`passes`: local stages per round, each of `train.local_epochs` epochs of DP-SGD (FM2 has
+        two). `alpha`: whether the method releases α scalars from the validation patients."""
         dp = cfg.dp
         delta = {}
         for pop, n in ((TRAIN, n_train), (VALIDATION, max(n_val, 1))):
             d = dp.delta if dp.delta is not None else default_delta(n)
             check_delta(d, n)
             delta[pop] = d
-        steps = cfg.train.local_epochs * steps_per_epoch(dp.sample_rate)
+        steps = passes * cfg.train.local_epochs * steps_per_epoch(dp.sample_rate)
         target = dp.target_epsilon
         if dp.noise_multiplier is not None:
             sigma = dp.noise_multiplier
@@ -160,6 +170,7 @@ class SitePrivacy:
             n_patients={TRAIN: n_train, VALIDATION: n_val},
             noise_key=key,
             accountant=dp.accountant,
+            releases_alpha=alpha,
         )
 
     # -- releases ---------------------------------------------------------------------------
@@ -221,10 +232,12 @@ class SitePrivacy:
         self._log(0, TRAIN, "gmm_histogram", event)
 
     def round_events(self) -> dict[str, list[tuple[str, Event]]]:
-        return {
-            TRAIN: [("dp_sgd", PoissonSampledGaussian(self.sampling_rate, self.sigma, self.steps))],
-            VALIDATION: [("alpha_scalars", clipped_sum_event(self.alpha_sigma))],
+        events: dict[str, list[tuple[str, Event]]] = {
+            TRAIN: [("dp_sgd", PoissonSampledGaussian(self.sampling_rate, self.sigma, self.steps))]
         }
+        if self.releases_alpha:
+            events[VALIDATION] = [("alpha_scalars", clipped_sum_event(self.alpha_sigma))]
+        return events
 
     def admit_round(self, round_id: int) -> Admission:
         """Admit both populations' releases of this round, or neither."""

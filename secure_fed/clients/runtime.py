@@ -6,7 +6,7 @@ import io
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ from secure_fed.dp.private_files import atomic_write_bytes, load_or_create_noise
 from secure_fed.model.report_model import ReportModel
 from secure_fed.model.setup import build_report_model
 
+if TYPE_CHECKING:
+    from secure_fed.algorithms.fm2.learner import ImagingLearner
+
 log = logging.getLogger(__name__)
 
 POOLED = {"fedavg", "fedprox", "fedadam", "scaffold", "drfa"}
@@ -48,10 +51,14 @@ def save_release(path: Path, values: np.ndarray) -> None:
 
 @dataclass
 class SiteRuntime:
+    """One site: its guard, budget, releases and audit trail around a learner. The report model
+    (FedTAR and its baselines) is built in: `data` and `model`; an algorithm folder's learner (FM2
+    and the imaging baselines) comes as `learner`, and then `data` and `model` are None."""
+
     cfg: RunConfig
     site: str
-    data: SiteData
-    model: ReportModel
+    data: SiteData | None
+    model: ReportModel | None
     privacy: SitePrivacy | None
     scaffold_c: dict[str, torch.Tensor] | None = None
     stash: dict[str, Any] = field(default_factory=dict)
@@ -59,6 +66,7 @@ class SiteRuntime:
     trail: SiteTrail | None = None
     keys_dir: Path | None = None  # the site's provisioned keys: its signing key, peers' public keys
     run_id: str = ""
+    learner: ImagingLearner | None = None
     guard: SiteGuard = field(init=False)
     _identity: SecAggIdentity | None = field(default=None, init=False, repr=False)
 
@@ -79,12 +87,14 @@ class SiteRuntime:
         keys_dir: Path | None = None,
         run_id: str = "",
     ) -> SiteRuntime:
-        data = load_site(cfg, site, site_key)
         folder = Path(cfg.out) / "sites" / site
         folder.mkdir(parents=True, exist_ok=True)
         trail = None
         if cfg.audit.enabled and keys_dir is not None:
             trail = SiteTrail(Path(cfg.out) / "audit" / f"{site}.jsonl", site, run_id, keys_dir)
+        if cfg.data.kind == "imaging":
+            return cls._with_learner(cfg, site, folder, trail, keys_dir, run_id)
+        data = load_site(cfg, site, site_key)
         privacy = None
         if cfg.dp.enabled:
             privacy = SitePrivacy.plan(
@@ -126,6 +136,53 @@ class SiteRuntime:
             run_id=run_id,
         )
 
+    @classmethod
+    def _with_learner(
+        cls,
+        cfg: RunConfig,
+        site: str,
+        folder: Path,
+        trail: SiteTrail | None,
+        keys_dir: Path | None,
+        run_id: str,
+    ) -> SiteRuntime:
+        from secure_fed.algorithms.fm2.learner import ImagingLearner, passes
+
+        learner = ImagingLearner.create(cfg, site, folder)
+        privacy = None
+        if cfg.dp.enabled:
+            privacy = SitePrivacy.plan(
+                cfg,
+                site,
+                learner.n_train,
+                0,
+                noise_key=load_or_create_noise_key(folder / "noise.key"),
+                passes=passes(cfg.fed.method),
+                alpha=False,
+            )
+            privacy.trail = trail
+            privacy.load_ledger(folder / "ledger.json")
+        if trail is not None:
+            trail.append(
+                "population_sizes", {"train": learner.n_train, "validation": 0, "test": learner.n_test}
+            )
+        return cls(
+            cfg=cfg,
+            site=site,
+            data=None,
+            model=None,
+            privacy=privacy,
+            trail=trail,
+            keys_dir=keys_dir,
+            run_id=run_id,
+            learner=learner,
+        )
+
+    def _report(self) -> tuple[SiteData, ReportModel]:
+        if self.data is None or self.model is None:
+            raise Refusal("bad_request", f"{self.cfg.fed.method} has no report model at this site")
+        return self.data, self.model
+
     def log_instruction(
         self, phase: str, round_id: Any, digest: str, outcome: str, code: str | None, detail: str | None
     ) -> None:
@@ -146,7 +203,10 @@ class SiteRuntime:
 
     def _check_state_vector(self, value: Any, what: str) -> np.ndarray:
         vec = np.asarray(value)
-        dim = sum(p.numel() for p in self.model.parameters() if p.requires_grad)
+        if self.learner is not None:
+            dim = self.learner.dim()
+        else:
+            dim = sum(p.numel() for p in self._report()[1].parameters() if p.requires_grad)
         if vec.shape != (dim,) or not np.issubdtype(vec.dtype, np.floating) or not np.all(np.isfinite(vec)):
             raise Refusal(
                 "bad_request", f"{what} must be {dim} finite floats, got shape {vec.shape} {vec.dtype}"
@@ -210,11 +270,45 @@ class SiteRuntime:
                     "budget": self.privacy.budget,
                     "population": self.privacy.refused_population or "",
                 }
-        template = self.model.trainable_state()
+        if self.learner is not None:
+            gradients = (lambda: self.privacy.gradients(round_id)) if self.privacy is not None else None
+            update = self.learner.local_update(round_id, method, global_vec, gradients)
+            upload, steps, mean_loss = update.upload * factors.own, update.steps, update.mean_loss
+        else:
+            upload, steps, mean_loss = self._report_update(round_id, method, global_vec, options)
+            upload = upload * factors.own
+        self.stash["upload"] = upload
+        self.stash["secagg_context"] = factors.digest
+        if self.privacy is not None:
+            # the factors' digest first: a retry re-sends the release under the vector it was made with
+            atomic_write_bytes(released.with_suffix(".factors"), factors.digest)
+            save_release(released, upload)
+        self.guard.trained_round(round_id)
+        self.guard.save()
+        reply: dict[str, Any] = {
+            "status": "ok",
+            "dim": int(upload.size),
+            "steps": steps,
+            "train_loss": mean_loss if self._losses_leave() else float("nan"),
+        }
+        if self.privacy is not None:
+            reply.update(self.privacy.after_round_summary())
+        if self.trail is not None:
+            reply["audit_records"] = self.trail.take_pending()
+        return reply
+
+    def _report_update(
+        self, round_id: int, method: str, global_vec: np.ndarray, options: dict[str, Any]
+    ) -> tuple[np.ndarray, int, float]:
+        """The report model's local round (FedTAR's per-visit-index copies, or one pooled copy):
+        the upload before the server's factor, the steps taken and the mean training loss."""
+        cfg = self.cfg
+        data, model = self._report()
+        template = model.trainable_state()
         start = unflatten(torch.tensor(global_vec), template)
         t_max = cfg.data.max_visits
         visits = visit_groups(method, t_max)
-        groups = [self.data.train] if visits is None else [self.data.train.at_visit(t) for t in visits]
+        groups = [data.train] if visits is None else [data.train.at_visit(t) for t in visits]
         settings = LocalTrainSettings(
             lr=cfg.train.lr,
             epochs=cfg.train.local_epochs,
@@ -227,7 +321,7 @@ class SiteRuntime:
             settings.grad_correction = {n: server_c[n] - local_c[n] for n in template}
         gradients = self.privacy.gradients(round_id) if self.privacy is not None else None
         result = train_copies(
-            self.model, start, groups, settings, seed=cfg.seed * 7919 + round_id, gradients=gradients
+            model, start, groups, settings, seed=cfg.seed * 7919 + round_id, gradients=gradients
         )
         start_vec = flatten(start)
         deltas = [flatten(s) - start_vec for s in result.states]
@@ -250,26 +344,7 @@ class SiteRuntime:
             control_delta = flatten(new_c) - flatten(local_c)
             self.scaffold_c = new_c
             parts.append(weights[0] * control_delta)
-        upload = (torch.cat(parts) * factors.own).numpy()
-        self.stash["upload"] = upload
-        self.stash["secagg_context"] = factors.digest
-        if self.privacy is not None:
-            # the factors' digest first: a retry re-sends the release under the vector it was made with
-            atomic_write_bytes(released.with_suffix(".factors"), factors.digest)
-            save_release(released, upload)
-        self.guard.trained_round(round_id)
-        self.guard.save()
-        reply: dict[str, Any] = {
-            "status": "ok",
-            "dim": int(upload.size),
-            "steps": result.steps,
-            "train_loss": result.mean_loss if self._losses_leave() else float("nan"),
-        }
-        if self.privacy is not None:
-            reply.update(self.privacy.after_round_summary())
-        if self.trail is not None:
-            reply["audit_records"] = self.trail.take_pending()
-        return reply
+        return torch.cat(parts).numpy(), result.steps, result.mean_loss
 
     def finish(self, stopped_early: str | None = None, aborted: bool = False) -> dict[str, Any]:
         """End of run: close the site's audit log with a signed head record. Only after the last
@@ -307,6 +382,8 @@ class SiteRuntime:
                 f"α directions must be {self.cfg.data.max_visits} finite vectors of length {final.size} "
                 f"with L2 norm ≤ {limit:g} (dp.alpha_direction_norm)",
             )
+        if self.learner is not None:
+            raise Refusal("bad_request", f"{self.cfg.fed.method} releases no α scalars")
         if self.guard.check_alpha(round_id, digest) and "scalars" in self.stash:
             return {"status": "ok"}  # a retry: the scalars released before, no new noise
         reply = self._hypergrad(round_id, final, directions)
@@ -316,7 +393,8 @@ class SiteRuntime:
         return reply
 
     def _hypergrad(self, round_id: int, final: np.ndarray, directions: np.ndarray) -> dict[str, Any]:
-        if len(self.data.val) == 0:
+        data, model = self._report()
+        if len(data.val) == 0:
             self.stash["scalars"] = np.zeros(directions.shape[0])
             return (
                 {"status": "ok", "val_loss_sum": 0.0, "val_patients": 0}
@@ -324,7 +402,7 @@ class SiteRuntime:
                 else {"status": "ok"}
             )
         per_patient, losses = per_patient_hypergradients(
-            self.model, torch.tensor(final), torch.tensor(directions), self.data.val
+            model, torch.tensor(final), torch.tensor(directions), data.val
         )
         if self.privacy is not None:
             released = self.folder / f"alpha-r{round_id}.npy"
@@ -359,9 +437,13 @@ class SiteRuntime:
         self.guard.check_end("evaluate", self.cfg.fed.rounds, stopped_early)
         self.guard.evaluated = True
         self.guard.save()
-        template = self.model.trainable_state()
-        self.model.load_trainable_state(unflatten(torch.as_tensor(global_vec), template))
-        examples = getattr(self.data, split)
+        if self.learner is not None:
+            scores = self.learner.score(global_vec)
+            return {"status": "ok", "weight": bucket_floor(self.learner.n_test), **scores}
+        data, model = self._report()
+        template = model.trainable_state()
+        model.load_trainable_state(unflatten(torch.as_tensor(global_vec), template))
+        examples = getattr(data, split)
         tokenizer = load_tokenizer(self.cfg.model.tokenizer_path, self.cfg.data.tokenizer)
-        scores = evaluate_split(self.model, examples, tokenizer.decode, self.cfg.data.max_report_tokens + 1)
+        scores = evaluate_split(model, examples, tokenizer.decode, self.cfg.data.max_report_tokens + 1)
         return {"status": "ok", "weight": bucket_floor(len(examples)), **scores}

@@ -75,6 +75,10 @@ def _cohort(manifest: Path, image_size: int, deal_sites: int | None = None, seed
 
 
 def site_names(cfg: RunConfig) -> list[str]:
+    if cfg.data.kind == "imaging":
+        from secure_fed.algorithms.fm2.data import imaging_site_names
+
+        return imaging_site_names(cfg)
     if cfg.data.source == "synthetic":
         return [f"site{k}" for k in range(cfg.data.synth.sites)]
     return sorted(

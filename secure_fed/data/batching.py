@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from secure_fed.model.profile_gmm import profile_vector
+from secure_fed.data.profile import profile_vector
 
 
 class _Tokenizer(Protocol):

@@ -73,7 +73,7 @@ def make_server_app(
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
-        from secure_fed.clients.app import config_from_context, run_folder
+        from secure_fed.run_context import config_from_context, run_folder
         from secure_fed.runner import initial_adapter_state
 
         run_cfg = cfg if cfg is not None else config_from_context(context)

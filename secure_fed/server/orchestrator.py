@@ -310,11 +310,21 @@ def _end(stopped: str | None) -> dict[str, Any]:
 def pool_scores(replies: list[dict[str, Any]]) -> dict[str, float]:
     """Sites' corpus-level scores averaged with the weights they released."""
     rows = [r for r in replies if r.get("status") == "ok" and r.get("weight", 0) > 0]
+    sent = [k for r in rows for k, v in r.items() if k not in ("status", "weight") and _number(v)]
+    # the report metrics in their order, then an algorithm's own (FM2's accuracy) as sites sent them
+    names = [n for n in METRIC_NAMES if n in sent or not rows] + list(dict.fromkeys(sent))
+    names = list(dict.fromkeys(names))
     out: dict[str, float] = {}
-    for name in METRIC_NAMES:
-        pairs = [(float(r[name]), int(r["weight"])) for r in rows if not np.isnan(float(r[name]))]
+    for name in names:
+        pairs = [
+            (float(r[name]), int(r["weight"])) for r in rows if name in r and not np.isnan(float(r[name]))
+        ]
         out[name] = sum(v * n for v, n in pairs) / sum(n for _, n in pairs) if pairs else float("nan")
     return out
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float | np.floating) and not isinstance(value, bool)
 
 
 def upload_size(dim: int, n_sites: int, aggregation: AggregationSettings) -> int:

@@ -17,7 +17,7 @@ from secure_fed.algorithms.fm2.model import (
     modality_index,
     observer_top_k,
 )
-from secure_fed.algorithms.fm2.site import train_stage2
+from secure_fed.algorithms.fm2.site import StepSettings, train_stage2
 
 CLASSES, MODALITIES = 6, 4
 
@@ -47,7 +47,8 @@ def test_the_class_moe_is_never_part_of_what_is_shared() -> None:
     assert any(k.startswith("cmoe.") for k in local) and not any(k.startswith("cmoe.") for k in shared)
     # the M_d upload carries exactly M_d and its counts: no CMoE value can hide in it
     counts = torch.tensor([3.0, 0.0, 5.0, 1.0], dtype=torch.float64)
-    upload = dmoe_upload(model.dmoe, counts)
+    zero = {k: torch.zeros_like(v) for k, v in model.dmoe.named_parameters()}
+    upload = dmoe_upload(model.dmoe, zero, counts)
     assert upload.numel() == sum(p.numel() for p in model.dmoe.parameters()) + MODALITIES
 
 
@@ -60,24 +61,33 @@ def test_hma_with_lambda_zero_is_plain_dmoe_training_and_aggregation() -> None:
     for seed, mods in ((1, [0, 1]), (2, [1, 2])):
         x, modality, labels = _site_data(seed, mods)
         with_hma, plain = copy.deepcopy(start), copy.deepcopy(start)
-        train_stage2(with_hma, x, modality, labels, reference, 0.0, 0.1, 2, 8, seed)
-        train_stage2(plain, x, modality, labels, {}, 0.0, 0.1, 2, 8, seed)
+        settings = StepSettings(lr=0.01, epochs=2, batch=8, seed=seed)
+        train_stage2(with_hma, x, modality, labels, reference, 0.0, settings)
+        train_stage2(plain, x, modality, labels, {}, 0.0, settings)
         for a, b in zip(with_hma.dmoe.parameters(), plain.dmoe.parameters(), strict=True):
             assert torch.equal(a, b)
         counts = expert_counts(modality, MODALITIES)
-        uploads.append(dmoe_upload(with_hma.dmoe, counts))
+        delta = {k: p.detach() - reference[k] for k, p in with_hma.dmoe.named_parameters()}
+        uploads.append(dmoe_upload(with_hma.dmoe, delta, counts))
         trained.append(with_hma)
         counts_all.append(counts)
     merged = dmoe_from_sum(sum(uploads), start.dmoe)
     c = torch.stack(counts_all)  # (sites, experts)
     for name, p in start.dmoe.named_parameters():
         site_values = torch.stack([dict(m.dmoe.named_parameters())[name].detach() for m in trained]).double()
-        weights = c.view(2, MODALITIES, *[1] * (p.dim() - 1))
-        expected = (site_values * weights).sum(0) / weights.sum(0).clamp(min=1e-12)
-        expected = torch.where(weights.sum(0) > 0, expected, p.detach().double())
+        expert = int(name.split(".")[2])
+        w = c[:, expert].view(2, *[1] * p.dim())
+        if w.sum() > 0:
+            expected = (site_values * w).sum(0) / w.sum()
+        else:
+            expected = p.detach().double()
         torch.testing.assert_close(merged[name].double(), expected, rtol=1e-6, atol=1e-7)
-    # expert 3 (no site's modality) keeps the round's starting value
-    torch.testing.assert_close(merged["experts.w1"][3], start.dmoe.experts.w1[3].detach())
+    # expert 3 (no site's modality) keeps the round's starting value; expert 1 (both sites') moved
+    for k, p in start.dmoe.named_parameters():
+        if k.startswith("experts.experts.3."):
+            assert torch.equal(merged[k], p.detach())
+        if k.startswith("experts.experts.1."):
+            assert not torch.equal(merged[k], p.detach())
 
 
 def test_hma_pulls_the_domain_experts_towards_the_global_ones() -> None:
@@ -87,7 +97,9 @@ def test_hma_pulls_the_domain_experts_towards_the_global_ones() -> None:
 
     def drift(lam: float) -> float:
         model = copy.deepcopy(start)
-        train_stage2(model, x, modality, labels, reference, lam, 0.2, 3, 8, 5)
+        train_stage2(
+            model, x, modality, labels, reference, lam, StepSettings(lr=0.02, epochs=3, batch=8, seed=5)
+        )
         return sum(float(((p.detach() - reference[k]) ** 2).sum()) for k, p in model.dmoe.named_parameters())
 
     assert drift(1.0) < 0.5 * drift(0.0)

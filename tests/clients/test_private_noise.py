@@ -12,8 +12,8 @@ from torch import nn
 
 from secure_fed.clients.private import SitePrivacy
 from secure_fed.clients.profile import fit_gmm
+from secure_fed.data.profile import profile_vector
 from secure_fed.dp.keystream import NoiseStream, release_key
-from secure_fed.model.profile_gmm import profile_vector
 
 KEY = bytes(range(32))
 FRESH = bytes(range(64, 96))

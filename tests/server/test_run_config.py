@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from flwr.app import Context, RecordDict
 
-from secure_fed.clients.app import _remember_announcement, config_from_context, site_config_from_context
+from secure_fed.clients.app import _remember_announcement, site_config_from_context
+from secure_fed.run_context import config_from_context
 
 
 def _context(run_config: dict, node_config: dict | None = None) -> Context:

@@ -8,7 +8,7 @@ may upload, `local_state` (M_c, the classifier head of stage 1, the text encoder
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torch import nn
@@ -39,18 +39,21 @@ class Observer(nn.Module):
 
 
 class Experts(nn.Module):
-    """N two-layer MLP experts evaluated together: (batch, dim) → (batch, N, out)."""
+    """N two-layer MLP experts evaluated together: (batch, dim) → (batch, N, out).
+
+    Plain `nn.Linear` layers, so DP-SGD gets each image's gradient from Opacus' per-row rules."""
 
     def __init__(self, n: int, dim: int, hidden: int, out: int) -> None:
         super().__init__()
-        self.w1 = nn.Parameter(torch.randn(n, dim, hidden) / dim**0.5)
-        self.b1 = nn.Parameter(torch.zeros(n, hidden))
-        self.w2 = nn.Parameter(torch.randn(n, hidden, out) / hidden**0.5)
-        self.b2 = nn.Parameter(torch.zeros(n, out))
+        self.experts = nn.ModuleList(
+            nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, out)) for _ in range(n)
+        )
+
+    def __len__(self) -> int:
+        return len(self.experts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = F.relu(torch.einsum("bd,ndh->bnh", x, self.w1) + self.b1)
-        return torch.einsum("bnh,nho->bno", h, self.w2) + self.b2
+        return torch.stack([expert(x) for expert in self.experts], dim=1)
 
 
 class ClassMoE(nn.Module):
@@ -157,30 +160,35 @@ def expert_counts(modality: torch.Tensor, modalities: int) -> torch.Tensor:
     return torch.bincount(modality, minlength=modalities).to(torch.float64)
 
 
-def dmoe_upload(dmoe: DomainMoE, counts: torch.Tensor) -> torch.Tensor:
-    """The site's M_d contribution to a secure sum: per expert, its parameters times the count of
-    samples that trained it, then the counts (an expert the site never used adds zeros)."""
+def _expert_of(name: str) -> int:
+    """`experts.experts.<e>.…` → e: which domain expert a DMoE parameter belongs to."""
+    return int(name.split(".")[2])
+
+
+def dmoe_upload(dmoe: DomainMoE, delta: Mapping[str, torch.Tensor], weights: torch.Tensor) -> torch.Tensor:
+    """The site's M_d contribution to a secure sum: each expert's change this round times that
+    expert's weight (the samples that trained it, or under DP 1 if the site holds the modality), then
+    the weights. An expert the site never used adds zeros."""
     parts = [
-        (p.detach().to(torch.float64) * counts.view(-1, *[1] * (p.dim() - 1))).flatten()
-        for p in dmoe.parameters()
+        (delta[name].to(torch.float64) * weights[_expert_of(name)]).flatten()
+        for name, _ in dmoe.named_parameters()
     ]
-    return torch.cat([*parts, counts])
+    return torch.cat([*parts, weights.to(torch.float64)])
 
 
 def dmoe_from_sum(total: torch.Tensor, current: DomainMoE) -> dict[str, torch.Tensor]:
-    """The aggregated M_d from the sum of uploads: per expert the count-weighted mean over the sites
-    that trained it; an expert nobody trained keeps its current value."""
-    n = current.experts.w1.shape[0]
-    counts = total[-n:]
+    """The aggregated M_d from the sum of uploads: each expert moves by the weighted mean change
+    over the sites that trained it; an expert nobody trained keeps its current value."""
+    weights = total[-len(current.experts) :]
     out: dict[str, torch.Tensor] = {}
     offset = 0
     for name, p in current.named_parameters():
         size = p.numel()
         summed = total[offset : offset + size].view_as(p).to(torch.float64)
         offset += size
-        scale = counts.view(-1, *[1] * (p.dim() - 1))
-        mean = torch.where(scale > 0, summed / scale.clamp(min=1e-12), p.detach().to(torch.float64))
-        out[name] = mean.to(p.dtype)
+        w = weights[_expert_of(name)]
+        step = summed / w if w > 0 else torch.zeros_like(summed)
+        out[name] = (p.detach().to(torch.float64) + step).to(p.dtype)
     return out
 
 

@@ -1,56 +1,136 @@
-"""FM2's local steps at a site: stage 1 trains the Observer with a plain head, stage 2 freezes it
-and trains both MoEs on the Top-K sample, with the HMA pull towards the round's global M_d."""
+"""Local steps at a site for FM2 and the image-classification baselines.
+
+FM2's stage 1 trains the Observer with a plain head; stage 2 freezes it and trains both MoEs on
+(the Top-K sample of) the site's images, with the HMA pull towards the round's global M_d. Every
+stage runs through one step loop that takes the site's gradient rule: plain shuffled minibatches,
+or DP-SGD with each image its own privacy unit (`secure_fed.clients.private.DPGradients`). Terms
+that do not depend on any image (HMA, FedProx) are added to the gradient after it was privatised:
+post-processing, so clipping and noise cover exactly the data-dependent part.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 import torch
+from torch import nn
 from torch.nn import functional as F
 
-from secure_fed.algorithms.fm2.model import FM2Model, hma_penalty
+from secure_fed.algorithms.fm2.model import FM2Model, cel_loss
+from secure_fed.clients.training import MinibatchGradients, PatientGradients
+
+RowLoss = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 
 
-def _sgd_epochs(
-    params: Iterable[torch.nn.Parameter],
-    batch_loss: Callable[[torch.Tensor], torch.Tensor],
+@dataclass(frozen=True)
+class StepSettings:
+    lr: float
+    epochs: int
+    batch: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class StageResult:
+    mean_loss: float
+    steps: int
+
+
+def run_steps(
+    module: nn.Module,
+    row_loss: RowLoss,
     n: int,
-    lr: float,
-    epochs: int,
-    batch: int,
-    seed: int,
-) -> float:
-    """Plain SGD over shuffled mini-batches of n samples; returns the last epoch's mean loss."""
-    opt = torch.optim.SGD(list(params), lr=lr)
-    generator = torch.Generator().manual_seed(seed)
-    mean = 0.0
-    for _ in range(epochs):
-        order = torch.randperm(n, generator=generator)
-        total, batches = 0.0, 0
-        for start in range(0, n, batch):
-            loss = batch_loss(order[start : start + batch])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            total, batches = total + loss.item(), batches + 1
-        mean = total / max(batches, 1)
-    return mean
+    settings: StepSettings,
+    gradients: PatientGradients | None = None,
+    extra_grad: Callable[[], None] | None = None,
+) -> StageResult:
+    """SGD on `module`'s trainable parameters; `row_loss(forward, idx)` gives one loss per image in
+    `idx` through `forward` (the module, or its per-row-gradient wrapper under DP)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    grads = gradients or MinibatchGradients(settings.batch, torch.Generator().manual_seed(settings.seed))
+    [forward] = grads.wrap([module])
+    opt = torch.optim.Adam(params, lr=settings.lr)
+    steps = settings.epochs * grads.steps_per_epoch(n) if n else 0
+    total, rows = 0.0, 0
+    for _ in range(steps):
+        idx = grads.sample(n)
+        losses = row_loss(forward, idx) if idx.numel() else torch.zeros(0)
+        opt.zero_grad(set_to_none=True)
+        # an empty DP step still adds its noise: the accountant counted it
+        grads.backward([forward], [losses], [idx])
+        if extra_grad is not None:
+            extra_grad()
+        opt.step()
+        total, rows = total + float(losses.detach().sum()), rows + idx.numel()
+    return StageResult(total / max(rows, 1), steps)
+
+
+def add_pull(params: Mapping[str, nn.Parameter], reference: Mapping[str, torch.Tensor], lam: float) -> None:
+    """Adds the gradient of λ‖w − w_ref‖² (HMA, FedProx's μ/2 with λ = μ/2) to each parameter."""
+    for name, p in params.items():
+        pull = 2 * lam * (p.detach() - reference[name].to(p.device))
+        p.grad = pull if p.grad is None else p.grad + pull
+
+
+class _Stage1(nn.Module):
+    def __init__(self, model: FM2Model) -> None:
+        super().__init__()
+        self.observer, self.head = model.observer, model.head
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.observer(x))
+
+
+class _Stage2(nn.Module):
+    """Both MoEs on Observer features; the Observer is not part of it (frozen in stage 2)."""
+
+    def __init__(self, model: FM2Model) -> None:
+        super().__init__()
+        self.cmoe, self.dmoe = model.cmoe, model.dmoe
+        self.gamma_d, self.gamma_c = model.gamma_d, model.gamma_c
+
+    def forward(self, v: torch.Tensor, modality: torch.Tensor) -> torch.Tensor:
+        return self.gamma_d * self.dmoe(v, modality) + self.gamma_c * self.cmoe(v)
 
 
 def train_stage1(
-    model: FM2Model, x: torch.Tensor, labels: torch.Tensor, lr: float, epochs: int, batch: int, seed: int
-) -> float:
-    """Observer + head on the site's labelled images; returns the last epoch's mean loss."""
-    params = [*model.observer.parameters(), *model.head.parameters()]
-    return _sgd_epochs(
-        params,
-        lambda idx: F.cross_entropy(model.stage1(x[idx]), labels[idx]),
-        len(x),
-        lr,
-        epochs,
-        batch,
-        seed,
-    )
+    model: FM2Model,
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    settings: StepSettings,
+    gradients: PatientGradients | None = None,
+    captions: tuple[torch.Tensor, torch.Tensor] | None = None,
+    cel_weight: float = 0.0,
+) -> StageResult:
+    """Observer + head on the site's labelled images. With `captions` ((n, words) token ids, 0 =
+    padding) and a weight, Caption-Enhanced Learning pulls each image's features towards its own
+    caption's (non-private only: a contrastive loss mixes the images of a batch)."""
+    stage = _Stage1(model)
+    use_cel = captions is not None and cel_weight > 0 and model.text is not None
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in (*stage.parameters(), *(model.text.parameters() if use_cel and model.text else ())):
+        p.requires_grad_(True)
+
+    def row_loss(forward: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+        loss = F.cross_entropy(forward(x[idx]), labels[idx], reduction="none")
+        if use_cel and len(idx) > 1:
+            assert captions is not None and model.text is not None
+            tokens, lengths = captions[0][idx], captions[1][idx]
+            flat = torch.cat([t[:n] for t, n in zip(tokens, lengths, strict=True)])
+            offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)[:-1]])
+            loss = loss + cel_weight * cel_loss(model.observer(x[idx]), model.text(flat, offsets))
+        return loss
+
+    if use_cel:
+        # the text encoder is trained beside the stage (its own optimiser would be the same SGD)
+        stage.text = model.text  # type: ignore[assignment]
+    try:
+        return run_steps(stage, row_loss, len(x), settings, gradients)
+    finally:
+        for p in model.parameters():
+            p.requires_grad_(True)
 
 
 def train_stage2(
@@ -58,23 +138,34 @@ def train_stage2(
     x: torch.Tensor,
     modality: torch.Tensor,
     labels: torch.Tensor,
-    reference: dict[str, torch.Tensor],
+    reference: Mapping[str, torch.Tensor],
     lam: float,
-    lr: float,
-    epochs: int,
-    batch: int,
-    seed: int,
-) -> float:
-    """Both MoEs on (the Top-K sample of) the site's images, the Observer frozen; the loss adds
-    λ‖M_d − M̂_d‖² against `reference`, the global M_d the round started from."""
+    settings: StepSettings,
+    gradients: PatientGradients | None = None,
+) -> StageResult:
+    """Both MoEs on the site's images, the Observer frozen; λ‖M_d − M̂_d‖² pulls the domain experts
+    towards `reference`, the global M_d the round started from."""
     with torch.no_grad():
         features = model.observer(x)
+    stage = _Stage2(model)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for p in stage.parameters():
+        p.requires_grad_(True)
+    dmoe = dict(model.dmoe.named_parameters())
 
-    def batch_loss(idx: torch.Tensor) -> torch.Tensor:
-        v = features[idx]
-        logits = model.gamma_d * model.dmoe(v, modality[idx]) + model.gamma_c * model.cmoe(v)
-        loss = F.cross_entropy(logits, labels[idx])
-        return loss + hma_penalty(model.dmoe, reference, lam) if lam else loss
+    def row_loss(forward: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+        return F.cross_entropy(forward(features[idx], modality[idx]), labels[idx], reduction="none")
 
-    params = [*model.cmoe.parameters(), *model.dmoe.parameters()]
-    return _sgd_epochs(params, batch_loss, len(x), lr, epochs, batch, seed)
+    try:
+        return run_steps(
+            stage,
+            row_loss,
+            len(x),
+            settings,
+            gradients,
+            extra_grad=(lambda: add_pull(dmoe, reference, lam)) if lam else None,
+        )
+    finally:
+        for p in model.parameters():
+            p.requires_grad_(True)

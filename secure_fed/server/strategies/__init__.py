@@ -4,7 +4,9 @@ from secure_fed.server.strategies.base import RoundContext, RoundResult, Strateg
 from secure_fed.server.strategies.drfa import DRFA
 from secure_fed.server.strategies.fedadam import FedAdam
 from secure_fed.server.strategies.fedavg import FedAvg
+from secure_fed.server.strategies.fedbn import FedBN
 from secure_fed.server.strategies.fedprox import FedProx
+from secure_fed.server.strategies.fedrep import FedRep
 from secure_fed.server.strategies.fedtar import FedTAR
 from secure_fed.server.strategies.scaffold import Scaffold
 
@@ -12,7 +14,9 @@ __all__ = [
     "DRFA",
     "FedAdam",
     "FedAvg",
+    "FedBN",
     "FedProx",
+    "FedRep",
     "FedTAR",
     "RoundContext",
     "RoundResult",
@@ -28,10 +32,22 @@ def make_strategy(method: str, dim: int, t_max: int, cfg: object) -> Strategy:
     assert isinstance(cfg, RunConfig)
     if method.startswith("fedtar"):
         return FedTAR(dim, t_max, cfg, temporal=method != "fedtar-no-temporal", name=method)
-    table = {"fedavg": FedAvg, "fedprox": FedProx, "fedadam": FedAdam, "scaffold": Scaffold, "drfa": DRFA}
+    if method == "fm2":  # an algorithm folder registers its strategy here
+        from secure_fed.algorithms.fm2.strategy import FM2
+
+        return FM2(dim, cfg)
+    table = {
+        "fedavg": FedAvg,
+        "fedprox": FedProx,
+        "fedadam": FedAdam,
+        "scaffold": Scaffold,
+        "drfa": DRFA,
+        "fedrep": FedRep,
+        "fedbn": FedBN,
+    }
     if method not in table:
         raise ValueError(
-            f"unknown method {method!r}; choose from fedtar, fedtar-no-gmm, fedtar-no-temporal, "
+            f"unknown method {method!r}; choose from fedtar, fedtar-no-gmm, fedtar-no-temporal, fm2, "
             + ", ".join(table)
         )
     return table[method](dim, cfg)

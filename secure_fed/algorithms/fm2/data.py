@@ -1,0 +1,158 @@
+"""A site's images for FM2 and the imaging baselines: the benchmark (synthetic, cached, or a
+manifest), the federated split, each site's train/test share as tensors. Nothing here leaves the site.
+
+Privacy unit: the image. The synthetic benchmark has one image per patient; a real manifest with
+several images of one patient would need the patient as the unit (not supported yet: refused).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from PIL import Image
+
+from secure_fed.config import RunConfig
+from secure_fed.data.manifest import DataValidationError
+from secure_fed.data.multimodal import (
+    CLASSES,
+    MODALITIES,
+    ImagingRecord,
+    Split,
+    load_imaging_manifest,
+    split_disjoint,
+    split_overlapped,
+    synthesize_multimodal,
+)
+
+CAPTION_BUCKETS = 512  # hashed caption words: no vocabulary fitted on any site's text
+
+
+@dataclass
+class ImagingSplit:
+    x: torch.Tensor  # (n, 1, size, size) in [0, 1]
+    modality: torch.Tensor  # index into MODALITIES: the domain expert
+    labels: torch.Tensor  # index into CLASSES
+    caption_tokens: torch.Tensor  # (n, words), 0 = padding
+    caption_lengths: torch.Tensor
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+@dataclass
+class ImagingSite:
+    name: str
+    train: ImagingSplit
+    test: ImagingSplit
+    record_ids: list[str]
+
+
+def imaging_manifest(cfg: RunConfig) -> Path:
+    """The manifest to load; the synthetic benchmark is rendered once per setting and cached."""
+    im = cfg.data.imaging
+    if im.path is not None:
+        return Path(im.path)
+    folder = Path(cfg.model.cache_dir) / f"imaging-pc{im.per_class}-i{im.image_size}-seed{cfg.seed}"
+    manifest = folder / "manifest.jsonl"
+    if not manifest.exists():
+        tmp = folder.with_name(folder.name + f".tmp{np.random.randint(1 << 30)}")
+        synthesize_multimodal(tmp, per_class=im.per_class, image_size=im.image_size, seed=cfg.seed)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process made it first
+            pass
+    return manifest
+
+
+@functools.lru_cache(maxsize=2)
+def _records(manifest: Path) -> tuple[ImagingRecord, ...]:
+    records = tuple(load_imaging_manifest(manifest))
+    unknown = sorted({r.label for r in records} - set(CLASSES))
+    if unknown:
+        raise DataValidationError(
+            [f"{manifest}: label: {', '.join(unknown)} not in the class vocabulary {', '.join(CLASSES)}"]
+        )
+    return records
+
+
+def imaging_split(cfg: RunConfig) -> tuple[tuple[ImagingRecord, ...], Split]:
+    im = cfg.data.imaging
+    records = _records(imaging_manifest(cfg))
+    if im.path is not None:
+        missing = [r.id for r in records if not r.site]
+        if missing:
+            raise DataValidationError(
+                [f"{im.path}: site: missing on {len(missing)} record(s), e.g. {missing[0]}"]
+            )
+        sites: dict[str, list[int]] = {}
+        for i, r in enumerate(records):
+            sites.setdefault(r.site, []).append(i)
+        return records, Split(sites)
+    if im.split == "disjoint":
+        return records, split_disjoint(records, im.sites)
+    return records, split_overlapped(records, im.sites, im.phi, seed=cfg.seed)
+
+
+def imaging_site_names(cfg: RunConfig) -> list[str]:
+    return sorted(imaging_split(cfg)[1].sites)
+
+
+def caption_tokens(captions: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Words hashed into CAPTION_BUCKETS - 1 buckets (1…), padded with 0, and each caption's length."""
+    rows = [
+        [
+            1
+            + int.from_bytes(hashlib.blake2s(w.encode(), digest_size=4).digest(), "big")
+            % (CAPTION_BUCKETS - 1)
+            for w in re.findall(r"[a-z0-9-]+", c.lower())
+        ]
+        or [0]
+        for c in captions
+    ]
+    width = max((len(r) for r in rows), default=1)
+    tokens = torch.zeros(len(rows), width, dtype=torch.long)
+    for i, r in enumerate(rows):
+        tokens[i, : len(r)] = torch.tensor(r)
+    return tokens, torch.tensor([len(r) for r in rows])
+
+
+def _tensors(records: Sequence[ImagingRecord], root: Path, size: int) -> ImagingSplit:
+    images = []
+    for r in records:
+        with Image.open(root / r.image) as img:
+            pixels = img.convert("L").resize((size, size), Image.Resampling.BILINEAR)
+            images.append(np.asarray(pixels, dtype=np.float32) / 255.0)
+    x = torch.from_numpy(np.stack(images)[:, None]) if images else torch.zeros(0, 1, size, size)
+    tokens, lengths = caption_tokens([r.caption for r in records])
+    return ImagingSplit(
+        x=x,
+        modality=torch.tensor([MODALITIES.index(r.modality) for r in records], dtype=torch.long),
+        labels=torch.tensor([CLASSES.index(r.label) for r in records], dtype=torch.long),
+        caption_tokens=tokens,
+        caption_lengths=lengths,
+    )
+
+
+def load_imaging_site(cfg: RunConfig, site: str) -> ImagingSite:
+    records, split = imaging_split(cfg)
+    if site not in split.sites:
+        raise ValueError(
+            f"site {site!r} not in the imaging benchmark (sites: {', '.join(sorted(split.sites))})"
+        )
+    mine = [records[i] for i in split.sites[site]]
+    # the test share is drawn per site from the run's seed: paired across methods
+    digest = hashlib.sha256(f"{cfg.seed}|{site}".encode()).digest()
+    order = np.random.default_rng(int.from_bytes(digest[:8], "big")).permutation(len(mine))
+    n_test = int(round(cfg.data.imaging.test_fraction * len(mine)))
+    test = [mine[i] for i in sorted(order[:n_test])]
+    train = [mine[i] for i in sorted(order[n_test:])]
+    root = imaging_manifest(cfg).parent
+    size = cfg.data.imaging.image_size
+    return ImagingSite(site, _tensors(train, root, size), _tensors(test, root, size), [r.id for r in mine])

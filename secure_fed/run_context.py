@@ -1,0 +1,62 @@
+"""What every party of a Flower run reads from its run context: the configuration and its folder.
+
+Kept apart from the client and server apps, so that neither imports the other.
+"""
+
+from __future__ import annotations
+
+import logging
+import tomllib
+from pathlib import Path
+from typing import Any
+
+from flwr.app import Context
+
+from secure_fed.config import RunConfig, load_config
+
+log = logging.getLogger(__name__)
+
+# [fed] key of a config file ← the `flwr run --run-config` key that fills it when the file is silent
+_RUN_CONFIG_KEYS = (("method", "method"), ("rounds", "num-server-rounds"))
+
+
+def _file_fed_table(path: str) -> dict[str, Any]:
+    if not path:
+        return {}
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return {}  # load_config below names the file and the problem
+    fed = data.get("fed", {})
+    return fed if isinstance(fed, dict) else {}
+
+
+def config_from_context(context: Context) -> RunConfig:
+    """The server's configuration: its file, where the file sets `[fed] method` / `rounds`; the run
+    config (`method`, `num-server-rounds`, whose defaults live in pyproject.toml) only where it
+    does not. A differing run-config value is named in the log, never silently taken."""
+    run = dict(context.run_config)
+    path = str(run.get("config-file") or "")
+    fed = _file_fed_table(path)
+    overrides: dict[str, Any] = {}
+    for key, run_key in _RUN_CONFIG_KEYS:
+        value = run.get(run_key)
+        if key not in fed:
+            overrides[f"fed.{key}"] = value
+        elif value is not None and value != fed[key]:
+            log.warning(
+                "%s sets [fed] %s = %r; the run config's %s = %r is not used",
+                path,
+                key,
+                fed[key],
+                run_key,
+                value,
+            )
+    return load_config(Path(path) if path else None, overrides)
+
+
+def run_folder(cfg: RunConfig, run_id: str) -> Path:
+    """A deployed party's folder for one run (<out>/runs/<run id>): its audit log, guard, released
+    values. A site joins any number of runs with one policy file; what outlives a run (the
+    patient-id key, the persistent privacy ledger) stays in <out>."""
+    return Path(cfg.out) / "runs" / run_id
