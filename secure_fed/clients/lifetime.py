@@ -27,6 +27,8 @@ _STARTED = "lifetime-start.json"  # in the run's private folder: the start recor
 
 def dataset_digest(cfg: RunConfig, site: str) -> str:
     """SHA-256 over the site's records of the manifest, order-free (images by path, as listed)."""
+    if cfg.data.kind == "imaging":
+        return _imaging_digest(cfg, site)
     manifest = cohort_manifest(cfg)
     lines = []
     with Path(manifest).open() as handle_:
@@ -38,6 +40,21 @@ def dataset_digest(cfg: RunConfig, site: str) -> str:
                 lines.append(json.dumps(record, sort_keys=True, separators=(",", ":")))
     h = hashlib.sha256(f"secure_fed/site-data/v1|{site}|".encode())
     for line in sorted(lines):
+        h.update(line.encode() + b"\n")
+    return h.hexdigest()
+
+
+def _imaging_digest(cfg: RunConfig, site: str) -> str:
+    """The same for a site's share of an imaging benchmark (a manifest's own `site`, or the split)."""
+    from secure_fed.algorithms.fm2.data import imaging_split
+
+    records, split = imaging_split(cfg)
+    lines = sorted(
+        json.dumps(records[i].model_dump(), sort_keys=True, separators=(",", ":"))
+        for i in split.sites.get(site, [])
+    )
+    h = hashlib.sha256(f"secure_fed/site-images/v1|{site}|".encode())
+    for line in lines:
         h.update(line.encode() + b"\n")
     return h.hexdigest()
 

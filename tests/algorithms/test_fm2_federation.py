@@ -165,3 +165,15 @@ def test_top_k_and_cel_run_without_dp(cache_dir, tmp_path) -> None:
     cfg = _config(cache_dir, tmp_path / "topk", **{"fm2.top_k": 3, "fm2.cel_weight": 0.1, "fed.rounds": 1})
     outcome = run_inprocess(cfg, cfg.out)
     assert 0.0 <= outcome.metrics["test"]["accuracy"] <= 1.0
+
+
+def test_an_imaging_site_s_ledger_is_keyed_by_its_own_images(cache_dir, tmp_path) -> None:
+    from secure_fed.clients.lifetime import dataset_digest
+
+    cfg = _config(cache_dir, tmp_path / "a")
+    again = _config(cache_dir, tmp_path / "b", **{"fed.method": "fedrep"})  # another run, same images
+    digests = {site: dataset_digest(cfg, site) for site in ("site0", "site1", "site2")}
+    assert len(set(digests.values())) == 3
+    assert digests["site0"] == dataset_digest(again, "site0")
+    reshuffled = _config(cache_dir, tmp_path / "c", **{"data.imaging.phi": 5.0})  # other images per site
+    assert dataset_digest(reshuffled, "site0") != digests["site0"]
