@@ -100,9 +100,11 @@ def test_the_documented_table_command_runs(tmp_path, cache_dir) -> None:
     """docs/RESULTS.md's FM2 table command, on a tiny grid (later flags override the documented ones)."""
     text = (ROOT / "docs" / "RESULTS.md").read_text()
     section = text[text.index("## FM2") :]
-    [command] = [
+    commands = [
         ln.split() for ln in section.splitlines() if ln.startswith(".venv/bin/python benchmarks/fm2_table.py")
     ]
+    assert len(commands) == 2  # the table and its DP variant
+    command = commands[1]  # the DP one: it also exercises --epsilon (later flags shrink the grid)
     tiny = [
         "--seeds",
         "0,1",
@@ -130,6 +132,8 @@ def test_the_documented_table_command_runs(tmp_path, cache_dir) -> None:
     lines = done.stdout.splitlines()
     summary = json.loads(next(ln for ln in lines if ln.startswith('{"summary"')))["summary"]
     assert set(summary) == {"fm2|overlapped|0.1|1", "fedavg|overlapped|0.1|1"}
+    cell = json.loads((tmp_path / "t" / "fm2-overlapped-phi0.1-p1-s0" / "metrics.json").read_text())
+    assert all(0 < e["rdp"] <= 8 for e in cell["privacy"]["epsilon"].values())  # the DP variant ran
     assert all(s["n"] == 2 and 0 <= s["mean"] <= 1 for s in summary.values())
     assert any(ln.startswith("| fm2 | ") for ln in lines)
 
