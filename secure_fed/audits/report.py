@@ -266,13 +266,60 @@ def _summary(data: ReportData) -> str:
             else " No site had to decline a round."
         )
         parts.append(f"<p>{budget_line}{refusal_line}</p>")
+    if data.aborted is not None:
+        where = f" in round {data.aborted['round']}" if data.aborted.get("round") is not None else ""
+        parts.append(
+            f"<p id='aborted'><b>The run was aborted{_e(where)}</b>: {_e(data.aborted['reason'])}. Every "
+            "log was closed there and nothing was released after it.</p>"
+        )
     if data.stopped is not None:
         parts.append(f"<p id='stopped'>The run ended before its planned rounds: {_e(data.stopped)}</p>")
+    if data.skipped_rounds:
+        rounds = "; ".join(
+            f"round {item['round']} (sites gone: {', '.join(map(str, item.get('dropped', []))) or 'none'})"
+            for item in data.skipped_rounds
+        )
+        parts.append(
+            f"<p id='skipped'>Skipped because sites left mid-round, with no aggregate released and the "
+            f"model kept: {_e(rounds)}. A skipped round's DP releases are still counted in ε.</p>"
+        )
+    if data.site_budgets:
+        parts.append(_lifetime_line(data))
     items = "".join(_release_item(site) for site in data.sites)
     parts.append(f"<p>What left each hospital:</p><ul id='releases'>{items}</ul>")
     parts.append(_instruction_line(data))
     parts.append(f"<p>{integrity}</p>")
     return '<div class="summary" id="summary">' + "".join(parts) + "</div>"
+
+
+def _lifetime_line(data: ReportData) -> str:
+    """Each site's ε across every run on its data set (its persistent ledger), beside this run's."""
+
+    def worst(by_population: Any) -> float | None:
+        values = [
+            v.get(data.accountant) if v.get(data.accountant) is not None else v.get("rdp")
+            for v in (by_population or {}).values()
+            if isinstance(v, dict)
+        ]
+        values = [float(v) for v in values if v is not None]
+        return max(values) if values else None
+
+    items = []
+    for site, b in sorted(data.site_budgets.items()):
+        start, run, total = worst(b.get("lifetime_start")), worst(b.get("run")), worst(b.get("lifetime"))
+        budget = b.get("budget")
+        text = f"{site}: ε = {start or 0:.2f} spent by earlier runs on the same data set"
+        if total is not None:
+            text += f", {run or 0:.2f} by this run, {total:.2f} in all"
+        else:
+            text += " (this run's end was not logged)"
+        text += f" of its budget {budget:g}" if isinstance(budget, int | float) else ", no budget set"
+        items.append(f"<li>{_e(text)}</li>")
+    return (
+        "<p>Across runs — a site's budget belongs to its data, not to one run (persistent site ledger, "
+        f"ε per patient, {_e(data.accountant.upper())} accountant):</p>"
+        f"<ul id='lifetime'>{''.join(items)}</ul>"
+    )
 
 
 def _verification_html(data: ReportData) -> str:

@@ -107,6 +107,10 @@ class ReportData:
     sites: list[SiteReport] = field(default_factory=list)
     instructions: list[dict[str, Any]] = field(default_factory=list)  # refused or failed ones
     stopped: str | None = None  # why the run ended before its planned rounds (server's run_stopped)
+    aborted: dict[str, Any] | None = None  # the run failed: {"reason", "round"} (run_aborted)
+    skipped_rounds: list[dict[str, Any]] = field(default_factory=list)  # round_skipped, one per round
+    # each site's budget across runs (site_budget): its latest record, the run's end when logged
+    site_budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
     # one-run canary audits (`secure-fed audit empirical`): payload + party + re-derived ε̂
     empirical_audits: list[dict[str, Any]] = field(default_factory=list)
 
@@ -400,6 +404,17 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
                 data.refusals.append(refusal)
         elif event == "run_stopped":
             data.stopped = str(payload.get("reason", ""))
+        elif event == "run_aborted":
+            # every party logs the abort; the server's reason (or the first one read) stands
+            if data.aborted is None or record["party"] == "server":
+                data.aborted = {"reason": str(payload.get("reason", "")), "round": payload.get("round")}
+        elif event == "round_skipped":
+            if record["round"] not in {r["round"] for r in data.skipped_rounds}:
+                data.skipped_rounds.append({"round": record["round"], **payload})
+        elif event == "site_budget":
+            site = str(payload.get("site", record["party"]))
+            if "lifetime" in payload or site not in data.site_budgets:
+                data.site_budgets[site] = dict(payload)
         elif event == "secagg_round":
             data.secagg_rounds.append({"party": record["party"], "round": record["round"], **payload})
         elif event == "alpha":

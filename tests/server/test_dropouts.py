@@ -13,6 +13,8 @@ from typing import Any
 import pytest
 
 from secure_fed.audits.keys import load_public_keys
+from secure_fed.audits.report import render_html
+from secure_fed.audits.report_data import collect
 from secure_fed.audits.verify import verify_logs
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.clients.site import site_names
@@ -138,6 +140,9 @@ def test_sites_refusing_the_first_round_fail_the_run_without_scoring_an_untraine
         assert not any(r["event"] == "instruction" and r["payload"]["phase"] == "evaluate" for r in log)
         assert [r["event"] for r in log[-2:]] == ["run_aborted", "head"]
     assert [r["event"] for r in records(cfg.out, "server")[-2:]] == ["run_aborted", "head"]
+    logs = sorted((cfg.out / "audit").glob("*.jsonl"))
+    page = render_html(collect(logs, None))
+    assert "id='aborted'" in page and "The run was aborted" in page and "no round completed" in page
 
 
 @pytest.mark.parametrize("phase", ["train", "secagg_shares"])
@@ -167,6 +172,9 @@ def test_a_site_killed_mid_round_costs_that_round_and_the_run_finishes_on_three(
     # the killed site's log stops where it died: verify says so, and nothing else is wrong
     every = verify_logs([*survivors, cfg.out / "audit" / "site3.jsonl"], keys)
     assert [(Path(p.path).stem, "no head record" in p.reason) for p in every.problems] == [("site3", True)]
+    # the compliance report names the skipped round and who left
+    page = render_html(collect(survivors, result))
+    assert "id='skipped'" in page and "round 1 (sites gone: site3)" in page
 
 
 def test_an_aborted_inprocess_run_closes_the_servers_log(make_config) -> None:

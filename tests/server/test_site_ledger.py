@@ -11,6 +11,8 @@ from typing import Any
 from typer.testing import CliRunner
 
 from secure_fed.audits.keys import load_public_keys
+from secure_fed.audits.report import render_html
+from secure_fed.audits.report_data import collect
 from secure_fed.audits.verify import verify_logs
 from secure_fed.cli import app
 from secure_fed.clients.lifetime import attach_lifetime, lifetime_handler, site_ledger_of
@@ -94,6 +96,11 @@ def test_two_runs_on_the_same_site_data_continue_its_epsilon(make_config, tmp_pa
     for folder in (first, second):  # one audit log per run, each verifies on its own
         result = verify_logs(sorted((folder / "audit").glob("*.jsonl")), keyring)
         assert result.ok, [str(p) for p in result.problems]
+    # the second run's report shows each site's lifetime ε beside this run's
+    page = render_html(collect(sorted((second / "audit").glob("*.jsonl")), None))
+    end = budget_records(second, "site0")[1]
+    total = max(end["lifetime"][p]["rdp"] for p in ("train", "validation"))
+    assert "id='lifetime'" in page and f"{total:.2f} in all" in page
 
     # The budget holds across runs: a policy whose budget one more round would fit alone, but not
     # on top of what the two runs spent, is refused at round 1 and the run fails.
