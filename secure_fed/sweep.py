@@ -27,23 +27,14 @@ from typing import Any
 import numpy as np
 
 from secure_fed.clients.evaluation import METRIC_NAMES
-from secure_fed.config import RunConfig
+from secure_fed.config import METHODS_FOR, RunConfig
 from secure_fed.runner import run_inprocess
 
 BASE = "base"  # the pretrained base with untrained adapters: the "no federated training" reference
 LOCAL = "local"  # each site alone
 CENTRAL = "central"  # pooled, non-private: the ceiling
 REFERENCES: tuple[str, ...] = (BASE, LOCAL, CENTRAL)
-FEDERATED: tuple[str, ...] = (
-    "fedtar",
-    "fedtar-no-gmm",
-    "fedtar-no-temporal",
-    "fedavg",
-    "fedprox",
-    "fedadam",
-    "scaffold",
-    "drfa",
-)
+FEDERATED: tuple[str, ...] = METHODS_FOR["reports"]
 METHODS: tuple[str, ...] = REFERENCES + FEDERATED
 # The columns tables show by default (all nine metrics stay in results.json).
 TABLE_METRICS: tuple[str, ...] = ("CIDEr", "CE-F1", "temporal_consistency", "BLEU-4", "ROUGE-L")

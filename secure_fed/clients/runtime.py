@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 POOLED = {"fedavg", "fedprox", "fedadam", "scaffold", "drfa"}
+ALPHA_METHODS = {"fedtar", "fedtar-no-gmm"}  # the methods whose server asks for α hypergradients
 
 
 def visit_groups(method: str, t_max: int) -> list[int] | None:
@@ -103,6 +104,9 @@ class SiteRuntime:
                 data.n_train_patients,
                 data.n_val_patients,
                 noise_key=load_or_create_noise_key(folder / "noise.key"),
+                # only FedTAR's temporal meta-learning releases α scalars: no other method's
+                # validation patients are charged for a release that never happens
+                alpha=cfg.fed.method in ALPHA_METHODS,
             )
             privacy.trail = trail
             privacy.load_ledger(folder / "ledger.json")
@@ -382,7 +386,8 @@ class SiteRuntime:
                 f"α directions must be {self.cfg.data.max_visits} finite vectors of length {final.size} "
                 f"with L2 norm ≤ {limit:g} (dp.alpha_direction_norm)",
             )
-        if self.learner is not None:
+        if self.learner is not None or self.cfg.fed.method not in ALPHA_METHODS:
+            # none were admitted or charged for this run's method: a release here would be uncharged
             raise Refusal("bad_request", f"{self.cfg.fed.method} releases no α scalars")
         if self.guard.check_alpha(round_id, digest) and "scalars" in self.stash:
             return {"status": "ok"}  # a retry: the scalars released before, no new noise

@@ -13,6 +13,7 @@ import torch
 
 from secure_fed.config import RunConfig
 from secure_fed.data.batching import Examples, make_examples
+from secure_fed.data.cache import made_once
 from secure_fed.data.cohort import Cohort, Visit, load_cohort, split_patients
 from secure_fed.data.synthetic import synthesize
 from secure_fed.data.tokenizer import load_tokenizer
@@ -48,10 +49,9 @@ def cohort_manifest(cfg: RunConfig) -> Path:
         / f"cohort-s{s.sites}-p{s.patients}-v{s.visits}-i{s.image_size}-seed{s.seed}"
         f"-g2-td{s.temporal_drift:g}-de{s.demographic_effect:g}"
     )
-    manifest = folder / "manifest.jsonl"
-    if not manifest.exists():
-        tmp = folder.with_name(folder.name + f".tmp{np.random.randint(1 << 30)}")
-        synthesize(
+    return made_once(
+        folder,
+        lambda tmp: synthesize(
             tmp,
             sites=s.sites,
             patients=s.patients,
@@ -60,12 +60,8 @@ def cohort_manifest(cfg: RunConfig) -> Path:
             image_size=s.image_size,
             temporal_drift=s.temporal_drift,
             demographic_effect=s.demographic_effect,
-        )
-        try:
-            tmp.rename(folder)
-        except OSError:  # another process made it first
-            pass
-    return manifest
+        ),
+    )
 
 
 @functools.lru_cache(maxsize=2)

@@ -9,6 +9,9 @@ import subprocess
 import sys
 import time
 
+import numpy as np
+import pytest
+
 from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.verify import verify_logs
 from secure_fed.dp.ledger import PrivacyLedger
@@ -38,6 +41,25 @@ def test_dp_run_reports_epsilon_within_target_and_logs_verify(make_config):
     result = verify_logs(logs, load_public_keys(cfg.out / "keys"))
     assert result.ok, [str(p) for p in result.problems]
     assert len(result.rederived) >= 3 * (1 + 2 * 2)  # GMM + (DP-SGD, α) per round, per site
+
+
+def test_a_method_without_alpha_charges_no_alpha_and_refuses_to_release_it(make_config):
+    """FedAvg never asks for α scalars: its validation patients are not charged for them, and a
+    server that asks anyway is refused (the release would be uncharged)."""
+    from secure_fed.clients.guard import Refusal
+    from secure_fed.clients.runtime import SiteRuntime
+
+    cfg = make_config(dp__enabled=True, dp__target_epsilon=8.0, dp__sample_rate=0.5, fed__method="fedavg")
+    run_inprocess(cfg, cfg.out)
+    for site in ("site0", "site1", "site2"):
+        ledger = _ledger(cfg.out, site)
+        assert ledger.populations(site) == ["train"]
+        assert ledger.rounds(site, "train") == [0, 1, 2]  # the GMM histogram, then two rounds
+    runtime = SiteRuntime.create(cfg.model_copy(update={"out": cfg.out / "again"}), "site0")
+    assert runtime.privacy is not None and "validation" not in runtime.privacy.round_events()
+    dim = sum(p.numel() for p in runtime.model.parameters() if p.requires_grad)  # type: ignore[union-attr]
+    with pytest.raises(Refusal, match="releases no α scalars"):
+        runtime.hypergrad(1, np.zeros(dim), np.zeros((cfg.data.max_visits, dim)))
 
 
 def test_budget_guard_stops_sites_before_exceeding_budget(make_config):

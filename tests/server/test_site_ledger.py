@@ -88,7 +88,8 @@ def test_two_runs_on_the_same_site_data_continue_its_epsilon(make_config, tmp_pa
         assert start_1["dataset"] == start_2["dataset"]  # the same data meets the same ledger
         # the second run starts from the first one's total, population by population
         assert start_2["lifetime_start"] == end_1["lifetime"] == end_1["run"]
-        for population in ("train", "validation"):
+        assert set(end_2["lifetime"]) == {"train"}  # FedAvg releases no α: no validation charge
+        for population in ("train",):
             lifetime, run = end_2["lifetime"][population]["rdp"], end_2["run"][population]["rdp"]
             assert run == end_1["run"][population]["rdp"]  # same mechanisms, same per-run ε
             assert lifetime > run  # composed over both runs, not reset
@@ -99,13 +100,13 @@ def test_two_runs_on_the_same_site_data_continue_its_epsilon(make_config, tmp_pa
     # the second run's report shows each site's lifetime ε beside this run's
     page = render_html(collect(sorted((second / "audit").glob("*.jsonl")), None))
     end = budget_records(second, "site0")[1]
-    total = max(end["lifetime"][p]["rdp"] for p in ("train", "validation"))
+    total = max(v["rdp"] for v in end["lifetime"].values())
     assert "id='lifetime'" in page and f"{total:.2f} in all" in page
 
     # The budget holds across runs: a policy whose budget one more round would fit alone, but not
     # on top of what the two runs spent, is refused at round 1 and the run fails.
     lifetime = budget_records(second, "site0")[1]["lifetime"]
-    spent = max(lifetime[p]["rdp"] for p in ("train", "validation"))
+    spent = max(v["rdp"] for v in lifetime.values())
     one_round = json.loads((first / "metrics.json").read_text())["per_round"][0]["epsilon"]["site0"]["rdp"]
     tight = make_config("site-out", **{**policy, "dp__budget_epsilon": spent + one_round / 4})
     assert one_round < tight.dp.budget_epsilon  # type: ignore[operator]

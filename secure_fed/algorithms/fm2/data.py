@@ -19,6 +19,7 @@ import torch
 from PIL import Image
 
 from secure_fed.config import RunConfig
+from secure_fed.data.cache import made_once
 from secure_fed.data.manifest import DataValidationError
 from secure_fed.data.multimodal import (
     CLASSES,
@@ -60,15 +61,12 @@ def imaging_manifest(cfg: RunConfig) -> Path:
     if im.path is not None:
         return Path(im.path)
     folder = Path(cfg.model.cache_dir) / f"imaging-pc{im.per_class}-i{im.image_size}-seed{cfg.seed}"
-    manifest = folder / "manifest.jsonl"
-    if not manifest.exists():
-        tmp = folder.with_name(folder.name + f".tmp{np.random.randint(1 << 30)}")
-        synthesize_multimodal(tmp, per_class=im.per_class, image_size=im.image_size, seed=cfg.seed)
-        try:
-            tmp.rename(folder)
-        except OSError:  # another process made it first
-            pass
-    return manifest
+    return made_once(
+        folder,
+        lambda tmp: synthesize_multimodal(
+            tmp, per_class=im.per_class, image_size=im.image_size, seed=cfg.seed
+        ),
+    )
 
 
 @functools.lru_cache(maxsize=2)
