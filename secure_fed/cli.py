@@ -181,7 +181,9 @@ def run(
     )
     try:
         with run_progress(console, cfg.fed.rounds, _round_line) as shown:
-            outcome = run_federated(cfg, folder, resume=resume is not None, progress=shown.on_round)
+            outcome = run_federated(
+                cfg, folder, resume=resume is not None, progress=shown.on_round, on_phase=shown.on_phase
+            )
     except (ValueError, FileNotFoundError, PermissionError, KeyError) as err:
         _fail(str(err), 1)
         raise

@@ -90,6 +90,25 @@ class _PretrainWatcher(logging.Handler):
             self.progress.update(self.task, completed=int(step), total=int(steps))
 
 
+# what each message phase is, in an operator's words
+PHASES = {
+    "hello": "contacting the sites",
+    "train": "local training at the sites",
+    "secagg_setup": "SecAgg+ key exchange",
+    "secagg_shares": "SecAgg+ key shares",
+    "secagg_masked": "SecAgg+ masked upload",
+    "secagg_unmask": "SecAgg+ unmasking the sum",
+    "plain_sum": "summing the updates",
+    "hypergrad": "α hypergradients at the sites",
+    "plain_scalars": "summing the α scalars",
+    "he_keys": "α masks: key exchange",
+    "he_encrypt": "CKKS: encrypting the α scalars",
+    "he_decrypt": "CKKS: decrypting the α sum",
+    "evaluate": "scoring the test splits",
+    "finish": "closing the logs",
+}
+
+
 class RunProgress:
     """Progress bars for one run; `on_round` is the runner's per-round callback."""
 
@@ -115,6 +134,18 @@ class RunProgress:
             self.progress.remove_task(self.watcher.task)
             self.watcher.task = None
             self.progress.console.print("base model ready (pretrained on public data, now cached)")
+
+    def on_phase(self, round_id: int, phase: str) -> None:
+        """The round bar names the phase on the wire (training, SecAgg+ shares, α, ...)."""
+        if self.round_task is None:
+            return
+        if phase == "train":
+            self.done_pretraining()  # the sites are past building their models
+        what = PHASES.get(phase, phase.replace("_", " "))
+        where = f"round {round_id}/{self.rounds}" if round_id else "setting up"
+        if phase in ("evaluate", "finish"):
+            where = "end of run"
+        self.progress.update(self.round_task, description=f"{where}: {what}")
 
     def on_round(self, round_id: int, rounds: int, result: Any) -> None:
         self.done_pretraining()

@@ -66,6 +66,7 @@ def run_inprocess(
     resume: bool = False,
     progress: Callable[[int, int, RoundResult], None] | None = None,
     drop: dict[str, set[int]] | None = None,
+    on_phase: Callable[[int, str], None] | None = None,
 ) -> RunOutcome:
     """All parties in this process (tests, sweeps); same protocol and payloads as over Flower."""
     cfg = cfg.model_copy(update={"out": Path(out)})
@@ -94,6 +95,7 @@ def run_inprocess(
         events=trail.event if trail else (lambda *a: None),
         progress=progress,
         copy_record=trail.copy if trail else None,
+        on_phase=on_phase,
     )
     try:
         outcome = orchestrator.run(resume=resume)
@@ -205,6 +207,7 @@ def run_simulation(
     out: Path,
     resume: bool = False,
     progress: Callable[[int, int, RoundResult], None] | None = None,
+    on_phase: Callable[[int, str], None] | None = None,
 ) -> RunOutcome:
     """Flower's simulation engine (Ray), every Ray service on 127.0.0.1."""
     from flwr.simulation import run_simulation as flwr_run_simulation
@@ -232,6 +235,7 @@ def run_simulation(
         progress=progress,
         copy_record=trail.copy if trail else None,
         result=box,
+        on_phase=on_phase,
     )
     client_app = make_client_app(cfg, keys_dir=keys_dir, run_id=run_id)
     with _stop_promptly_on_interrupt(trail):
@@ -307,6 +311,7 @@ def run_federated(
     out: Path,
     resume: bool = False,
     progress: Callable[[int, int, RoundResult], None] | None = None,
+    on_phase: Callable[[int, str], None] | None = None,
 ) -> RunOutcome:
     preflight(cfg)
     if cfg.train.threads is not None:
@@ -314,7 +319,7 @@ def run_federated(
 
         torch.set_num_threads(cfg.train.threads)
     runner = run_simulation if cfg.fed.engine == "simulation" else run_inprocess
-    outcome = runner(cfg, out, resume=resume, progress=progress)
+    outcome = runner(cfg, out, resume=resume, progress=progress, on_phase=on_phase)
     if cfg.audit.enabled:
         write_report(out, audit_keys_dir(cfg.model_copy(update={"out": Path(out)}), site_names(cfg)))
     return outcome

@@ -347,8 +347,12 @@ def test_progress_follows_pretraining_and_rounds():
         assert not [t for t in shown.progress.tasks if t.description.startswith("base pretraining")]
         rounds = shown.progress.tasks[0]
         assert (rounds.completed, rounds.total, rounds.description) == (1, 2, "round 2: training")
+        shown.on_phase(2, "secagg_masked")
+        assert shown.progress.tasks[0].description == "round 2/2: SecAgg+ masked upload"
         shown.on_round(2, 2, SimpleNamespace(participants=[0, 1]))
         assert shown.progress.tasks[0].description.startswith("evaluating")
+        shown.on_phase(2, "evaluate")
+        assert shown.progress.tasks[0].description == "end of run: scoring the test splits"
     assert lines == [1, 2]
     text = buffer.getvalue()
     assert "round 1/2 sites=3" in text and "round 2/2 sites=2" in text and "base model ready" in text

@@ -67,6 +67,7 @@ def make_server_app(
     progress: Any = None,
     copy_record: Callable[[dict[str, Any]], None] | None = None,
     result: dict[str, Any] | None = None,
+    on_phase: Callable[[int, str], None] | None = None,
 ) -> ServerApp:
     """`cfg` given: started by `secure-fed run`; None: `flwr run .` (config from the run config)."""
     app = ServerApp()
@@ -91,6 +92,7 @@ def make_server_app(
             events=trail.event if trail else (events or (lambda *a: None)),
             progress=progress,
             copy_record=trail.copy if trail else copy_record,
+            on_phase=on_phase,
         )
         try:
             outcome = orchestrator.run(resume=resume)

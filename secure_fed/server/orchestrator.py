@@ -125,9 +125,10 @@ class Orchestrator:
         progress: Callable[[int, int, RoundResult], None] | None = None,
         copy_record: Callable[[dict[str, Any]], None] | None = None,
         announce: Callable[[str], None] | None = None,
+        on_phase: Callable[[int, str], None] | None = None,
     ) -> None:
         self.cfg = cfg
-        self.transport = transport
+        self.transport = transport if on_phase is None else _Watched(transport, self, on_phase)
         self.nodes = sorted(nodes)
         self.initial_state = np.asarray(initial_state, dtype=np.float64)
         self.out = Path(out)
@@ -299,6 +300,21 @@ class Orchestrator:
         request = {"global": state, "split": "test", **_end(stopped)}
         replies = self.transport.exchange("evaluate", {n: dict(request) for n in self.nodes})
         return pool_scores(list(replies.values()))
+
+
+class _Watched:
+    """The transport, telling an observer (the console's progress) which phase of which round is
+    on the wire: a round of SecAgg+ and CKKS has nine, and some take minutes."""
+
+    def __init__(self, inner: Transport, owner: Orchestrator, on_phase: Callable[[int, str], None]) -> None:
+        self.inner, self.owner, self.on_phase = inner, owner, on_phase
+
+    def exchange(self, phase: str, requests: Any) -> dict[int, dict[str, Any]]:
+        self.on_phase(self.owner.current_round, phase)
+        return self.inner.exchange(phase, requests)
+
+    def __getattr__(self, name: str) -> Any:  # anything else a transport offers, unchanged
+        return getattr(self.inner, name)
 
 
 def _end(stopped: str | None) -> dict[str, Any]:

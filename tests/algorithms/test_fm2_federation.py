@@ -177,3 +177,14 @@ def test_an_imaging_site_s_ledger_is_keyed_by_its_own_images(cache_dir, tmp_path
     assert digests["site0"] == dataset_digest(again, "site0")
     reshuffled = _config(cache_dir, tmp_path / "c", **{"data.imaging.phi": 5.0})  # other images per site
     assert dataset_digest(reshuffled, "site0") != digests["site0"]
+
+
+def test_the_orchestrator_names_each_phase_of_each_round(cache_dir, tmp_path) -> None:
+    seen: list[tuple[int, str]] = []
+    cfg = _config(cache_dir, tmp_path / "phases", **{"secagg.enabled": True, "data.imaging.sites": 3})
+    run_inprocess(cfg, cfg.out, on_phase=lambda r, phase: seen.append((r, phase)))
+    assert seen[0] == (0, "hello")
+    for r in (1, 2):
+        assert [p for q, p in seen if q == r][:1] == ["train"]  # SecAgg+ setup rides on it
+        assert {"secagg_shares", "secagg_masked", "secagg_unmask"} <= {p for q, p in seen if q == r}
+    assert [p for _, p in seen[-2:]] == ["evaluate", "finish"]
