@@ -694,7 +694,7 @@ def audit_empirical(
         # a second audit there would resume the first one's ledgers and logs
         _fail(f"{folder}: already holds a run; give a new --out folder")
     from secure_fed.clients.empirical_audit import run_empirical_audit, write_audit_report
-    from secure_fed.clients.site import site_names
+    from secure_fed.data.sites import site_names
 
     names = site_names(cfg)
     chosen = site or names

@@ -15,8 +15,8 @@ import numpy as np
 from secure_fed.clients.handler import handle
 from secure_fed.clients.hypergrad import flatten
 from secure_fed.clients.runtime import SiteRuntime
-from secure_fed.clients.site import site_names
 from secure_fed.config import RunConfig
+from secure_fed.data.sites import site_names
 from secure_fed.keyring import audit_keys_dir
 from secure_fed.model.setup import build_report_model
 from secure_fed.server.orchestrator import Orchestrator, RunOutcome
@@ -266,7 +266,7 @@ def preflight(cfg: RunConfig) -> None:
 
     d = cfg.data
     if d.kind == "imaging":
-        from secure_fed.algorithms.fm2.data import imaging_split
+        from secure_fed.data.multimodal import imaging_split
 
         try:
             _, split = imaging_split(cfg)  # validates a manifest: file:line problems

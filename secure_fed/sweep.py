@@ -149,8 +149,8 @@ def evaluate_reference(
     from secure_fed.clients.handler import handle
     from secure_fed.clients.hypergrad import flatten
     from secure_fed.clients.runtime import SiteRuntime
-    from secure_fed.clients.site import site_names
     from secure_fed.clients.training import LocalTrainSettings, train_copies
+    from secure_fed.data.sites import site_names
     from secure_fed.model.setup import build_report_model
     from secure_fed.server.orchestrator import pool_scores
 

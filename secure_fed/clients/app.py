@@ -23,8 +23,9 @@ from secure_fed.clients.handler import handle
 from secure_fed.clients.hypergrad import flatten, unflatten
 from secure_fed.clients.lifetime import attach_lifetime, log_lifetime_end
 from secure_fed.clients.runtime import SiteRuntime
-from secure_fed.clients.site import deployment_site_key, site_names
+from secure_fed.clients.site import deployment_site_key
 from secure_fed.config import RunConfig, load_config
+from secure_fed.data.sites import site_names
 from secure_fed.dp.site_ledger import SiteLedger
 from secure_fed.run_context import config_from_context, run_folder
 from secure_fed.wire import from_records, load_state, store_state, to_records

@@ -8,10 +8,11 @@ import torch
 
 from secure_fed.clients.evaluation import evaluate_split
 from secure_fed.clients.profile import fit_gmm
-from secure_fed.clients.site import attach_profiles, load_site, patient_profiles, site_names
+from secure_fed.clients.site import attach_profiles, load_site, patient_profiles
 from secure_fed.clients.training import LocalTrainSettings, train_copies
 from secure_fed.config import RunConfig
 from secure_fed.data.batching import Examples
+from secure_fed.data.sites import site_names
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.model.report_model import ReportModel
 from secure_fed.model.setup import build_report_model

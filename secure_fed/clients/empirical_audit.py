@@ -30,8 +30,8 @@ import torch
 from secure_fed.clients.hypergrad import flatten
 from secure_fed.clients.private import TRAIN, VALIDATION, DPGradients, SitePrivacy
 from secure_fed.clients.runtime import SiteRuntime
-from secure_fed.clients.site import site_names
 from secure_fed.config import RunConfig
+from secure_fed.data.sites import site_names
 from secure_fed.dp.accountants import epsilon_prv, epsilon_rdp
 from secure_fed.dp.canaries import (
     DEFAULT_SUPPORT,

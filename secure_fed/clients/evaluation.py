@@ -6,20 +6,10 @@ import torch
 
 from secure_fed.data.batching import Examples
 from secure_fed.eval.clinical import ce_f1, chexpert_ce_f1, temporal_consistency
-from secure_fed.eval.metrics import report_metrics
+from secure_fed.eval.metrics import REPORT_SCORES, report_metrics
 from secure_fed.model.report_model import ReportModel
 
-METRIC_NAMES = (
-    "BLEU-1",
-    "BLEU-2",
-    "BLEU-3",
-    "BLEU-4",
-    "METEOR",
-    "ROUGE-L",
-    "CIDEr",
-    "CE-F1",
-    "temporal_consistency",
-)
+METRIC_NAMES = REPORT_SCORES
 
 
 def generate_reports(

@@ -17,8 +17,8 @@ from typing import Any
 
 from secure_fed.clients.handler import handle
 from secure_fed.clients.runtime import SiteRuntime
-from secure_fed.clients.site import cohort_manifest
 from secure_fed.config import RunConfig
+from secure_fed.data.sites import cohort_manifest
 from secure_fed.dp.private_files import atomic_write_bytes
 from secure_fed.dp.site_ledger import SiteLedger
 
@@ -46,7 +46,7 @@ def dataset_digest(cfg: RunConfig, site: str) -> str:
 
 def _imaging_digest(cfg: RunConfig, site: str) -> str:
     """The same for a site's share of an imaging benchmark (a manifest's own `site`, or the split)."""
-    from secure_fed.algorithms.fm2.data import imaging_split
+    from secure_fed.data.multimodal import imaging_split
 
     records, split = imaging_split(cfg)
     lines = sorted(

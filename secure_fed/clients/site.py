@@ -3,7 +3,6 @@ and the local patient GMM. Nothing here leaves the site."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,9 +12,8 @@ import torch
 
 from secure_fed.config import RunConfig
 from secure_fed.data.batching import Examples, make_examples
-from secure_fed.data.cache import made_once
-from secure_fed.data.cohort import Cohort, Visit, load_cohort, split_patients
-from secure_fed.data.synthetic import synthesize
+from secure_fed.data.cohort import Visit, split_patients
+from secure_fed.data.sites import cached_cohort, cohort_manifest
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.dp.private_files import load_or_create_secret
 from secure_fed.model.profile_gmm import PatientGMM
@@ -36,50 +34,6 @@ class SiteData:
     @property
     def n_val_patients(self) -> int:
         return len(set(self.val.patient_ids))
-
-
-def cohort_manifest(cfg: RunConfig) -> Path:
-    """The manifest to load; a synthetic cohort is generated once per setting and cached."""
-    if cfg.data.source != "synthetic":
-        assert cfg.data.path is not None
-        return Path(cfg.data.path)
-    s = cfg.data.synth
-    folder = (
-        Path(cfg.model.cache_dir)
-        / f"cohort-s{s.sites}-p{s.patients}-v{s.visits}-i{s.image_size}-seed{s.seed}"
-        f"-g2-td{s.temporal_drift:g}-de{s.demographic_effect:g}"
-    )
-    return made_once(
-        folder,
-        lambda tmp: synthesize(
-            tmp,
-            sites=s.sites,
-            patients=s.patients,
-            visits=s.visits,
-            seed=s.seed,
-            image_size=s.image_size,
-            temporal_drift=s.temporal_drift,
-            demographic_effect=s.demographic_effect,
-        ),
-    )
-
-
-@functools.lru_cache(maxsize=2)
-def _cohort(manifest: Path, image_size: int, deal_sites: int | None = None, seed: int = 0) -> Cohort:
-    """Every image of the cohort is read once per process, not once per site (read-only use)."""
-    return load_cohort(manifest, image_size, deal_sites, seed)
-
-
-def site_names(cfg: RunConfig) -> list[str]:
-    if cfg.data.kind == "imaging":
-        from secure_fed.algorithms.fm2.data import imaging_site_names
-
-        return imaging_site_names(cfg)
-    if cfg.data.source == "synthetic":
-        return [f"site{k}" for k in range(cfg.data.synth.sites)]
-    return sorted(
-        _cohort(cohort_manifest(cfg), cfg.data.synth.image_size, cfg.data.deal_sites, cfg.seed).sites
-    )
 
 
 def simulation_site_key(seed: int, site: str) -> bytes:
@@ -103,7 +57,7 @@ def encode_split(visits: list[Visit], cfg: RunConfig, tokenizer: object, site_ke
 
 
 def load_site(cfg: RunConfig, site: str, site_key: bytes | None = None) -> SiteData:
-    cohort = _cohort(cohort_manifest(cfg), cfg.data.synth.image_size, cfg.data.deal_sites, cfg.seed)
+    cohort = cached_cohort(cohort_manifest(cfg), cfg.data.synth.image_size, cfg.data.deal_sites, cfg.seed)
     if site not in cohort.sites:
         raise ValueError(f"site {site!r} not in the cohort (sites: {', '.join(sorted(cohort.sites))})")
     key = site_key or simulation_site_key(cfg.seed, site)

@@ -19,6 +19,7 @@ splits are reproducible.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,8 @@ import numpy as np
 from PIL import Image
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
+from secure_fed.config import RunConfig
+from secure_fed.data.cache import made_once
 from secure_fed.data.manifest import DataValidationError
 
 CLASSES: tuple[str, ...] = (
@@ -306,3 +309,46 @@ def synthesize_sited(
     ]
     manifest.write_text("\n".join(lines) + "\n")
     return manifest, {site: len(members) for site, members in dealt.sites.items()}
+
+
+def imaging_manifest(cfg: RunConfig) -> Path:
+    """The manifest to load; the synthetic benchmark is rendered once per setting and cached."""
+    im = cfg.data.imaging
+    if im.path is not None:
+        return Path(im.path)
+    folder = Path(cfg.model.cache_dir) / f"imaging-pc{im.per_class}-i{im.image_size}-seed{cfg.seed}"
+    return made_once(
+        folder,
+        lambda tmp: synthesize_multimodal(
+            tmp, per_class=im.per_class, image_size=im.image_size, seed=cfg.seed
+        ),
+    )
+
+
+@functools.lru_cache(maxsize=2)
+def _records(manifest: Path) -> tuple[ImagingRecord, ...]:
+    records = tuple(load_imaging_manifest(manifest))
+    unknown = sorted({r.label for r in records} - set(CLASSES))
+    if unknown:
+        raise DataValidationError(
+            [f"{manifest}: label: {', '.join(unknown)} not in the class vocabulary {', '.join(CLASSES)}"]
+        )
+    return records
+
+
+def imaging_split(cfg: RunConfig) -> tuple[tuple[ImagingRecord, ...], Split]:
+    im = cfg.data.imaging
+    records = _records(imaging_manifest(cfg))
+    if im.path is not None:
+        missing = [r.id for r in records if not r.site]
+        if missing:
+            raise DataValidationError(
+                [f"{im.path}: site: missing on {len(missing)} record(s), e.g. {missing[0]}"]
+            )
+        sites: dict[str, list[int]] = {}
+        for i, r in enumerate(records):
+            sites.setdefault(r.site, []).append(i)
+        return records, Split(sites)
+    if im.split == "disjoint":
+        return records, split_disjoint(records, im.sites)
+    return records, split_overlapped(records, im.sites, im.phi, seed=cfg.seed)

@@ -39,6 +39,8 @@ from pycocoevalcap.rouge.rouge import Rouge
 from secure_fed.data.lexicon import words
 
 METRIC_NAMES: tuple[str, ...] = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr")
+# what a site reports for a report model: the language metrics, then the clinical ones
+REPORT_SCORES: tuple[str, ...] = (*METRIC_NAMES, "CE-F1", "temporal_consistency")
 
 Corpus = dict[int, list[str]]
 

@@ -22,7 +22,7 @@ NODE_WAIT_SECONDS = 120.0
 
 
 def expected_sites(cfg: RunConfig) -> int:
-    from secure_fed.clients.site import site_names
+    from secure_fed.data.sites import site_names
 
     return len(site_names(cfg))
 

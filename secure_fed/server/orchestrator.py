@@ -17,10 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_protocol import SecAggAbort
 from secure_fed.crypto.transport import Transport
+from secure_fed.eval.metrics import REPORT_SCORES
 from secure_fed.server.aggregation import AggregationSettings
 from secure_fed.server.checkpoint import load_checkpoint, save_checkpoint
 from secure_fed.server.participation import sample_sites
@@ -328,7 +328,7 @@ def pool_scores(replies: list[dict[str, Any]]) -> dict[str, float]:
     rows = [r for r in replies if r.get("status") == "ok" and r.get("weight", 0) > 0]
     sent = [k for r in rows for k, v in r.items() if k not in ("status", "weight") and _number(v)]
     # the report metrics in their order, then an algorithm's own (FM2's accuracy) as sites sent them
-    names = [n for n in METRIC_NAMES if n in sent or not rows] + list(dict.fromkeys(sent))
+    names = [n for n in REPORT_SCORES if n in sent or not rows] + list(dict.fromkeys(sent))
     names = list(dict.fromkeys(names))
     out: dict[str, float] = {}
     for name in names:

@@ -17,8 +17,8 @@ import numpy as np
 
 from secure_fed.clients.handler import handle
 from secure_fed.clients.runtime import SiteRuntime
-from secure_fed.clients.site import site_names
 from secure_fed.config import RunConfig
+from secure_fed.data.sites import site_names
 from secure_fed.keyring import audit_keys_dir
 from secure_fed.runner import initial_adapter_state, run_id_for
 

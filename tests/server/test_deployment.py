@@ -164,7 +164,8 @@ rounds = {rounds}
 
 def warm_cache(cfg: RunConfig) -> None:
     """Build the pretrained base and cohorts once here, not in four processes racing for the cache."""
-    from secure_fed.clients.site import load_site, site_names
+    from secure_fed.clients.site import load_site
+    from secure_fed.data.sites import site_names
     from secure_fed.runner import initial_adapter_state
 
     initial_adapter_state(cfg)

@@ -17,9 +17,9 @@ from secure_fed.audits.report import render_html
 from secure_fed.audits.report_data import collect
 from secure_fed.audits.verify import verify_logs
 from secure_fed.clients.runtime import SiteRuntime
-from secure_fed.clients.site import site_names
 from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_protocol import round_params
+from secure_fed.data.sites import site_names
 from secure_fed.runner import initial_adapter_state, make_site_handler, run_id_for, run_keys_dir
 from secure_fed.server.aggregation import AggregationSettings
 from secure_fed.server.orchestrator import Orchestrator, RunAborted, RunOutcome, dropout_tolerance

@@ -17,9 +17,10 @@ from secure_fed.audits.verify import verify_logs
 from secure_fed.cli import app
 from secure_fed.clients.lifetime import attach_lifetime, lifetime_handler, site_ledger_of
 from secure_fed.clients.runtime import SiteRuntime
-from secure_fed.clients.site import deployment_site_key, site_names
+from secure_fed.clients.site import deployment_site_key
 from secure_fed.config import RunConfig
 from secure_fed.crypto.keys import init_keys
+from secure_fed.data.sites import site_names
 from secure_fed.run_context import run_folder
 from secure_fed.runner import initial_adapter_state
 from secure_fed.server.orchestrator import Orchestrator, RunAborted

@@ -7,7 +7,6 @@ several images of one patient would need the patient as the unit (not supported 
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import re
 from collections.abc import Sequence
@@ -19,18 +18,7 @@ import torch
 from PIL import Image
 
 from secure_fed.config import RunConfig
-from secure_fed.data.cache import made_once
-from secure_fed.data.manifest import DataValidationError
-from secure_fed.data.multimodal import (
-    CLASSES,
-    MODALITIES,
-    ImagingRecord,
-    Split,
-    load_imaging_manifest,
-    split_disjoint,
-    split_overlapped,
-    synthesize_multimodal,
-)
+from secure_fed.data.multimodal import CLASSES, MODALITIES, ImagingRecord, imaging_manifest, imaging_split
 
 CAPTION_BUCKETS = 512  # hashed caption words: no vocabulary fitted on any site's text
 
@@ -53,53 +41,6 @@ class ImagingSite:
     train: ImagingSplit
     test: ImagingSplit
     record_ids: list[str]
-
-
-def imaging_manifest(cfg: RunConfig) -> Path:
-    """The manifest to load; the synthetic benchmark is rendered once per setting and cached."""
-    im = cfg.data.imaging
-    if im.path is not None:
-        return Path(im.path)
-    folder = Path(cfg.model.cache_dir) / f"imaging-pc{im.per_class}-i{im.image_size}-seed{cfg.seed}"
-    return made_once(
-        folder,
-        lambda tmp: synthesize_multimodal(
-            tmp, per_class=im.per_class, image_size=im.image_size, seed=cfg.seed
-        ),
-    )
-
-
-@functools.lru_cache(maxsize=2)
-def _records(manifest: Path) -> tuple[ImagingRecord, ...]:
-    records = tuple(load_imaging_manifest(manifest))
-    unknown = sorted({r.label for r in records} - set(CLASSES))
-    if unknown:
-        raise DataValidationError(
-            [f"{manifest}: label: {', '.join(unknown)} not in the class vocabulary {', '.join(CLASSES)}"]
-        )
-    return records
-
-
-def imaging_split(cfg: RunConfig) -> tuple[tuple[ImagingRecord, ...], Split]:
-    im = cfg.data.imaging
-    records = _records(imaging_manifest(cfg))
-    if im.path is not None:
-        missing = [r.id for r in records if not r.site]
-        if missing:
-            raise DataValidationError(
-                [f"{im.path}: site: missing on {len(missing)} record(s), e.g. {missing[0]}"]
-            )
-        sites: dict[str, list[int]] = {}
-        for i, r in enumerate(records):
-            sites.setdefault(r.site, []).append(i)
-        return records, Split(sites)
-    if im.split == "disjoint":
-        return records, split_disjoint(records, im.sites)
-    return records, split_overlapped(records, im.sites, im.phi, seed=cfg.seed)
-
-
-def imaging_site_names(cfg: RunConfig) -> list[str]:
-    return sorted(imaging_split(cfg)[1].sites)
 
 
 def caption_tokens(captions: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:

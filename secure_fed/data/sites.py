@@ -1,0 +1,55 @@
+"""Which sites a run's data has, and the cohort behind them: read from the configuration and the
+data alone, so that the server (waiting for its nodes) needs no client code to know them."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+from secure_fed.config import RunConfig
+from secure_fed.data.cache import made_once
+from secure_fed.data.cohort import Cohort, load_cohort
+from secure_fed.data.multimodal import imaging_split
+from secure_fed.data.synthetic import synthesize
+
+
+def cohort_manifest(cfg: RunConfig) -> Path:
+    """The manifest to load; a synthetic cohort is generated once per setting and cached."""
+    if cfg.data.source != "synthetic":
+        assert cfg.data.path is not None
+        return Path(cfg.data.path)
+    s = cfg.data.synth
+    folder = (
+        Path(cfg.model.cache_dir)
+        / f"cohort-s{s.sites}-p{s.patients}-v{s.visits}-i{s.image_size}-seed{s.seed}"
+        f"-g2-td{s.temporal_drift:g}-de{s.demographic_effect:g}"
+    )
+    return made_once(
+        folder,
+        lambda tmp: synthesize(
+            tmp,
+            sites=s.sites,
+            patients=s.patients,
+            visits=s.visits,
+            seed=s.seed,
+            image_size=s.image_size,
+            temporal_drift=s.temporal_drift,
+            demographic_effect=s.demographic_effect,
+        ),
+    )
+
+
+@functools.lru_cache(maxsize=2)
+def cached_cohort(manifest: Path, image_size: int, deal_sites: int | None = None, seed: int = 0) -> Cohort:
+    """Every image of the cohort is read once per process, not once per site (read-only use)."""
+    return load_cohort(manifest, image_size, deal_sites, seed)
+
+
+def site_names(cfg: RunConfig) -> list[str]:
+    if cfg.data.kind == "imaging":
+        return sorted(imaging_split(cfg)[1].sites)
+    if cfg.data.source == "synthetic":
+        return [f"site{k}" for k in range(cfg.data.synth.sites)]
+    return sorted(
+        cached_cohort(cohort_manifest(cfg), cfg.data.synth.image_size, cfg.data.deal_sites, cfg.seed).sites
+    )
