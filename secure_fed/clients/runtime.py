@@ -50,6 +50,33 @@ def save_release(path: Path, values: np.ndarray) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def _site_privacy(
+    cfg: RunConfig,
+    site: str,
+    folder: Path,
+    trail: SiteTrail | None,
+    n_train: int,
+    n_val: int,
+    passes: int,
+    alpha: bool,
+) -> SitePrivacy | None:
+    """The site's DP plan (None without DP), its ledger resumed from the site's private folder."""
+    if not cfg.dp.enabled:
+        return None
+    privacy = SitePrivacy.plan(
+        cfg,
+        site,
+        n_train,
+        n_val,
+        noise_key=load_or_create_noise_key(folder / "noise.key"),
+        passes=passes,
+        alpha=alpha,
+    )
+    privacy.trail = trail
+    privacy.load_ledger(folder / "ledger.json")
+    return privacy
+
+
 @dataclass
 class SiteRuntime:
     """One site: its guard, budget, releases and audit trail around a learner. The report model
@@ -96,20 +123,18 @@ class SiteRuntime:
         if cfg.data.kind == "imaging":
             return cls._with_learner(cfg, site, folder, trail, keys_dir, run_id)
         data = load_site(cfg, site, site_key)
-        privacy = None
-        if cfg.dp.enabled:
-            privacy = SitePrivacy.plan(
-                cfg,
-                site,
-                data.n_train_patients,
-                data.n_val_patients,
-                noise_key=load_or_create_noise_key(folder / "noise.key"),
-                # only FedTAR's temporal meta-learning releases α scalars: no other method's
-                # validation patients are charged for a release that never happens
-                alpha=cfg.fed.method in ALPHA_METHODS,
-            )
-            privacy.trail = trail
-            privacy.load_ledger(folder / "ledger.json")
+        # only FedTAR's temporal meta-learning releases α scalars: no other method's validation
+        # patients are charged for a release that never happens
+        privacy = _site_privacy(
+            cfg,
+            site,
+            folder,
+            trail,
+            data.n_train_patients,
+            data.n_val_patients,
+            1,
+            cfg.fed.method in ALPHA_METHODS,
+        )
         gmm, event = fit_gmm(
             patient_profiles(data.train),
             cfg.model.gmm_components,
@@ -153,19 +178,7 @@ class SiteRuntime:
         from secure_fed.algorithms.fm2.learner import ImagingLearner, passes
 
         learner = ImagingLearner.create(cfg, site, folder)
-        privacy = None
-        if cfg.dp.enabled:
-            privacy = SitePrivacy.plan(
-                cfg,
-                site,
-                learner.n_train,
-                0,
-                noise_key=load_or_create_noise_key(folder / "noise.key"),
-                passes=passes(cfg.fed.method),
-                alpha=False,
-            )
-            privacy.trail = trail
-            privacy.load_ledger(folder / "ledger.json")
+        privacy = _site_privacy(cfg, site, folder, trail, learner.n_train, 0, passes(cfg.fed.method), False)
         if trail is not None:
             trail.append(
                 "population_sizes", {"train": learner.n_train, "validation": 0, "test": learner.n_test}

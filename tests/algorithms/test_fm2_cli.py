@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from typer.testing import CliRunner
 
@@ -18,23 +19,12 @@ ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 
 
+def _invoke_synth(out: Path, *extra: str) -> Any:
+    return runner.invoke(app, ["data", "synth", "--kind", "multimodal", "--out", str(out), *extra])
+
+
 def _synth(out: Path, *extra: str) -> Path:
-    result = runner.invoke(
-        app,
-        [
-            "data",
-            "synth",
-            "--kind",
-            "multimodal",
-            "--out",
-            str(out),
-            "--sites",
-            "3",
-            "--per-class",
-            "6",
-            *extra,
-        ],
-    )
+    result = _invoke_synth(out, "--sites", "3", "--per-class", "6", *extra)
     assert result.exit_code == 0, result.output
     assert re.search(r"site0 \d+, site1 \d+, site2 \d+", result.output.replace("\n", ""))
     return out / "manifest.jsonl"
@@ -77,21 +67,7 @@ def test_a_bad_record_is_named_by_file_and_line(tmp_path, cache_dir) -> None:
 
 
 def test_disjoint_split_refuses_more_sites_than_modalities(tmp_path) -> None:
-    result = runner.invoke(
-        app,
-        [
-            "data",
-            "synth",
-            "--kind",
-            "multimodal",
-            "--out",
-            str(tmp_path / "d"),
-            "--sites",
-            "9",
-            "--split",
-            "disjoint",
-        ],
-    )
+    result = _invoke_synth(tmp_path / "d", "--sites", "9", "--split", "disjoint")
     assert result.exit_code != 0 and "9 sites cannot each hold their own of 5 modalities" in result.output
     assert not (tmp_path / "d").exists()  # refused before rendering anything
 

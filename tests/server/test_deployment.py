@@ -705,11 +705,11 @@ def test_client_app_keeps_its_memory_in_context_state(make_config) -> None:
     )
     start = initial_adapter_state(cfg)
 
-    def send(message_type: str, payload: dict) -> tuple[dict, object]:
+    def send(message_type: str, payload: dict, site_cfg=cfg, site_context=context) -> tuple[dict, object]:
         client_module._RUNTIMES.clear()  # a new `flwr-clientapp` process for every message
-        client = client_module.make_client_app(cfg)
+        client = client_module.make_client_app(site_cfg)
         message = Message(to_records(payload), dst_node_id=11, message_type=message_type)
-        reply = from_records(client(message, context).content)
+        reply = from_records(client(message, site_context).content)
         (runtime,) = client_module._RUNTIMES.values()
         return reply, runtime
 
@@ -726,11 +726,18 @@ def test_client_app_keeps_its_memory_in_context_state(make_config) -> None:
     np.testing.assert_array_equal(summed["vector"], upload)
     np.testing.assert_array_equal(flatten(fresh.scaffold_c).numpy(), control)
 
-    # FedTAR's α step: the hypergradient scalars wait in one process for `plain_scalars` in the next.
-    directions = np.random.default_rng(0).normal(size=(cfg.data.max_visits, start.size)) * 1e-3
-    hyper, computed = send("query.hypergrad", {"round": 1, "final": start, "directions": directions})
+    # FedTAR's α step (a FedTAR site: no other method releases α scalars): the hypergradient scalars
+    # wait in one process for `plain_scalars` in the next.
+    fedtar = make_config("fedtar-site", fed__method="fedtar")
+    state = Context(run_id=7, node_id=11, node_config={"partition-id": 0}, state=RecordDict(), run_config={})
+    on = {"site_cfg": fedtar, "site_context": state}
+    start = initial_adapter_state(fedtar)
+    trained_fedtar = {"round": 1, "method": "fedtar", "global": start, "dp": False}
+    assert send("train", trained_fedtar, **on)[0]["status"] == "ok"
+    directions = np.random.default_rng(0).normal(size=(fedtar.data.max_visits, start.size)) * 1e-3
+    hyper, computed = send("query.hypergrad", {"round": 1, "final": start, "directions": directions}, **on)
     assert hyper["status"] == "ok"
     scalars = computed.stash["scalars"]
-    assert scalars.shape == (cfg.data.max_visits,) and np.abs(scalars).sum() > 0
-    released, _ = send("query.plain_scalars", {"round_id": 1})
+    assert scalars.shape == (fedtar.data.max_visits,) and np.abs(scalars).sum() > 0
+    released, _ = send("query.plain_scalars", {"round_id": 1}, **on)
     np.testing.assert_array_equal(released["scalars"], scalars)
