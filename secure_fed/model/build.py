@@ -20,7 +20,9 @@ from secure_fed.model.report_model import ReportModel
 log = logging.getLogger(__name__)
 
 # Bump when the base architecture or pretraining recipe changes, so stale caches are not reused.
-_BASE_VERSION = 3  # 3: pretrained on the public domain cohort (a mixed archive), not a site twin
+# 3: pretrained on the public domain cohort (a mixed archive), not a site twin; 4: the key names the
+# pretraining data's recipe (a base pretrained on 48-token reports was loaded for 56-token runs)
+_BASE_VERSION = 4
 
 
 def build_base(
@@ -60,11 +62,14 @@ def build_base(
 
 
 def base_cache_path(
-    cfg: ModelConfig, vocab_size: int, image_size: int, seed: int, min_positions: int = 0
+    cfg: ModelConfig, vocab_size: int, image_size: int, seed: int, min_positions: int = 0, recipe: str = ""
 ) -> Path:
+    """`recipe` names what the base is pretrained on (the public data and its encoding): a base
+    pretrained on other data must not be loaded."""
     key = json.dumps(
         {
             "v": _BASE_VERSION,
+            "recipe": recipe,
             "preset": cfg.preset,
             # the architecture itself, not just its name: a preset whose sizes change must not
             # load a cached base of the old shape
@@ -92,6 +97,7 @@ def build_model(
     pretrain: Callable[[ReportModel], None] | None = None,
     adapter_seed: int = 0,
     min_positions: int = 0,
+    recipe: str = "",
 ) -> ReportModel:
     """Base weights are identical at every site: built from a fixed seed, pretrained on public
     synthetic data once, cached, then frozen under the adapters."""
@@ -99,7 +105,7 @@ def build_model(
     model = build_base(cfg, vocab_size, pad_id, bos_id, eos_id, image_size, seed, min_positions)
     local_checkpoints = cfg.decoder_path is not None
     if pretrain is not None and not local_checkpoints and cfg.pretrain_steps > 0:
-        path = base_cache_path(cfg, vocab_size, image_size, seed, min_positions)
+        path = base_cache_path(cfg, vocab_size, image_size, seed, min_positions, recipe)
         if path.exists():
             model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         else:

@@ -43,6 +43,16 @@ def _public_examples(cfg: RunConfig, tokenizer: object) -> object:
     return make_examples(cohort.visits, tokenizer, key, cfg.data.max_report_tokens, cfg.data.max_visits)
 
 
+def pretraining_recipe(cfg: RunConfig) -> str:
+    """What the cached base was pretrained on: the public cohort's version and how its reports are
+    encoded (the cache key includes it, so a changed recipe pretrains anew)."""
+    d = cfg.data
+    return (
+        f"public-domain2|patients{PUBLIC_PATIENTS}|seed{PUBLIC_SEED}|visits{d.max_visits}"
+        f"|tokens{d.max_report_tokens}|tokenizer:{d.tokenizer}:{cfg.model.tokenizer_path or ''}"
+    )
+
+
 def pretrain_base(
     model: ReportModel, examples: object, steps: int, lr: float = 3e-3, batch: int = 32
 ) -> None:
@@ -79,5 +89,6 @@ def build_report_model(cfg: RunConfig) -> ReportModel:
         pretrain=pretrain,
         adapter_seed=cfg.seed,
         min_positions=cfg.data.max_report_tokens + 2,
+        recipe=pretraining_recipe(cfg),
     )
     return model.to(resolve_device(cfg.train.device))

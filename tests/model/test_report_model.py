@@ -240,3 +240,15 @@ def test_base_cache_is_keyed_by_the_architecture_not_just_the_preset_name(
     monkeypatch.setattr(build_module, "PRESETS", resized)
     after = build_module.base_cache_path(config.model, 100, 32, 0)
     assert after != before and after.parent == before.parent
+
+
+def test_a_base_pretrained_on_other_public_data_is_not_loaded(config: RunConfig) -> None:
+    """Reports encoded to another length (or another tokenizer) make another pretraining recipe,
+    so another cached base."""
+    from secure_fed.model import build as build_module
+    from secure_fed.model.setup import pretraining_recipe
+
+    longer = config.model_copy(update={"data": config.data.model_copy(update={"max_report_tokens": 64})})
+    recipes = {pretraining_recipe(c) for c in (config, longer)}
+    paths = {build_module.base_cache_path(config.model, 100, 32, 0, recipe=r) for r in recipes}
+    assert len(recipes) == 2 and len(paths) == 2
