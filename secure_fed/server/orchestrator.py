@@ -328,8 +328,7 @@ def pool_scores(replies: list[dict[str, Any]]) -> dict[str, float]:
     rows = [r for r in replies if r.get("status") == "ok" and r.get("weight", 0) > 0]
     sent = [k for r in rows for k, v in r.items() if k not in ("status", "weight") and _number(v)]
     # the report metrics in their order, then an algorithm's own (FM2's accuracy) as sites sent them
-    names = [n for n in REPORT_SCORES if n in sent or not rows] + list(dict.fromkeys(sent))
-    names = list(dict.fromkeys(names))
+    names = list(dict.fromkeys([*(n for n in REPORT_SCORES if n in sent or not rows), *sent]))
     out: dict[str, float] = {}
     for name in names:
         pairs = [

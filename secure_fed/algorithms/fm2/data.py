@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from secure_fed.algorithms.fm2.model import modality_index
 from secure_fed.config import RunConfig
 from secure_fed.data.multimodal import CLASSES, MODALITIES, ImagingRecord, imaging_manifest, imaging_split
 
@@ -72,7 +73,7 @@ def _tensors(records: Sequence[ImagingRecord], root: Path, size: int) -> Imaging
     tokens, lengths = caption_tokens([r.caption for r in records])
     return ImagingSplit(
         x=x,
-        modality=torch.tensor([MODALITIES.index(r.modality) for r in records], dtype=torch.long),
+        modality=modality_index([r.modality for r in records], MODALITIES),
         labels=torch.tensor([CLASSES.index(r.label) for r in records], dtype=torch.long),
         caption_tokens=tokens,
         caption_lengths=lengths,

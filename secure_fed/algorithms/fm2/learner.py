@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from secure_fed.algorithms.fm2.data import CAPTION_BUCKETS, ImagingSite, load_imaging_site
 from secure_fed.algorithms.fm2.model import FM2Model, Observer, dmoe_upload, expert_counts, observer_top_k
@@ -29,13 +30,12 @@ from secure_fed.algorithms.fm2.site import (
     run_steps,
     train_stage1,
     train_stage2,
+    training_only,
 )
 from secure_fed.clients.training import PatientGradients
 from secure_fed.config import RunConfig
 from secure_fed.data.multimodal import CLASSES, MODALITIES
 from secure_fed.dp.private_files import atomic_write_bytes
-
-METRICS = ("accuracy", "macro-F1")
 
 
 class ImageClassifier(nn.Module):
@@ -71,8 +71,8 @@ def build_imaging_model(cfg: RunConfig) -> nn.Module:
 def shared_names(model: nn.Module, method: str) -> list[str]:
     """The parameters a site uploads (their change, through the secure sum), in model order."""
     names = [n for n, _ in model.named_parameters()]
-    if method == "fm2":
-        return [n for n in names if n.startswith(("observer.", "dmoe."))]
+    if isinstance(model, FM2Model):  # the model itself says what of it may be shared
+        return [n for n in names if n in model.shared_state()]
     if method == "fedrep":  # the representation is shared, each site keeps its own head
         return [n for n in names if n.startswith("observer.")]
     if method == "fedbn":  # every layer but the normalisation layers, which stay local
@@ -86,14 +86,11 @@ def shared_names(model: nn.Module, method: str) -> list[str]:
     return names
 
 
-def flat(model: nn.Module, names: list[str]) -> torch.Tensor:
-    params = dict(model.named_parameters())
-    return torch.cat([params[n].detach().flatten().to(torch.float64) for n in names])
-
-
 def initial_imaging_state(cfg: RunConfig) -> np.ndarray:
     model = build_imaging_model(cfg)
-    return flat(model, shared_names(model, cfg.fed.method)).numpy()
+    params = dict(model.named_parameters())
+    shared = [params[n] for n in shared_names(model, cfg.fed.method)]
+    return parameters_to_vector(shared).detach().double().numpy()
 
 
 @dataclass
@@ -142,12 +139,9 @@ class ImagingLearner:
 
     def load_global(self, vec: np.ndarray) -> None:
         params = dict(self.model.named_parameters())
-        offset = 0
+        shared = [params[n] for n in self.names]
         with torch.no_grad():
-            for n in self.names:
-                p = params[n]
-                p.copy_(torch.as_tensor(vec[offset : offset + p.numel()]).view_as(p).to(p.dtype))
-                offset += p.numel()
+            vector_to_parameters(torch.as_tensor(vec).to(shared[0].dtype), shared)
 
     def local_update(
         self,
@@ -217,15 +211,8 @@ class ImagingLearner:
 
         total_steps, losses = 0, []
         for part in (model.head, model.observer):  # FedRep: the head first, then the body
-            for p in model.parameters():
-                p.requires_grad_(False)
-            for p in part.parameters():
-                p.requires_grad_(True)
-            try:
+            with training_only(model, [part]):
                 result = run_steps(model, row_loss, len(train), settings, grads())
-            finally:
-                for p in model.parameters():
-                    p.requires_grad_(True)
             total_steps += result.steps
             losses.append(result.mean_loss)
         return StageResult(mean_loss=float(np.mean(losses)), steps=total_steps)

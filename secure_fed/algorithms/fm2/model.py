@@ -130,13 +130,6 @@ class FM2Model(nn.Module):
         return {k: v for k, v in self.state_dict().items() if k not in shared}
 
 
-def hma_penalty(dmoe: DomainMoE, reference: dict[str, torch.Tensor], lam: float) -> torch.Tensor:
-    """λ‖M_d − M̂_d‖²: pulls the site's domain experts towards the round's global ones."""
-    params = dict(dmoe.named_parameters())
-    total = sum(((params[k] - reference[k].detach()) ** 2).sum() for k in params)
-    return lam * total
-
-
 def observer_top_k(scores: torch.Tensor, labels: torch.Tensor, k: int) -> list[int]:
     """Top-K Sampling: per class, the K samples whose own-class score sigmoid(V(x))_z is highest."""
     own = torch.sigmoid(scores[torch.arange(len(labels)), labels])

@@ -10,7 +10,8 @@ post-processing, so clipping and noise cover exactly the data-dependent part.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -73,10 +74,27 @@ def add_pull(params: Mapping[str, nn.Parameter], reference: Mapping[str, torch.T
         p.grad = pull if p.grad is None else p.grad + pull
 
 
+@contextmanager
+def training_only(model: nn.Module, parts: Iterable[nn.Module]) -> Iterator[None]:
+    """Only `parts` of `model` train inside; every parameter is trainable again after."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for part in parts:
+        for p in part.parameters():
+            p.requires_grad_(True)
+    try:
+        yield
+    finally:
+        for p in model.parameters():
+            p.requires_grad_(True)
+
+
 class _Stage1(nn.Module):
-    def __init__(self, model: FM2Model) -> None:
+    """Observer + head; with CEL, the caption encoder trains beside them (same optimiser)."""
+
+    def __init__(self, model: FM2Model, text: nn.Module | None = None) -> None:
         super().__init__()
-        self.observer, self.head = model.observer, model.head
+        self.observer, self.head, self.text = model.observer, model.head, text
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.observer(x))
@@ -106,12 +124,8 @@ def train_stage1(
     """Observer + head on the site's labelled images. With `captions` ((n, words) token ids, 0 =
     padding) and a weight, Caption-Enhanced Learning pulls each image's features towards its own
     caption's (non-private only: a contrastive loss mixes the images of a batch)."""
-    stage = _Stage1(model)
     use_cel = captions is not None and cel_weight > 0 and model.text is not None
-    for p in model.parameters():
-        p.requires_grad_(False)
-    for p in (*stage.parameters(), *(model.text.parameters() if use_cel and model.text else ())):
-        p.requires_grad_(True)
+    stage = _Stage1(model, model.text if use_cel else None)
 
     def row_loss(forward: nn.Module, idx: torch.Tensor) -> torch.Tensor:
         loss = F.cross_entropy(forward(x[idx]), labels[idx], reduction="none")
@@ -123,14 +137,8 @@ def train_stage1(
             loss = loss + cel_weight * cel_loss(model.observer(x[idx]), model.text(flat, offsets))
         return loss
 
-    if use_cel:
-        # the text encoder is trained beside the stage (its own optimiser would be the same SGD)
-        stage.text = model.text  # type: ignore[assignment]
-    try:
+    with training_only(model, [stage]):
         return run_steps(stage, row_loss, len(x), settings, gradients)
-    finally:
-        for p in model.parameters():
-            p.requires_grad_(True)
 
 
 def train_stage2(
@@ -148,16 +156,12 @@ def train_stage2(
     with torch.no_grad():
         features = model.observer(x)
     stage = _Stage2(model)
-    for p in model.parameters():
-        p.requires_grad_(False)
-    for p in stage.parameters():
-        p.requires_grad_(True)
     dmoe = dict(model.dmoe.named_parameters())
 
     def row_loss(forward: nn.Module, idx: torch.Tensor) -> torch.Tensor:
         return F.cross_entropy(forward(features[idx], modality[idx]), labels[idx], reduction="none")
 
-    try:
+    with training_only(model, [stage]):
         return run_steps(
             stage,
             row_loss,
@@ -166,6 +170,3 @@ def train_stage2(
             gradients,
             extra_grad=(lambda: add_pull(dmoe, reference, lam)) if lam else None,
         )
-    finally:
-        for p in model.parameters():
-            p.requires_grad_(True)

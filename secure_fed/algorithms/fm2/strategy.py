@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
 from secure_fed.algorithms.fm2.learner import build_imaging_model
 from secure_fed.algorithms.fm2.model import FM2Model, dmoe_from_sum
@@ -35,13 +36,9 @@ class FM2(Strategy):
         total, summed = self.sum_uploads(ctx, participants, self.upload_dim())
         d = self.observer_dim
         observer = weighted_mean(total[: d + 1], d, global_state[:d])
-        offset = d
+        params = list(self.dmoe.parameters())
         with torch.no_grad():
-            for p in self.dmoe.parameters():
-                p.copy_(torch.as_tensor(global_state[offset : offset + p.numel()]).view_as(p))
-                offset += p.numel()
+            vector_to_parameters(torch.as_tensor(global_state[d:]).to(params[0].dtype), params)
         merged = dmoe_from_sum(torch.as_tensor(total[d + 1 :]), self.dmoe)
-        dmoe = np.concatenate(
-            [merged[n].detach().double().flatten().numpy() for n, _ in self.dmoe.named_parameters()]
-        )
+        dmoe = parameters_to_vector([merged[n] for n, _ in self.dmoe.named_parameters()]).double().numpy()
         return self.result(np.concatenate([observer, dmoe]), summed, declined, info)
