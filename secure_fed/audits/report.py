@@ -279,9 +279,11 @@ def _summary(data: ReportData) -> str:
             f"round {item['round']} (sites gone: {', '.join(map(str, item.get('dropped', []))) or 'none'})"
             for item in data.skipped_rounds
         )
+        # only a DP run charged the skipped rounds' releases; a run without DP has no ε to count them in
+        charged = " A skipped round's DP releases are still counted in ε." if data.mechanisms else ""
         parts.append(
             f"<p id='skipped'>Skipped because sites left mid-round, with no aggregate released and the "
-            f"model kept: {_e(rounds)}. A skipped round's DP releases are still counted in ε.</p>"
+            f"model kept: {_e(rounds)}.{charged}</p>"
         )
     if data.site_budgets:
         parts.append(_lifetime_line(data))
