@@ -38,7 +38,7 @@ results: $(STAMP)
 	$(SWEEP) --config configs/results.toml --methods base,fedavg,fedtar --seeds 0,1,2 --epsilons 16,8,4,2,1 -o runs/results
 	$(SWEEP) --config configs/results-null.toml --methods $(RESULTS_METHODS) --seeds 0,1,2,3,4 --epsilons inf -o runs/results-null
 
-# docs/DEPLOYMENT.md's script end to end (examples/deploy-local/deploy.sh all): ~17 min here
+# docs/DEPLOYMENT.md's script end to end (examples/deploy-local/deploy.sh all): ~20 min here
 test-deploy: $(STAMP)
 	SECURE_FED_DEPLOY_SCRIPT=1 $(PY) -m pytest -q tests/server/test_deployment.py
 

@@ -4,13 +4,15 @@
 # SecAgg+ and CKKS. docs/DEPLOYMENT.md shows these very commands; tests/server/test_deployment.py
 # runs this script unchanged.
 #
-#   examples/deploy-local/deploy.sh [up|run|down|all] [WORK]
+#   examples/deploy-local/deploy.sh [up|run|crash|down|all] [WORK] [SITE]
 #
-#   up    keys, certificates, the $FLWR_HOME connection file, the SuperLink, node registration,
-#         then the four nodes (in the background; their logs in WORK/logs)
-#   run   one run: `flwr run`, then `flwr ls` until it ends; exit 0 only if it completed
-#   down  stop the SuperLink and the nodes this script started
-#   all   up, run, down (the default)
+#   up     keys, certificates, the $FLWR_HOME connection file, the SuperLink, node registration,
+#          then the four nodes (in the background; their logs in WORK/logs)
+#   run    one run: `flwr run`, then `flwr ls` until it ends; exit 0 only if it completed
+#   crash  SITE's node dies at once (SIGKILL to its whole process group, as a power cut would):
+#          the drill for a hospital lost mid-round; the run goes on without it
+#   down   stop the SuperLink and the nodes this script started
+#   all    up, run, down (the default)
 #
 # One port everywhere: PORT (default 8000, Flower's) is the SuperLink's --port, the address every
 # node dials and the address in $FLWR_HOME/config.toml. Everything runs in WORK (default
@@ -133,6 +135,21 @@ run() {
   return 1
 }
 
+crash() {
+  local site="${1:?crash needs a SITE, e.g. site3}" pid node nodes
+  [ -e "logs/$site.pid" ] || { say "no node of $site started by this script (logs/$site.pid)"; return 1; }
+  pid="$(cat "logs/$site.pid")"
+  # `secure-fed client` runs the SuperNode in a process group of its own (pgid = the node's pid):
+  # a power cut takes both groups at once, so both get SIGKILL, with no chance to say goodbye
+  nodes="$(ps -o pid= --ppid "$pid" || true)"
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  for node in $nodes; do
+    kill -KILL -- "-$node" 2>/dev/null || true
+  done
+  rm -f "logs/$site.pid"
+  say "$site's node killed (pid $pid and everything it started); the SuperLink marks it offline within a minute"
+}
+
 down() {
   local pidfile pid
   for pidfile in logs/*.pid; do
@@ -147,6 +164,7 @@ down() {
 case "$ACTION" in
 up) up ;;
 run) run ;;
+crash) crash "${3:-}" ;;
 down) down ;;
 all)
   trap down EXIT
@@ -154,7 +172,7 @@ all)
   run
   ;;
 *)
-  echo "usage: $0 [up|run|down|all] [WORK]" >&2
+  echo "usage: $0 [up|run|crash|down|all] [WORK] [SITE]" >&2
   exit 2
   ;;
 esac

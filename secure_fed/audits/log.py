@@ -46,6 +46,8 @@ EVENTS: dict[str, str] = {
     "participation": 'the sites sampled for a round: {"fraction", "sampled": [...]}',
     "run_stopped": 'the run ended before its planned rounds: {"reason"}',
     "run_aborted": 'the run failed and ended here; nothing more was released: {"reason", "round"?}',
+    "sites_absent": "fewer sites than configured came to the run; each absent one counts as a dropout: "
+    '{"expected", "present": [...]}',
     "round_skipped": 'sites left mid-round: no aggregate, the model kept: {"reason", "dropped": [...]}',
     "site_budget": 'a site\'s privacy budget across runs, from its persistent ledger: {"site", '
     '"dataset", "run_id", "lifetime_start", "run"?, "lifetime"?, "delta", "budget"} (ε per population; '

@@ -274,6 +274,12 @@ def _summary(data: ReportData) -> str:
         )
     if data.stopped is not None:
         parts.append(f"<p id='stopped'>The run ended before its planned rounds: {_e(data.stopped)}</p>")
+    if data.absent is not None:
+        present = [str(s) for s in data.absent.get("present", [])]
+        parts.append(
+            f"<p id='absent'>{len(present)} of {_e(data.absent.get('expected'))} configured sites came to "
+            f"this run ({_e(', '.join(present))}); each absent site counts as a dropout.</p>"
+        )
     if data.skipped_rounds:
         rounds = "; ".join(
             f"round {item['round']} (sites gone: {', '.join(map(str, item.get('dropped', []))) or 'none'})"

@@ -109,6 +109,7 @@ class ReportData:
     stopped: str | None = None  # why the run ended before its planned rounds (server's run_stopped)
     aborted: dict[str, Any] | None = None  # the run failed: {"reason", "round"} (run_aborted)
     skipped_rounds: list[dict[str, Any]] = field(default_factory=list)  # round_skipped, one per round
+    absent: dict[str, Any] | None = None  # fewer sites came than configured (sites_absent)
     # each site's budget across runs (site_budget): its latest record, the run's end when logged
     site_budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
     # one-run canary audits (`secure-fed audit empirical`): payload + party + re-derived ε̂
@@ -408,6 +409,8 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
             # every party logs the abort; the server's reason (or the first one read) stands
             if data.aborted is None or record["party"] == "server":
                 data.aborted = {"reason": str(payload.get("reason", "")), "round": payload.get("round")}
+        elif event == "sites_absent":
+            data.absent = dict(payload)
         elif event == "round_skipped":
             if record["round"] not in {r["round"] for r in data.skipped_rounds}:
                 data.skipped_rounds.append({"round": record["round"], **payload})

@@ -80,7 +80,8 @@ def make_server_app(
         run_cfg = cfg if cfg is not None else config_from_context(context)
         # under `flwr run`, one folder per run: the server's out serves any number of runs
         target = out if out is not None else run_folder(run_cfg, str(context.run_id))
-        nodes = wait_for_nodes(grid, expected_sites(run_cfg), run_cfg.fed.min_sites)
+        expected = expected_sites(run_cfg)
+        nodes = wait_for_nodes(grid, expected, run_cfg.fed.min_sites)
         # Every party of a Flower run knows its run id; the sites sign their logs with it too.
         trail = deployment_trail(run_cfg, target, str(context.run_id)) if cfg is None else None
         orchestrator = Orchestrator(
@@ -93,6 +94,7 @@ def make_server_app(
             progress=progress,
             copy_record=trail.copy if trail else copy_record,
             on_phase=on_phase,
+            expected=expected,
         )
         try:
             outcome = orchestrator.run(resume=resume)

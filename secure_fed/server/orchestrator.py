@@ -90,8 +90,11 @@ class DropoutTolerance:
             f"{self.fewest} survivors is the privacy rule and cannot be lowered"
         )
 
-    def refusal(self, asked: int) -> str:
-        return f"fed.dropouts = {asked}, but {self.describe().removeprefix('dropouts: ')}: {self.remedy()}"
+    def refusal(self, asked: int, absent: int = 0) -> str:
+        demand = f"fed.dropouts = {asked}"
+        if absent:
+            demand += f" with {absent} site(s) absent at the start leaves {asked - absent} to tolerate"
+        return f"{demand}, but {self.describe().removeprefix('dropouts: ')}: {self.remedy()}"
 
     def abort_message(self, left: int, gone: list[str]) -> str:
         return (
@@ -126,10 +129,13 @@ class Orchestrator:
         copy_record: Callable[[dict[str, Any]], None] | None = None,
         announce: Callable[[str], None] | None = None,
         on_phase: Callable[[int, str], None] | None = None,
+        expected: int | None = None,
     ) -> None:
         self.cfg = cfg
         self.transport = transport if on_phase is None else _Watched(transport, self, on_phase)
         self.nodes = sorted(nodes)
+        # the federation's size as configured: sites absent at the start are dropouts already
+        self.expected = max(expected or 0, len(self.nodes))
         self.initial_state = np.asarray(initial_state, dtype=np.float64)
         self.out = Path(out)
         self.events = events
@@ -155,6 +161,31 @@ class Orchestrator:
             self.announce(f"nodes {missing} did not answer hello; going on without them")
             self.nodes = [n for n in self.nodes if n in sites]
         return sites
+
+    def _check_dropouts(self, tolerance: DropoutTolerance) -> None:
+        """`fed.dropouts` is asked of the federation as configured. A site that did not come is
+        one of those dropouts, spent before round 1: the sites present must tolerate the rest, and
+        no more may be missing than were allowed."""
+        asked = self.cfg.fed.dropouts
+        absent = self.expected - len(self.nodes)
+        if absent:
+            self.events(
+                "sites_absent", {"expected": self.expected, "present": sorted(self.sites.values())}, None
+            )
+            self.announce(
+                f"{absent} of {self.expected} configured sites absent at the start; present: "
+                f"{', '.join(sorted(self.sites.values()))}"
+            )
+        if asked is None:
+            return
+        if absent > asked:
+            raise RunAborted(
+                f"{absent} of {self.expected} configured sites absent at the start, but fed.dropouts = "
+                f"{asked}: start the missing sites' nodes, or raise fed.dropouts if the run may go on "
+                "without them"
+            )
+        if asked - absent > tolerance.run:
+            raise RunAborted(tolerance.refusal(asked, absent))
 
     def alive(self) -> list[int]:
         """The nodes that still answer (after a round lost sites mid-way)."""
@@ -192,8 +223,7 @@ class Orchestrator:
         sites = self.sites = self.hello()
         tolerance = dropout_tolerance(cfg, len(self.nodes), self.aggregation)
         self.announce(tolerance.describe())
-        if cfg.fed.dropouts is not None and cfg.fed.dropouts > tolerance.run:
-            raise RunAborted(tolerance.refusal(cfg.fed.dropouts))
+        self._check_dropouts(tolerance)
         strategy = make_strategy(cfg.fed.method, self.initial_state.size, cfg.data.max_visits, cfg)
         checkpoint_dir = self.out / "checkpoint"
         state, first_round, per_round = self.initial_state.copy(), 1, []

@@ -45,16 +45,17 @@ class KillAfter:
 
 
 def run_with(
-    cfg: RunConfig, wrap: Callable[[InProcessTransport], Any] = lambda t: t
+    cfg: RunConfig, wrap: Callable[[InProcessTransport], Any] = lambda t: t, absent: int = 0
 ) -> tuple[RunOutcome | None, RunAborted | None, list[str]]:
     """run_inprocess's wiring with a transport of our choosing; the server's log closed the way the
-    ServerApp closes it (signed head after `run_aborted`)."""
+    ServerApp closes it (signed head after `run_aborted`). `absent`: the last sites' nodes never
+    come (as when a SuperNode is down when the run starts)."""
     names = site_names(cfg)
     keys_dir = run_keys_dir(cfg, names)
     run_id = run_id_for(cfg.out)
     handlers = {
         node: make_site_handler(SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=run_id), None)
-        for node, site in enumerate(names)
+        for node, site in enumerate(names[: len(names) - absent])
     }
     assert keys_dir is not None
     trail = ServerTrail(Path(cfg.out) / "audit" / "server.jsonl", run_id, keys_dir)
@@ -69,6 +70,7 @@ def run_with(
         events=trail.event,
         copy_record=trail.copy,
         announce=said.append,
+        expected=len(names),
     )
     try:
         outcome = orchestrator.run()
@@ -175,6 +177,44 @@ def test_a_site_killed_mid_round_costs_that_round_and_the_run_finishes_on_three(
     # the compliance report names the skipped round and who left
     page = render_html(collect(survivors, result))
     assert "id='skipped'" in page and "round 1 (sites gone: site3)" in page
+
+
+def test_a_site_absent_at_the_start_is_one_of_the_dropouts_the_run_tolerates(make_config) -> None:
+    """Four sites configured with fed.dropouts = 1, three nodes come (the fourth died in an earlier
+    run): the absent site spends the one dropout, the three go on, and the log and report say so."""
+    cfg = make_config(
+        "absent",
+        secagg__enabled=True,
+        data__synth__sites=4,
+        fed__method="fedavg",
+        fed__rounds=1,
+        fed__dropouts=1,
+    )
+    outcome, aborted, said = run_with(cfg, absent=1)
+    assert aborted is None and outcome is not None, aborted
+    assert any("1 of 4 configured sites absent at the start" in line for line in said), said
+    assert outcome.metrics["per_round"][0]["participants"] == ["site0", "site1", "site2"]
+    absent = [r["payload"] for r in records(cfg.out, "server") if r["event"] == "sites_absent"]
+    assert absent == [{"expected": 4, "present": ["site0", "site1", "site2"]}]
+    logs = [cfg.out / "audit" / f"{p}.jsonl" for p in ("server", "site0", "site1", "site2")]
+    page = render_html(collect(logs, None))
+    assert "3 of 4 configured sites came to this run (site0, site1, site2)" in page
+
+
+def test_more_sites_absent_than_the_run_tolerates_is_refused_at_start(make_config) -> None:
+    cfg = make_config(
+        "absent-refused",
+        secagg__enabled=True,
+        data__synth__sites=4,
+        fed__method="fedavg",
+        fed__rounds=1,
+        fed__dropouts=0,
+    )
+    outcome, aborted, _ = run_with(cfg, absent=1)
+    assert outcome is None and aborted is not None
+    assert "1 of 4 configured sites absent at the start, but fed.dropouts = 0" in str(aborted)
+    assert "start the missing sites' nodes" in str(aborted)
+    assert not (cfg.out / "checkpoint").exists()
 
 
 def test_an_aborted_inprocess_run_closes_the_servers_log(make_config) -> None:
