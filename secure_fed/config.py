@@ -77,6 +77,11 @@ class DataConfig(_Strict):
     test_fraction: float = Field(0.2, gt=0.0, lt=0.5)
     max_visits: int = Field(5, ge=1, le=16, description="T: visit indices beyond this are dropped")
     max_report_tokens: int = Field(56, ge=8, le=512)  # the knobs add up to 2 sentences: 48 words max
+    views: Literal[1, 2] = Field(
+        1,
+        description="images per study the model reads: 2 = a study's first two images (IU-Xray: "
+        "frontal and lateral) through the same encoder, a one-image study repeating its image",
+    )
     deal_sites: int | None = Field(
         None,
         ge=1,

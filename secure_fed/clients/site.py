@@ -53,11 +53,13 @@ def deployment_site_key(cfg: RunConfig, site: str) -> bytes:
 
 
 def encode_split(visits: list[Visit], cfg: RunConfig, tokenizer: object, site_key: bytes) -> Examples:
-    return make_examples(visits, tokenizer, site_key, cfg.data.max_report_tokens, cfg.data.max_visits)
+    d = cfg.data
+    return make_examples(visits, tokenizer, site_key, d.max_report_tokens, d.max_visits, d.views)
 
 
 def load_site(cfg: RunConfig, site: str, site_key: bytes | None = None) -> SiteData:
-    cohort = cached_cohort(cohort_manifest(cfg), cfg.data.synth.image_size, cfg.data.deal_sites, cfg.seed)
+    d = cfg.data
+    cohort = cached_cohort(cohort_manifest(cfg), d.synth.image_size, d.deal_sites, cfg.seed, d.views)
     if site not in cohort.sites:
         raise ValueError(f"site {site!r} not in the cohort (sites: {', '.join(sorted(cohort.sites))})")
     key = site_key or simulation_site_key(cfg.seed, site)

@@ -27,7 +27,7 @@ class _Tokenizer(Protocol):
 
 @dataclass
 class Examples:
-    images: torch.Tensor  # (N, 2, H, W): current, prior
+    images: torch.Tensor  # (N, 2V, H, W): current, prior for each of V views
     input_ids: torch.Tensor  # (N, L): bos, report, eos, pad
     raw_profiles: np.ndarray  # (N, 3) v_p
     patient_slot: torch.Tensor  # (N,) dense patient index
@@ -67,24 +67,39 @@ def encode_reports(reports: Sequence[str], tokenizer: _Tokenizer, max_tokens: in
     return ids
 
 
+def _views(visit: Any, views: int) -> list[np.ndarray]:
+    """A study's first `views` images; a study with fewer repeats its first (R2Gen's convention for
+    single-image studies), so every example has the same shape."""
+    have = [visit.image, *getattr(visit, "extra_views", ())]
+    return [have[k] if k < len(have) else have[0] for k in range(views)]
+
+
 def make_examples(
-    visits: Sequence[Any], tokenizer: _Tokenizer, site_key: bytes, max_tokens: int, max_visits: int
+    visits: Sequence[Any],
+    tokenizer: _Tokenizer,
+    site_key: bytes,
+    max_tokens: int,
+    max_visits: int,
+    views: int = 1,
 ) -> Examples:
-    """`visits`: objects with patient_id, visit_index, image (H, W), report, age, sex, labels."""
+    """`visits`: objects with patient_id, visit_index, image (H, W), report, age, sex, labels, and
+    optionally extra_views (more images of the study, same size)."""
     kept = sorted(
         (v for v in visits if v.visit_index <= max_visits), key=lambda v: (v.patient_id, v.visit_index)
     )
     if not kept:
         raise ValueError("no visits to encode")
     h, w = np.asarray(kept[0].image).shape[-2:]
-    images = np.zeros((len(kept), 2, h, w), dtype=np.float32)
+    images = np.zeros((len(kept), 2 * views, h, w), dtype=np.float32)
     slots: dict[str, int] = {}
-    prev: dict[str, np.ndarray] = {}
+    prev: dict[str, list[np.ndarray]] = {}
     for i, v in enumerate(kept):
-        images[i, 0] = v.image
-        if v.patient_id in prev:
-            images[i, 1] = prev[v.patient_id]
-        prev[v.patient_id] = v.image
+        current = _views(v, views)
+        for k, image in enumerate(current):
+            images[i, 2 * k] = image
+            if v.patient_id in prev:  # the prior study's same view
+                images[i, 2 * k + 1] = prev[v.patient_id][k]
+        prev[v.patient_id] = current
         slots.setdefault(v.patient_id, len(slots))
     return Examples(
         images=torch.from_numpy(images),

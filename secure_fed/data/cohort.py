@@ -31,6 +31,7 @@ class Visit:
     site: str
     labels: dict[str, Any] | None = None
     split: str | None = None
+    extra_views: tuple[np.ndarray, ...] = ()  # the study's further images (IU-Xray: the lateral)
 
 
 @dataclass
@@ -87,19 +88,24 @@ def _read_labels(path: Path) -> dict[tuple[str, int], dict[str, Any]]:
     return out
 
 
-def to_visit(record: VisitRecord, base: Path, image_size: int, labels: dict[str, Any] | None) -> Visit:
-    """A record with its first image loaded (for IU-Xray: the frontal view, listed first)."""
+def to_visit(
+    record: VisitRecord, base: Path, image_size: int, labels: dict[str, Any] | None, views: int = 1
+) -> Visit:
+    """A record with its first `views` images loaded (for IU-Xray: the frontal view, listed first,
+    then the lateral)."""
+    paths = record.image_paths[:views]
     return Visit(
         patient_id=record.patient_id,
         visit_index=record.visit_index,
         study_date=record.study_date,
-        image=load_image(base / record.image_paths[0], image_size),
+        image=load_image(base / paths[0], image_size),
         report=record.report,
         age=record.age,
         sex=record.sex,
         site=record.site,
         labels=labels,
         split=record.split,
+        extra_views=tuple(load_image(base / p, image_size) for p in paths[1:]),
     )
 
 
@@ -127,7 +133,7 @@ def partition_by_site(
 
 
 def load_cohort(
-    manifest_path: str | Path, image_size: int, n_sites: int | None = None, seed: int = 0
+    manifest_path: str | Path, image_size: int, n_sites: int | None = None, seed: int = 0, views: int = 1
 ) -> Cohort:
     """Manifest or annotation file (or a folder holding one), with ``labels.jsonl`` beside it if present."""
     path = resolve_input(manifest_path)
@@ -135,7 +141,8 @@ def load_cohort(
     labels_path = path.parent / "labels.jsonl"
     labels = _read_labels(labels_path) if labels_path.is_file() else {}
     visits = [
-        to_visit(r, path.parent, image_size, labels.get((r.patient_id, r.visit_index))) for r in records
+        to_visit(r, path.parent, image_size, labels.get((r.patient_id, r.visit_index)), views)
+        for r in records
     ]
     visits.sort(key=lambda v: (v.site, v.patient_id, v.visit_index))
     return Cohort(partition_by_site(visits, n_sites, seed))

@@ -40,9 +40,11 @@ def cohort_manifest(cfg: RunConfig) -> Path:
 
 
 @functools.lru_cache(maxsize=2)
-def cached_cohort(manifest: Path, image_size: int, deal_sites: int | None = None, seed: int = 0) -> Cohort:
+def cached_cohort(
+    manifest: Path, image_size: int, deal_sites: int | None = None, seed: int = 0, views: int = 1
+) -> Cohort:
     """Every image of the cohort is read once per process, not once per site (read-only use)."""
-    return load_cohort(manifest, image_size, deal_sites, seed)
+    return load_cohort(manifest, image_size, deal_sites, seed, views)
 
 
 def site_names(cfg: RunConfig) -> list[str]:
@@ -51,5 +53,7 @@ def site_names(cfg: RunConfig) -> list[str]:
     if cfg.data.source == "synthetic":
         return [f"site{k}" for k in range(cfg.data.synth.sites)]
     return sorted(
-        cached_cohort(cohort_manifest(cfg), cfg.data.synth.image_size, cfg.data.deal_sites, cfg.seed).sites
+        cached_cohort(
+            cohort_manifest(cfg), cfg.data.synth.image_size, cfg.data.deal_sites, cfg.seed, cfg.data.views
+        ).sites
     )

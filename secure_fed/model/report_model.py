@@ -12,7 +12,7 @@ from secure_fed.model.hyper_lora import PatientContext, add_encoder_lora, add_hy
 
 
 class ReportModel(nn.Module):
-    """images (B, 2, H, W) = [current, prior] → report tokens, personalised by q_p (B, K)."""
+    """images (B, 2V, H, W) = [current, prior] per view → report tokens, personalised by q_p (B, K)."""
 
     def __init__(self, encoder: nn.Module, decoder: nn.Module, pad_id: int, bos_id: int, eos_id: int) -> None:
         super().__init__()
@@ -85,7 +85,10 @@ class ReportModel(nn.Module):
 
     # -- forward --------------------------------------------------------------------------
     def visual_tokens(self, images: torch.Tensor) -> torch.Tensor:
-        return self.vis_proj(self.encoder(images))
+        # Each view (a [current, prior] channel pair) goes through the same encoder and the decoder
+        # attends to all views' tokens at once, as R2Gen reads IU-Xray's frontal and lateral views.
+        views = images.split(2, dim=1)
+        return self.vis_proj(torch.cat([self.encoder(view) for view in views], dim=1))
 
     def forward(self, images: torch.Tensor, input_ids: torch.Tensor, profiles: torch.Tensor) -> torch.Tensor:
         """Per-row mean token cross-entropy (B,): callers sum it for per-patient DP gradients."""

@@ -1,5 +1,6 @@
 """Real-format runs: one DP round through `secure-fed run` on a generated IU-Xray-style
-annotation.json and on a JSONL manifest of PNG/JPEG images, and a missing GPU failing at start."""
+annotation.json (both views of a two-view study) and on a JSONL manifest of PNG/JPEG images (first
+view only), and a missing GPU failing at start."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ seed = 0
 source = "{source}"
 path = "{data}"
 {"deal_sites = 3" if deal_sites else ""}
+{"views = 2" if source == "annotation" else ""}
 tokenizer = "words+chars"
 max_report_tokens = 96
 max_visits = 1
