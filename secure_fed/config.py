@@ -107,6 +107,11 @@ class ModelConfig(_Strict):
     encoder: str | None = Field(None, description="timm model name or local path; None = preset")
     decoder_path: Path | None = Field(None, description="local GPT-2-family checkpoint")
     tokenizer_path: Path | None = None
+    chexbert_path: Path | None = Field(
+        None,
+        description="local CheXbert folder (chexbert.pth, config.json, vocab.txt): CE-F1 on free-text "
+        "reports read with it instead of the rule labeler",
+    )
     lora_rank: int = Field(4, ge=1, le=64)
     lora_alpha: float = Field(128.0, gt=0)
     hyper_lora: bool = True
@@ -119,6 +124,16 @@ class ModelConfig(_Strict):
         description="cohorts and pretrained bases; a relative path is taken under the cache base",
     )
     pretrain_steps: int = Field(2000, ge=0, description="tiny preset: base pretraining steps (public data)")
+
+    @field_validator("chexbert_path")
+    @classmethod
+    def _chexbert_files(cls, value: Path | None) -> Path | None:
+        # checked when the config loads: a run must not train for an hour and then fail to score
+        if value is not None:
+            missing = [n for n in ("chexbert.pth", "config.json", "vocab.txt") if not (value / n).is_file()]
+            if missing:
+                raise ValueError(f"{value} lacks {', '.join(missing)} (a CheXbert checkpoint folder)")
+        return value
 
     @field_validator("cache_dir")
     @classmethod

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from secure_fed.clients.evaluation import evaluate_split
+from secure_fed.clients.evaluation import evaluate_split, free_text_labeler
 from secure_fed.clients.profile import fit_gmm
 from secure_fed.clients.site import attach_profiles, load_site, patient_profiles
 from secure_fed.clients.training import LocalTrainSettings, train_copies
@@ -63,4 +63,6 @@ def train_centralised(
         result = train_copies(model, model.trainable_state(), [train], settings, seed=cfg.seed)
         model.load_trainable_state(result.states[0])
     tokenizer = load_tokenizer(cfg.model.tokenizer_path, cfg.data.tokenizer)
-    return model, evaluate_split(model, test, tokenizer.decode, cfg.data.max_report_tokens + 1)
+    return model, evaluate_split(
+        model, test, tokenizer.decode, cfg.data.max_report_tokens + 1, free_text_labeler(cfg)
+    )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
+from secure_fed.config import RunConfig
 from secure_fed.data.batching import Examples
-from secure_fed.eval.clinical import ce_f1, chexpert_ce_f1, temporal_consistency
+from secure_fed.eval.clinical import FreeTextLabeler, ce_f1, chexpert_ce_f1, temporal_consistency
 from secure_fed.eval.metrics import REPORT_SCORES, report_metrics
 from secure_fed.model.report_model import ReportModel
 
@@ -24,7 +25,18 @@ def generate_reports(
     return out
 
 
-def score(refs: list[str], hyps: list[str], labels: list[dict | None]) -> dict[str, float]:
+def free_text_labeler(cfg: RunConfig) -> FreeTextLabeler | None:
+    """CheXbert when the site's config names a checkpoint folder; None: the rule labeler."""
+    if cfg.model.chexbert_path is None:
+        return None
+    from secure_fed.eval.chexbert import load_chexbert
+
+    return load_chexbert(cfg.model.chexbert_path)
+
+
+def score(
+    refs: list[str], hyps: list[str], labels: list[dict | None], labeler: FreeTextLabeler | None = None
+) -> dict[str, float]:
     scores = dict(report_metrics(refs, hyps))
     labelled = [(lab, h) for lab, h in zip(labels, hyps, strict=True) if lab is not None]
     if labelled:
@@ -33,11 +45,17 @@ def score(refs: list[str], hyps: list[str], labels: list[dict | None]) -> dict[s
         scores["CE-F1"] = ce_f1(ref_labels, lab_hyps)
         scores["temporal_consistency"] = temporal_consistency(ref_labels, lab_hyps)
     else:  # real reports without label rows: CE-F1 from the 14-observation labeler on both sides
-        scores["CE-F1"] = chexpert_ce_f1(refs, hyps)
+        scores["CE-F1"] = chexpert_ce_f1(refs, hyps, labeler)
         scores["temporal_consistency"] = float("nan")
     return {k: float(scores[k]) for k in METRIC_NAMES}
 
 
-def evaluate_split(model: ReportModel, examples: Examples, decode: object, max_len: int) -> dict[str, float]:
+def evaluate_split(
+    model: ReportModel,
+    examples: Examples,
+    decode: object,
+    max_len: int,
+    labeler: FreeTextLabeler | None = None,
+) -> dict[str, float]:
     hyps = generate_reports(model, examples, decode, max_len)
-    return score(examples.reports, hyps, examples.labels)
+    return score(examples.reports, hyps, examples.labels, labeler)

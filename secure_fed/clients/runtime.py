@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from secure_fed.clients.coarsen import bucket_floor
-from secure_fed.clients.evaluation import evaluate_split
+from secure_fed.clients.evaluation import evaluate_split, free_text_labeler
 from secure_fed.clients.factors import check_factors
 from secure_fed.clients.guard import Refusal, SiteGuard
 from secure_fed.clients.hypergrad import flatten, per_patient_hypergradients, unflatten
@@ -463,5 +463,11 @@ class SiteRuntime:
         model.load_trainable_state(unflatten(torch.as_tensor(global_vec), template))
         examples = getattr(data, split)
         tokenizer = load_tokenizer(self.cfg.model.tokenizer_path, self.cfg.data.tokenizer)
-        scores = evaluate_split(model, examples, tokenizer.decode, self.cfg.data.max_report_tokens + 1)
+        scores = evaluate_split(
+            model,
+            examples,
+            tokenizer.decode,
+            self.cfg.data.max_report_tokens + 1,
+            free_text_labeler(self.cfg),
+        )
         return {"status": "ok", "weight": bucket_floor(len(examples)), **scores}

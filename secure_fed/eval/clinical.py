@@ -9,6 +9,7 @@ a first visit has nothing to be consistent with, so it is skipped rather than co
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from secure_fed.eval.labeler import label_report
@@ -63,16 +64,25 @@ def temporal_consistency(ref_labels: list[LabelRow], hyps: list[str]) -> float:
     return right / len(follow_ups)
 
 
-def chexpert_ce_f1(refs: list[str], hyps: list[str]) -> float:
+FreeTextLabeler = Callable[[str], dict[str, float]]
+
+
+def _label_all(texts: Sequence[str], labeler: FreeTextLabeler) -> list[dict[str, float]]:
+    many = getattr(labeler, "label_many", None)  # a neural labeler reads a batch at once
+    return list(many(texts)) if many is not None else [labeler(t) for t in texts]
+
+
+def chexpert_ce_f1(refs: list[str], hyps: list[str], labeler: FreeTextLabeler | None = None) -> float:
     """CE-F1 of free-text reports without label rows (real data): both sides read with the
-    14-observation labeler, positive = 1 (uncertain and negative count as not positive), macro F1
-    over the observations positive in some reference; NaN when none is."""
+    14-observation labeler (the rule labeler, or e.g. CheXbert), positive = 1 (uncertain and
+    negative count as not positive), macro F1 over the observations positive in some reference;
+    NaN when none is."""
     from secure_fed.eval.labeler import CHEXPERT, label_chexpert
 
     if len(refs) != len(hyps):
         raise ValueError(f"{len(refs)} references but {len(hyps)} hypotheses")
-    truth = [label_chexpert(r) for r in refs]
-    guess = [label_chexpert(h) for h in hyps]
+    label = labeler or label_chexpert
+    truth, guess = _label_all(refs, label), _label_all(hyps, label)
     scores = []
     for name in CHEXPERT:
         t = [row.get(name) == 1.0 for row in truth]
