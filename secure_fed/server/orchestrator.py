@@ -146,6 +146,7 @@ class Orchestrator:
         self.announce = announce or _say
         self.current_round = 0
         self.sites: dict[int, str] = {}
+        self.test_per_site: dict[str, dict[str, float]] = {}
         self.aborted = False  # set once `run_aborted` went to every log
 
     def hello(self) -> dict[int, str]:
@@ -309,6 +310,7 @@ class Orchestrator:
             "seed": cfg.seed,
             "rounds": len(per_round),
             "test": test,
+            "test_per_site": self.test_per_site,
             "alpha": [float(a) for a in final_alpha()] if callable(final_alpha) else None,
             "per_round": per_round,
             "upload_bytes_per_site_per_round": upload_bytes,
@@ -329,6 +331,14 @@ class Orchestrator:
         come back, each with a power-of-two weight (sites do not release exact test-set sizes)."""
         request = {"global": state, "split": "test", **_end(stopped)}
         replies = self.transport.exchange("evaluate", {n: dict(request) for n in self.nodes})
+        # each site's own figures reached the server anyway; kept apart, they make per-site tables
+        self.test_per_site = {
+            self.sites.get(n, str(n)): {
+                k: float(v) for k, v in r.items() if k not in ("status", "weight") and _number(v)
+            }
+            for n, r in sorted(replies.items())
+            if r.get("status") == "ok"
+        }
         return pool_scores(list(replies.values()))
 
 

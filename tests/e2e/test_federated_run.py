@@ -31,6 +31,12 @@ def test_fedtar_run_writes_metrics_checkpoint_and_verifiable_audit(make_config):
     assert metrics["method"] == "fedtar" and metrics["rounds"] == 2
     assert set(METRICS) <= set(metrics["test"])
     assert all(0.0 <= metrics["test"][m] for m in METRICS if not math.isnan(metrics["test"][m]))
+    # each site's own figures (the sweep's per-site tables); the pooled ones lie between them
+    per_site = metrics["test_per_site"]
+    assert sorted(per_site) == ["site0", "site1", "site2"]
+    for m in ("BLEU-1", "CIDEr"):
+        values = [per_site[s][m] for s in per_site]
+        assert min(values) - 1e-9 <= metrics["test"][m] <= max(values) + 1e-9
     assert len(metrics["alpha"]) == cfg.data.max_visits
     assert abs(sum(metrics["alpha"]) - 1.0) < 1e-9
     assert [r["round"] for r in metrics["per_round"]] == [1, 2]
