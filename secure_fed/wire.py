@@ -1,9 +1,9 @@
 """Payload dicts ↔ Flower RecordDicts.
 
 Protocol code (crypto/, the FedTAR round) speaks in plain dicts of scalars, bytes, lists and numpy
-arrays; only this module knows Flower's record types. Arrays go to an ArrayRecord, scalars to a
-ConfigRecord; anything else (e.g. a dict of per-neighbour keys) is carried as tagged JSON, never as
-pickle, so a message cannot make the receiver execute code.
+arrays; only this module knows Flower's record types. Arrays go to an ArrayRecord, byte strings to
+a ConfigRecord; everything else (numbers, strings, lists, a dict of per-neighbour keys) is carried
+as tagged JSON, never as pickle, so a message cannot make the receiver execute code.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
-_ARRAYS, _CONFIG, _JSON = "arrays", "config", "json"
+_ARRAYS, _CONFIG = "arrays", "config"
+_JSON = "~json"  # the ConfigRecord entry holding the JSON part (no protocol key starts with "~")
 
 
 def _json_default(value: Any) -> Any:
@@ -36,33 +37,34 @@ def _json_hook(obj: dict[str, Any]) -> Any:
     return obj
 
 
-def _is_config_value(value: Any) -> bool:
-    scalar = (int, float, str, bytes, bool)
-    if isinstance(value, scalar):
-        return True
-    return (
-        isinstance(value, list)
-        and len(value) > 0
-        and all(isinstance(v, type(value[0])) for v in value)
-        and isinstance(value[0], scalar)
+def _is_bytes_value(value: Any) -> bool:
+    return isinstance(value, bytes) or (
+        isinstance(value, list) and len(value) > 0 and all(isinstance(v, bytes) for v in value)
     )
 
 
 def to_records(payload: dict[str, Any]) -> RecordDict:
+    """Arrays to an ArrayRecord; byte strings (keys, shares, ciphertexts) and one JSON string of all
+    the rest (numbers, strings, lists, dicts) to one ConfigRecord. Flower's encoding costs a fixed
+    overhead per record and per entry at both ends, which made SecAgg+'s small messages cost more
+    than their cryptography; a record is sent only when the payload has something for it."""
+    if _JSON in payload:
+        raise ValueError(f"{_JSON!r} is the wire's own key, not a payload key")
     arrays, config, other = {}, {}, {}
     for key, value in payload.items():
         if isinstance(value, np.ndarray):
             arrays[key] = Array(np.ascontiguousarray(value))
-        elif isinstance(value, np.generic):
-            config[key] = value.item()
-        elif _is_config_value(value):
+        elif _is_bytes_value(value):
             config[key] = value
         else:
             other[key] = value
+    if other:
+        config[_JSON] = json.dumps(other, default=_json_default)
     records = RecordDict()
-    records[_ARRAYS] = ArrayRecord(arrays)
-    records[_CONFIG] = ConfigRecord(config)
-    records[_JSON] = ConfigRecord({"payload": json.dumps(other, default=_json_default)})
+    if arrays:
+        records[_ARRAYS] = ArrayRecord(arrays)
+    if config:
+        records[_CONFIG] = ConfigRecord(config)
     return records
 
 
@@ -71,22 +73,28 @@ def from_records(records: RecordDict) -> dict[str, Any]:
     if _ARRAYS in records:
         payload.update({k: v.numpy() for k, v in records.array_records[_ARRAYS].items()})
     if _CONFIG in records:
-        payload.update(dict(records.config_records[_CONFIG]))
-    if _JSON in records:
-        payload.update(json.loads(str(records.config_records[_JSON]["payload"]), object_hook=_json_hook))
+        config = dict(records.config_records[_CONFIG])
+        other = config.pop(_JSON, None)
+        payload.update(config)
+        if other is not None:
+            payload.update(json.loads(str(other), object_hook=_json_hook))
     return payload
 
 
 def store_state(state: RecordDict, prefix: str, payload: dict[str, Any]) -> None:
     """Keep a payload in a Context's state (a RecordDict holds records, not nested RecordDicts)."""
     records = to_records(payload)
-    for name in (_ARRAYS, _CONFIG, _JSON):
-        state[f"{prefix}.{name}"] = records[name]
+    for name in (_ARRAYS, _CONFIG):
+        key = f"{prefix}.{name}"
+        if name in records:
+            state[key] = records[name]
+        elif key in state:
+            del state[key]  # what an earlier payload stored there is not part of this one
 
 
 def load_state(state: RecordDict, prefix: str) -> dict[str, Any]:
     records = RecordDict()
-    for name in (_ARRAYS, _CONFIG, _JSON):
+    for name in (_ARRAYS, _CONFIG):
         key = f"{prefix}.{name}"
         if key in state:
             records[name] = state[key]

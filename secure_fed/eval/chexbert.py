@@ -25,23 +25,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-# CheXbert's head order (its constants.CONDITIONS), not CHEXPERT's display order
-CHEXBERT_ORDER: tuple[str, ...] = (
-    "Enlarged Cardiomediastinum",
-    "Cardiomegaly",
-    "Lung Opacity",
-    "Lung Lesion",
-    "Edema",
-    "Consolidation",
-    "Pneumonia",
-    "Atelectasis",
-    "Pneumothorax",
-    "Pleural Effusion",
-    "Pleural Other",
-    "Fracture",
-    "Support Devices",
-    "No Finding",
-)
+from secure_fed.eval.labeler import CHEXPERT
+
+# CheXbert's head order (its constants.CONDITIONS): the 13 observations as CHEXPERT lists them,
+# then "No Finding", which CHEXPERT puts first
+CHEXBERT_ORDER: tuple[str, ...] = (*CHEXPERT[1:], CHEXPERT[0])
 # class index → our value; class 0 (blank) is left out
 _CLASS_VALUE = {1: 1.0, 2: 0.0, 3: -1.0}
 CHECKPOINT = "chexbert.pth"

@@ -108,3 +108,23 @@ def test_a_site_scores_free_text_with_the_configured_checkpoint(tmp_path: Path) 
     # every report gets the forced labels: Cardiomegaly positive on both sides → CE-F1 1
     scores = score(["heart is enlarged."] * 2, ["no effusion."] * 2, [None, None], labeler)
     assert scores["CE-F1"] == 1.0
+
+
+def test_the_head_order_is_chexberts() -> None:
+    # CheXbert's constants.CONDITIONS, written out: the heads of a released checkpoint are in this order
+    assert CHEXBERT_ORDER == (
+        "Enlarged Cardiomediastinum",
+        "Cardiomegaly",
+        "Lung Opacity",
+        "Lung Lesion",
+        "Edema",
+        "Consolidation",
+        "Pneumonia",
+        "Atelectasis",
+        "Pneumothorax",
+        "Pleural Effusion",
+        "Pleural Other",
+        "Fracture",
+        "Support Devices",
+        "No Finding",
+    )
