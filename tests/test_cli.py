@@ -394,7 +394,7 @@ def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir):
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,
         text=True,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"},
     )
     try:
         assert proc.stderr is not None
@@ -403,7 +403,13 @@ def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir):
         time.sleep(3)  # inside setup, pretraining or round 1: work that takes far longer than 3 s
         proc.send_signal(signal.SIGINT)
         sent = time.monotonic()
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            # where it hangs: faulthandler prints every thread's stack on SIGABRT
+            proc.send_signal(signal.SIGABRT)
+            _, err = proc.communicate(timeout=20)
+            pytest.fail(f"still running 60 s after SIGINT; its threads:\n{err[-8000:]}")
         waited = time.monotonic() - sent
     finally:
         if proc.poll() is None:
