@@ -97,6 +97,7 @@ def _dispatch(
                 runtime.stash["upload"],
                 identity=runtime.identity(),
                 context=runtime.stash.get("secagg_context", b""),
+                fingerprint=runtime.upload_fingerprint(),
             )
         except SecAggRefused as exc:  # the training result stands; the secure sum counts us as dropped
             return {**reply, "secagg_refused": str(exc)}, state
@@ -120,6 +121,7 @@ def _dispatch(
             upload,
             identity=runtime.identity,
             context=runtime.stash.get("secagg_context", b""),
+            fingerprint=runtime.upload_fingerprint(),
         )
     if phase in SCALAR_PHASES:
         scalars = runtime.stash.get("scalars")

@@ -22,6 +22,7 @@ from secure_fed.clients.site import SiteData, attach_profiles, load_site, patien
 from secure_fed.clients.trail import SiteTrail
 from secure_fed.clients.training import LocalTrainSettings, train_copies
 from secure_fed.config import RunConfig
+from secure_fed.crypto.secagg_client import upload_fingerprint
 from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.dp.private_files import atomic_write_bytes, load_or_create_noise_key
@@ -244,7 +245,7 @@ class SiteRuntime:
             if self.privacy.already_released(round_id) and released.exists():
                 # A retried round (after a crash) re-sends the very values released before:
                 # nothing new is disclosed and the ledger charges the round once.
-                self.stash["upload"] = np.load(released)
+                self._stash_upload(np.load(released))
                 context = released.with_suffix(".factors")
                 self.stash["secagg_context"] = context.read_bytes() if context.exists() else b""
                 self.guard.trained_round(round_id)
@@ -294,7 +295,7 @@ class SiteRuntime:
         else:
             upload, steps, mean_loss = self._report_update(round_id, method, global_vec, options)
             upload = upload * factors.own
-        self.stash["upload"] = upload
+        self._stash_upload(upload)
         self.stash["secagg_context"] = factors.digest
         if self.privacy is not None:
             # the factors' digest first: a retry re-sends the release under the vector it was made with
@@ -442,6 +443,21 @@ class SiteRuntime:
         return self.privacy is None and not self.cfg.secagg_on
 
     # -- phase: evaluate ----------------------------------------------------------------------
+    def _stash_upload(self, upload: np.ndarray) -> None:
+        # read-only: what SecAgg+ fingerprinted at the setup is what it masks (no in-place change)
+        upload.flags.writeable = False
+        self.stash["upload"] = upload
+        self.stash.pop("upload_fingerprint", None)
+
+    def upload_fingerprint(self) -> str | None:
+        """The stashed update's once-only fingerprint, made once per update (not twice a round)."""
+        upload = self.stash.get("upload")
+        if upload is None:
+            return None
+        if "upload_fingerprint" not in self.stash:
+            self.stash["upload_fingerprint"] = upload_fingerprint(upload)
+        return self.stash["upload_fingerprint"]
+
     def evaluate(
         self, global_vec: np.ndarray, split: str = "test", stopped_early: str | None = None
     ) -> dict[str, Any]:

@@ -189,6 +189,16 @@ def _masked_uploads(state: Mapping[str, Any]) -> list[str]:
     return list(marks)
 
 
+def _digest(vector: np.ndarray, fingerprint: str | None) -> str:
+    """The update's fingerprint: computed here, or the caller's (made once per update instead of
+    twice a round), which it can vouch for only while nobody can change the update in place."""
+    if fingerprint is None:
+        return upload_fingerprint(vector)
+    if not isinstance(vector, np.ndarray) or vector.flags.writeable:
+        raise ValueError("a fingerprint made beforehand vouches only for a read-only update array")
+    return fingerprint
+
+
 def _refuse_if_masked(digest: str, marks: list[str]) -> None:
     for mark in marks:
         done, _, round_id = mark.partition("@")
@@ -206,6 +216,7 @@ def _setup(
     identity: SecAggIdentity,
     entropy: Entropy,
     context: bytes,
+    fingerprint: str | None,
 ) -> tuple[dict[str, Any], State]:
     """Check the server's parameters, then advertise fresh public keys for this round, signed."""
     me = _int(request, "node_id")
@@ -232,7 +243,7 @@ def _setup(
     if not modulus_bits(num_nodes, bits, max_count=dim) <= m <= 64:
         raise SecAggRefused(f"a {m}-bit modulus could wrap the sum of {num_nodes} clients")
     marks = _masked_uploads(state)
-    digest = upload_fingerprint(vector)
+    digest = _digest(vector, fingerprint)
     _refuse_if_masked(digest, marks)
     enc_sk, enc_pk = channel.new_keypair(entropy)
     mask_sk, mask_pk = channel.new_keypair(entropy)
@@ -393,7 +404,7 @@ def masked_input(
 
 
 def _masked(
-    request: Mapping[str, Any], state: State, vector: np.ndarray, entropy: Entropy
+    request: Mapping[str, Any], state: State, vector: np.ndarray, entropy: Entropy, fingerprint: str | None
 ) -> tuple[dict[str, Any], State]:
     senders, seed_shares = _open_shares(request, state)
     # masking with fewer partners would leave holders of this site's shares that it shares no mask
@@ -401,7 +412,7 @@ def _masked(
     if len(senders) < state["threshold"]:
         raise SecAggRefused(f"only {len(senders)} neighbours still in the round, {state['threshold']} needed")
     marks = _masked_uploads(state)
-    digest = upload_fingerprint(vector)
+    digest = _digest(vector, fingerprint)
     if digest != state["upload_fingerprint"]:
         raise SecAggRefused("this site's update changed since the round's setup, which checked another one")
     _refuse_if_masked(digest, marks)
@@ -463,12 +474,14 @@ def secagg_client_step(
     identity: SecAggIdentity | None,
     entropy: Entropy = os.urandom,
     context: bytes = b"",
+    fingerprint: str | None = None,
 ) -> tuple[dict[str, Any], State]:
     """Run one SecAgg+ phase as the site `identity`; `entropy` is injectable only so tests can be
     deterministic. The setup (which signs this site's keys) and the share distribution (which checks
     the peers') are refused without an identity: SecAgg+ never runs unauthenticated. `context`
     (read at the setup only) is signed with the keys: only neighbours that signed the same context
-    are accepted."""
+    are accepted. `fingerprint`, when given, is `upload_fingerprint(vector)` of a read-only
+    `vector`, made by the caller once for the update's lifetime."""
     if phase != SETUP and phase not in _AFTER:
         raise SecAggRefused(f"unknown SecAgg+ phase {phase!r}")
     state = dict(state)
@@ -478,10 +491,10 @@ def secagg_client_step(
                 "SecAgg+ needs this site's identity: its signing key and the sites' public keys"
             )
         if phase == SETUP:
-            return _setup(request, state, vector, identity, entropy, context)
+            return _setup(request, state, vector, identity, entropy, context, fingerprint)
         _check_order(phase, request, state)
         return _shares(request, state, identity, entropy)
     _check_order(phase, request, state)
     if phase == MASKED:
-        return _masked(request, state, vector, entropy)
+        return _masked(request, state, vector, entropy, fingerprint)
     return _unmask(request, state)

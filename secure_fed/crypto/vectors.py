@@ -67,6 +67,7 @@ def client_step(
     identity: IdentitySource = None,
     entropy: Entropy = os.urandom,
     context: bytes = b"",
+    fingerprint: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Client side of `sum_vectors` for every phase (plain and SecAgg+); `vector` never leaves unmasked
     except in the plain phase, which a client whose policy demands SecAgg+ must not be asked to run.
@@ -88,5 +89,12 @@ def client_step(
     if callable(identity):
         identity = identity() if phase in IDENTIFIED_PHASES else None
     return secagg_client_step(
-        phase, request, state, vector, identity=identity, entropy=entropy, context=context
+        phase,
+        request,
+        state,
+        vector,
+        identity=identity,
+        entropy=entropy,
+        context=context,
+        fingerprint=fingerprint,
     )

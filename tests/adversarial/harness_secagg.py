@@ -57,13 +57,19 @@ class Site:
     identity: SecAggIdentity
     vector: np.ndarray
     honest: bool = True
+    fingerprint: str | None = None  # made once per update by the caller, as SiteRuntime does
     _state: bytes = field(default_factory=lambda: encode_payload({}))
 
     def send(self, phase: str, request: Payload) -> Payload:
         """The real client step on `request` (raises what it raises: SecAggRefused is a refusal)."""
         delivered = decode_payload(encode_payload(request))
         reply, state = client_step(
-            phase, delivered, decode_payload(self._state), self.vector, identity=self.identity
+            phase,
+            delivered,
+            decode_payload(self._state),
+            self.vector,
+            identity=self.identity,
+            fingerprint=self.fingerprint,
         )
         self._state = encode_payload(state)
         return decode_payload(encode_payload(reply))

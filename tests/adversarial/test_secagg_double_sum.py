@@ -24,6 +24,7 @@ from secure_fed.crypto.secagg_protocol import (
     embed_setup,
     embedded_setup,
 )
+from secure_fed.crypto.secagg_client import upload_fingerprint
 from secure_fed.crypto.secagg_server import plan_setup
 from secure_fed.crypto.transport import LocalTransport, encode_payload
 from secure_fed.crypto.vectors import sum_vectors
@@ -81,17 +82,43 @@ def test_restarting_the_protocol_after_the_masked_phase_buys_nothing() -> None:
         victim.send(MASKED, masked_request(1, []))
 
 
-def test_an_update_swapped_after_the_setup_is_not_masked() -> None:
+def _vouched(vector: np.ndarray) -> tuple[np.ndarray, str]:
+    """An update as SiteRuntime stashes it: read-only, fingerprinted once."""
+    vector = vector.copy()
+    vector.flags.writeable = False
+    return vector, upload_fingerprint(vector)
+
+
+@pytest.mark.parametrize("fingerprinted", ["per phase", "once per update"])
+def test_an_update_swapped_after_the_setup_is_not_masked(fingerprinted: str) -> None:
     """The setup checked update U1; if the site's update is U2 by the masked phase (a training
-    message in between), masking U2 would record U1 and leave U2 free for a second sum."""
+    message in between), masking U2 would record U1 and leave U2 free for a second sum. Whether
+    the client fingerprints the update at each phase or the runtime once per update."""
     sites = _sites()
+    if fingerprinted == "once per update":
+        for site in sites.values():
+            site.vector, site.fingerprint = _vouched(site.vector)
     plan = plan_setup(sorted(sites), DIM, SETTINGS, 1, random.Random(0))
     keys = {n: site.send(SETUP, plan.requests[n]) for n, site in sites.items()}
     shares = {n: site.send(SHARES, keys_request(1, plan.graph[n], keys)) for n, site in sites.items()}
     victim = sites[1]
     victim.vector = victim.vector + 1.0
+    if fingerprinted == "once per update":
+        victim.vector, victim.fingerprint = _vouched(victim.vector)
     with pytest.raises(SecAggRefused, match="changed since the round's setup"):
         victim.send(MASKED, masked_request(1, inbox(shares, 1)))
+    # the others, vouched or not, mask and record what they set up
+    for n in (2, 3, 4, 5):
+        assert "masked" in sites[n].send(MASKED, masked_request(1, inbox(shares, n)))
+
+
+def test_a_vouched_fingerprint_needs_an_update_nobody_can_change_in_place() -> None:
+    sites = _sites()
+    victim = sites[1]
+    victim.fingerprint = upload_fingerprint(victim.vector)  # but the array stays writeable
+    plan = plan_setup(sorted(sites), DIM, SETTINGS, 1, random.Random(0))
+    with pytest.raises(ValueError, match="read-only"):
+        victim.send(SETUP, plan.requests[1])
 
 
 def test_the_record_rides_along_with_other_protocols_state() -> None:

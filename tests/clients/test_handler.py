@@ -48,6 +48,9 @@ class StubRuntime:
         self.stash["upload"] = np.zeros(10)
         return {"status": self.status, "train_loss": 1.0}
 
+    def upload_fingerprint(self) -> None:
+        return None  # the SecAgg+ client then fingerprints the update itself, at each phase
+
 
 def _train(setup: dict[str, Any] | None) -> dict[str, Any]:
     request = {"round": 1, "method": "fedavg", "global": np.zeros(3), "dp": False}
@@ -93,3 +96,27 @@ def test_a_retrained_round_that_re_sends_a_masked_update_gets_no_second_setup(ma
     masked = {**state, "masked_uploads": state["masked_uploads"] + [f"{state['upload_fingerprint']}@1"]}
     reply, _ = handle(runtime, "train", _train(_setup_request(round_id=2)), masked)
     assert "already masked for round 1" in reply["secagg_refused"]
+
+
+def test_the_runtime_fingerprints_an_update_once_and_afresh_when_it_is_replaced(make_config, monkeypatch):
+    from secure_fed.clients import runtime as runtime_module
+    from secure_fed.crypto.secagg_client import upload_fingerprint
+
+    calls: list[int] = []
+
+    def counted(vector: np.ndarray) -> str:
+        calls.append(1)
+        return upload_fingerprint(vector)
+
+    monkeypatch.setattr(runtime_module, "upload_fingerprint", counted)
+    runtime = runtime_module.SiteRuntime.create(make_config(), "site0")
+    assert runtime.upload_fingerprint() is None  # nothing trained, nothing to fingerprint
+    first = np.arange(6.0)
+    runtime._stash_upload(first)
+    assert not first.flags.writeable  # what SecAgg+ fingerprinted cannot change under it
+    with pytest.raises(ValueError):
+        first[0] = 1.0
+    assert runtime.upload_fingerprint() == runtime.upload_fingerprint() == upload_fingerprint(first)
+    assert len(calls) == 1
+    runtime._stash_upload(np.arange(6.0) + 1)  # a retrain
+    assert runtime.upload_fingerprint() != upload_fingerprint(first) and len(calls) == 2
