@@ -215,7 +215,8 @@ def sweep(
         typer.Option(
             help="comma-separated methods: base (pretrained base, no training), local (each site alone), "
             "central (pooled, non-private), fedtar, fedtar-no-gmm, fedtar-no-temporal, fedavg, fedprox, "
-            "fedadam, scaffold, drfa"
+            "fedadam, scaffold, drfa; fedavg-ft, fedtar-ft (that method's final model fine-tuned at each "
+            "site for one round's local epochs: personalised FL)"
         ),
     ] = "fedtar,fedavg",
     seeds: Annotated[

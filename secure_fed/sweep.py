@@ -11,6 +11,11 @@ Reference points besides the federated methods: ``base`` (the pretrained base, a
 scored on its own test split) and ``central`` (the pooled train splits of every site, non-private,
 the same number of epochs: the ceiling). All three are scored exactly as a run's final evaluation:
 each site's test split, pooled with the weights a site releases.
+
+``<method>-ft`` is the personalised-FL reference (local adaptation of the federated model: each site
+fine-tunes the final global model of ``<method>``'s cell of the same seed and ε for one round's
+local epochs on its own train split, and scores the result on its test split). The fine-tuned
+adapters never leave the site, so the cell's ε is its federated cell's.
 """
 
 from __future__ import annotations
@@ -35,7 +40,9 @@ LOCAL = "local"  # each site alone
 CENTRAL = "central"  # pooled, non-private: the ceiling
 REFERENCES: tuple[str, ...] = (BASE, LOCAL, CENTRAL)
 FEDERATED: tuple[str, ...] = METHODS_FOR["reports"]
-METHODS: tuple[str, ...] = REFERENCES + FEDERATED
+FINE_TUNE = "-ft"  # suffix: the federated method's final model, fine-tuned at each site
+FINE_TUNED: tuple[str, ...] = tuple(m + FINE_TUNE for m in ("fedavg", "fedtar"))
+METHODS: tuple[str, ...] = REFERENCES + FEDERATED + FINE_TUNED
 # The columns tables show by default (all nine metrics stay in results.json).
 TABLE_METRICS: tuple[str, ...] = ("CIDEr", "CE-F1", "temporal_consistency", "BLEU-4", "ROUGE-L")
 PAIRED_METRICS: tuple[str, ...] = ("CIDEr", "CE-F1")
@@ -59,8 +66,8 @@ def cell_folder(out: Path, method: str, epsilon: float | None, seed: int) -> Pat
 def seed_config(base: RunConfig, method: str, epsilon: float | None, seed: int) -> RunConfig:
     """The cell's config: the same cohort, split and seed for every method (paired seeds)."""
     cfg = base.model_copy(deep=True, update={"seed": seed})
-    if method in FEDERATED:
-        cfg.fed.method = method  # type: ignore[assignment]
+    if method.removesuffix(FINE_TUNE) in FEDERATED:
+        cfg.fed.method = method.removesuffix(FINE_TUNE)  # type: ignore[assignment]
     cfg.data.synth.seed = seed
     if epsilon is not None:
         cfg.dp.target_epsilon = epsilon  # before enabling: the validator needs it
@@ -96,6 +103,8 @@ def sweep(
     unknown = [m for m in methods if m not in METHODS]
     if unknown:
         raise ValueError(f"unknown method(s) {', '.join(unknown)}; choose from {', '.join(METHODS)}")
+    # a fine-tuned cell starts from its federated cell's final model: that cell runs first
+    methods = list(dict.fromkeys(m2 for m in methods for m2 in (m.removesuffix(FINE_TUNE), m)))
     if base.train.threads is not None:
         import torch
 
@@ -130,6 +139,11 @@ def run_cell(base: RunConfig, method: str, epsilon: float | None, seed: int, fol
     if method in REFERENCES:
         test, per_site = evaluate_reference(cfg, method, folder)
         return cell | {"test": test, "per_site": per_site, "alpha": None, "privacy": None}
+    if method in FINE_TUNED:
+        federated = cell_folder(folder.parent, cfg.fed.method, epsilon, seed)
+        test, per_site = evaluate_fine_tuned(cfg, federated, folder)
+        privacy = json.loads((federated / "cell.json").read_text()).get("privacy")
+        return cell | {"test": test, "per_site": per_site, "alpha": None, "privacy": privacy}
     metrics = run_inprocess(cfg, folder).metrics
     return cell | {
         "test": metrics["test"],
@@ -139,40 +153,79 @@ def run_cell(base: RunConfig, method: str, epsilon: float | None, seed: int, fol
     }
 
 
-def evaluate_reference(
-    cfg: RunConfig, method: str, out: Path
-) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+Scores = tuple[dict[str, float], dict[str, dict[str, float]]]
+
+
+def evaluate_reference(cfg: RunConfig, method: str, out: Path) -> Scores:
     """``base``, ``local`` or ``central``, scored as a run's final evaluation; also per site."""
+    from secure_fed.clients.centralised import pooled_splits
+    from secure_fed.clients.training import LocalTrainSettings, train_copies
+
+    epochs = cfg.fed.rounds * cfg.train.local_epochs  # the passes over its data each site gets in FL
+    settings = LocalTrainSettings(lr=cfg.train.lr, epochs=epochs, batch_patients=cfg.train.batch_size)
+    central: list[Any] = []
+
+    def state_for(model: Any, start: Any, train: Any) -> Any:
+        if method == LOCAL:
+            return train_copies(model, start, [train], settings, seed=cfg.seed).states[0]
+        if method == CENTRAL:
+            if not central:
+                pooled, _, _ = pooled_splits(cfg)
+                central.append(train_copies(model, start, [pooled], settings, seed=cfg.seed).states[0])
+            return central[0]
+        return start
+
+    return _score_sites(cfg, out, None, state_for, f"{method} reference: no federated training")
+
+
+def evaluate_fine_tuned(cfg: RunConfig, federated: Path, out: Path) -> Scores:
+    """Each site fine-tunes the final global model of the ``federated`` cell (one round's local
+    epochs on its own train split, non-private: the result stays at the site) and scores it."""
+    from secure_fed.clients.training import LocalTrainSettings, train_copies
+    from secure_fed.server.checkpoint import load_checkpoint
+
+    loaded = load_checkpoint(federated / "checkpoint")
+    if loaded is None:
+        raise FileNotFoundError(f"{federated}/checkpoint: no final model to fine-tune; run its cell first")
+    settings = LocalTrainSettings(
+        lr=cfg.train.lr, epochs=cfg.train.local_epochs, batch_patients=cfg.train.batch_size
+    )
+
+    def state_for(model: Any, start: Any, train: Any) -> Any:
+        return train_copies(model, start, [train], settings, seed=cfg.seed).states[0]
+
+    return _score_sites(cfg, out, loaded[1], state_for, "fine-tuned reference: scored at the site")
+
+
+def _score_sites(
+    cfg: RunConfig,
+    out: Path,
+    start_vector: np.ndarray | None,
+    state_for: Callable[[Any, Any, Any], Any],
+    note: str,
+) -> Scores:
+    """Every site scores the state ``state_for(model, start, its train split)`` on its test split,
+    exactly as a run's final evaluation; ``start`` is the base's adapters or ``start_vector``."""
     import torch
 
-    from secure_fed.clients.centralised import pooled_splits
     from secure_fed.clients.handler import handle
-    from secure_fed.clients.hypergrad import flatten
+    from secure_fed.clients.hypergrad import flatten, unflatten
     from secure_fed.clients.runtime import SiteRuntime
-    from secure_fed.clients.training import LocalTrainSettings, train_copies
     from secure_fed.data.sites import site_names
     from secure_fed.model.setup import build_report_model
     from secure_fed.server.orchestrator import pool_scores
 
     cfg = cfg.model_copy(deep=True, update={"out": out})
     cfg.audit.enabled = False
-    epochs = cfg.fed.rounds * cfg.train.local_epochs  # the passes over its data each site gets in FL
-    settings = LocalTrainSettings(lr=cfg.train.lr, epochs=epochs, batch_patients=cfg.train.batch_size)
     model = build_report_model(cfg)
     start = model.trainable_state()
-    shared: dict[str, torch.Tensor] = start
-    if method == CENTRAL:
-        train, _, _ = pooled_splits(cfg)
-        shared = train_copies(model, start, [train], settings, seed=cfg.seed).states[0]
+    if start_vector is not None:
+        start = unflatten(torch.as_tensor(start_vector), start)
     replies: dict[str, dict[str, Any]] = {}
     for site in site_names(cfg):
         runtime = SiteRuntime.create(cfg, site)
-        state = shared
-        if method == LOCAL:
-            state = train_copies(model, start, [runtime.data.train], settings, seed=cfg.seed).states[0]
-        vector = flatten(state).numpy()
-        request = {"global": vector, "stopped_early": f"{method} reference: no federated training"}
-        replies[site] = handle(runtime, "evaluate", request, {})[0]
+        vector = flatten(state_for(model, start, runtime.data.train)).numpy()
+        replies[site] = handle(runtime, "evaluate", {"global": vector, "stopped_early": note}, {})[0]
     per_site = {s: {k: float(r[k]) for k in METRIC_NAMES if k in r} for s, r in replies.items()}
     return pool_scores(list(replies.values())), per_site
 
@@ -400,6 +453,8 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     against = "fedtar" if any(r["method"] == "fedtar" for r in runs) else BASE
     paired = paired_differences(runs, against)
     paired_base = paired_differences(runs, BASE) if against != BASE else []
+    # "does federating beat training alone": the question a site asks before it joins
+    paired_local = paired_differences(runs, LOCAL)
     pu = privacy_utility(rows)
     png = out / "privacy_utility.png"
     has_plot = plot_privacy_utility(rows, png)
@@ -409,6 +464,7 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
         "summary": rows,
         "paired": paired,
         "paired_vs_base": paired_base,
+        "paired_vs_local": paired_local,
         "privacy_utility": pu,
         "wall_s_this_call": round(wall_s, 1),
         "wall_s_all_cells": round(total_wall, 1),
@@ -418,6 +474,7 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
         ("Mean ± sample std over paired seeds", markdown_table(rows, TABLE_METRICS)),
         (f"Paired differences to {against}", paired_table(paired)),
         ("Paired differences to base", paired_table(paired_base)),
+        ("Paired differences to local", paired_table(paired_local)),
         ("CIDEr per site", per_site_table(runs)),
         ("CE-F1 per site", per_site_table(runs, "CE-F1")),
         ("Privacy–utility: share of the non-private CIDEr gain over base kept", privacy_table(pu)),

@@ -184,3 +184,35 @@ def test_results_md_sweep_commands_are_valid():
     assert commands
     for cmd in commands:
         _check_sweep_command(cmd)
+
+
+def test_fine_tuned_cell_starts_from_its_federated_cells_final_model(
+    make_config, tmp_path: Path, monkeypatch, one_torch_thread
+):
+    from secure_fed.clients import training
+
+    cfg = make_config()
+    out = tmp_path / "sw"
+    starts: list[np.ndarray] = []
+    real = training.train_copies
+
+    def spy(model, start, groups, settings, seed, **kw):
+        starts.append(np.concatenate([v.numpy().ravel() for v in start.values()]))
+        assert settings.epochs == cfg.train.local_epochs  # one round's local work, not a whole run
+        return real(model, start, groups, settings, seed, **kw)
+
+    monkeypatch.setattr(training, "train_copies", spy)
+    # asked for alone, the fine-tuned method brings its federated cell first
+    results = sweep_module.sweep(cfg, ["fedavg-ft"], [0], [None], out, log=lambda _: None)
+    assert [r["method"] for r in results["runs"]] == ["fedavg", "fedavg-ft"]
+    from secure_fed.server.checkpoint import load_checkpoint
+
+    loaded = load_checkpoint(out / "fedavg-epsinf-seed0" / "checkpoint")
+    assert loaded is not None and loaded[0] == cfg.fed.rounds
+    fine_tune_starts = starts[-3:]  # one per site, after the federated run's own training
+    assert all(np.allclose(s, loaded[1]) for s in fine_tune_starts)
+    federated, tuned = results["runs"]
+    assert set(tuned["per_site"]) == {"site0", "site1", "site2"}
+    assert tuned["test"]["CIDEr"] != federated["test"]["CIDEr"]  # the sites' own epochs changed it
+    md = (out / "results.md").read_text()
+    assert "| fedavg-ft | ∞ |" in md
