@@ -455,6 +455,8 @@ class SiteRuntime:
         if upload is None:
             return None
         if "upload_fingerprint" not in self.stash:
+            # frozen here too: over Flower the stash is rebuilt from context.state for each message
+            upload.flags.writeable = False
             self.stash["upload_fingerprint"] = upload_fingerprint(upload)
         return self.stash["upload_fingerprint"]
 

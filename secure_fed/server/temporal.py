@@ -95,6 +95,6 @@ class MetaUpdater:
     def step(self, alpha_grad: np.ndarray) -> np.ndarray:
         self.optim.zero_grad()
         alpha = self.learner()
-        alpha.backward(torch.as_tensor(alpha_grad, dtype=alpha.dtype))
+        alpha.backward(torch.tensor(alpha_grad, dtype=alpha.dtype))  # a copy: sums may arrive read-only
         self.optim.step()
         return self.learner.alpha()

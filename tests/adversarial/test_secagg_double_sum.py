@@ -15,6 +15,7 @@ import random
 import numpy as np
 import pytest
 
+from secure_fed.crypto.secagg_client import upload_fingerprint
 from secure_fed.crypto.secagg_protocol import (
     MASKED,
     SETUP,
@@ -24,7 +25,6 @@ from secure_fed.crypto.secagg_protocol import (
     embed_setup,
     embedded_setup,
 )
-from secure_fed.crypto.secagg_client import upload_fingerprint
 from secure_fed.crypto.secagg_server import plan_setup
 from secure_fed.crypto.transport import LocalTransport, encode_payload
 from secure_fed.crypto.vectors import sum_vectors

@@ -120,3 +120,7 @@ def test_the_runtime_fingerprints_an_update_once_and_afresh_when_it_is_replaced(
     assert len(calls) == 1
     runtime._stash_upload(np.arange(6.0) + 1)  # a retrain
     assert runtime.upload_fingerprint() != upload_fingerprint(first) and len(calls) == 2
+    # over Flower the stash is rebuilt from context.state for every message, arrays writeable
+    restored = np.arange(6.0) + 2
+    runtime.stash = {"upload": restored}
+    assert runtime.upload_fingerprint() == upload_fingerprint(restored) and not restored.flags.writeable
