@@ -49,7 +49,7 @@ PHASES = (
 )
 _STATE_KEY = "secure_fed_protocol"
 _MEMORY_KEY = "secure_fed_site"
-_STASHED = ("upload", "secagg_context", "scalars", "scalars_round")
+_STASHED = ("upload", "upload_fingerprint", "secagg_context", "scalars", "scalars_round")
 _RUNTIMES: dict[tuple[str, str, str], SiteRuntime] = {}
 _LIFETIME: dict[tuple[str, str, str], SiteLedger | None] = {}
 _SECRETS: dict[str, Any] = {}

@@ -454,9 +454,10 @@ class SiteRuntime:
         upload = self.stash.get("upload")
         if upload is None:
             return None
+        # frozen wherever it is vouched for: over Flower the stash (this fingerprint included) is
+        # rebuilt from the node's context.state for each message, with writeable arrays
+        upload.flags.writeable = False
         if "upload_fingerprint" not in self.stash:
-            # frozen here too: over Flower the stash is rebuilt from context.state for each message
-            upload.flags.writeable = False
             self.stash["upload_fingerprint"] = upload_fingerprint(upload)
         return self.stash["upload_fingerprint"]
 

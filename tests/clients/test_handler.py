@@ -124,3 +124,9 @@ def test_the_runtime_fingerprints_an_update_once_and_afresh_when_it_is_replaced(
     restored = np.arange(6.0) + 2
     runtime.stash = {"upload": restored}
     assert runtime.upload_fingerprint() == upload_fingerprint(restored) and not restored.flags.writeable
+    assert len(calls) == 3
+    # the fingerprint rides in context.state beside its update: not made again, the copy frozen
+    again = restored.copy()
+    runtime.stash = {"upload": again, "upload_fingerprint": upload_fingerprint(restored)}
+    assert runtime.upload_fingerprint() == upload_fingerprint(restored) and not again.flags.writeable
+    assert len(calls) == 3
