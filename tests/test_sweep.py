@@ -159,11 +159,14 @@ def test_make_results_commands_name_real_methods_and_configs():
     from secure_fed.config import load_config
 
     commands = _results_recipe()
-    assert len(commands) == 3
+    assert len(commands) == 4
     for cmd in commands:
         _check_sweep_command(cmd)
     null = load_config(Path(__file__).parents[1] / "configs/results-null.toml")
     assert null.data.synth.temporal_drift == 0 and null.data.synth.demographic_effect == 0
+    small = load_config(Path(__file__).parents[1] / "configs/small-sites.toml")
+    default = load_config(Path(__file__).parents[1] / "configs/results.toml")
+    assert small.data.synth.patients * 3 == default.data.synth.patients  # a third of the patients
 
 
 def test_sweep_help_lists_every_method():
