@@ -21,8 +21,9 @@ log = logging.getLogger(__name__)
 
 # Bump when the base architecture or pretraining recipe changes, so stale caches are not reused.
 # 3: pretrained on the public domain cohort (a mixed archive), not a site twin; 4: the key names the
-# pretraining data's recipe (a base pretrained on 48-token reports was loaded for 56-token runs)
-_BASE_VERSION = 4
+# pretraining data's recipe (a base pretrained on 48-token reports was loaded for 56-token runs);
+# 5: pretrained on one torch thread (pretrain_base), whatever the run's thread count
+_BASE_VERSION = 5
 
 
 def build_base(
