@@ -102,6 +102,10 @@ class DataConfig(_Strict):
         return self
 
 
+# what a CheXbert checkpoint folder holds: the checkpoint, BERT's configuration and vocabulary
+CHEXBERT_FILES: tuple[str, ...] = ("chexbert.pth", "config.json", "vocab.txt")
+
+
 class ModelConfig(_Strict):
     preset: Literal["tiny", "small", "paper"] = "tiny"
     encoder: str | None = Field(None, description="timm model name or local path; None = preset")
@@ -130,7 +134,7 @@ class ModelConfig(_Strict):
     def _chexbert_files(cls, value: Path | None) -> Path | None:
         # checked when the config loads: a run must not train for an hour and then fail to score
         if value is not None:
-            missing = [n for n in ("chexbert.pth", "config.json", "vocab.txt") if not (value / n).is_file()]
+            missing = [n for n in CHEXBERT_FILES if not (value / n).is_file()]
             if missing:
                 raise ValueError(f"{value} lacks {', '.join(missing)} (a CheXbert checkpoint folder)")
         return value

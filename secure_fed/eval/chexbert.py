@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from secure_fed.config import CHEXBERT_FILES
 from secure_fed.eval.labeler import CHEXPERT
 
 # CheXbert's head order (its constants.CONDITIONS): the 13 observations as CHEXPERT lists them,
@@ -32,7 +33,7 @@ from secure_fed.eval.labeler import CHEXPERT
 CHEXBERT_ORDER: tuple[str, ...] = (*CHEXPERT[1:], CHEXPERT[0])
 # class index → our value; class 0 (blank) is left out
 _CLASS_VALUE = {1: 1.0, 2: 0.0, 3: -1.0}
-CHECKPOINT = "chexbert.pth"
+CHECKPOINT = CHEXBERT_FILES[0]
 MAX_TOKENS = 512
 
 Labeler = Callable[[str], dict[str, float]]
@@ -70,7 +71,7 @@ class CheXbertLabeler:
         from transformers import BertConfig, BertTokenizer
 
         folder = Path(folder)
-        missing = [n for n in (CHECKPOINT, "config.json", "vocab.txt") if not (folder / n).is_file()]
+        missing = [n for n in CHEXBERT_FILES if not (folder / n).is_file()]
         if missing:
             raise CheXbertError(
                 f"{folder}: model.chexbert_path needs {', '.join(missing)} (the CheXbert checkpoint and "
