@@ -160,28 +160,32 @@ def evaluate_reference(cfg: RunConfig, method: str, out: Path) -> Scores:
     """``base``, ``local`` or ``central``, scored as a run's final evaluation; also per site."""
     from secure_fed.clients.centralised import pooled_splits
     from secure_fed.clients.training import LocalTrainSettings, train_copies
+    from secure_fed.model.setup import build_report_model
 
     epochs = cfg.fed.rounds * cfg.train.local_epochs  # the passes over its data each site gets in FL
     settings = LocalTrainSettings(lr=cfg.train.lr, epochs=epochs, batch_patients=cfg.train.batch_size)
-    central: list[Any] = []
+    model = build_report_model(cfg)
+    shared = start = model.trainable_state()
+    if method == CENTRAL:
+        pooled, _, _ = pooled_splits(cfg)
+        shared = train_copies(model, start, [pooled], settings, seed=cfg.seed).states[0]
 
-    def state_for(model: Any, start: Any, train: Any) -> Any:
+    def state_for(train: Any) -> Any:
         if method == LOCAL:
             return train_copies(model, start, [train], settings, seed=cfg.seed).states[0]
-        if method == CENTRAL:
-            if not central:
-                pooled, _, _ = pooled_splits(cfg)
-                central.append(train_copies(model, start, [pooled], settings, seed=cfg.seed).states[0])
-            return central[0]
-        return start
+        return shared
 
-    return _score_sites(cfg, out, None, state_for, f"{method} reference: no federated training")
+    return _score_sites(cfg, out, state_for, f"{method} reference: no federated training")
 
 
 def evaluate_fine_tuned(cfg: RunConfig, federated: Path, out: Path) -> Scores:
     """Each site fine-tunes the final global model of the ``federated`` cell (one round's local
     epochs on its own train split, non-private: the result stays at the site) and scores it."""
+    import torch
+
+    from secure_fed.clients.hypergrad import unflatten
     from secure_fed.clients.training import LocalTrainSettings, train_copies
+    from secure_fed.model.setup import build_report_model
     from secure_fed.server.checkpoint import load_checkpoint
 
     loaded = load_checkpoint(federated / "checkpoint")
@@ -190,41 +194,30 @@ def evaluate_fine_tuned(cfg: RunConfig, federated: Path, out: Path) -> Scores:
     settings = LocalTrainSettings(
         lr=cfg.train.lr, epochs=cfg.train.local_epochs, batch_patients=cfg.train.batch_size
     )
+    model = build_report_model(cfg)
+    start = unflatten(torch.as_tensor(loaded[1]), model.trainable_state())
 
-    def state_for(model: Any, start: Any, train: Any) -> Any:
+    def state_for(train: Any) -> Any:
         return train_copies(model, start, [train], settings, seed=cfg.seed).states[0]
 
-    return _score_sites(cfg, out, loaded[1], state_for, "fine-tuned reference: scored at the site")
+    return _score_sites(cfg, out, state_for, "fine-tuned reference: scored at the site")
 
 
-def _score_sites(
-    cfg: RunConfig,
-    out: Path,
-    start_vector: np.ndarray | None,
-    state_for: Callable[[Any, Any, Any], Any],
-    note: str,
-) -> Scores:
-    """Every site scores the state ``state_for(model, start, its train split)`` on its test split,
-    exactly as a run's final evaluation; ``start`` is the base's adapters or ``start_vector``."""
-    import torch
-
+def _score_sites(cfg: RunConfig, out: Path, state_for: Callable[[Any], Any], note: str) -> Scores:
+    """Every site scores ``state_for(its train split)`` on its test split, exactly as a run's final
+    evaluation."""
     from secure_fed.clients.handler import handle
-    from secure_fed.clients.hypergrad import flatten, unflatten
+    from secure_fed.clients.hypergrad import flatten
     from secure_fed.clients.runtime import SiteRuntime
     from secure_fed.data.sites import site_names
-    from secure_fed.model.setup import build_report_model
     from secure_fed.server.orchestrator import pool_scores
 
     cfg = cfg.model_copy(deep=True, update={"out": out})
     cfg.audit.enabled = False
-    model = build_report_model(cfg)
-    start = model.trainable_state()
-    if start_vector is not None:
-        start = unflatten(torch.as_tensor(start_vector), start)
     replies: dict[str, dict[str, Any]] = {}
     for site in site_names(cfg):
         runtime = SiteRuntime.create(cfg, site)
-        vector = flatten(state_for(model, start, runtime.data.train)).numpy()
+        vector = flatten(state_for(runtime.data.train)).numpy()
         replies[site] = handle(runtime, "evaluate", {"global": vector, "stopped_early": note}, {})[0]
     per_site = {s: {k: float(r[k]) for k in METRIC_NAMES if k in r} for s, r in replies.items()}
     return pool_scores(list(replies.values())), per_site

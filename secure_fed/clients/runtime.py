@@ -379,6 +379,24 @@ class SiteRuntime:
             self.trail.close()
         return {"status": "ok"}
 
+    def _stash_upload(self, upload: np.ndarray) -> None:
+        # read-only: what SecAgg+ fingerprinted at the setup is what it masks (no in-place change)
+        upload.flags.writeable = False
+        self.stash["upload"] = upload
+        self.stash.pop("upload_fingerprint", None)
+
+    def upload_fingerprint(self) -> str | None:
+        """The stashed update's once-only fingerprint, made once per update (not twice a round)."""
+        upload = self.stash.get("upload")
+        if upload is None:
+            return None
+        # frozen wherever it is vouched for: over Flower the stash (this fingerprint included) is
+        # rebuilt from the node's context.state for each message, with writeable arrays
+        upload.flags.writeable = False
+        if "upload_fingerprint" not in self.stash:
+            self.stash["upload_fingerprint"] = upload_fingerprint(upload)
+        return self.stash["upload_fingerprint"]
+
     # -- phase: hypergradient -----------------------------------------------------------------
     def hypergrad(
         self, round_id: int, final: np.ndarray, directions: np.ndarray, digest: str = ""
@@ -443,24 +461,6 @@ class SiteRuntime:
         return self.privacy is None and not self.cfg.secagg_on
 
     # -- phase: evaluate ----------------------------------------------------------------------
-    def _stash_upload(self, upload: np.ndarray) -> None:
-        # read-only: what SecAgg+ fingerprinted at the setup is what it masks (no in-place change)
-        upload.flags.writeable = False
-        self.stash["upload"] = upload
-        self.stash.pop("upload_fingerprint", None)
-
-    def upload_fingerprint(self) -> str | None:
-        """The stashed update's once-only fingerprint, made once per update (not twice a round)."""
-        upload = self.stash.get("upload")
-        if upload is None:
-            return None
-        # frozen wherever it is vouched for: over Flower the stash (this fingerprint included) is
-        # rebuilt from the node's context.state for each message, with writeable arrays
-        upload.flags.writeable = False
-        if "upload_fingerprint" not in self.stash:
-            self.stash["upload_fingerprint"] = upload_fingerprint(upload)
-        return self.stash["upload_fingerprint"]
-
     def evaluate(
         self, global_vec: np.ndarray, split: str = "test", stopped_early: str | None = None
     ) -> dict[str, Any]:
