@@ -44,6 +44,13 @@ class SynthConfig(_Strict):
     demographic_effect: float = Field(
         1.0, ge=0.0, le=1.0, description="chance of each age/sex-dependent report sentence (0 = off)"
     )
+    site_wording: float = Field(
+        1.0,
+        ge=0.0,
+        le=1.0,
+        description="chance a report uses its site's own synonyms, else the standard terms "
+        "(0 = one shared vocabulary)",
+    )
 
 
 class ImagingConfig(_Strict):

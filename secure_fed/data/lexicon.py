@@ -26,6 +26,7 @@ TERMS: dict[str, tuple[str, ...]] = {
 }
 SITE_VARIANTS = 3
 PUBLIC_VARIANT = 3
+STANDARD_VARIANT = 0  # the standard terms a site uses when the wording knob says so (site 0's own)
 
 SIDES: tuple[str, ...] = ("right", "left")
 NODULE_SIZES: tuple[str, ...] = ("small", "moderate", "large")
@@ -115,6 +116,10 @@ def term_variant(site_index: int, finding_index: int) -> int:
 
 def site_terms(site_index: int) -> dict[str, str]:
     return {f: TERMS[f][term_variant(site_index, i)] for i, f in enumerate(FINDINGS)}
+
+
+def standard_terms() -> dict[str, str]:
+    return {f: TERMS[f][STANDARD_VARIANT] for f in FINDINGS}
 
 
 def public_terms() -> dict[str, str]:

@@ -22,7 +22,7 @@ def cohort_manifest(cfg: RunConfig) -> Path:
     folder = (
         Path(cfg.model.cache_dir)
         / f"cohort-s{s.sites}-p{s.patients}-v{s.visits}-i{s.image_size}-seed{s.seed}"
-        f"-g2-td{s.temporal_drift:g}-de{s.demographic_effect:g}"
+        f"-g2-td{s.temporal_drift:g}-de{s.demographic_effect:g}-sw{s.site_wording:g}"
     )
     return made_once(
         folder,
@@ -35,6 +35,7 @@ def cohort_manifest(cfg: RunConfig) -> Path:
             image_size=s.image_size,
             temporal_drift=s.temporal_drift,
             demographic_effect=s.demographic_effect,
+            site_wording=s.site_wording,
         ),
     )
 

@@ -21,6 +21,14 @@ off the cohort is the plain generator, a null control for FedTAR's extra parts:
   tissue over the lower zones. Age and sex are in the patient profile (FedTAR's hyper-LoRA sees
   them, a plain model does not); off, demographics change only the chance of each finding.
 
+A third knob sets how much the sites' wording differs, which is what federation has to share:
+
+- ``site_wording``: the chance that a report uses its site's own synonyms; otherwise it uses the
+  standard terms (``lexicon.STANDARD_VARIANT``), as a department that has adopted a structured
+  reporting standard (RadLex terms, RSNA RadReport templates) does for some of its reports. At 1
+  (the default) every site words every report its own way; at 0 every site shares one vocabulary
+  and the sites differ only in scanner look, age mix and patients.
+
 ``domain="public"`` draws the public pretraining cohort instead: an archive unlike every site, with
 its own scanner look, a younger and wider age mix, and its own wording: half its reports in its own
 template and synonyms, the rest mixing every site's words at random, so that the base knows every
@@ -116,15 +124,16 @@ class Knobs:
 
     temporal_drift: float = 1.0
     demographic_effect: float = 1.0
+    site_wording: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("temporal_drift", "demographic_effect"):
+        for name in ("temporal_drift", "demographic_effect", "site_wording"):
             value = getattr(self, name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
 
 
-OFF = Knobs(0.0, 0.0)
+OFF = Knobs(0.0, 0.0)  # the null control: the wording knob is not one of FedTAR's phenomena
 
 
 def onset_probability(finding: str, age: float, sex: str) -> float:
@@ -396,6 +405,8 @@ def _patient(
     base_age = float(np.clip(rng.normal(age_mean, age_sd), 18.0, 95.0))
     # The knobs draw from their own stream, so switching one does not move any disease, date or pixel.
     knob_rng = np.random.default_rng([seed, site, index, 1])
+    wording_rng = np.random.default_rng([seed, site, index, 2])
+    standard = lexicon.standard_terms()
     slots = _visit_slots(rng, max_visits)
     dates = _visit_dates(rng, slots[-1])
     records: list[dict] = []
@@ -417,7 +428,10 @@ def _patient(
         else:
             follow_up = slot >= FOLLOW_UP_FROM_VISIT and knob_rng.random() < knobs.temporal_drift
             remarks = demographic_remarks(disease, age, sex, knobs.demographic_effect, knob_rng)
-            report = write_report(disease, changes, terms, date.year, follow_up, remarks)
+            own_words = wording_rng.random() < knobs.site_wording
+            report = write_report(
+                disease, changes, terms if own_words else standard, date.year, follow_up, remarks
+            )
         records.append(
             {
                 "patient_id": pid,
@@ -452,6 +466,7 @@ def synthesize(
     temporal_drift: float = 1.0,
     demographic_effect: float = 1.0,
     domain: Domain = "sites",
+    site_wording: float = 1.0,
 ) -> Path:
     """Write ``manifest.jsonl``, ``labels.jsonl`` and ``images/`` under ``out_dir``; return the manifest.
 
@@ -460,7 +475,7 @@ def synthesize(
     cohort (``sites`` of it, all in the public domain, knobs ignored). The same arguments always
     give byte-identical files.
     """
-    knobs = Knobs(temporal_drift, demographic_effect)
+    knobs = Knobs(temporal_drift, demographic_effect, site_wording)
     out = Path(out_dir)
     manifest, labels = out / "manifest.jsonl", out / "labels.jsonl"
     all_records: list[dict] = []

@@ -1,5 +1,6 @@
 import hashlib
 import json
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -140,6 +141,23 @@ def test_demographic_knob_changes_what_a_report_says(tmp_path):
     half, _ = _reports(tmp_path, "h", temporal_drift=0.0, demographic_effect=0.5)
     share = np.mean([female in r.report for r in half if r.sex == "F"])
     assert 0.3 < share < 0.7  # the strength is the chance per visit
+
+
+def test_wording_knob_shares_the_vocabulary_and_moves_nothing_else(tmp_path):
+    own, own_labels = _reports(tmp_path, "own")
+    shared, shared_labels = _reports(tmp_path, "shared", site_wording=0.0)
+    assert own_labels == shared_labels  # the knob draws from its own stream
+    assert _tree_digest(tmp_path / "own" / "images") == _tree_digest(tmp_path / "shared" / "images")
+    standard = set(lexicon.standard_terms().values())
+    others = {t for terms in lexicon.TERMS.values() for t in terms} - standard
+    # a site's own synonyms appear at 1 (site 0's are the standard ones) and never at 0
+    assert any(t in r.report for r in own if r.site != "site0" for t in others)
+    assert not any(re.search(rf"\b{t}\b", r.report) for r in shared for t in others - {"effusion"})
+    site0 = [r.report for r in own if r.site == "site0"]
+    assert site0 == [r.report for r in shared if r.site == "site0"]
+    half, _ = _reports(tmp_path, "half", site_wording=0.5)
+    changed = [a.report != b.report for a, b in zip(own, half, strict=True) if a.site != "site0"]
+    assert 0.35 < np.mean(changed) < 0.65  # the strength is the chance per report
 
 
 def test_knob_strength_outside_unit_interval_is_refused(tmp_path):
