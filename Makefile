@@ -32,12 +32,16 @@ test: $(STAMP) browser
 #   nohup make results > runs/results.log 2>&1 &
 # and run it again after an interruption. Wall time: see docs/RESULTS.md.
 RESULTS_METHODS := base,local,central,fedavg,fedprox,scaffold,fedadam,drfa,fedtar,fedtar-no-gmm,fedtar-no-temporal,fedavg-ft,fedtar-ft
+SHARED_METHODS := base,local,central,fedavg,fedavg-ft,fedtar,fedtar-ft,fedtar-no-gmm,fedtar-no-temporal
 SWEEP := $(VENV)/bin/secure-fed sweep
 results: $(STAMP)
 	$(SWEEP) --config configs/results.toml --methods $(RESULTS_METHODS) --seeds 0,1,2,3,4 --epsilons inf -o runs/results
 	$(SWEEP) --config configs/results.toml --methods base,fedavg,fedtar --seeds 0,1,2 --epsilons 16,8,4,2,1 -o runs/results
 	$(SWEEP) --config configs/results-null.toml --methods $(RESULTS_METHODS) --seeds 0,1,2,3,4 --epsilons inf -o runs/results-null
 	$(SWEEP) --config configs/small-sites.toml --methods base,local,central,fedavg,fedavg-ft,fedtar,fedtar-ft --seeds 0,1,2,3,4 --epsilons inf -o runs/results-small
+	$(SWEEP) --config configs/shared-wording.toml --methods $(SHARED_METHODS) --seeds 0,1,2,3,4 --epsilons inf -o runs/results-shared
+	$(SWEEP) --config configs/small-shared-wording.toml --methods base,local,central,fedavg,fedavg-ft,fedtar,fedtar-ft --seeds 0,1,2,3,4 --epsilons inf -o runs/results-small-shared
+	$(SWEEP) --config configs/large-test.toml --methods base,local,central,fedavg,fedavg-ft --seeds 0,1,2,3,4 --epsilons inf -o runs/results-large-test
 
 # docs/DEPLOYMENT.md's script end to end (examples/deploy-local/deploy.sh all): ~20 min here
 test-deploy: $(STAMP)

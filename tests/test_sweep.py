@@ -13,6 +13,7 @@ import pytest
 from secure_fed import sweep as sweep_module
 from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.config import RunConfig
+from secure_fed.data.cohort import _split_sizes
 from secure_fed.sweep import (
     markdown_table,
     paired_differences,
@@ -159,7 +160,7 @@ def test_make_results_commands_name_real_methods_and_configs():
     from secure_fed.config import load_config
 
     commands = _results_recipe()
-    assert len(commands) == 4
+    assert len(commands) == 7
     for cmd in commands:
         _check_sweep_command(cmd)
     null = load_config(Path(__file__).parents[1] / "configs/results-null.toml")
@@ -167,6 +168,24 @@ def test_make_results_commands_name_real_methods_and_configs():
     small = load_config(Path(__file__).parents[1] / "configs/small-sites.toml")
     default = load_config(Path(__file__).parents[1] / "configs/results.toml")
     assert small.data.synth.patients * 3 == default.data.synth.patients  # a third of the patients
+    shared = load_config(Path(__file__).parents[1] / "configs/shared-wording.toml")
+    small_shared = load_config(Path(__file__).parents[1] / "configs/small-shared-wording.toml")
+    assert default.data.synth.site_wording == 1 and shared.data.synth.site_wording == 0
+    # each shared-wording scenario differs from its own-wording twin in the wording knob only
+    assert shared.model_copy(update={"data": default.data}) == default
+    assert shared.data.synth.model_copy(update={"site_wording": 1.0}) == default.data.synth
+    assert small_shared.data.synth.model_copy(update={"site_wording": 1.0}) == small.data.synth
+    assert small_shared.data.model_copy(update={"synth": small.data.synth}) == small.data
+    # about four times the test patients, the default's train and validation patients per site
+    large = load_config(Path(__file__).parents[1] / "configs/large-test.toml")
+
+    def sizes(c: RunConfig) -> tuple[int, int, int]:
+        n = c.data.synth.patients
+        n_val, n_test = _split_sizes(n, c.data.val_fraction, c.data.test_fraction)
+        return n - n_val - n_test, n_val, n_test
+
+    (train, val, test), (d_train, d_val, d_test) = sizes(large), sizes(default)
+    assert (train, val) == (d_train, d_val) and test >= 3.9 * d_test
 
 
 def test_sweep_help_lists_every_method():
