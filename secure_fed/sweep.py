@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import ValidationError
 
 from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.config import METHODS_FOR, RunConfig
@@ -80,7 +81,7 @@ def _check_folder(base: RunConfig, out: Path) -> None:
     saved = out / "sweep-config.json"
     mine = base.model_dump(mode="json", exclude={"out"})
     if saved.exists():
-        theirs = json.loads(saved.read_text())
+        theirs = _as_today(json.loads(saved.read_text()))
         if theirs != mine:
             raise ValueError(
                 f"{out} holds a sweep of another configuration ({saved}); "
@@ -88,6 +89,15 @@ def _check_folder(base: RunConfig, out: Path) -> None:
             )
     else:
         saved.write_text(json.dumps(mine, indent=1))
+
+
+def _as_today(saved: dict[str, Any]) -> dict[str, Any] | None:
+    """A saved config read by today's schema: a setting added since, at its default, is the same
+    benchmark (a folder begun before an upgrade resumes); one that no longer validates is not."""
+    try:
+        return RunConfig.model_validate(saved).model_dump(mode="json", exclude={"out"})
+    except ValidationError:
+        return None
 
 
 def sweep(

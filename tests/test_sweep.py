@@ -120,6 +120,18 @@ def test_sweep_resumes_and_writes_plot_and_html(tmp_path: Path, monkeypatch):
     other.fed.rounds = cfg.fed.rounds + 1
     with pytest.raises(ValueError, match="another configuration"):
         sweep_module.sweep(other, ["base"], [0], [None], out, log=lambda _: None)
+    # a folder begun before an upgrade that added a setting (at its default) still resumes
+    saved_config = out / "sweep-config.json"
+    older = json.loads(saved_config.read_text())
+    del older["data"]["synth"]["site_wording"]
+    saved_config.write_text(json.dumps(older))
+    calls.clear()
+    sweep_module.sweep(cfg, ["base"], [0, 3], [None], out, log=lambda _: None)
+    assert calls == [("base", None, 3)]
+    older["fed"]["no_such_setting"] = 1  # one today's schema refuses is another benchmark
+    saved_config.write_text(json.dumps(older))
+    with pytest.raises(ValueError, match="another configuration"):
+        sweep_module.sweep(cfg, ["base"], [0], [None], out, log=lambda _: None)
 
 
 def test_unknown_method_is_refused_before_anything_runs(tmp_path: Path):
