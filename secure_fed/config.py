@@ -51,6 +51,12 @@ class SynthConfig(_Strict):
         description="chance a report uses its site's own synonyms, else the standard terms "
         "(0 = one shared vocabulary)",
     )
+    scanner_shift: float = Field(
+        1.0, ge=0.0, le=1.0, description="how far each site's scanner look is from site 0's (0 = all alike)"
+    )
+    age_mix_shift: float = Field(
+        1.0, ge=0.0, le=1.0, description="how far each site's mean age is from 58 (0 = all alike)"
+    )
 
 
 class ImagingConfig(_Strict):

@@ -172,7 +172,7 @@ def test_make_results_commands_name_real_methods_and_configs():
     from secure_fed.config import load_config
 
     commands = _results_recipe()
-    assert len(commands) == 7
+    assert len(commands) == 9
     for cmd in commands:
         _check_sweep_command(cmd)
     null = load_config(Path(__file__).parents[1] / "configs/results-null.toml")
@@ -198,6 +198,14 @@ def test_make_results_commands_name_real_methods_and_configs():
 
     (train, val, test), (d_train, d_val, d_test) = sizes(large), sizes(default)
     assert (train, val) == (d_train, d_val) and test >= 3.9 * d_test
+    # IID sites: the shared-wording scenarios with both site-difference knobs at 0, nothing else
+    iid = load_config(Path(__file__).parents[1] / "configs/iid-sites.toml")
+    small_iid = load_config(Path(__file__).parents[1] / "configs/small-iid-sites.toml")
+    alike = {"scanner_shift": 0.0, "age_mix_shift": 0.0}
+    assert shared.data.synth.model_copy(update=alike) == iid.data.synth
+    assert small_shared.data.synth.model_copy(update=alike) == small_iid.data.synth
+    assert iid.model_copy(update={"data": shared.data}) == shared
+    assert small_iid.model_copy(update={"data": small_shared.data}) == small_shared
 
 
 def test_sweep_help_lists_every_method():

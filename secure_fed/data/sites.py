@@ -23,6 +23,7 @@ def cohort_manifest(cfg: RunConfig) -> Path:
         Path(cfg.model.cache_dir)
         / f"cohort-s{s.sites}-p{s.patients}-v{s.visits}-i{s.image_size}-seed{s.seed}"
         f"-g2-td{s.temporal_drift:g}-de{s.demographic_effect:g}-sw{s.site_wording:g}"
+        f"-ss{s.scanner_shift:g}-as{s.age_mix_shift:g}"
     )
     return made_once(
         folder,
@@ -36,6 +37,8 @@ def cohort_manifest(cfg: RunConfig) -> Path:
             temporal_drift=s.temporal_drift,
             demographic_effect=s.demographic_effect,
             site_wording=s.site_wording,
+            scanner_shift=s.scanner_shift,
+            age_mix_shift=s.age_mix_shift,
         ),
     )
 

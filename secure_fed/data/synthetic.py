@@ -29,6 +29,18 @@ A third knob sets how much the sites' wording differs, which is what federation 
   (the default) every site words every report its own way; at 0 every site shares one vocabulary
   and the sites differ only in scanner look, age mix and patients.
 
+Two more set how much the sites differ in their images and their patients, each an interpolation
+towards a reference site (1 = the sites as drawn, the default; 0 = every site alike):
+
+- ``scanner_shift``: each site's scanner look (contrast, brightness, noise) moves this far from
+  the reference look (site 0's) towards its own: feature shift between hospitals' machines.
+- ``age_mix_shift``: each site's mean patient age moves this far from the reference mean (58, the
+  middle of the sites' means) towards its own; older sites have more of every finding but
+  consolidation, so this is the prior (label) shift between a referral centre and a younger
+  catchment.
+
+With the wording knob at 0 as well, the sites differ only in their patients (IID sites).
+
 ``domain="public"`` draws the public pretraining cohort instead: an archive unlike every site, with
 its own scanner look, a younger and wider age mix, and its own wording: half its reports in its own
 template and synonyms, the rest mixing every site's words at random, so that the base knows every
@@ -98,13 +110,22 @@ class Disease:
         return {f: int(self.size(f) > 0) for f in FINDINGS}
 
 
-def site_look(site: int) -> SiteLook:
-    base = (SiteLook(1.0, 0.0, 0.02), SiteLook(0.75, 0.08, 0.05), SiteLook(1.25, -0.06, 0.035))[site % 3]
-    return dataclasses.replace(base, contrast=base.contrast * (1 + 0.05 * (site // 3)))
+REFERENCE_LOOK = SiteLook(1.0, 0.0, 0.02)
+REFERENCE_AGE_MEAN = 58.0
 
 
-def site_age_mean(site: int) -> float:
-    return 50.0 + 8.0 * (site % 4)
+def site_look(site: int, shift: float = 1.0) -> SiteLook:
+    base = (REFERENCE_LOOK, SiteLook(0.75, 0.08, 0.05), SiteLook(1.25, -0.06, 0.035))[site % 3]
+    own = dataclasses.replace(base, contrast=base.contrast * (1 + 0.05 * (site // 3)))
+    if shift == 1.0:
+        return own  # exactly as drawn: the default cohort does not move by a rounding
+    ref = dataclasses.astuple(REFERENCE_LOOK)
+    return SiteLook(*(r + shift * (o - r) for r, o in zip(ref, dataclasses.astuple(own), strict=True)))
+
+
+def site_age_mean(site: int, shift: float = 1.0) -> float:
+    own = 50.0 + 8.0 * (site % 4)
+    return own if shift == 1.0 else REFERENCE_AGE_MEAN + shift * (own - REFERENCE_AGE_MEAN)
 
 
 AGE_SD = 14.0
@@ -125,15 +146,17 @@ class Knobs:
     temporal_drift: float = 1.0
     demographic_effect: float = 1.0
     site_wording: float = 1.0
+    scanner_shift: float = 1.0
+    age_mix_shift: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("temporal_drift", "demographic_effect", "site_wording"):
-            value = getattr(self, name)
+        for field in dataclasses.fields(self):
+            name, value = field.name, getattr(self, field.name)
             if not 0.0 <= value <= 1.0:
                 raise ValueError(f"{name} must be in [0, 1], got {value}")
 
 
-OFF = Knobs(0.0, 0.0)  # the null control: the wording knob is not one of FedTAR's phenomena
+OFF = Knobs(0.0, 0.0)  # the null control: the site-difference knobs are not FedTAR's phenomena
 
 
 def onset_probability(finding: str, age: float, sex: str) -> float:
@@ -399,9 +422,11 @@ def _patient(
     site_name = "public" if public else f"site{site}"
     pid = f"{site_name}-p{index:04d}"
     terms = lexicon.site_terms(site)
-    look = PUBLIC_LOOK if public else site_look(site)
+    look = PUBLIC_LOOK if public else site_look(site, knobs.scanner_shift)
     sex = str(rng.choice(["M", "F", "U"], p=[0.485, 0.485, 0.03]))
-    age_mean, age_sd = (PUBLIC_AGE_MEAN, PUBLIC_AGE_SD) if public else (site_age_mean(site), AGE_SD)
+    age_mean, age_sd = (
+        (PUBLIC_AGE_MEAN, PUBLIC_AGE_SD) if public else (site_age_mean(site, knobs.age_mix_shift), AGE_SD)
+    )
     base_age = float(np.clip(rng.normal(age_mean, age_sd), 18.0, 95.0))
     # The knobs draw from their own stream, so switching one does not move any disease, date or pixel.
     knob_rng = np.random.default_rng([seed, site, index, 1])
@@ -467,6 +492,8 @@ def synthesize(
     demographic_effect: float = 1.0,
     domain: Domain = "sites",
     site_wording: float = 1.0,
+    scanner_shift: float = 1.0,
+    age_mix_shift: float = 1.0,
 ) -> Path:
     """Write ``manifest.jsonl``, ``labels.jsonl`` and ``images/`` under ``out_dir``; return the manifest.
 
@@ -475,7 +502,7 @@ def synthesize(
     cohort (``sites`` of it, all in the public domain, knobs ignored). The same arguments always
     give byte-identical files.
     """
-    knobs = Knobs(temporal_drift, demographic_effect, site_wording)
+    knobs = Knobs(temporal_drift, demographic_effect, site_wording, scanner_shift, age_mix_shift)
     out = Path(out_dir)
     manifest, labels = out / "manifest.jsonl", out / "labels.jsonl"
     all_records: list[dict] = []

@@ -13,6 +13,8 @@ from secure_fed.data.manifest import load_manifest
 from secure_fed.data.synthetic import (
     FOLLOW_UP_FROM_VISIT,
     PUBLIC_LOOK,
+    REFERENCE_AGE_MEAN,
+    REFERENCE_LOOK,
     Disease,
     onset_probability,
     public_vocabulary,
@@ -158,6 +160,25 @@ def test_wording_knob_shares_the_vocabulary_and_moves_nothing_else(tmp_path):
     half, _ = _reports(tmp_path, "half", site_wording=0.5)
     changed = [a.report != b.report for a, b in zip(own, half, strict=True) if a.site != "site0"]
     assert 0.35 < np.mean(changed) < 0.65  # the strength is the chance per report
+
+
+def test_site_difference_knobs_move_looks_and_ages_to_the_reference(tmp_path):
+    own, own_labels = _reports(tmp_path, "own")
+    alike, alike_labels = _reports(tmp_path, "alike", scanner_shift=0.0)
+    # the scanner knob moves pixels only: same patients, reports and labels, other images
+    assert [r.report for r in own] == [r.report for r in alike] and own_labels == alike_labels
+    assert _tree_digest(tmp_path / "own" / "images") != _tree_digest(tmp_path / "alike" / "images")
+    assert {site_look(k, 0.0) for k in range(4)} == {REFERENCE_LOOK}
+    assert site_look(1, 0.5).contrast == pytest.approx((REFERENCE_LOOK.contrast + site_look(1).contrast) / 2)
+    # site 0 is the reference: its images do not move
+    site0 = [_tree_digest(tmp_path / n / "images" / "site0") for n in ("own", "alike")]
+    assert site0[0] == site0[1]
+    ages = _reports(tmp_path, "ages", age_mix_shift=0.0)[0]
+    assert {site_age_mean(k, 0.0) for k in range(4)} == {REFERENCE_AGE_MEAN}
+    by_site = [np.mean([r.age for r in ages if r.site == f"site{k}"]) for k in range(3)]
+    assert max(by_site) - min(by_site) < 8  # the sites' means are 16 years apart at the default
+    by_site_own = [np.mean([r.age for r in own if r.site == f"site{k}"]) for k in range(3)]
+    assert max(by_site_own) - min(by_site_own) > 10
 
 
 def test_knob_strength_outside_unit_interval_is_refused(tmp_path):
