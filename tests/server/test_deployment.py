@@ -66,6 +66,7 @@ class SocketWatch:
     roots: list[int]
     interval: float = 0.5
     seen: set[tuple[int, str, str, str, str]] = field(default_factory=set)
+    commands: set[str] = field(default_factory=set)  # every process of the trees, socket or not
     polls: int = 0
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -89,6 +90,7 @@ class SocketWatch:
         for proc in self._processes():
             try:
                 name = proc.name()
+                self.commands.add(" ".join(proc.cmdline()))
                 conns = proc.net_connections(kind="tcp")
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
                 continue

@@ -64,6 +64,10 @@ def test_simulation_engine_on_loopback_and_equal_to_inprocess(tmp_path: Path, ca
     assert any("ClientAppActor" in n for n in names), names
     assert watch.listening(), "no listening socket seen: the watch did not see Ray"
     assert watch.off_loopback() == [], watch.off_loopback()
+    # Ray's dashboard head, even without a dashboard, runs a usage-stats module that asks the cloud
+    # metadata service (169.254.169.254) which cloud it is on, whatever RAY_USAGE_STATS_ENABLED
+    # says; a poll every 0.5 s catches that 1 s request only sometimes, so its process is refused.
+    assert not [c for c in watch.commands if "dashboard/dashboard.py" in c], watch.commands
 
     sim_metrics = json.loads((tmp_path / "sim" / "metrics.json").read_text())
     assert sim_metrics["rounds"] == ROUNDS and len(sim_metrics["per_round"]) == ROUNDS
