@@ -44,7 +44,7 @@ from secure_fed.crypto.secagg_protocol import (
 )
 from secure_fed.crypto.secagg_server import Advertised, advertised_keys, plan_setup
 from secure_fed.crypto.vectors import client_step, sum_vectors
-from secure_fed.runner import loopback_ray_backend
+from secure_fed.runner import loopback_ray_backend, without_ray_dashboard
 from secure_fed.server.app import wait_for_nodes
 from secure_fed.server.transports import GridTransport
 from secure_fed.wire import from_records, load_state, store_state, to_records
@@ -211,9 +211,10 @@ def simulate(make: Callable, dim: int, sites: int, rounds: int) -> dict[str, Any
     out: dict[str, Any] = {}
     server, client = make(dim, sites, rounds, out)
     start = time.perf_counter()
-    run_simulation(
-        server_app=server, client_app=client, num_supernodes=sites, backend_config=loopback_ray_backend(1)
-    )
+    with without_ray_dashboard():
+        run_simulation(
+            server_app=server, client_app=client, num_supernodes=sites, backend_config=loopback_ray_backend(1)
+        )
     if not out:
         raise RuntimeError("the simulation ended without timings; see the log above")
     summary: dict[str, Any] = {

@@ -152,7 +152,7 @@ def loopback_ray_backend(client_cpus: float, client_gpus: float = 0.0) -> dict[s
 
 
 @contextlib.contextmanager
-def _without_ray_dashboard() -> Iterator[None]:
+def without_ray_dashboard() -> Iterator[None]:
     """Ray starts its dashboard head even with ``include_dashboard=False``, to run a usage-stats
     module that asks the cloud metadata service (169.254.169.254, metadata.google.internal) which
     cloud it is on before it reads RAY_USAGE_STATS_ENABLED. A hospital node must not make that
@@ -257,7 +257,7 @@ def run_simulation(
         on_phase=on_phase,
     )
     client_app = make_client_app(cfg, keys_dir=keys_dir, run_id=run_id)
-    with _stop_promptly_on_interrupt(trail), _without_ray_dashboard():
+    with _stop_promptly_on_interrupt(trail), without_ray_dashboard():
         flwr_run_simulation(
             server_app=server_app,
             client_app=client_app,
