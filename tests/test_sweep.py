@@ -168,20 +168,24 @@ def _check_sweep_command(cmd: list[str]) -> None:
     assert all(int(x) >= 0 for x in args["--seeds"].split(","))
 
 
-def test_make_results_commands_name_real_methods_and_configs():
+def _config(name: str) -> RunConfig:
     from secure_fed.config import load_config
 
+    return load_config(Path(__file__).parents[1] / "configs" / f"{name}.toml")
+
+
+def test_make_results_commands_name_real_methods_and_configs():
     commands = _results_recipe()
     assert len(commands) == 9
     for cmd in commands:
         _check_sweep_command(cmd)
-    null = load_config(Path(__file__).parents[1] / "configs/results-null.toml")
+    null = _config("results-null")
     assert null.data.synth.temporal_drift == 0 and null.data.synth.demographic_effect == 0
-    small = load_config(Path(__file__).parents[1] / "configs/small-sites.toml")
-    default = load_config(Path(__file__).parents[1] / "configs/results.toml")
+    small = _config("small-sites")
+    default = _config("results")
     assert small.data.synth.patients * 3 == default.data.synth.patients  # a third of the patients
-    shared = load_config(Path(__file__).parents[1] / "configs/shared-wording.toml")
-    small_shared = load_config(Path(__file__).parents[1] / "configs/small-shared-wording.toml")
+    shared = _config("shared-wording")
+    small_shared = _config("small-shared-wording")
     assert default.data.synth.site_wording == 1 and shared.data.synth.site_wording == 0
     # each shared-wording scenario differs from its own-wording twin in the wording knob only
     assert shared.model_copy(update={"data": default.data}) == default
@@ -189,7 +193,7 @@ def test_make_results_commands_name_real_methods_and_configs():
     assert small_shared.data.synth.model_copy(update={"site_wording": 1.0}) == small.data.synth
     assert small_shared.data.model_copy(update={"synth": small.data.synth}) == small.data
     # about four times the test patients, the default's train and validation patients per site
-    large = load_config(Path(__file__).parents[1] / "configs/large-test.toml")
+    large = _config("large-test")
 
     def sizes(c: RunConfig) -> tuple[int, int, int]:
         n = c.data.synth.patients
@@ -199,8 +203,8 @@ def test_make_results_commands_name_real_methods_and_configs():
     (train, val, test), (d_train, d_val, d_test) = sizes(large), sizes(default)
     assert (train, val) == (d_train, d_val) and test >= 3.9 * d_test
     # IID sites: the shared-wording scenarios with both site-difference knobs at 0, nothing else
-    iid = load_config(Path(__file__).parents[1] / "configs/iid-sites.toml")
-    small_iid = load_config(Path(__file__).parents[1] / "configs/small-iid-sites.toml")
+    iid = _config("iid-sites")
+    small_iid = _config("small-iid-sites")
     alike = {"scanner_shift": 0.0, "age_mix_shift": 0.0}
     assert shared.data.synth.model_copy(update=alike) == iid.data.synth
     assert small_shared.data.synth.model_copy(update=alike) == small_iid.data.synth

@@ -3,6 +3,7 @@ data alone, so that the server (waiting for its nodes) needs no client code to k
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 
@@ -10,7 +11,7 @@ from secure_fed.config import RunConfig
 from secure_fed.data.cache import made_once
 from secure_fed.data.cohort import Cohort, load_cohort
 from secure_fed.data.multimodal import imaging_split
-from secure_fed.data.synthetic import synthesize
+from secure_fed.data.synthetic import Knobs, synthesize
 
 
 def cohort_manifest(cfg: RunConfig) -> Path:
@@ -19,11 +20,12 @@ def cohort_manifest(cfg: RunConfig) -> Path:
         assert cfg.data.path is not None
         return Path(cfg.data.path)
     s = cfg.data.synth
+    # every generator knob, named once (by Knobs): a new one reaches the key and the call unasked
+    knobs = {f.name: getattr(s, f.name) for f in dataclasses.fields(Knobs)}
+    tags = "".join(f"-{name}{value:g}" for name, value in knobs.items())
     folder = (
         Path(cfg.model.cache_dir)
-        / f"cohort-s{s.sites}-p{s.patients}-v{s.visits}-i{s.image_size}-seed{s.seed}"
-        f"-g2-td{s.temporal_drift:g}-de{s.demographic_effect:g}-sw{s.site_wording:g}"
-        f"-ss{s.scanner_shift:g}-as{s.age_mix_shift:g}"
+        / f"cohort-s{s.sites}-p{s.patients}-v{s.visits}-i{s.image_size}-seed{s.seed}-g2{tags}"
     )
     return made_once(
         folder,
@@ -34,11 +36,7 @@ def cohort_manifest(cfg: RunConfig) -> Path:
             visits=s.visits,
             seed=s.seed,
             image_size=s.image_size,
-            temporal_drift=s.temporal_drift,
-            demographic_effect=s.demographic_effect,
-            site_wording=s.site_wording,
-            scanner_shift=s.scanner_shift,
-            age_mix_shift=s.age_mix_shift,
+            **knobs,
         ),
     )
 
