@@ -57,6 +57,21 @@ def test_nan_metrics_are_left_out_not_averaged_in():
     assert row["BLEU-1"] == (1.0, None)
 
 
+def test_cells_from_before_a_metric_existed_still_summarise():
+    old = _run("fedtar", None, 1.0, seed=0)
+    del old["test"]["CE-F1-micro"]
+    runs = [
+        old,
+        _run("fedtar", None, 2.0, seed=1),
+        _run("base", None, 0.5, seed=0),
+        _run("base", None, 0.5, seed=1),
+    ]
+    row = next(r for r in summarise(runs) if r["method"] == "fedtar")
+    assert row["CE-F1-micro"] == (2.0, None) and row["CIDEr"] == pytest.approx((1.5, math.sqrt(0.5)))
+    (paired,) = paired_differences(runs, "base")
+    assert paired["CE-F1-micro"] == (1.5, None) and paired["CIDEr"][1] is not None
+
+
 def test_paired_interval_uses_per_seed_differences():
     # Both methods vary a lot across seeds, but fedavg is always 0.1 above base: the paired interval
     # is tight around +0.1 although the unpaired spreads overlap.

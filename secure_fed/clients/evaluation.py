@@ -6,7 +6,14 @@ import torch
 
 from secure_fed.config import RunConfig
 from secure_fed.data.batching import Examples
-from secure_fed.eval.clinical import FreeTextLabeler, ce_f1, chexpert_ce_f1, temporal_consistency
+from secure_fed.eval.clinical import (
+    FreeTextLabeler,
+    chexpert_counts,
+    finding_counts,
+    macro_f1,
+    micro_f1,
+    temporal_consistency,
+)
 from secure_fed.eval.metrics import REPORT_SCORES, report_metrics
 from secure_fed.model.report_model import ReportModel
 
@@ -42,11 +49,12 @@ def score(
     if labelled:
         ref_labels = [lab for lab, _ in labelled]
         lab_hyps = [h for _, h in labelled]
-        scores["CE-F1"] = ce_f1(ref_labels, lab_hyps)
+        counts = finding_counts(ref_labels, lab_hyps)
         scores["temporal_consistency"] = temporal_consistency(ref_labels, lab_hyps)
     else:  # real reports without label rows: CE-F1 from the 14-observation labeler on both sides
-        scores["CE-F1"] = chexpert_ce_f1(refs, hyps, labeler)
+        counts = chexpert_counts(refs, hyps, labeler)
         scores["temporal_consistency"] = float("nan")
+    scores["CE-F1"], scores["CE-F1-micro"] = macro_f1(counts), micro_f1(counts)
     return {k: float(scores[k]) for k in METRIC_NAMES}
 
 

@@ -2,8 +2,12 @@
 
 ``ce_f1`` is macro F1 over the findings that are positive in at least one reference (the usual
 CheXpert-style CE score: a finding nobody has cannot be recalled, and counting it would reward
-silence). ``temporal_consistency`` scores only follow-up visits (references with a progression):
-a first visit has nothing to be consistent with, so it is skipped rather than counted.
+silence). ``ce_f1_micro`` pools every finding's true and false positives and negatives first (the
+"micro" CE-F1 of R2Gen-style papers). A finding with two positives in a test split weighs a quarter
+of macro F1 and one report moves its F1 by a third; in micro F1 that report weighs its share of all
+positives. So micro F1 ranks methods on small splits with less noise, at the price of weighting
+common findings more. ``temporal_consistency`` scores only follow-up visits (references with a
+progression): a first visit has nothing to be consistent with, so it is skipped rather than counted.
 """
 
 from __future__ import annotations
@@ -21,27 +25,54 @@ def f1(tp: int, fp: int, fn: int) -> float:
     return 2 * tp / (2 * tp + fp + fn) if tp + fp + fn else math.nan
 
 
-def per_finding_f1(ref_labels: list[LabelRow], hyps: list[str]) -> dict[str, float]:
-    """F1 of each finding named in the references (NaN where it is never positive nor predicted)."""
+Counts = dict[str, tuple[int, int, int]]  # finding → (true positives, false positives, false negatives)
+
+
+def confusion(truth: Sequence[bool], guess: Sequence[bool]) -> tuple[int, int, int]:
+    tp = sum(a and b for a, b in zip(truth, guess, strict=True))
+    fp = sum(b and not a for a, b in zip(truth, guess, strict=True))
+    fn = sum(a and not b for a, b in zip(truth, guess, strict=True))
+    return tp, fp, fn
+
+
+def macro_f1(counts: Counts) -> float:
+    """Mean F1 over the findings with a positive reference (tp + fn > 0); NaN when none has one."""
+    present = [c for c in counts.values() if c[0] + c[2] > 0]
+    return sum(f1(*c) for c in present) / len(present) if present else math.nan
+
+
+def micro_f1(counts: Counts) -> float:
+    """F1 of the pooled counts; NaN when nothing is positive in either references or hypotheses."""
+    return f1(*(sum(c[i] for c in counts.values()) for i in range(3)))
+
+
+def finding_counts(ref_labels: list[LabelRow], hyps: list[str]) -> Counts:
+    """Each finding named in the references, counted over the hypotheses read with the labeler."""
     if len(ref_labels) != len(hyps):
         raise ValueError(f"{len(ref_labels)} label rows but {len(hyps)} hypotheses")
     names = sorted({f for row in ref_labels for f in row["findings"]})
-    counts = {f: [0, 0, 0] for f in names}  # tp, fp, fn
-    for row, hyp in zip(ref_labels, hyps, strict=True):
-        predicted = label_report(hyp)["findings"]
-        for f in names:
-            truth, guess = bool(row["findings"].get(f, 0)), bool(predicted.get(f, 0))
-            counts[f][0] += truth and guess
-            counts[f][1] += guess and not truth
-            counts[f][2] += truth and not guess
-    return {f: f1(*c) for f, c in counts.items()}
+    predicted = [label_report(hyp)["findings"] for hyp in hyps]
+    return {
+        f: confusion(
+            [bool(row["findings"].get(f, 0)) for row in ref_labels], [bool(p.get(f, 0)) for p in predicted]
+        )
+        for f in names
+    }
+
+
+def per_finding_f1(ref_labels: list[LabelRow], hyps: list[str]) -> dict[str, float]:
+    """F1 of each finding named in the references (NaN where it is never positive nor predicted)."""
+    return {f: f1(*c) for f, c in finding_counts(ref_labels, hyps).items()}
 
 
 def ce_f1(ref_labels: list[LabelRow], hyps: list[str]) -> float:
     """Macro F1 over findings positive in some reference; NaN when no reference has any finding."""
-    scores = per_finding_f1(ref_labels, hyps)
-    present = [f for f in scores if any(row["findings"].get(f, 0) for row in ref_labels)]
-    return sum(scores[f] for f in present) / len(present) if present else math.nan
+    return macro_f1(finding_counts(ref_labels, hyps))
+
+
+def ce_f1_micro(ref_labels: list[LabelRow], hyps: list[str]) -> float:
+    """Micro F1 over every finding named in the references (see the module docstring)."""
+    return micro_f1(finding_counts(ref_labels, hyps))
 
 
 def temporal_consistency(ref_labels: list[LabelRow], hyps: list[str]) -> float:
@@ -72,25 +103,23 @@ def _label_all(texts: Sequence[str], labeler: FreeTextLabeler) -> list[dict[str,
     return list(many(texts)) if many is not None else [labeler(t) for t in texts]
 
 
-def chexpert_ce_f1(refs: list[str], hyps: list[str], labeler: FreeTextLabeler | None = None) -> float:
-    """CE-F1 of free-text reports without label rows (real data): both sides read with the
-    14-observation labeler (the rule labeler, or e.g. CheXbert), positive = 1 (uncertain and
-    negative count as not positive), macro F1 over the observations positive in some reference;
-    NaN when none is."""
+def chexpert_counts(refs: list[str], hyps: list[str], labeler: FreeTextLabeler | None = None) -> Counts:
+    """Free-text reports without label rows (real data): both sides read with the 14-observation
+    labeler (the rule labeler, or e.g. CheXbert); positive = 1 (uncertain and negative count as
+    not positive)."""
     from secure_fed.eval.labeler import CHEXPERT, label_chexpert
 
     if len(refs) != len(hyps):
         raise ValueError(f"{len(refs)} references but {len(hyps)} hypotheses")
     label = labeler or label_chexpert
     truth, guess = _label_all(refs, label), _label_all(hyps, label)
-    scores = []
-    for name in CHEXPERT:
-        t = [row.get(name) == 1.0 for row in truth]
-        if not any(t):
-            continue
-        g = [row.get(name) == 1.0 for row in guess]
-        tp = sum(a and b for a, b in zip(t, g, strict=True))
-        fp = sum(b and not a for a, b in zip(t, g, strict=True))
-        fn = sum(a and not b for a, b in zip(t, g, strict=True))
-        scores.append(f1(tp, fp, fn))
-    return sum(scores) / len(scores) if scores else math.nan
+    return {
+        name: confusion([row.get(name) == 1.0 for row in truth], [row.get(name) == 1.0 for row in guess])
+        for name in CHEXPERT
+    }
+
+
+def chexpert_ce_f1(refs: list[str], hyps: list[str], labeler: FreeTextLabeler | None = None) -> float:
+    """Macro CE-F1 of free-text reports over the observations positive in some reference; NaN when
+    none is."""
+    return macro_f1(chexpert_counts(refs, hyps, labeler))

@@ -40,7 +40,7 @@ from secure_fed.data.lexicon import words
 
 METRIC_NAMES: tuple[str, ...] = ("BLEU-1", "BLEU-2", "BLEU-3", "BLEU-4", "METEOR", "ROUGE-L", "CIDEr")
 # what a site reports for a report model: the language metrics, then the clinical ones
-REPORT_SCORES: tuple[str, ...] = (*METRIC_NAMES, "CE-F1", "temporal_consistency")
+REPORT_SCORES: tuple[str, ...] = (*METRIC_NAMES, "CE-F1", "CE-F1-micro", "temporal_consistency")
 
 Corpus = dict[int, list[str]]
 

@@ -66,7 +66,7 @@ def test_synthetic_findings_read_alike(tmp_path):
 
 
 def test_chexpert_ce_f1_on_free_text():
-    from secure_fed.eval.clinical import chexpert_ce_f1
+    from secure_fed.eval.clinical import chexpert_ce_f1, chexpert_counts, micro_f1
 
     refs = ["Small left pleural effusion.", "Heart size is enlarged. No effusion.", "The lungs are clear."]
     assert chexpert_ce_f1(refs, refs) == 1.0
@@ -74,5 +74,7 @@ def test_chexpert_ce_f1_on_free_text():
     hyps = ["Small left pleural effusion.", "No pleural effusion.", "The lungs are clear."]
     got = chexpert_ce_f1(refs, hyps)
     assert got == pytest.approx((1.0 + 0.0 + 2 / 3) / 3)
+    # micro: tp 2 (effusion, "No Finding"), fp 1 ("No Finding"), fn 1 (cardiomegaly)
+    assert micro_f1(chexpert_counts(refs, hyps)) == pytest.approx(2 * 2 / (2 * 2 + 1 + 1))
     # nothing positive in any reference (uncertain only): no observation to score
     assert math.isnan(chexpert_ce_f1(["Possible small left effusion."], ["Small left effusion."]))

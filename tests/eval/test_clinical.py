@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from secure_fed.eval.clinical import ce_f1, per_finding_f1, temporal_consistency
+from secure_fed.eval.clinical import ce_f1, ce_f1_micro, per_finding_f1, temporal_consistency
 from secure_fed.eval.labeler import label_report
 
 
@@ -33,6 +33,26 @@ def test_ce_f1_is_macro_over_findings_present_in_references():
     # cardiomegaly is never positive in the references, so it is not averaged in
     assert ce_f1(refs, hyps) == pytest.approx((1.0 + 0.5) / 2)
     assert math.isnan(ce_f1([_row()], ["the lungs are clear."]))
+
+
+def test_ce_f1_micro_pools_the_counts_of_every_finding():
+    refs = [_row(nodule=1), _row(nodule=1, effusion=1), _row(), _row(effusion=1)]
+    hyps = [
+        "small nodule in the right lung.",
+        "small nodule in the right lung.",
+        "small right pleural effusion.",
+        "small right pleural effusion. marked cardiomegaly.",
+    ]
+    # tp: nodule 2 + effusion 1; fp: effusion 1 + cardiomegaly 1 (never positive, still counted); fn: 1
+    assert ce_f1_micro(refs, hyps) == pytest.approx(2 * 3 / (2 * 3 + 2 + 1))
+    # a rare finding weighs what its reports weigh: missing the one consolidation costs macro a
+    # quarter of its score, micro one positive in eleven
+    many = [_row(nodule=1, effusion=1, cardiomegaly=1)] * 3 + [_row(nodule=1, consolidation=1)]
+    said = ["small nodule. small right pleural effusion. marked cardiomegaly."] * 3 + ["small nodule."]
+    assert ce_f1(many, said) == pytest.approx(0.75)
+    assert ce_f1_micro(many, said) == pytest.approx(2 * 10 / (2 * 10 + 0 + 1))
+    assert math.isnan(ce_f1_micro([_row()], ["the lungs are clear."]))
+    assert ce_f1_micro([_row()], ["small nodule in the right lung."]) == 0.0
 
 
 def test_ce_f1_perfect_on_the_generator_reports(synth_manifest):
