@@ -44,6 +44,7 @@ results: $(STAMP)
 	$(SWEEP) --config configs/large-test.toml --methods base,local,central,fedavg,fedavg-ft --seeds 0,1,2,3,4 --epsilons inf -o runs/results-large-test
 	$(SWEEP) --config configs/iid-sites.toml --methods base,local,central,fedavg --seeds 0,1,2,3,4 --epsilons inf -o runs/results-iid
 	$(SWEEP) --config configs/small-iid-sites.toml --methods base,local,central,fedavg,fedavg-ft,fedtar --seeds 0,1,2,3,4,5,6,7,8,9 --epsilons inf -o runs/results-small-iid
+	$(SWEEP) --config configs/training-noise.toml --methods base,local,central,fedavg --seeds 0,1,2,3,4 --epsilons inf -o runs/results-training-noise
 
 # docs/DEPLOYMENT.md's script end to end (examples/deploy-local/deploy.sh all): ~20 min here
 test-deploy: $(STAMP)

@@ -102,6 +102,13 @@ class DataConfig(_Strict):
         description="deal a single-source data set's patients (IU-Xray) at random to this many sites "
         "site0..; None = each record's own site",
     )
+    split_seed: int | None = Field(
+        None,
+        ge=0,
+        description="seed of each site's train/validation/test split (and of deal_sites); None: the "
+        "run's seed. Set, a sweep holds the data (this split, data.synth.seed's cohort) fixed, and "
+        "its seeds vary only the training (adapter init, batch order): the training noise alone",
+    )
     tokenizer: Literal["public", "words+chars", "bytes"] = Field(
         "public",
         description="built-in tokenizer when model.tokenizer_path is unset: the generator's words, "

@@ -72,11 +72,16 @@ def cell_folder(out: Path, method: str, epsilon: float | None, seed: int) -> Pat
 
 
 def seed_config(base: RunConfig, method: str, epsilon: float | None, seed: int) -> RunConfig:
-    """The cell's config: the same cohort, split and seed for every method (paired seeds)."""
+    """The cell's config: the same cohort, split and seed for every method (paired seeds).
+
+    With ``data.split_seed`` set the data is held: every seed trains on the config's cohort and
+    split, so the spread over seeds is the training's alone.
+    """
     cfg = base.model_copy(deep=True, update={"seed": seed})
     if method.removesuffix(FINE_TUNE) in FEDERATED:
         cfg.fed.method = method.removesuffix(FINE_TUNE)  # type: ignore[assignment]
-    cfg.data.synth.seed = seed
+    if base.data.split_seed is None:
+        cfg.data.synth.seed = seed
     if epsilon is not None:
         cfg.dp.target_epsilon = epsilon  # before enabling: the validator needs it
         cfg.dp.enabled = True

@@ -14,6 +14,7 @@ from secure_fed import sweep as sweep_module
 from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.config import RunConfig
 from secure_fed.data.cohort import _split_sizes
+from secure_fed.data.sites import split_seed
 from secure_fed.sweep import (
     markdown_table,
     paired_differences,
@@ -191,7 +192,7 @@ def _config(name: str) -> RunConfig:
 
 def test_make_results_commands_name_real_methods_and_configs():
     commands = _results_recipe()
-    assert len(commands) == 9
+    assert len(commands) == 10
     for cmd in commands:
         _check_sweep_command(cmd)
     null = _config("results-null")
@@ -225,6 +226,22 @@ def test_make_results_commands_name_real_methods_and_configs():
     assert small_shared.data.synth.model_copy(update=alike) == small_iid.data.synth
     assert iid.model_copy(update={"data": shared.data}) == shared
     assert small_iid.model_copy(update={"data": small_shared.data}) == small_shared
+    # the training-noise sweep holds seed 0's data of the default benchmark, nothing else
+    noise = _config("training-noise")
+    assert noise.data.split_seed == 0 and noise.data.synth.seed == 0
+    assert noise.model_copy(update={"data": default.data}) == default
+    assert noise.data.model_copy(update={"split_seed": None}) == default.data
+
+
+def test_a_held_split_makes_every_seed_train_on_the_same_data():
+    default = _config("results")
+    held = _config("training-noise")
+    cells = [sweep_module.seed_config(held, m, None, s) for m in ("local", "fedavg") for s in (1, 2)]
+    assert all(c.data.synth.seed == 0 and c.data.split_seed == 0 for c in cells)
+    assert [c.seed for c in cells] == [1, 2, 1, 2]  # the training still follows the seed
+    # without it, the seed draws the cohort and the split too (the default benchmark's pairing)
+    free = sweep_module.seed_config(default, "local", None, 2)
+    assert free.data.synth.seed == 2 and split_seed(free) == 2 and split_seed(cells[1]) == 0
 
 
 def test_sweep_help_lists_every_method():

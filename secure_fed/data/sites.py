@@ -49,6 +49,11 @@ def cached_cohort(
     return load_cohort(manifest, image_size, deal_sites, seed, views)
 
 
+def split_seed(cfg: RunConfig) -> int:
+    """Which patients a site trains, validates and tests on (and, dealt, which site each is at)."""
+    return cfg.seed if cfg.data.split_seed is None else cfg.data.split_seed
+
+
 def site_names(cfg: RunConfig) -> list[str]:
     if cfg.data.kind == "imaging":
         return sorted(imaging_split(cfg)[1].sites)
@@ -56,6 +61,10 @@ def site_names(cfg: RunConfig) -> list[str]:
         return [f"site{k}" for k in range(cfg.data.synth.sites)]
     return sorted(
         cached_cohort(
-            cohort_manifest(cfg), cfg.data.synth.image_size, cfg.data.deal_sites, cfg.seed, cfg.data.views
+            cohort_manifest(cfg),
+            cfg.data.synth.image_size,
+            cfg.data.deal_sites,
+            split_seed(cfg),
+            cfg.data.views,
         ).sites
     )

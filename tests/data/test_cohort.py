@@ -107,3 +107,15 @@ def test_invalid_input_loads_nothing(tmp_path, synth_manifest):
     (tmp_path / "images").symlink_to(synth_manifest.parent / "images")
     with pytest.raises(DataValidationError, match=r"manifest.jsonl:4: age: must be between 0 and 120"):
         load_cohort(tmp_path / "manifest.jsonl", image_size=32)
+
+
+def test_split_seed_holds_a_site_s_split_across_run_seeds(make_config):
+    from secure_fed.clients.site import load_site
+
+    def test_patients(**overrides) -> set[bytes]:
+        data = load_site(make_config(**overrides), "site0")
+        return {bytes(row) for row in data.test.images.flatten(1).numpy()}
+
+    by_run_seed = test_patients(seed=0)
+    assert test_patients(seed=1, data__split_seed=0) == by_run_seed
+    assert test_patients(seed=1) != by_run_seed  # unset, the run's seed splits
