@@ -175,7 +175,12 @@ class TrainConfig(_Strict):
     local_epochs: int = Field(2, ge=1)
     batch_size: int = Field(16, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    threads: int | None = Field(None, ge=1, description="torch threads; None = leave default")
+    threads: int | None = Field(
+        None,
+        ge=1,
+        description="torch threads of every process that trains (the run's, each site's); None = "
+        "torch's default (every core). On a shared machine, the cores left free",
+    )
 
 
 Method = Literal[

@@ -116,6 +116,11 @@ class SiteRuntime:
         keys_dir: Path | None = None,
         run_id: str = "",
     ) -> SiteRuntime:
+        if cfg.train.threads is not None:
+            # This process may be a Ray actor or a SuperNode's: `secure-fed run` never set its
+            # threads, and torch's default (every core) oversubscribes a shared machine: with one
+            # of 2 cores busy, a step on two threads took 4-6 times one thread's (BENCHMARKS.md).
+            torch.set_num_threads(cfg.train.threads)
         folder = Path(cfg.out) / "sites" / site
         folder.mkdir(parents=True, exist_ok=True)
         trail = None

@@ -1,4 +1,4 @@
-"""The commands docs/BENCHMARKS.md gives for the GPU and tokenizer sections run as documented."""
+"""The commands docs/BENCHMARKS.md gives for the GPU, tokenizer and threads sections run as documented."""
 
 from __future__ import annotations
 
@@ -52,3 +52,12 @@ def test_tokenizer_measurement_command():
     assert real["bytes"]["unk_rate"] == 0.0
     assert real["bytes"]["tokens_per_report_mean"] > real["words+chars"]["tokens_per_report_mean"]
     assert result["synthetic"]["public"]["unk_rate"] == 0.0
+
+
+def test_threads_benchmark_command():
+    done = _run("benchmarks/threads.py")  # the documented command
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    cells = {(c["busy_cores"], c["threads"]): c for c in result["cells"]}
+    assert set(cells) == {(0, 1), (0, result["cores"]), (1, 1), (1, result["cores"])}
+    assert all(0 < c["min_s"] <= c["median_s"] for c in cells.values())
