@@ -13,7 +13,7 @@ import torch
 from secure_fed.config import RunConfig
 from secure_fed.data.batching import Examples, make_examples
 from secure_fed.data.cohort import Visit, split_patients
-from secure_fed.data.sites import cached_cohort, cohort_manifest, split_seed
+from secure_fed.data.sites import site_cohort, split_seed
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.dp.private_files import load_or_create_secret
 from secure_fed.model.profile_gmm import PatientGMM
@@ -58,8 +58,7 @@ def encode_split(visits: list[Visit], cfg: RunConfig, tokenizer: object, site_ke
 
 
 def load_site(cfg: RunConfig, site: str, site_key: bytes | None = None) -> SiteData:
-    d = cfg.data
-    cohort = cached_cohort(cohort_manifest(cfg), d.synth.image_size, d.deal_sites, split_seed(cfg), d.views)
+    cohort = site_cohort(cfg)
     if site not in cohort.sites:
         raise ValueError(f"site {site!r} not in the cohort (sites: {', '.join(sorted(cohort.sites))})")
     key = site_key or simulation_site_key(cfg.seed, site)

@@ -54,17 +54,15 @@ def split_seed(cfg: RunConfig) -> int:
     return cfg.seed if cfg.data.split_seed is None else cfg.data.split_seed
 
 
+def site_cohort(cfg: RunConfig) -> Cohort:
+    """The run's report cohort, dealt to its sites when ``data.deal_sites`` says so."""
+    d = cfg.data
+    return cached_cohort(cohort_manifest(cfg), d.synth.image_size, d.deal_sites, split_seed(cfg), d.views)
+
+
 def site_names(cfg: RunConfig) -> list[str]:
     if cfg.data.kind == "imaging":
         return sorted(imaging_split(cfg)[1].sites)
     if cfg.data.source == "synthetic":
         return [f"site{k}" for k in range(cfg.data.synth.sites)]
-    return sorted(
-        cached_cohort(
-            cohort_manifest(cfg),
-            cfg.data.synth.image_size,
-            cfg.data.deal_sites,
-            split_seed(cfg),
-            cfg.data.views,
-        ).sites
-    )
+    return sorted(site_cohort(cfg).sites)
