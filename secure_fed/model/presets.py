@@ -17,9 +17,13 @@ class Preset:
 
 
 PRESETS: dict[str, Preset] = {
+    # Patches of 4 pixels: 64 visual tokens from a 32-pixel image, the grid of the paper's backbones
+    # (CvT's last stage and R2Gen's ResNet give 7 x 7 = 49). Patches of 8 gave 16 tokens, and at
+    # that grid the generator named a nodule in a quarter of the test reports that have one
+    # (central fine-tune, seed 0), while a linear probe on the same frozen tokens read it at F1 0.87.
     "tiny": Preset(
         encoder="vit_tiny_patch16_224",
-        encoder_kwargs={"patch_size": 8, "embed_dim": 64, "depth": 2, "num_heads": 2},
+        encoder_kwargs={"patch_size": 4, "embed_dim": 64, "depth": 2, "num_heads": 2},
         n_embd=64,
         n_layer=2,
         n_head=2,
