@@ -28,8 +28,9 @@ import secure_fed  # noqa: F401  (hardens the environment: no telemetry)
 
 
 def _tokens(model: Any, images: torch.Tensor) -> np.ndarray:
+    """(visits, tokens, dim): the encoder's tokens of each visit's [current, prior] pair."""
     with torch.no_grad():
-        return model.encoder(images[:, :2]).flatten(1).numpy()
+        return model.encoder(images[:, :2]).numpy()
 
 
 def _truth(labels: list[dict[str, Any] | None], findings: list[str]) -> np.ndarray:
@@ -44,7 +45,7 @@ def measure(cfg: Any) -> dict[str, Any]:
     from secure_fed.clients.site import load_site
     from secure_fed.data.lexicon import FINDINGS
     from secure_fed.data.sites import site_names
-    from secure_fed.eval.clinical import finding_counts, macro_f1, micro_f1
+    from secure_fed.eval.clinical import confusion, finding_counts, macro_f1, micro_f1
     from secure_fed.model.setup import build_report_model
 
     sites = [load_site(cfg, name) for name in site_names(cfg)]
@@ -57,6 +58,8 @@ def measure(cfg: Any) -> dict[str, Any]:
     findings = list(FINDINGS)
     x_train = np.concatenate([_tokens(model, s.train.images) for s in sites])
     x_test = np.concatenate([_tokens(model, s.test.images) for s in sites])
+    visual_tokens = x_train.shape[1]
+    x_train, x_test = x_train.reshape(len(x_train), -1), x_test.reshape(len(x_test), -1)
     y_train = np.concatenate([_truth(s.train.labels, findings) for s in sites])
     y_test = np.concatenate([_truth(s.test.labels, findings) for s in sites])
     scaler = StandardScaler().fit(x_train)
@@ -70,7 +73,7 @@ def measure(cfg: Any) -> dict[str, Any]:
         p = probe.predict_proba(x_test)[:, 1]
         guess = p >= 0.5
         truth = y_test[:, k].astype(bool)
-        counts[name] = (int((guess & truth).sum()), int((guess & ~truth).sum()), int((~guess & truth).sum()))
+        counts[name] = confusion(truth.tolist(), guess.tolist())
         per_finding[name] = {
             "test_positives": int(truth.sum()),
             "f1": float(f1_score(truth, guess, zero_division=0)),
@@ -79,7 +82,7 @@ def measure(cfg: Any) -> dict[str, Any]:
     return {
         "seed": cfg.seed,
         "preset": cfg.model.preset,
-        "visual_tokens": int(model.encoder(torch.zeros(1, 2, *sites[0].test.images.shape[-2:])).shape[1]),
+        "visual_tokens": int(visual_tokens),
         "train_visits": int(len(x_train)),
         "test_visits": int(len(x_test)),
         "references": {"CE-F1": macro_f1(refs), "CE-F1-micro": micro_f1(refs)},
@@ -99,13 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     try:
         seeds = [int(s) for s in args.seeds.split(",")]
-        cfgs = [load_config(args.config, {"seed": s}) for s in seeds]
-    except ValueError as err:  # ConfigError is one; a bad --seeds is the other
-        where = "" if isinstance(err, ConfigError) else "--seeds: "
-        print(f"error: {where}{err}", file=sys.stderr)
+    except ValueError as err:
+        print(f"error: --seeds: {err}", file=sys.stderr)
         return 2
     try:
-        runs = [measure(cfg) for cfg in cfgs]
+        runs = [measure(load_config(args.config, {"seed": s})) for s in seeds]
+    except ConfigError as err:  # it names the file or the key itself
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     except ValueError as err:
         print(f"error: {args.config or 'the default config'}: {err}", file=sys.stderr)
         return 2

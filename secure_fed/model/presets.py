@@ -20,7 +20,8 @@ PRESETS: dict[str, Preset] = {
     # Patches of 4 pixels: 64 visual tokens from a 32-pixel image, the grid of the paper's backbones
     # (CvT's last stage and R2Gen's ResNet give 7 x 7 = 49). Patches of 8 gave 16 tokens, and at
     # that grid the generator named a nodule in a quarter of the test reports that have one
-    # (central fine-tune, seed 0), while a linear probe on the same frozen tokens read it at F1 0.87.
+    # (central fine-tune), while a linear probe on the same frozen tokens read it at F1 0.84
+    # (benchmarks/finding_probe.py; docs/RESULTS.md, session 9).
     "tiny": Preset(
         encoder="vit_tiny_patch16_224",
         encoder_kwargs={"patch_size": 4, "embed_dim": 64, "depth": 2, "num_heads": 2},
