@@ -36,12 +36,12 @@ SHARED_METHODS := base,local,central,fedavg,fedavg-ft,fedtar,fedtar-ft,fedtar-no
 SWEEP := $(VENV)/bin/secure-fed sweep
 results: $(STAMP)
 	$(SWEEP) --config configs/results.toml --methods $(RESULTS_METHODS) --seeds 0,1,2,3,4 --epsilons inf -o runs/results
+	$(SWEEP) --config configs/results.toml --methods base,local,central,fedavg,fedavg-ft --seeds 5,6,7,8,9 --epsilons inf -o runs/results-seeds5-9
 	$(SWEEP) --config configs/results.toml --methods base,fedavg,fedtar --seeds 0,1,2 --epsilons 16,8,4,2,1 -o runs/results
 	$(SWEEP) --config configs/results-null.toml --methods $(RESULTS_METHODS) --seeds 0,1,2,3,4 --epsilons inf -o runs/results-null
 	$(SWEEP) --config configs/small-sites.toml --methods base,local,central,fedavg,fedavg-ft,fedtar,fedtar-ft --seeds 0,1,2,3,4 --epsilons inf -o runs/results-small
 	$(SWEEP) --config configs/shared-wording.toml --methods $(SHARED_METHODS) --seeds 0,1,2,3,4 --epsilons inf -o runs/results-shared
 	$(SWEEP) --config configs/small-shared-wording.toml --methods base,local,central,fedavg,fedavg-ft,fedtar,fedtar-ft --seeds 0,1,2,3,4 --epsilons inf -o runs/results-small-shared
-	$(SWEEP) --config configs/large-test.toml --methods base,local,central,fedavg,fedavg-ft --seeds 0,1,2,3,4 --epsilons inf -o runs/results-large-test
 	$(SWEEP) --config configs/iid-sites.toml --methods base,local,central,fedavg --seeds 0,1,2,3,4 --epsilons inf -o runs/results-iid
 	$(SWEEP) --config configs/small-iid-sites.toml --methods base,local,central,fedavg,fedavg-ft,fedtar --seeds 0,1,2,3,4,5,6,7,8,9 --epsilons inf -o runs/results-small-iid
 	$(SWEEP) --config configs/training-noise.toml --methods base,local,central,fedavg --seeds 0,1,2,3,4 --epsilons inf -o runs/results-training-noise
