@@ -82,7 +82,7 @@ def measure(cfg: Any) -> dict[str, Any]:
     return {
         "seed": cfg.seed,
         "preset": cfg.model.preset,
-        "visual_tokens": int(visual_tokens),
+        "visual_tokens": visual_tokens,
         "train_visits": int(len(x_train)),
         "test_visits": int(len(x_test)),
         "references": {"CE-F1": macro_f1(refs), "CE-F1-micro": micro_f1(refs)},
