@@ -56,8 +56,15 @@ def test_secagg_run_matches_plain_run_within_quantisation(make_config):
     assert masked["secure_aggregation"] == "secagg+"
     bound = max(r["quantisation_bound"] for r in masked["per_round"])
     assert 0 < bound < 1e-4
-    # α moves by at most what the quantisation error can explain.
-    assert np.allclose(plain["alpha"], masked["alpha"], atol=1e-4)
+    # Round 1 starts both runs from the same model, so α differs only by the quantised sums
+    # (measured 4e-10 at a bound of 6e-9). Later rounds train locally from aggregates that differ by
+    # the quantisation, and Adam's normalised meta-step amplifies that ~1e4×: 7e-5 here, 2e-4 on the
+    # CI machine, whose pretrained base differs in the last bits. Masks that failed to cancel would
+    # move α by the rounds' own steps (~2e-2).
+    first_plain, first_masked = plain["per_round"][0]["alpha"], masked["per_round"][0]["alpha"]
+    assert np.allclose(first_plain, first_masked, rtol=0, atol=1e-6)
+    assert np.allclose(plain["alpha"], masked["alpha"], rtol=0, atol=2e-3)
+    assert not np.allclose(plain["alpha"], first_plain, rtol=0, atol=2e-3)  # the tolerance < a round's move
     # Per-site losses would sit in the clear beside a sum meant to hide them: under SecAgg+ they stay home.
     assert all(r["val_loss"] is None and r["train_loss"] is None for r in masked["per_round"])
     assert all(r["val_loss"] is not None for r in plain["per_round"])
