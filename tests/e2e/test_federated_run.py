@@ -76,8 +76,13 @@ def test_he_alpha_trajectory_equals_plain_run(make_config, tmp_path):
     plain = _run(make_config("plain")).metrics
     he = _run(make_config("he", he__enabled=True, he__keys_dir=str(keys), audit__keys_dir=str(keys))).metrics
     assert he["he"] is True
-    for a, b in zip(plain["per_round"], he["per_round"], strict=True):
-        assert np.allclose(a["alpha"], b["alpha"], atol=1e-6)
+    # CKKS's approximation error moves round 1's α by 4e-10 (measured); round 2 trains from a
+    # model that α moved, and Adam's normalised meta-step amplifies that to 7e-7 here, so later
+    # rounds get a margin for machines whose pretrained base differs in the last bits.
+    first, *later = zip(plain["per_round"], he["per_round"], strict=True)
+    assert np.allclose(first[0]["alpha"], first[1]["alpha"], rtol=0, atol=1e-8)
+    for a, b in later:
+        assert np.allclose(a["alpha"], b["alpha"], rtol=0, atol=1e-5)
 
 
 def test_policy_refuses_plain_sum_when_secagg_required(make_config):
