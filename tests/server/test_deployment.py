@@ -157,6 +157,10 @@ pretrain_steps = 100
 
 [train]
 batch_size = 8
+# One thread in every process: a Ray actor would otherwise get its 2 CPUs and the in-process run
+# every core, and a different reduction order breaks test_simulation's bit-equal comparison on a
+# machine with more than two cores.
+threads = 1
 
 [fed]
 rounds = {rounds}
