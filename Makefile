@@ -53,6 +53,11 @@ test-deploy: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/secure-fed run --out runs/demo
 
+# every benchmark's smoke run (--quick), ~3 min: the scripts and the fields docs/BENCHMARKS.md quotes
+# still work; the figures come from the full commands given there
+bench: $(STAMP)
+	$(PY) -m pytest -q tests/test_benchmarks.py tests/model/test_gpu_benchmark.py
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check secure_fed tests benchmarks
 

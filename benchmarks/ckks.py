@@ -93,7 +93,10 @@ def main() -> None:
     parser.add_argument("--poly-modulus-degree", type=int, default=8192)
     parser.add_argument("--coeff-mod-bit-sizes", type=int, nargs="+", default=[60, 40, 40, 60])
     parser.add_argument("--scale-bits", type=int, default=40)
+    parser.add_argument("--quick", action="store_true", help="3 reps at T = 5 only (smoke run)")
     args = parser.parse_args()
+    if args.quick:
+        args.reps, args.t = 3, [5]
     if args.sites < 2:
         parser.error("--sites must be at least 2")
 

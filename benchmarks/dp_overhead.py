@@ -239,18 +239,45 @@ def phase_split(setup: Setup, repeats: int, mode: str) -> dict[str, Any]:
     }
 
 
-def profile_dp(step: Step, repeats: int) -> list[dict[str, Any]]:
-    """Where a DP step's time goes: the top operators by self CPU time."""
+def _op_times(step: Step, repeats: int) -> dict[str, tuple[float, int]]:
+    """Self CPU ms per step and calls per step of every operator a step runs."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for _ in range(repeats):
             step()
-    rows = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)[:12]
-    return [
-        {"op": e.key, "self_ms_per_step": e.self_cpu_time_total / 1e3 / repeats, "calls": e.count // repeats}
-        for e in rows
-    ]
+    return {e.key: (e.self_cpu_time_total / 1e3 / repeats, e.count // repeats) for e in prof.key_averages()}
+
+
+def profile_dp(step: Step, repeats: int) -> list[dict[str, Any]]:
+    """Where a DP step's time goes: the top operators by self CPU time."""
+    ops = _op_times(step, repeats)
+    top = sorted(ops, key=lambda k: ops[k][0], reverse=True)[:12]
+    return [{"op": k, "self_ms_per_step": ops[k][0], "calls": ops[k][1]} for k in top]
+
+
+def profile_premium(plain: Step, private: Step, repeats: int) -> dict[str, Any]:
+    """Where the DP premium goes: per operator, self CPU ms per step of the DP step minus the
+    non-private one (profiled back to back), the largest first; the profiler's own cost is in both."""
+    before, after = _op_times(plain, repeats), _op_times(private, repeats)
+    premium = {
+        k: after.get(k, (0.0, 0))[0] - before.get(k, (0.0, 0))[0] for k in before.keys() | after.keys()
+    }
+    top = sorted(premium, key=premium.__getitem__, reverse=True)[:12]
+    return {
+        "profiled_ms_per_step": {
+            "non_private": sum(t for t, _ in before.values()),
+            "dp": sum(t for t, _ in after.values()),
+        },
+        "top_ops": [
+            {
+                "op": k,
+                "premium_ms_per_step": premium[k],
+                "calls": [before.get(k, (0.0, 0))[1], after.get(k, (0.0, 0))[1]],
+            }
+            for k in top
+        ],
+    }
 
 
 def bench_preset(preset: str, cache: Path, args: argparse.Namespace, modes: list[str]) -> dict[str, Any]:
@@ -285,6 +312,7 @@ def bench_preset(preset: str, cache: Path, args: argparse.Namespace, modes: list
     out["dp_split"] = phase_split(setup, max(3, repeats // 3), fastest_dp.removeprefix("dp_"))
     if args.profile:
         out["dp_profile_top_ops"] = profile_dp(steps[fastest_dp], 3)
+        out["dp_premium"] = profile_premium(steps["non_private"], steps[fastest_dp], 10)
     return out
 
 
@@ -312,7 +340,9 @@ def main() -> None:
         help="torch threads (default 1: on a shared machine, multi-threaded steps spin and stall on "
         "each other's time slices, and both wall and CPU time stop measuring the step's work)",
     )
-    parser.add_argument("--profile", action="store_true", help="add the DP step's top operators")
+    parser.add_argument(
+        "--profile", action="store_true", help="add the DP step's top operators and where its premium goes"
+    )
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "secure_fed_bench_cache")
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the memory runs")

@@ -244,7 +244,12 @@ def main() -> None:
         "--rounds", type=int, default=5, help="timed plain/SecAgg+ pairs after one warm-up pair"
     )
     parser.add_argument("--which", nargs="+", default=["ours", "flower"], choices=["ours", "flower"])
+    parser.add_argument(
+        "--quick", action="store_true", help="10 k values, 3 sites, 1 timed round (smoke run)"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.dim, args.sites, args.rounds = 10_000, [3], 1
     makers = {"ours": ours_apps, "flower": flower_apps}
     results = {
         name: [simulate(makers[name], args.dim, sites, args.rounds) for sites in args.sites]

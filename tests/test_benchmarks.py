@@ -1,0 +1,81 @@
+"""Every benchmark docs/BENCHMARKS.md times runs as a smoke run (`--quick`) and prints one JSON object.
+
+The figures in BENCHMARKS.md come from the full commands given with each section; these runs only
+keep the scripts, their flags and the fields the document quotes from drifting. (gpu.py, threads.py
+and tokenizer_coverage.py run as documented in tests/model/test_gpu_benchmark.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "FLWR_TELEMETRY_ENABLED": "0"}
+
+
+def _smoke(script: str, *args: str) -> Any:
+    done = subprocess.run(
+        [sys.executable, f"benchmarks/{script}", "--quick", *args],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return json.loads(done.stdout)  # the whole of stdout is one JSON object
+
+
+def test_dp_overhead_smoke_and_where_the_premium_goes(cache_dir: Path) -> None:
+    out = _smoke(
+        "dp_overhead.py",
+        "--presets",
+        "tiny",
+        "--modes",
+        "ew",
+        "--no-memory",
+        "--profile",
+        "--cache",
+        str(cache_dir),
+    )
+    (result,) = out["results"]
+    assert out["target_ratio"] == 1.2 and result["fastest_dp_mode"] == "ew"
+    assert (
+        result["cpu"]["ratio_of_medians"]["dp_ew"] > 1.0
+    )  # per-row gradients, clipping and noise cost something
+    assert 0 < result["dp_split"]["privatize_ms"] < result["dp_split"]["step_ms"]
+    premium = result["dp_premium"]
+    ops = {row["op"]: row for row in premium["top_ops"]}
+    # ExpandedWeights computes each row's gradient in an op the non-private step never runs
+    assert "LinearPerSampleGrad" in ops and ops["LinearPerSampleGrad"]["calls"][0] == 0
+    assert premium["profiled_ms_per_step"]["dp"] > premium["profiled_ms_per_step"]["non_private"] > 0
+
+
+def test_ckks_smoke() -> None:
+    out = _smoke("ckks.py")
+    (row,) = out["per_t"]
+    assert out["sites"] == 5 and row["T"] == 5 and row["ciphertext_bytes"] > 0
+    # the encrypted round's sum matches the plain one to CKKS precision
+    assert row["round_plain"]["max_abs_error"] == 0.0 and row["round_he"]["max_abs_error"] < 1e-6
+
+
+@pytest.mark.parametrize("script", ["secagg.py", "upload_bytes.py", "round_time.py"])
+def test_smoke_runs(script: str) -> None:
+    out = _smoke(script)
+    assert out.get("results") or out.get("codec_baseline", {}).get("results"), list(out)
+
+
+def test_secagg_flower_smoke() -> None:
+    results = _smoke("secagg_flower.py")["results"]
+    assert set(results) == {"ours", "flower"}
+    assert all(
+        len(rows) == 1 and rows[0]["dim"] == 10_000 and rows[0]["sites"] == 3 for rows in results.values()
+    )
