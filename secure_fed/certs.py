@@ -61,6 +61,9 @@ def _san(hosts: Sequence[str]) -> x509.SubjectAlternativeName:
     return x509.SubjectAlternativeName(names)
 
 
+MAX_DAYS = 3650
+
+
 def node_key_paths(out: Path, node: str) -> tuple[Path, Path]:
     return out / f"{node}-node.key", out / f"{node}-node.pub"
 
@@ -75,6 +78,14 @@ def init_certs(
     """CA + SuperLink certificate (SAN = `hosts`) + one OpenSSH ECDSA key pair per node."""
     if not hosts:
         raise CertsError("--host: name at least one address the nodes dial (an IP or a DNS name)")
+    from secure_fed.crypto.keys import PARTY_NAME  # node names are party names, and name files too
+
+    bad = [n for n in nodes if not PARTY_NAME.match(n)]
+    if bad:
+        # a name becomes a file name in `out`: "../x" would write a key outside it
+        raise CertsError(f"--nodes {bad[0]!r}: use letters, digits, '.', '_' and '-' (e.g. site0)")
+    if not 1 <= days <= MAX_DAYS:
+        raise CertsError(f"--days {days}: give a validity between 1 and {MAX_DAYS} days")
     out = Path(out)
     node_files = {n: node_key_paths(out, n) for n in nodes}
     targets = [out / CA_CERT, out / CA_KEY, out / LINK_CERT, out / LINK_KEY]

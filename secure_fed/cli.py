@@ -5,18 +5,53 @@ from __future__ import annotations
 import json
 import logging
 import math
+import shutil
 import sys
 from pathlib import Path
 from typing import Annotated, Any
 
+import click
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
+from typer.core import TyperGroup
 
 from secure_fed.config import ConfigError, RunConfig, load_config
 
+_OS_FIXES: tuple[tuple[type[OSError], str], ...] = (
+    (PermissionError, "fix its permissions or choose a path you can write to"),
+    (FileNotFoundError, "correct the path or create the folder it should be in"),
+    (NotADirectoryError, "a part of the path is a file, not a folder: choose another path"),
+    (IsADirectoryError, "it is a folder: give a file name"),
+    (FileExistsError, "it exists already: choose a new path"),
+)
+
+
+def os_error_line(err: OSError) -> str:
+    """One operator-facing line for a file-system error: the path, the reason and the fix."""
+    if isinstance(err, shutil.SameFileError):
+        return f"{err}; choose a different destination"
+    fix = next((hint for kind, hint in _OS_FIXES if isinstance(err, kind)), "check the path and the disk")
+    if err.filename is None:
+        return f"{err}; {fix}"
+    return f"{err.filename}: {err.strerror or err}; {fix}"
+
+
+class _Commands(TyperGroup):
+    """Commands refuse the errors they foresee with their own message; a file-system error none of
+    them foresaw (an output folder that cannot be written, a path that is a file) is still the
+    operator's to fix, so it gets one line naming the path, never a traceback."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except OSError as err:
+            _fail(os_error_line(err))
+
+
 app = typer.Typer(
+    cls=_Commands,
     no_args_is_help=True,
     add_completion=False,
     # A crash report must not print local variables: they can hold key material and patient data.
@@ -241,6 +276,10 @@ def sweep(
     except ValueError as err:
         _fail(f"--epsilons/--seeds: {err}; pass comma-separated numbers, e.g. --seeds 0,1,2 --epsilons inf,8")
         raise
+    # checked here, not when the sweep reaches the cell: the earlier cells may take hours
+    bad = [e for e in eps if e is not None and not (0 < e < math.inf)]
+    if bad:
+        _fail(f"--epsilons: {bad[0]:g} is not a privacy budget; each ε must be positive (or 'inf' for no DP)")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         results = run_sweep(
@@ -445,7 +484,17 @@ def keys_init(
     """
     from secure_fed.crypto.keys import keys_init_main
 
-    names = parties.split(",") if parties else ["server", *(f"site{k}" for k in range(sites))]
+    if parties is not None:
+        names = [p.strip() for p in parties.split(",") if p.strip()]
+        if len(names) < 2:
+            _fail(
+                f"--parties {parties!r}: name the server and at least one site, "
+                "e.g. --parties server,site0,site1"
+            )
+    elif sites < 1:
+        _fail(f"--sites {sites}: a federation needs at least one site")
+    else:
+        names = ["server", *(f"site{k}" for k in range(sites))]
     raise typer.Exit(keys_init_main(out, names, force))
 
 
@@ -558,6 +607,15 @@ def certs_init(
         console.print(f"wrote {private} ({name} only) and {public} (`flwr supernode register`)")
 
 
+def _known_site(cfg: RunConfig, site: str, config: Path) -> None:
+    """A misspelt site has no ledger, which must not read as "this site spent no ε"."""
+    from secure_fed.data.sites import site_names
+
+    names = site_names(cfg)
+    if site not in names:
+        _fail(f"--site {site}: not a site of the data {config} names (its sites: {', '.join(names)})")
+
+
 @ledger_app.command("show")
 def ledger_show(
     site: Annotated[str, typer.Option(help="the site whose ledger to show")],
@@ -570,6 +628,7 @@ def ledger_show(
     from secure_fed.clients.lifetime import site_ledger_of
 
     cfg = _config(config, {})
+    _known_site(cfg, site, config)
     store = site_ledger_of(cfg, site)
     delta = cfg.dp.delta if cfg.dp.delta is not None else 1e-5
     deltas = {"train": delta, "validation": delta}
@@ -601,6 +660,7 @@ def ledger_reset(
     from secure_fed.clients.lifetime import reset_site_ledger, site_ledger_of
 
     cfg = _config(config, {})
+    _known_site(cfg, site, config)
     if not yes:
         store = site_ledger_of(cfg, site)
         _fail(
@@ -649,6 +709,12 @@ def audit_report(
     """
     from secure_fed.audits.report import report_main
 
+    if out.suffix.lower() in (".json", ".csv"):
+        # the .json and .csv go beside the HTML under its stem: this name would overwrite the HTML
+        _fail(
+            f"--out {out}: name the HTML report (e.g. {out.with_suffix('.html')}); "
+            "the JSON and CSV go beside it"
+        )
     raise typer.Exit(report_main(logs, out, keys))
 
 

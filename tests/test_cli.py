@@ -276,6 +276,69 @@ def test_run_path_errors_are_one_message(tmp_path):
     _one_error(runner.invoke(app, ["data", "synth", "-o", str(blocked / "c")]), "--out", "writable")
 
 
+def test_output_paths_no_command_foresaw_are_one_message(tmp_path):
+    """Found by trying every command's --out on a file and a folder: seven gave a traceback."""
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    _one_error(runner.invoke(app, ["keys", "init", "-o", str(blocked)]), str(blocked), "not a folder")
+    made = runner.invoke(app, ["keys", "init", "-o", str(tmp_path / "keys")])
+    assert made.exit_code == 0, made.output
+    logs = [str(tmp_path / "none.jsonl")]
+    _one_error(runner.invoke(app, ["keys", "he-init", "-o", str(blocked / "he")]), str(blocked))
+    same = ["keys", "export-public", "--keys", str(tmp_path / "keys"), "-o", str(tmp_path / "keys")]
+    _one_error(runner.invoke(app, same), "same file", "different destination")
+    folder = tmp_path / "report-folder"
+    folder.mkdir()
+    _one_error(runner.invoke(app, ["audit", "report", *logs, "-o", str(folder)]), str(folder), "file name")
+
+
+def test_arguments_that_would_mislead_or_lose_data_are_refused(tmp_path):
+    # an ε that is no budget is refused before the sweep's earlier cells spend hours
+    out = tmp_path / "sw"
+    sweep = ["sweep", "--methods", "fedavg", "--seeds", "0", "--epsilons", "inf,8,-1", "-o", str(out)]
+    _one_error(runner.invoke(app, sweep), "--epsilons", "-1", "positive")
+    assert not out.exists()
+    # a kit without sites, or with a blank party list read as the default three sites
+    _one_error(runner.invoke(app, ["keys", "init", "-o", str(tmp_path / "k0"), "--sites", "0"]), "--sites 0")
+    _one_error(runner.invoke(app, ["keys", "init", "-o", str(tmp_path / "k1"), "--parties", ""]), "--parties")
+    assert not (tmp_path / "k0").exists() and not (tmp_path / "k1").exists()
+    # the report's JSON goes beside the HTML under its stem: naming the JSON would overwrite the HTML
+    _one_error(runner.invoke(app, ["audit", "report", "x.jsonl", "-o", str(tmp_path / "r.json")]), "HTML")
+    # a node name is a file name in --out: a path in it would write a key elsewhere
+    certs = tmp_path / "certs"
+    result = runner.invoke(app, ["certs", "init", "-o", str(certs), "--nodes", "site0,../x"])
+    _one_error(result, "--nodes", "'../x'")
+    assert not (tmp_path / "x-node.key").exists() and not certs.exists()
+    for days in ("0", "-5", "99999999"):
+        _one_error(runner.invoke(app, ["certs", "init", "-o", str(certs), "--days", days]), f"--days {days}")
+    # a misspelt kit folder must not become a kit of public keys only
+    published = tmp_path / "published"
+    assert (
+        runner.invoke(app, ["keys", "new", "--party", "site0", "-o", str(tmp_path / "site0")]).exit_code == 0
+    )
+    published.mkdir()
+    (published / "site0.pub").write_bytes((tmp_path / "site0" / "signing" / "site0.pub").read_bytes())
+    misspelt = tmp_path / "sitee0"
+    result = runner.invoke(app, ["keys", "assemble", "--keys", str(misspelt), "--public", str(published)])
+    _one_error(result, str(misspelt), "private signing key")
+    assert not misspelt.exists()
+
+
+def test_ledger_refuses_a_site_the_data_does_not_have(tmp_path, cache_dir):
+    config = tmp_path / "site0.toml"
+    config.write_text(
+        f'out = "{tmp_path / "run"}"\n[model]\ncache_dir = "{cache_dir}"\n'
+        "[data]\nmax_visits = 3\nval_fraction = 0.25\ntest_fraction = 0.25\n"
+        "[data.synth]\nsites = 3\npatients = 16\nvisits = 3\n"
+    )
+    # without the check a misspelt site showed "no release charged to site9's data yet" and exit 0
+    shown = runner.invoke(app, ["ledger", "show", "--site", "site9", "--config", str(config)])
+    _one_error(shown, "--site site9", "site0, site1, site2")
+    reset = ["ledger", "reset", "--site", "site9", "-c", str(config), "--keys", "k", "--reason", "r", "--yes"]
+    _one_error(runner.invoke(app, reset), "--site site9")
+    assert runner.invoke(app, ["ledger", "show", "--site", "site0", "--config", str(config)]).exit_code == 0
+
+
 def test_model_cache_is_one_absolute_place(tmp_path, monkeypatch):
     from secure_fed.config import load_config
 

@@ -97,6 +97,12 @@ def assemble(keys_dir: Path | str, public_dir: Path | str) -> dict[str, Any]:
     offered = sorted(source.glob("*.pub"))
     if not offered:
         raise KeyMaterialError(f"{public}: no <party>.pub files; collect every party's published key there")
+    if not any((root / SIGNING_DIR).glob("*.pem")):
+        # a misspelt kit folder would otherwise become a new kit of public keys only
+        raise KeyMaterialError(
+            f"{root}: no private signing key (signing/<party>.pem); give the folder "
+            f"`secure-fed keys new --out` made for this party"
+        )
     _private_dir(root / SIGNING_DIR)
     for pub_path in offered:
         key = _load_public_key(pub_path)

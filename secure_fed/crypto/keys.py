@@ -39,7 +39,8 @@ SECRET_CONTEXT = "secret.tenseal"
 PUBLIC_CONTEXT = "public.tenseal"
 FINGERPRINTS = "fingerprints.json"
 
-_PARTY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+# a party's name becomes a file name in a key folder: no separators, no leading dot
+PARTY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _INIT_HINT = "run `secure-fed keys init --out DIR` to provision keys"
 
 
@@ -100,7 +101,7 @@ def _check_parties(parties: Sequence[str]) -> list[str]:
     names = list(parties)
     if not names:
         raise ValueError("at least one party (e.g. 'server') needs a signing key")
-    bad = [p for p in names if not _PARTY_NAME.match(p)]
+    bad = [p for p in names if not PARTY_NAME.match(p)]
     if bad:
         raise ValueError(f"party names must be letters, digits, '.', '_' or '-' (≤ 64 chars): {bad}")
     dupes = sorted({p for p in names if names.count(p) > 1})
