@@ -333,12 +333,13 @@ def client(
     import os
     import shutil
 
-    from secure_fed.clients.preflight import PreflightError, check_node
+    from secure_fed.clients.preflight import PreflightError, check_connection, check_node
 
     policy = _config(config, {})  # fail here, not mid-round, on a bad policy file
     if not insecure and root_certificates is None and not prepare_only:
         _fail("TLS needs --root-certificates (or pass --insecure for a local test)")
     try:  # seconds, before any SuperNode, Flower or pretraining starts
+        check_connection(superlink, runtime_port, insecure, root_certificates)
         check_node(policy, config, site, keys, root_certificates, auth_key)
     except PreflightError as err:
         _fail(str(err))
@@ -609,11 +610,12 @@ def certs_init(
 
 def _known_site(cfg: RunConfig, site: str, config: Path) -> None:
     """A misspelt site has no ledger, which must not read as "this site spent no ε"."""
-    from secure_fed.data.sites import site_names
+    from secure_fed.clients.preflight import PreflightError, check_site_name
 
-    names = site_names(cfg)
-    if site not in names:
-        _fail(f"--site {site}: not a site of the data {config} names (its sites: {', '.join(names)})")
+    try:
+        check_site_name(cfg, site, config)
+    except PreflightError as err:
+        _fail(str(err))
 
 
 @ledger_app.command("show")

@@ -112,6 +112,11 @@ def test_client_builds_a_hardened_supernode_command(tmp_path, monkeypatch):
         ({"--root-certificates": "missing.crt"}, "missing.crt: no such file"),
         ({"--root-certificates": "site0.toml"}, "not a PEM certificate"),
         ({"--auth-key": "missing.key"}, "missing.key: no such file"),
+        ({"--auth-key": "certs/site0-node.pub"}, "not a private key"),
+        ({"--insecure": True}, "--insecure and --root-certificates contradict"),  # TLS was dropped
+        ({"--superlink": "nohostport"}, "--superlink 'nohostport': give the SuperLink's host:port"),
+        ({"--superlink": "link.example:99999"}, "host:port"),
+        ({"--runtime-port": "99999"}, "--runtime-port 99999"),
     ],
 )
 def test_client_checks_its_inputs_before_starting_anything(tmp_path, monkeypatch, change, named):
@@ -128,7 +133,8 @@ def test_client_checks_its_inputs_before_starting_anything(tmp_path, monkeypatch
         "--auth-key": str(node_key),
         **change,
     }
-    args = ["client", *[x for k, v in options.items() if v is not None for x in (k, v)]]
+    pairs = [(k,) if v is True else (k, v) for k, v in options.items() if v is not None]  # True: a bare flag
+    args = ["client", *[x for pair in pairs for x in pair]]
     for dry_run in (["--dry-run"], []):
         result = runner.invoke(app, [*args, *dry_run])
         assert result.exit_code == 2, result.output
@@ -333,9 +339,9 @@ def test_ledger_refuses_a_site_the_data_does_not_have(tmp_path, cache_dir):
     )
     # without the check a misspelt site showed "no release charged to site9's data yet" and exit 0
     shown = runner.invoke(app, ["ledger", "show", "--site", "site9", "--config", str(config)])
-    _one_error(shown, "--site site9", "site0, site1, site2")
+    _one_error(shown, "--site 'site9'", "site0, site1, site2")
     reset = ["ledger", "reset", "--site", "site9", "-c", str(config), "--keys", "k", "--reason", "r", "--yes"]
-    _one_error(runner.invoke(app, reset), "--site site9")
+    _one_error(runner.invoke(app, reset), "--site 'site9'")
     assert runner.invoke(app, ["ledger", "show", "--site", "site0", "--config", str(config)]).exit_code == 0
 
 

@@ -109,6 +109,31 @@ def check_node(
             f"--auth-key {auth_key.resolve()}: no such file (make one with "
             "`ssh-keygen -t ecdsa -b 384 -N '' -f NODE`)"
         )
+    if auth_key is not None and b"PRIVATE KEY-----" not in auth_key.read_bytes()[:200]:
+        raise PreflightError(
+            f"--auth-key {auth_key.resolve()}: not a private key; give NODE.key (its NODE.pub is what "
+            "`flwr supernode register` takes)"
+        )
+
+
+def check_connection(
+    superlink: str, runtime_port: int, insecure: bool, root_certificates: Path | None
+) -> None:
+    """The node's flags, checked before the caches fill: Flower would find them out only when it dials."""
+    host, colon, port = superlink.rpartition(":")
+    if not colon or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise PreflightError(
+            f"--superlink {superlink!r}: give the SuperLink's host:port (e.g. link.hospital.net:9092)"
+        )
+    if not 1 <= runtime_port <= 65535:
+        raise PreflightError(
+            f"--runtime-port {runtime_port}: give a free local port in 1..65535 (default 9094)"
+        )
+    if insecure and root_certificates is not None:
+        # Flower would take --insecure and drop the CA without a word: TLS off by accident
+        raise PreflightError(
+            "--insecure and --root-certificates contradict each other: drop --insecure to dial with TLS"
+        )
 
 
 def prepare_site(cfg: RunConfig, site: str) -> None:
