@@ -173,6 +173,18 @@ def run(
             " `secure-fed run --out DIR` wrote, or use --out for a new run"
         )
     if resume is not None and config is None and (resume / "config.json").exists():
+        given = {
+            "--method": method, "--rounds": rounds, "--sites": sites, "--seed": seed, "--dp/--no-dp": dp,
+            "--target-epsilon": target_epsilon, "--delta": delta, "--secagg/--no-secagg": secagg,
+            "--he/--no-he": he, "--keys": keys, "--engine": engine, "--out": out,
+        }  # fmt: skip
+        ignored = [flag for flag, value in given.items() if value is not None]
+        if ignored:
+            # the run goes on as DIR/config.json says; a flag that would not be applied must not look applied
+            _fail(
+                f"--resume {resume} continues the run as {resume / 'config.json'} has it; "
+                f"{', '.join(ignored)} would not apply: drop it, or start a new run with --out"
+            )
         try:
             cfg = RunConfig.model_validate(json.loads((resume / "config.json").read_text()))
         except ValueError as err:  # JSON and pydantic errors alike
@@ -711,6 +723,9 @@ def audit_report(
     """
     from secure_fed.audits.report import report_main
 
+    missing = [str(log) for log in logs if not log.is_file()]
+    if missing:  # a report on logs that are not there would only list that they are not
+        _fail(f"{missing[0]}: no such audit log; pass the run's audit/*.jsonl (nothing was written)")
     if out.suffix.lower() in (".json", ".csv"):
         # the .json and .csv go beside the HTML under its stem: this name would overwrite the HTML
         _fail(

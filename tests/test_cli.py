@@ -276,6 +276,12 @@ def test_run_path_errors_are_one_message(tmp_path):
     _one_error(runner.invoke(app, ["run", "-c", str(tmp_path / "none.toml")]), "none.toml", "no such config")
     _one_error(runner.invoke(app, ["run", "-c", str(tmp_path)]), str(tmp_path), "--config")
     _one_error(runner.invoke(app, ["run", "--resume", str(tmp_path / "gone")]), "--resume", "--out")
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    (earlier / "config.json").write_text("{}")
+    # the run would continue as its config.json says, silently without the new rounds and seed
+    ignored = runner.invoke(app, ["run", "--resume", str(earlier), "--rounds", "9", "--seed", "3"])
+    _one_error(ignored, "--rounds, --seed would not apply", "config.json")
     blocked = tmp_path / "file"
     blocked.write_text("")
     _one_error(runner.invoke(app, ["run", "-o", str(blocked / "run")]), "--out", "writable")
@@ -289,7 +295,8 @@ def test_output_paths_no_command_foresaw_are_one_message(tmp_path):
     _one_error(runner.invoke(app, ["keys", "init", "-o", str(blocked)]), str(blocked), "not a folder")
     made = runner.invoke(app, ["keys", "init", "-o", str(tmp_path / "keys")])
     assert made.exit_code == 0, made.output
-    logs = [str(tmp_path / "none.jsonl")]
+    logs = [str(tmp_path / "site0.jsonl")]
+    (tmp_path / "site0.jsonl").write_text("")
     _one_error(runner.invoke(app, ["keys", "he-init", "-o", str(blocked / "he")]), str(blocked))
     same = ["keys", "export-public", "--keys", str(tmp_path / "keys"), "-o", str(tmp_path / "keys")]
     _one_error(runner.invoke(app, same), "same file", "different destination")
@@ -309,7 +316,12 @@ def test_arguments_that_would_mislead_or_lose_data_are_refused(tmp_path):
     _one_error(runner.invoke(app, ["keys", "init", "-o", str(tmp_path / "k1"), "--parties", ""]), "--parties")
     assert not (tmp_path / "k0").exists() and not (tmp_path / "k1").exists()
     # the report's JSON goes beside the HTML under its stem: naming the JSON would overwrite the HTML
-    _one_error(runner.invoke(app, ["audit", "report", "x.jsonl", "-o", str(tmp_path / "r.json")]), "HTML")
+    log = tmp_path / "site0.jsonl"
+    log.write_text("")
+    _one_error(runner.invoke(app, ["audit", "report", str(log), "-o", str(tmp_path / "r.json")]), "HTML")
+    missing = runner.invoke(app, ["audit", "report", str(log), "nope.jsonl", "-o", str(tmp_path / "r.html")])
+    _one_error(missing, "nope.jsonl: no such audit log")
+    assert not (tmp_path / "r.html").exists()
     # a node name is a file name in --out: a path in it would write a key elsewhere
     certs = tmp_path / "certs"
     result = runner.invoke(app, ["certs", "init", "-o", str(certs), "--nodes", "site0,../x"])
