@@ -222,6 +222,15 @@ def _manifest_config(tmp_path: Path, data: Path) -> Path:
     return path
 
 
+def test_data_check_names_what_is_missing(tmp_path):
+    empty = runner.invoke(app, ["data", "check", str(tmp_path)])
+    assert empty.exit_code == 2 and "no manifest.jsonl or annotation.json" in empty.output, empty.output
+    gone = runner.invoke(app, ["data", "check", str(tmp_path / "m.jsonl")])
+    assert gone.exit_code == 2 and "m.jsonl:0: file: no such file; give a manifest" in gone.output, (
+        gone.output
+    )
+
+
 def test_data_check_and_run_refuse_dates_going_backwards(tmp_path):
     data = _cohort(tmp_path)
     rows = [json.loads(line) for line in (data / "manifest.jsonl").read_text().splitlines()]

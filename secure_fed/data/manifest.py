@@ -303,8 +303,13 @@ def resolve_input(path: str | Path) -> Path:
 def load_records(path: str | Path) -> list[VisitRecord]:
     """Either format, told apart by suffix: ``.json`` is an annotation file, anything else JSONL."""
     path = resolve_input(path)
+    if path.is_dir():
+        found = "a folder with no manifest.jsonl or annotation.json"
+        raise DataValidationError(
+            [f"{path}:0: file: {found}; give the data file or the folder that holds it"]
+        )
     if not path.is_file():
-        raise DataValidationError([f"{path}:0: file: no such file"])
+        raise DataValidationError([f"{path}:0: file: no such file; give a manifest.jsonl or annotation.json"])
     return load_annotation(path) if path.suffix == ".json" else load_manifest(path)
 
 
