@@ -28,6 +28,17 @@ def test_out_of_range_value_is_named():
         build_config({"model": {"gmm_reg_covar": 1e-9}})
 
 
+@pytest.mark.parametrize("key", ["target_epsilon", "budget_epsilon", "noise_multiplier", "delta"])
+def test_an_infinite_or_nan_privacy_setting_is_refused(tmp_path, key):
+    """TOML spells inf and nan: `budget_epsilon = inf` would pass gt=0 and turn the guard off."""
+    for value in ("inf", "nan"):
+        path = tmp_path / "c.toml"
+        settings = {"target_epsilon": "4.0", key: value}
+        path.write_text("[dp]\nenabled = true\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
+        with pytest.raises(ConfigError, match=rf"dp\.{key}: Input should be a finite number"):
+            load_config(path)
+
+
 def test_dp_needs_a_target_and_secagg_follows_dp():
     with pytest.raises(ConfigError, match="target_epsilon"):
         build_config({"dp": {"enabled": True}})
