@@ -6,6 +6,7 @@ import json
 import logging
 import math
 import shutil
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -119,6 +120,14 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
     Console().print(table)
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, taken like Ctrl-C: the run stops and its last checkpoint stays for --resume."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise _Terminated
+
+
 @app.command()
 def run(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML file (RunConfig tree)")] = None,
@@ -226,6 +235,8 @@ def run(
         f"he={'on' if cfg.he.enabled else 'off'} → {folder}",
         soft_wrap=True,
     )
+    # a service manager stops a run with SIGTERM: end it as Ctrl-C does, with the same way back
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         with run_progress(console, cfg.fed.rounds, _round_line) as shown:
             outcome = run_federated(
@@ -234,14 +245,17 @@ def run(
     except (ValueError, FileNotFoundError, PermissionError, KeyError) as err:
         _fail(str(err), 1)
         raise
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         # Click would swallow it with a bare newline; say what happened and how to go on.
+        stopped = "terminated" if isinstance(err, _Terminated) else "interrupted"
         console.print(
-            f"interrupted; `secure-fed run --resume {folder}` continues from the last checkpoint",
+            f"{stopped}; `secure-fed run --resume {folder}` continues from the last checkpoint",
             highlight=False,
             soft_wrap=True,
         )
-        raise typer.Exit(130) from None
+        raise typer.Exit(128 + (signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT)) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     _print_metrics(outcome.metrics)
     if outcome.stopped_early:
         console.print(f"[yellow]stopped early:[/yellow] {outcome.stopped_early}")

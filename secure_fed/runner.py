@@ -176,9 +176,6 @@ def _site_gpu_share(cfg: RunConfig, sites: int) -> float:
     return 1.0 / max(sites, 1) if resolve_device(cfg.train.device).type == "cuda" else 0.0
 
 
-INTERRUPTED = 130  # the shell's code for a process ended by SIGINT
-
-
 @contextlib.contextmanager
 def _stop_promptly_on_interrupt(trail: ServerTrail | None) -> Iterator[None]:
     """Ctrl-C ends a simulation now, not after the round (or pretraining) in progress.
@@ -197,7 +194,8 @@ def _stop_promptly_on_interrupt(trail: ServerTrail | None) -> Iterator[None]:
 
     def stop(signum: int, frame: object) -> None:
         print(
-            "\ninterrupted: stopping now; `secure-fed run --resume DIR` continues from the last checkpoint",
+            f"\n{'terminated' if signum == signal.SIGTERM else 'interrupted'}: stopping now; "
+            "`secure-fed run --resume DIR` continues from the last checkpoint",
             file=sys.stderr,
             flush=True,
         )
@@ -212,13 +210,15 @@ def _stop_promptly_on_interrupt(trail: ServerTrail | None) -> Iterator[None]:
         except Exception:  # noqa: BLE001 (exiting anyway; Ray may be half started)
             pass
         logging.shutdown()
-        os._exit(INTERRUPTED)
+        os._exit(128 + signum)  # the shell's code for a process ended by that signal
 
-    previous = signal.signal(signal.SIGINT, stop)
+    # SIGTERM too (a service manager's stop), until Ray starts: its driver installs its own handler
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_simulation(

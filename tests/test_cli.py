@@ -466,7 +466,16 @@ def test_closing_privacy_line_names_accountant_delta_and_budget():
     assert privacy_line({"privacy": {"epsilon": {}}}, "rdp", None) is None
 
 
-def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir):
+@pytest.mark.parametrize(
+    ("signum", "code", "word"),
+    [
+        ("SIGINT", 130, "interrupted"),
+        # a service manager's stop: it ended the in-process run without a word; now the same way out
+        # as Ctrl-C. (Once Ray runs, Ray's own SIGTERM handler ends a simulation, with its stack dump.)
+        ("SIGTERM", 143, "terminated"),
+    ],
+)
+def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir, signum, code, word):
     import os
     import signal
     import subprocess
@@ -496,7 +505,7 @@ def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir):
         header = proc.stderr.readline()
         assert header.startswith("secure-fed: fedtar, 50 rounds"), header
         time.sleep(3)  # inside setup, pretraining or round 1: work that takes far longer than 3 s
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(getattr(signal, signum))
         sent = time.monotonic()
         try:
             _, err = proc.communicate(timeout=60)
@@ -504,11 +513,11 @@ def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir):
             # where it hangs: faulthandler prints every thread's stack on SIGABRT
             proc.send_signal(signal.SIGABRT)
             _, err = proc.communicate(timeout=20)
-            pytest.fail(f"still running 60 s after SIGINT; its threads:\n{err[-8000:]}")
+            pytest.fail(f"still running 60 s after {signum}; its threads:\n{err[-8000:]}")
         waited = time.monotonic() - sent
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err
-    assert "interrupted" in err and "--resume" in err and "Traceback" not in err, err
+    assert proc.returncode == code, err
+    assert word in err and "--resume" in err and "Traceback" not in err, err
     assert waited < 15, f"took {waited:.1f} s to stop"
