@@ -212,11 +212,24 @@ def _stop_promptly_on_interrupt(trail: ServerTrail | None) -> Iterator[None]:
         logging.shutdown()
         os._exit(128 + signum)  # the shell's code for a process ended by that signal
 
-    # SIGTERM too (a service manager's stop), until Ray starts: its driver installs its own handler
+    import ray
+
+    init = ray.init
+
+    def init_keeping_ours(*args: Any, **kwargs: Any) -> Any:
+        started = init(*args, **kwargs)
+        # Ray's driver takes SIGTERM at init (its handler exits mid-round after a native stack dump)
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, stop)
+        return started
+
+    # SIGTERM too: a service manager stops a run with it
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    ray.init = init_keeping_ours
     try:
         yield
     finally:
+        ray.init = init
         for sig, handler in previous.items():
             signal.signal(sig, handler)
 

@@ -467,15 +467,16 @@ def test_closing_privacy_line_names_accountant_delta_and_budget():
 
 
 @pytest.mark.parametrize(
-    ("signum", "code", "word"),
+    ("signum", "code", "word", "engine"),
     [
-        ("SIGINT", 130, "interrupted"),
-        # a service manager's stop: it ended the in-process run without a word; now the same way out
-        # as Ctrl-C. (Once Ray runs, Ray's own SIGTERM handler ends a simulation, with its stack dump.)
-        ("SIGTERM", 143, "terminated"),
+        ("SIGINT", 130, "interrupted", "inprocess"),
+        # a service manager's stop: it ended the in-process run without a word, and a simulation
+        # through Ray's own handler (a native stack dump, exit mid-round); now the way Ctrl-C ends it
+        ("SIGTERM", 143, "terminated", "inprocess"),
+        ("SIGTERM", 143, "terminated", "simulation"),
     ],
 )
-def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir, signum, code, word):
+def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir, signum, code, word, engine):
     import os
     import signal
     import subprocess
@@ -486,7 +487,7 @@ def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir, signum, code, word):
     config.write_text(
         "[data.synth]\nsites = 3\npatients = 16\nvisits = 3\n[data]\nmax_visits = 3\n"
         f'[model]\ncache_dir = "{cache_dir}"\npretrain_steps = 150\n[train]\nthreads = 1\n'
-        '[fed]\nrounds = 50\nengine = "inprocess"\n'
+        f'[fed]\nrounds = 50\nengine = "{engine}"\n'
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "secure_fed.cli", "run", "-c", str(config), "-o", str(tmp_path / "o")],
@@ -504,7 +505,12 @@ def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir, signum, code, word):
         assert proc.stderr is not None
         header = proc.stderr.readline()
         assert header.startswith("secure-fed: fedtar, 50 rounds"), header
-        time.sleep(3)  # inside setup, pretraining or round 1: work that takes far longer than 3 s
+        if engine == "simulation":  # Ray's driver is up once a round has ended
+            started = time.monotonic()
+            while not proc.stderr.readline().startswith("round 1/"):
+                assert time.monotonic() - started < 240 and proc.poll() is None, "no round 1 from Ray"
+        else:
+            time.sleep(3)  # inside setup, pretraining or round 1: work that takes far longer than 3 s
         proc.send_signal(getattr(signal, signum))
         sent = time.monotonic()
         try:
