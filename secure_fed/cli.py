@@ -78,17 +78,33 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _config_problem(problem: str, path: Path | None, overrides: dict[str, Any]) -> str:
+    """`file: key: what is wrong; fix` for one line of a ConfigError."""
+    key = problem.split(": ", 1)[0]
+    fix = ""
+    if problem.endswith("unknown key"):
+        fix = "; remove or respell it (secure_fed/config.py defines every key)"
+    elif problem.endswith("no such config file"):
+        fix = "; pass an existing TOML file to --config"
+    elif path is not None and problem.startswith(f"{path}: ") and "(at line" in problem:
+        fix = "; fix the TOML there"
+    elif overrides.get(key) is not None:
+        fix = " (set on the command line)"
+    if path is None or problem.startswith(f"{path}: ") or overrides.get(key) is not None:
+        return problem + fix
+    return f"{path}: {problem}{fix}"
+
+
 def _config(path: Path | None, overrides: dict[str, Any]) -> RunConfig:
     try:
         return load_config(path, overrides)
     except ConfigError as err:
-        text = str(err).replace("<root>: ", "").replace("Value error, ", "")
-        lines = text.splitlines()
-        where = "" if path is None or all(ln.startswith(str(path)) for ln in lines) else f" in {path}"
-        hint = ""
-        if any(ln.endswith("unknown key") for ln in lines):
-            hint = "\nremove or respell the key (secure_fed/config.py defines every key)"
-        _fail(f"invalid configuration{where}:\n{text}{hint}")
+        # one line per problem (greppable), each naming the file and key and, where it helps, the fix
+        problems = str(err).replace("<root>: ", "").replace("Value error, ", "").splitlines()
+        lines = [_config_problem(problem, path, overrides) for problem in problems]
+        for line in lines[:-1]:
+            console.print(Text.assemble(("error:", "red"), " ", line), highlight=False, soft_wrap=True)
+        _fail(lines[-1])
         raise  # unreachable
     except (OSError, UnicodeDecodeError) as err:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)

@@ -407,7 +407,8 @@ def load_config(path: Path | None = None, overrides: dict[str, Any] | None = Non
     data: dict[str, Any] = {}
     if path is not None:
         try:
-            data = tomllib.loads(Path(path).read_text())
+            # utf-8-sig: Windows editors start a UTF-8 file with a byte-order mark, which TOML rejects
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8-sig"))
         except FileNotFoundError:
             raise ConfigError(f"{path}: no such config file") from None
         except tomllib.TOMLDecodeError as err:

@@ -281,6 +281,24 @@ def test_run_config_errors_are_one_message(tmp_path, text, named):
     _one_error(runner.invoke(app, ["run", "-c", str(path), "-o", str(tmp_path / "o")]), *named)
 
 
+def test_each_config_problem_is_one_line_with_its_file_key_and_fix(tmp_path):
+    path = tmp_path / "c.toml"
+    path.write_text("[fed]\nrouns = 3\n[dp]\nsample_rate = 2\n")
+    result = runner.invoke(app, ["run", "-c", str(path), "--rounds", "0", "-o", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert sorted(result.output.splitlines()) == sorted(
+        [
+            "error: fed.rounds: Input should be greater than or equal to 1 (set on the command line)",
+            f"error: {path}: dp.sample_rate: Input should be less than or equal to 1",
+            f"error: {path}: fed.rouns: unknown key; remove or respell it "
+            "(secure_fed/config.py defines every key)",
+        ]
+    )
+    # Windows editors start UTF-8 with a byte-order mark; TOML's parser refused it at line 1
+    path.write_bytes(b"\xef\xbb\xbf[fed]\nrounds = 0\n")
+    _one_error(runner.invoke(app, ["run", "-c", str(path), "-o", str(tmp_path / "o")]), f"{path}: fed.rounds")
+
+
 def test_run_path_errors_are_one_message(tmp_path):
     _one_error(runner.invoke(app, ["run", "-c", str(tmp_path / "none.toml")]), "none.toml", "no such config")
     _one_error(runner.invoke(app, ["run", "-c", str(tmp_path)]), str(tmp_path), "--config")
