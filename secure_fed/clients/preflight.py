@@ -10,7 +10,10 @@ from pathlib import Path
 
 from secure_fed.config import RunConfig
 
-_KEYS_HINT = "make the kit with `secure-fed keys init --out KEYS` and give this site its own copy"
+_KEYS_HINT = (
+    "make this site's kit with `secure-fed keys new --party SITE --out KEYS`, then "
+    "`secure-fed keys assemble --keys KEYS --public PUBLISHED` (docs/DEPLOYMENT.md)"
+)
 
 
 class PreflightError(ValueError):

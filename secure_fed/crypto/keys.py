@@ -41,7 +41,11 @@ FINGERPRINTS = "fingerprints.json"
 
 # a party's name becomes a file name in a key folder: no separators, no leading dot
 PARTY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_INIT_HINT = "run `secure-fed keys init --out DIR` to provision keys"
+# a deployed party's kit comes from the ceremony (keys new, he-init, assemble), a simulation's from init
+_INIT_HINT = (
+    "a party's kit is made with `secure-fed keys new` and completed with `secure-fed keys assemble` "
+    "(docs/DEPLOYMENT.md); a simulation's with `secure-fed keys init --out DIR`"
+)
 
 
 class KeyMaterialError(KeyError):
