@@ -8,28 +8,16 @@ and tokenizer_coverage.py run as documented in tests/model/test_gpu_benchmark.py
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "FLWR_TELEMETRY_ENABLED": "0"}
+from tests.scripts import run_script
 
 
 def _smoke(script: str, *args: str) -> Any:
-    done = subprocess.run(
-        [sys.executable, f"benchmarks/{script}", "--quick", *args],
-        cwd=ROOT,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    done = run_script(f"benchmarks/{script}", "--quick", *args)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(done.stdout)  # the whole of stdout is one JSON object
 

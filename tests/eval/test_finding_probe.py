@@ -3,25 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.scripts import run_script
 
 
 def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "SECURE_FED_CACHE": str(tmp_path / "cache")}
-    return subprocess.run(
-        [sys.executable, "benchmarks/finding_probe.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
+    return run_script("benchmarks/finding_probe.py", *args, env={"SECURE_FED_CACHE": str(tmp_path / "cache")})
 
 
 def test_probe_reads_references_exactly_and_scores_every_finding(tmp_path):

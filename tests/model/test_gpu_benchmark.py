@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "FLWR_TELEMETRY_ENABLED": "0"}
-
-
-def _run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args], cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600, check=False
-    )
+from tests.scripts import run_script
 
 
 def test_gpu_benchmark_command():
     # the documented command; without CUDA it must refuse in one line, not crash
-    done = _run("benchmarks/gpu.py")
+    done = run_script("benchmarks/gpu.py")
     if torch.cuda.is_available():
         assert done.returncode == 0, done.stderr
         assert set(json.loads(done.stdout)["presets"]) == {"small", "paper"}
@@ -35,7 +24,7 @@ def test_gpu_benchmark_command():
 
 
 def test_gpu_benchmark_smoke_on_cpu():
-    done = _run("benchmarks/gpu.py", "--device", "cpu", "--quick", "--presets", "paper")
+    done = run_script("benchmarks/gpu.py", "--device", "cpu", "--quick", "--presets", "paper")
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)["presets"]["paper"]
     assert result["trainable_parameters"] > 0 and result["rows_per_step"] > 0
@@ -44,7 +33,7 @@ def test_gpu_benchmark_smoke_on_cpu():
 
 
 def test_tokenizer_measurement_command():
-    done = _run("benchmarks/tokenizer_coverage.py")  # the documented command
+    done = run_script("benchmarks/tokenizer_coverage.py")  # the documented command
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     real = result["real_looking"]
@@ -55,7 +44,7 @@ def test_tokenizer_measurement_command():
 
 
 def test_threads_benchmark_command():
-    done = _run("benchmarks/threads.py")  # the documented command
+    done = run_script("benchmarks/threads.py")  # the documented command
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     cells = {(c["busy_cores"], c["threads"]): c for c in result["cells"]}
