@@ -249,17 +249,15 @@ def _op_times(step: Step, repeats: int) -> dict[str, tuple[float, int]]:
     return {e.key: (e.self_cpu_time_total / 1e3 / repeats, e.count // repeats) for e in prof.key_averages()}
 
 
-def profile_dp(step: Step, repeats: int) -> list[dict[str, Any]]:
+def top_ops(ops: dict[str, tuple[float, int]]) -> list[dict[str, Any]]:
     """Where a DP step's time goes: the top operators by self CPU time."""
-    ops = _op_times(step, repeats)
     top = sorted(ops, key=lambda k: ops[k][0], reverse=True)[:12]
     return [{"op": k, "self_ms_per_step": ops[k][0], "calls": ops[k][1]} for k in top]
 
 
-def profile_premium(plain: Step, private: Step, repeats: int) -> dict[str, Any]:
+def premium_ops(before: dict[str, tuple[float, int]], after: dict[str, tuple[float, int]]) -> dict[str, Any]:
     """Where the DP premium goes: per operator, self CPU ms per step of the DP step minus the
     non-private one (profiled back to back), the largest first; the profiler's own cost is in both."""
-    before, after = _op_times(plain, repeats), _op_times(private, repeats)
     premium = {
         k: after.get(k, (0.0, 0))[0] - before.get(k, (0.0, 0))[0] for k in before.keys() | after.keys()
     }
@@ -311,8 +309,10 @@ def bench_preset(preset: str, cache: Path, args: argparse.Namespace, modes: list
     }
     out["dp_split"] = phase_split(setup, max(3, repeats // 3), fastest_dp.removeprefix("dp_"))
     if args.profile:
-        out["dp_profile_top_ops"] = profile_dp(steps[fastest_dp], 3)
-        out["dp_premium"] = profile_premium(steps["non_private"], steps[fastest_dp], 10)
+        # one profile of each step serves both fields
+        private = _op_times(steps[fastest_dp], 10)
+        out["dp_profile_top_ops"] = top_ops(private)
+        out["dp_premium"] = premium_ops(_op_times(steps["non_private"], 10), private)
     return out
 
 
