@@ -137,10 +137,6 @@ def train_copies(
                 index.append(torch.zeros(0, dtype=torch.long))
                 continue
             loss = c(g.images[rows], g.input_ids[rows], g.profiles[rows])
-            if settings.prox_mu > 0:
-                # FedProx: μ/2 ‖w − w_global‖², spread over rows so per-row DP accounting holds.
-                prox = sum(((p - start_on[n]) ** 2).sum() for n, p in _trainable(c))
-                loss = loss + settings.prox_mu / 2 * prox / rows.numel()
             losses.append(loss)
             index.append(g.patient_slot[rows])
             loss_sum += float(loss.detach().sum())
@@ -148,6 +144,15 @@ def train_copies(
         for opt in optims:
             opt.zero_grad(set_to_none=True)
         grads.backward(copies, losses, index)
+        if settings.prox_mu > 0:
+            # FedProx's μ/2 ‖w − w_global‖² depends on no patient: its gradient is added after the
+            # gradient was privatised (post-processing, as FM2 adds it). Inside the loss it never
+            # reached DP-SGD's per-row gradients, so privatising dropped it, and a share of it in
+            # each row would tie one patient's clipped gradient to the others' row count.
+            for c in copies:
+                for n, p in _trainable(c):
+                    pull = settings.prox_mu * (p.detach() - start_on[n])
+                    p.grad = pull if p.grad is None else p.grad + pull
         for c, opt in zip(copies, optims, strict=True):
             if correction is not None:
                 for n, p in _trainable(c):
