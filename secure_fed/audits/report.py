@@ -7,11 +7,14 @@ figure on the page; the CSV is the mechanism table.
 
 from __future__ import annotations
 
+import base64
 import csv
+import hashlib
 import html
 import io
 import json
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, fields
 from datetime import UTC, datetime
@@ -100,7 +103,28 @@ def plot_svg(data: ReportData) -> str:
         figure.savefig(buffer, format="svg")
     svg = buffer.getvalue()
     # Drop the XML prolog and DOCTYPE (which names an external DTD) so the SVG can sit inline.
-    return svg[svg.index("<svg") :]
+    return presentational(svg[svg.index("<svg") :])
+
+
+_SVG_STYLE = re.compile(r'<style type="text/css">\*\{([^}<]*)\}</style>')
+_STYLE_ATTR = re.compile(r'\sstyle="([^"]*)"')
+
+
+def presentational(svg: str) -> str:
+    """The SVG with its CSS as presentation attributes: the page's CSP allows no inline style but
+    its own stylesheet (by hash), so a `style` attribute or matplotlib's `*{…}` block would be
+    dropped by the browser, and the plot drawn without its colours."""
+
+    def attributes(css: str) -> str:
+        pairs = (item.split(":", 1) for item in css.split(";") if ":" in item)
+        return "".join(f' {name.strip()}="{html.escape(value.strip())}"' for name, value in pairs)
+
+    defaults = _SVG_STYLE.search(svg)
+    svg = _SVG_STYLE.sub("", svg)
+    svg = _STYLE_ATTR.sub(lambda match: attributes(match.group(1)), svg)
+    if defaults is not None:  # `*{…}` applied to every element: inherited from the root instead
+        svg = svg.replace("<svg ", "<svg" + attributes(defaults.group(1)) + " ", 1)
+    return svg
 
 
 def _guarantee_sentence(g: Guarantee, refusals: list[dict[str, Any]]) -> str:
@@ -193,7 +217,7 @@ def _instruction_line(data: ReportData) -> str:
 
 
 def _summary(data: ReportData) -> str:
-    period = f" from {data.period[0][:19]} to {data.period[1][:19]} UTC" if data.period else ""
+    period = f" from {_e(data.period[0][:19])} to {_e(data.period[1][:19])} UTC" if data.period else ""
     run = f"the federated training run <b>{_e(', '.join(data.run_ids))}</b>{period}"
     verdict = data.verification
     if verdict.get("ok"):
@@ -536,9 +560,11 @@ def _empirical_html(data: ReportData) -> str:
 
 def render_html(data: ReportData) -> str:
     generated = datetime.now(UTC).isoformat(timespec="seconds")
+    # Only this stylesheet may style the page: markup that got in through a log could not add any.
+    style = "'sha256-" + base64.b64encode(hashlib.sha256(_CSS.encode("utf-8")).digest()).decode() + "'"
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
-        "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
+        f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src {style}; "
         'img-src data:">'
         f"<title>Privacy compliance report — {_e(', '.join(data.run_ids))}</title>"
         f"<style>{_CSS}</style></head><body>"

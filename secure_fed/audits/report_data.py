@@ -23,7 +23,7 @@ from secure_fed.audits.payloads import RunSettings, round_sites, run_settings
 from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
 from secure_fed.audits.reader import read_log
 from secure_fed.audits.records import shape_problem
-from secure_fed.audits.verify import Verification
+from secure_fed.audits.verify import Verification, time_problem
 
 
 @dataclass(frozen=True)
@@ -391,7 +391,8 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
             data.run_ids.append(record["run_id"])
         if record["party"] not in data.parties:
             data.parties.append(record["party"])
-        times.append(record["time"])
+        if time_problem(record["time"]) is None:  # a forged time is the verifier's finding, never a period
+            times.append(record["time"])
         event, payload = record["event"], record["payload"]
         if event == "privacy":
             row = _row(record, verification)

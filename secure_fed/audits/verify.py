@@ -30,9 +30,11 @@ those too, so they would prove nothing.
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +50,21 @@ from secure_fed.audits.payloads import instruction_problem, record_round, round_
 from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
 from secure_fed.audits.reader import TORN, Line, read_log
 from secure_fed.audits.records import GENESIS_HASH, record_hash, shape_problem, signature_holds
+
+# What AuditLog writes: datetime.now(UTC).isoformat(timespec="microseconds"). Anything else in a
+# `time` field was not written by the log (and would reach the report's page as text).
+_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,6})?\+00:00", re.ASCII)
+
+
+def time_problem(value: str) -> str | None:
+    """Why a record's `time` is not the ISO 8601 UTC stamp the log writes, or None."""
+    if not _TIME.fullmatch(value):
+        return f"time {value[:40]!r} is not an ISO 8601 UTC time (YYYY-MM-DDTHH:MM:SS.ffffff+00:00)"
+    try:
+        datetime.fromisoformat(value)
+    except ValueError:
+        return f"time {value!r} is no calendar time"
+    return None
 
 
 @dataclass(frozen=True)
@@ -217,6 +234,7 @@ class _Checker:
         state = _LogState(path)
         expected_seq, prev_hash = 0, GENESIS_HASH
         last_record: tuple[Line, dict[str, Any]] | None = None
+        last_time: datetime | None = None
         if not lines:
             self.report(path, None, "empty log (truncated: no head record)")
             return state
@@ -234,6 +252,21 @@ class _Checker:
                 state.party, state.run_id = record["party"], record["run_id"]
             self.signature_problem(path, line, record)
             seq = record["seq"]
+            bad_time = time_problem(record["time"])
+            if bad_time:
+                self.report(path, line, bad_time, seq)
+            else:
+                # A log is written in order: a time before its predecessor's was set by hand.
+                when = datetime.fromisoformat(record["time"])
+                if last_time is not None and when < last_time:
+                    self.report(
+                        path,
+                        line,
+                        f"time {record['time']} is earlier than the record before it "
+                        f"({last_time.isoformat()})",
+                        seq,
+                    )
+                last_time = when
             if record["party"] != state.party:
                 self.report(
                     path,
@@ -293,6 +326,9 @@ class _Checker:
             self.report(path, line, f"embedded record is malformed: {shape}", record["seq"])
             return
         label = f"embedded {inner['party']} record seq {inner['seq']}: "
+        bad_time = time_problem(inner["time"])
+        if bad_time:
+            self.report(path, line, f"{label}{bad_time}", record["seq"])
         if self.signature_problem(path, line, inner, label):
             return
         if inner["run_id"] != record["run_id"]:
