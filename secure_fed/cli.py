@@ -588,17 +588,31 @@ def keys_assemble(
     public: Annotated[
         Path, typer.Option(help="folder of every party's published .pub and he/public.tenseal")
     ],
+    expect: Annotated[
+        Path,
+        typer.Option(
+            help="parties.json agreed out of band, not via the server: "
+            '{"he_public": sha256, "signing": {party: sha256}} as keys new / he-init printed them'
+        ),
+    ],
+    expect_digest: Annotated[
+        str | None,
+        typer.Option(help="the ceremony digest the parties agreed on; refused if these keys give another"),
+    ] = None,
 ) -> None:
-    """Pin every party's published key and the CKKS public context in this party's kit.
+    """Pin exactly the expected parties' published keys and the CKKS public context in this kit.
 
-    Example: secure-fed keys assemble --keys site0-keys --public published
+    Example: secure-fed keys assemble --keys site0-keys --public published --expect parties.json
     """
-    from secure_fed.crypto.key_ceremony import assemble
+    from secure_fed.crypto.key_ceremony import assemble, ceremony_digest, load_expectation
 
-    fingerprints = _ceremony(assemble, keys, public)
+    expected = _ceremony(load_expectation, expect)
+    fingerprints = _ceremony(assemble, keys, public, expected, expect_digest)
     typer.echo(f"{keys / 'fingerprints.json'}: he_public {fingerprints['he_public']}")
     for party, fingerprint in fingerprints["signing"].items():
         typer.echo(f"  {party}  {fingerprint}")
+    typer.echo(f"ceremony digest {ceremony_digest(fingerprints)}")
+    typer.echo("  compare it with every other party out of band (a call, a letter): all must read the same")
 
 
 @keys_app.command("export-public")

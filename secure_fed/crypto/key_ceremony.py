@@ -8,16 +8,21 @@ whoever ran it held every hospital's signing key. In a deployment:
 2. one site, the CKKS key holder, runs `keys he-init --out DIR`: `he/secret.tenseal` goes to the
    other sites over their own channel (the sites are the only parties able to decrypt, and a single
    site's ciphertext decrypts only to masked values), `he/public.tenseal` to everyone;
-3. each party runs `keys assemble --keys DIR --public PUBLIC` with the published halves: their
-   `.pub` files and `he/public.tenseal` are copied in and `fingerprints.json` written, identical
-   for every party, so the kit pins exactly the keys that were published;
-4. `keys export-public --keys DIR --out PUBLIC` makes the folder a verifier (or the next party)
+3. the parties agree, over a channel the server does not relay (a call, a signed letter), on
+   `parties.json`: every party's name and the fingerprint its `keys new` printed, and the public
+   context's from `keys he-init` (`load_expectation`);
+4. each party runs `keys assemble --keys DIR --public PUBLIC --expect parties.json` with the
+   published halves: they are copied in only if they are exactly the expected ones, and
+   `fingerprints.json` is written, identical for every party; the one digest it prints
+   (`ceremony_digest`) is compared between the parties out of band;
+5. `keys export-public --keys DIR --out PUBLIC` makes the folder a verifier (or the next party)
    receives: public keys, the public context and fingerprints, never a private file.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
@@ -86,12 +91,59 @@ def new_he_context(
     return sha256_hex(public)
 
 
-def assemble(keys_dir: Path | str, public_dir: Path | str) -> dict[str, Any]:
+EXPECT_KEYS = ("he_public", "signing")
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def load_expectation(path: Path | str) -> dict[str, Any]:
+    """The keys every party expects, as agreed over a channel the server does not relay (a call
+    between the hospitals, a signed letter): `{"he_public": sha256, "signing": {party: sha256}}`,
+    each hash as `keys new` / `keys he-init` printed it."""
+    path = Path(path)
+    shape = '{"he_public": "<sha256>", "signing": {"<party>": "<sha256>", ...}}'
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise KeyMaterialError(
+            f"{path}: no such file; write the parties' names and fingerprints, as each party read "
+            f"them to the others out of band, as {shape}"
+        ) from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise KeyMaterialError(f"{path}: not a JSON expectation ({err}); expected {shape}") from None
+    if not isinstance(data, dict) or sorted(data) != sorted(EXPECT_KEYS):
+        raise KeyMaterialError(f"{path}: expected exactly {shape}")
+    signing, he_public = data["signing"], data["he_public"]
+    if not isinstance(signing, dict) or not signing:
+        raise KeyMaterialError(f"{path}: signing: name every party (the server and each site) and its sha256")
+    _check_parties(list(signing))
+    for party, fingerprint in [*signing.items(), ("he_public", he_public)]:
+        if not isinstance(fingerprint, str) or not _HEX64.match(fingerprint.lower()):
+            raise KeyMaterialError(f"{path}: {party}: not a sha256 (64 hex digits) as `keys new` prints it")
+    return {"he_public": he_public.lower(), "signing": {p: f.lower() for p, f in signing.items()}}
+
+
+def ceremony_digest(fingerprints: dict[str, Any]) -> str:
+    """One hash of the whole pinned set (names, signing keys, CKKS public context): identical at
+    every party exactly when their kits pin the same keys: one line to compare out of band."""
+    pinned = {"he_public": fingerprints["he_public"], "signing": fingerprints["signing"]}
+    return sha256_hex(json.dumps(pinned, sort_keys=True, separators=(",", ":")).encode())
+
+
+def assemble(
+    keys_dir: Path | str,
+    public_dir: Path | str,
+    expect: dict[str, Any],
+    expect_digest: str | None = None,
+) -> dict[str, Any]:
     """Bring the published halves in `public_dir` (`<party>.pub`, in `signing/` or not, and
     `he/public.tenseal`) into this party's `keys_dir` and pin them in `fingerprints.json`.
 
-    A `.pub` that contradicts one already in `keys_dir` (this party's own, or one assembled before)
-    is refused, never overwritten: that is a substituted key."""
+    Whoever relays `public_dir` (the server, in practice) could swap a key for one it holds or add
+    parties of its own, and then play a site's SecAgg+ neighbours. So the kit pins exactly the
+    parties and fingerprints of `expect` (`load_expectation`), which came over a channel the relay
+    does not control: a name not in it, a missing party, or a fingerprint that differs (so also a
+    `.pub` that contradicts one already in the kit) is refused, and nothing is written. `expect_digest`,
+    when given, must equal the `ceremony_digest` of the result."""
     root, public = Path(keys_dir), Path(public_dir)
     source = public / SIGNING_DIR if (public / SIGNING_DIR).is_dir() else public
     offered = sorted(source.glob("*.pub"))
@@ -103,47 +155,68 @@ def assemble(keys_dir: Path | str, public_dir: Path | str) -> dict[str, Any]:
             f"{root}: no private signing key (signing/<party>.pem); give the folder "
             f"`secure-fed keys new --out` made for this party"
         )
-    _private_dir(root / SIGNING_DIR)
-    for pub_path in offered:
-        key = _load_public_key(pub_path)
-        mine = root / SIGNING_DIR / pub_path.name
-        if mine.exists() and public_key_fingerprint(_load_public_key(mine)) != public_key_fingerprint(key):
+    expected = expect["signing"]
+    held = sorted((root / SIGNING_DIR).glob("*.pub"))
+    pinned: dict[str, str] = {}
+    for pub_path in [*held, *offered]:
+        party, fingerprint = pub_path.stem, public_key_fingerprint(_load_public_key(pub_path))
+        if party not in expected:
             raise KeyMaterialError(
-                f"{pub_path}: differs from {mine} already in the kit; refusing a replaced key"
+                f"{pub_path}: party {party!r} is not among the expected parties "
+                f"({', '.join(sorted(expected))}); refusing a party nobody agreed to"
             )
-        if not mine.exists():
-            _write(mine, pub_path.read_bytes(), 0o644)
+        if fingerprint != expected[party]:
+            raise KeyMaterialError(
+                f"{pub_path}: fingerprint {fingerprint[:16]}… is not the expected {expected[party][:16]}… "
+                f"for {party!r}; refusing a substituted key (compare with {party} out of band)"
+            )
+        # a held key and an offered one of the same party both equal the expected one by now
+        pinned[party] = fingerprint
+    missing = sorted(set(expected) - set(pinned))
+    if missing:
+        raise KeyMaterialError(f"{source}: no .pub of expected {missing}; collect every party's key there")
+    for pem in (root / SIGNING_DIR).glob("*.pem"):
+        if pem.stem not in pinned:
+            raise KeyMaterialError(f"{pem}: its public half {pem.stem}.pub is not in the kit")
     own_public, offered_public = public_context_path(root), public_context_path(public)
-    if offered_public.exists():
-        if own_public.exists() and own_public.read_bytes() != offered_public.read_bytes():
-            raise KeyMaterialError(
-                f"{offered_public}: differs from {own_public}; refusing a replaced context"
-            )
-        if not own_public.exists():
-            _private_dir(root / HE_DIR)
-            _write(own_public, offered_public.read_bytes(), 0o644)
-    if not own_public.exists():
+    context_path = own_public if own_public.exists() else offered_public
+    if not context_path.exists():
         raise KeyMaterialError(
             f"{offered_public}: missing; the CKKS key holder publishes it (`keys he-init`)"
         )
-    signing = {
-        p.stem: public_key_fingerprint(_load_public_key(p))
-        for p in sorted((root / SIGNING_DIR).glob("*.pub"))
-    }
-    for pem in (root / SIGNING_DIR).glob("*.pem"):
-        if pem.stem not in signing:
-            raise KeyMaterialError(f"{pem}: its public half {pem.stem}.pub is not in the kit")
+    public_bytes = context_path.read_bytes()
+    if offered_public.exists() and own_public.exists() and offered_public.read_bytes() != public_bytes:
+        raise KeyMaterialError(f"{offered_public}: differs from {own_public}; refusing a replaced context")
+    if sha256_hex(public_bytes) != expect["he_public"]:
+        raise KeyMaterialError(
+            f"{context_path}: sha256 {sha256_hex(public_bytes)[:16]}… is not the expected he_public "
+            f"{expect['he_public'][:16]}…; refusing a substituted CKKS context"
+        )
     secret = secret_context_path(root)
-    public_bytes = own_public.read_bytes()
     if secret.exists() and ckks.he_key_id(ts.context_from(secret.read_bytes())) != sha256_hex(public_bytes):
-        raise KeyMaterialError(f"{secret}: not the secret of {own_public}")
+        raise KeyMaterialError(f"{secret}: not the secret of {context_path}")
     fingerprints = {
         "he_public": sha256_hex(public_bytes),
         # the secret's own hash would differ between the sites that hold it and those that do not;
         # the secret is checked against he_public instead (load_he_context)
         "he_secret": "",
-        "signing": signing,
+        "signing": dict(sorted(pinned.items())),
     }
+    digest = ceremony_digest(fingerprints)
+    if expect_digest is not None and expect_digest.strip().lower() != digest:
+        raise KeyMaterialError(
+            f"{public}: these keys' ceremony digest {digest} is not the agreed {expect_digest.strip()}; "
+            "some party was shown other keys"
+        )
+    # every check passed: only now does anything reach the kit
+    _private_dir(root / SIGNING_DIR)
+    for pub_path in offered:
+        mine = root / SIGNING_DIR / pub_path.name
+        if not mine.exists():
+            _write(mine, pub_path.read_bytes(), 0o644)
+    if not own_public.exists():
+        _private_dir(root / HE_DIR)
+        _write(own_public, public_bytes, 0o644)
     _write(root / FINGERPRINTS, (json.dumps(fingerprints, indent=2, sort_keys=True) + "\n").encode(), 0o644)
     return fingerprints
 

@@ -112,17 +112,19 @@ def test_a_substituted_public_key_is_refused(ceremony: Path, tmp_path: Path) -> 
     kit = tmp_path / "site2-kit"
     shutil.copytree(ceremony / "site2-keys", kit)
     before = (kit / "fingerprints.json").read_text()
-    with pytest.raises(KeyMaterialError, match="refusing a replaced key"):
-        assemble(kit, published)
+    agreed = load_fingerprints(kit)
+    with pytest.raises(KeyMaterialError, match="refusing a substituted key"):
+        assemble(kit, published, {"he_public": agreed["he_public"], "signing": agreed["signing"]})
     assert (kit / "fingerprints.json").read_text() == before
 
 
 def test_a_kit_without_the_ckks_public_context_is_refused(tmp_path: Path) -> None:
     from secure_fed.crypto.key_ceremony import new_signing_key
 
-    new_signing_key(tmp_path / "mine", "site0")
+    fingerprint = new_signing_key(tmp_path / "mine", "site0")
     with pytest.raises(KeyMaterialError, match="public.tenseal"):
-        assemble(tmp_path / "mine", tmp_path / "mine" / "signing")
+        expect = {"he_public": "0" * 64, "signing": {"site0": fingerprint}}
+        assemble(tmp_path / "mine", tmp_path / "mine" / "signing", expect)
     assert not (tmp_path / "mine" / "fingerprints.json").exists()
 
 
@@ -141,7 +143,10 @@ def test_keys_new_never_replaces_a_key(tmp_path: Path) -> None:
     ("args", "names"),
     [
         (["keys", "new", "--party", "bad name!", "--out", "{tmp}/k"], "party names"),
-        (["keys", "assemble", "--keys", "{tmp}/k", "--public", "{tmp}/nothing"], "no <party>.pub files"),
+        (
+            ["keys", "assemble", "--keys", "{tmp}/k", "--public", "{tmp}/no", "--expect", "{tmp}/p.json"],
+            "p.json: no such file",
+        ),
         (["keys", "export-public", "--keys", "{tmp}/nothing", "--out", "{tmp}/pub"], "fingerprints.json"),
     ],
 )
