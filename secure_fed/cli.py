@@ -69,6 +69,10 @@ certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates and SuperNo
 app.add_typer(certs_app, name="certs")
 ledger_app = typer.Typer(no_args_is_help=True, help="A site's persistent privacy ledger (ε across runs).")
 app.add_typer(ledger_app, name="ledger")
+code_app = typer.Typer(
+    no_args_is_help=True, help="The code a deployed site runs: review a run's FAB, approve (pin) its hash."
+)
+app.add_typer(code_app, name="code")
 console = Console(stderr=True)
 
 
@@ -385,10 +389,13 @@ def client(
         check_node(policy, config, site, keys, root_certificates, auth_key)
     except PreflightError as err:
         _fail(str(err))
+    approvals = None if prepare_only else _approved_fabs(policy, config)
     # Absolute paths: the SuperNode's ClientApp processes and a service file run from other folders.
     node_config = f"site='{site}' config-file='{config.resolve()}'"
     if keys is not None:
         node_config += f" keys-dir='{keys.resolve()}'"
+    if approvals is not None:
+        node_config += f" approved-fabs='{approvals}'"
     root_certificates = root_certificates.resolve() if root_certificates is not None else None
     auth_key = auth_key.resolve() if auth_key is not None else None
     beside = Path(sys.executable).parent / "flower-supernode"
@@ -399,10 +406,20 @@ def client(
     cmd += ["--insecure"] if insecure else ["--root-certificates", str(root_certificates)]
     if auth_key is not None:
         cmd += ["--auth-supernode-private-key", str(auth_key)]
+    from secure_fed.clients.approved_app import launcher_text, node_path, write_launcher
+
+    # Flower's SuperExec starts `flwr-clientapp` from PATH for every message; ours comes first, and
+    # runs the site's installed code for approved FABs only (secure_fed/clients/approved_app.py).
+    node_bin = Path(policy.out).resolve() / "node-bin"
+    env = {**os.environ, "PATH": node_path(node_bin, os.environ.get("PATH"))}
+    if not prepare_only:
+        write_launcher(node_bin)
     if dry_run:
         import shlex
 
-        typer.echo(shlex.join(cmd))  # quoted, unwrapped: ready to paste into a service file
+        typer.echo(f"# {node_bin / 'flwr-clientapp'}: {launcher_text().splitlines()[-1]}")
+        # quoted, unwrapped: ready to paste into a service file
+        typer.echo(shlex.join(["env", f"PATH={env['PATH']}", *cmd]))
         return
     from secure_fed.clients.preflight import prepare_site
     from secure_fed.clients.supervise import run_node
@@ -423,7 +440,7 @@ def client(
     # Its SuperExec child would outlive it; run_node ends the whole process group with it.
     tls = "without TLS" if insecure else f"with TLS (CA {root_certificates})"
     console.print(f"{site}: SuperNode dialling SuperLink {superlink} {tls}")
-    status = run_node(cmd, env=os.environ)
+    status = run_node(cmd, env=env)
     if status not in (0, 130, 143):  # not a clean end, nor Ctrl-C / SIGTERM from the operator
         console.print(
             f"[red]error:[/red] {site}: the SuperNode dialling {superlink} {tls} ended with status "
@@ -432,6 +449,28 @@ def client(
             "match; certificate: it must name the host in --superlink)"
         )
     raise typer.Exit(status)
+
+
+def _approved_fabs(policy: RunConfig, config: Path) -> Path:
+    """The site's approval list, absolute; refused when it pins no FAB (the node would run nothing)."""
+    from secure_fed.clients.approved_app import ApprovalError, approved_hashes
+
+    if policy.deploy.approved_fabs is None:
+        _fail(
+            f"{config}: [deploy] approved_fabs is not set: name the file that pins the FABs this site "
+            f"runs, then `secure-fed code review FAB` and `secure-fed code approve FAB --config {config}`"
+        )
+    approvals = Path(str(policy.deploy.approved_fabs)).resolve()
+    try:
+        pinned = approved_hashes(approvals)
+    except ApprovalError as err:
+        _fail(str(err))
+    if not pinned:
+        _fail(
+            f"{approvals}: this site has approved no FAB: review the run's FAB with `secure-fed code "
+            f"review FAB`, then `secure-fed code approve FAB --config {config}`"
+        )
+    return approvals
 
 
 @data_app.command("synth")
@@ -855,6 +894,66 @@ def audit_empirical(
         console.print(
             f"wrote {report}; check with: secure-fed audit verify {folder}/audit/*.jsonl --keys {folder}/keys"
         )
+
+
+def _approvals_of(config: Path) -> Path:
+    policy = _config(config, {})
+    if policy.deploy.approved_fabs is None:
+        _fail(f"{config}: [deploy] approved_fabs is not set: name the file that pins the FABs it approves")
+    return Path(str(policy.deploy.approved_fabs))
+
+
+@code_app.command("review")
+def code_review(
+    fab: Annotated[Path, typer.Argument(help="the run's FAB (`flwr build` makes it from the project)")],
+    config: Annotated[
+        Path | None, typer.Option("--config", "-c", help="the site's policy: also say whether it is approved")
+    ] = None,
+) -> None:
+    """List the FAB's files against the site's installed secure_fed and print its SHA-256.
+
+    The node never runs the FAB's code: for an approved FAB it runs the site's installed package.
+    Files that differ show where the coordinator's release and this site's install part.
+    """
+    from secure_fed.clients.approved_app import ApprovalError, approved_hashes, package_digest, review_fab
+
+    try:
+        found = review_fab(fab)
+        pinned = approved_hashes(_approvals_of(config)) if config is not None else None
+    except ApprovalError as err:
+        _fail(str(err))
+    for name, status in found.files:
+        typer.echo(f"  {status:<26} {name}")
+    for name in found.missing:
+        typer.echo(f"  {'missing from the FAB':<26} {name}")
+    differ = sum(status != "same" for _, status in found.files if status != "not code") + len(found.missing)
+    typer.echo(f"{len(found.files)} files; {differ} differ from the site's installed secure_fed")
+    typer.echo(f"installed package digest {package_digest()} (the code the node runs)")
+    state = "" if pinned is None else (" (approved)" if found.sha256 in pinned else " (not approved)")
+    typer.echo(f"FAB sha256 {found.sha256}{state}")
+
+
+@code_app.command("approve")
+def code_approve(
+    fab: Annotated[Path, typer.Argument(help="the FAB reviewed with `secure-fed code review`")],
+    config: Annotated[Path, typer.Option("--config", "-c", help="the site's policy: [deploy] approved_fabs")],
+    note: Annotated[str, typer.Option(help="why, e.g. the release or ticket it belongs to")] = "",
+    by: Annotated[str | None, typer.Option(help="who approves (default: the login name)")] = None,
+) -> None:
+    """Pin the FAB's SHA-256 in the site's approval list: the node runs runs of it, and no other.
+
+    Example: secure-fed code approve secure-fed.secure-fed.0-1-0.1a2b3c4d.fab --config site0.toml
+    """
+    import getpass
+
+    from secure_fed.clients.approved_app import ApprovalError, approve_fab
+
+    approvals = _approvals_of(config)
+    try:
+        sha, added = approve_fab(approvals, fab, by or getpass.getuser(), note)
+    except ApprovalError as err:
+        _fail(str(err))
+    typer.echo(f"{approvals}: FAB sha256 {sha} {'approved' if added else 'was already approved'}")
 
 
 def main() -> None:

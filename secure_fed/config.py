@@ -314,6 +314,14 @@ class AuditConfig(_Strict):
     keys_dir: Path | None = Field(None, description="Ed25519 keys; None = ephemeral keys in out/")
 
 
+class DeployConfig(_Strict):
+    approved_fabs: Path | None = Field(
+        None,
+        description="a deployed site's list of approved FAB SHA-256s (`secure-fed code approve` writes it); "
+        "its node runs only runs of these FABs, with the site's own installed code",
+    )
+
+
 class RunConfig(_Strict):
     seed: int = 0
     out: Path = Path("runs/default")
@@ -326,6 +334,7 @@ class RunConfig(_Strict):
     secagg: SecAggConfig = SecAggConfig()
     he: HEConfig = HEConfig()
     audit: AuditConfig = AuditConfig()
+    deploy: DeployConfig = DeployConfig()
 
     @model_validator(mode="after")
     def _he_keys(self) -> RunConfig:

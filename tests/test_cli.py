@@ -70,8 +70,11 @@ def _node_kit(tmp_path: Path) -> tuple[Path, Path, Path]:
 
 def test_client_builds_a_hardened_supernode_command(tmp_path, monkeypatch):
     keys, ca, node_key = _node_kit(tmp_path)
-    policy = tmp_path / "site0.toml"
-    policy.write_text("[dp]\nenabled = true\ntarget_epsilon = 4.0\n")
+    policy, approvals = tmp_path / "site0.toml", tmp_path / "approved.json"
+    policy.write_text(
+        f'[dp]\nenabled = true\ntarget_epsilon = 4.0\n[deploy]\napproved_fabs = "{approvals}"\n'
+    )
+    approvals.write_text(json.dumps({"approved": [{"sha256": "0" * 64}]}))  # `secure-fed code approve`
     base = ["client", "--site", "site0", "--config", str(policy), "--superlink", "link.example:9092"]
     refused = runner.invoke(app, [*base, "--keys", str(keys), "--dry-run"])
     assert refused.exit_code == 2 and "--root-certificates" in refused.output  # no TLS, no node
@@ -92,14 +95,16 @@ def test_client_builds_a_hardened_supernode_command(tmp_path, monkeypatch):
         ],
     )
     assert shown.exit_code == 0, shown.output
-    cmd = shlex.split(shown.output)
-    assert cmd[0].endswith("flower-supernode") and "--insecure" not in cmd
+    cmd = shlex.split(shown.output.strip().splitlines()[-1])  # `env PATH=... flower-supernode ...`
+    cmd = cmd[next(k for k, word in enumerate(cmd) if word.endswith("flower-supernode")) :]
+    assert "--insecure" not in cmd
     flags = dict(zip(cmd[1::2], cmd[2::2], strict=False))
     assert flags["--superlink"] == "link.example:9092" and flags["--root-certificates"] == str(ca.resolve())
     assert flags["--auth-supernode-private-key"] == str(node_key.resolve())
     assert (flags["--host"], flags["--port"]) == ("127.0.0.1", "9200")  # the Runtime API stays local
     assert flags["--node-config"] == (
-        f"site='site0' config-file='{policy.resolve()}' keys-dir='{keys.resolve()}'"
+        f"site='site0' config-file='{policy.resolve()}' keys-dir='{keys.resolve()}' "
+        f"approved-fabs='{approvals.resolve()}'"
     )
 
 

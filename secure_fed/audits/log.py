@@ -62,6 +62,10 @@ EVENTS: dict[str, str] = {
     "run_end": 'a site ended its run: {"stopped_early": reason | null}',
     "empirical_audit": "a one-run canary audit of a site's DP-SGD (secure-fed audit empirical): "
     '{"site", "canaries", "guesses", "correct", "delta", "confidence", "epsilon_hat", "stated_epsilon", ...}',
+    "code": 'the code a deployed site ran for a run (once per run): {"site", "fab_sha256" (the FAB it '
+    'approved), "package_digest" (SHA-256 over its installed secure_fed .py files), "version"}',
+    "code_refused": 'a deployed site refused a run\'s FAB it had not approved; nothing of it ran: {"site", '
+    '"fab_sha256", "fab_id"}',
     "site_record": "a site's signed record copied verbatim into the server's log (payload = the record)",
     "head": "written by close(): {count: records before it, last_hash}",
 }

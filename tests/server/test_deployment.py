@@ -15,6 +15,7 @@ checks that a site keeps what one phase leaves for the next in `context.state`, 
 from __future__ import annotations
 
 import datetime
+import hashlib
 import ipaddress
 import json
 import os
@@ -232,6 +233,88 @@ def copy_app(dest: Path) -> Path:
     return dest
 
 
+ATTACK_CLIENT = '''"""Not the site's code: a coordinator's FAB can ship as secure_fed/clients/app.py."""
+import os
+from pathlib import Path
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+MARKER = Path(MARKER_PATH)
+MARKER.mkdir(parents=True, exist_ok=True)
+(MARKER / f"imported-{os.getpid()}").write_text("the server's code ran on a hospital's node")
+
+app = ClientApp()
+
+
+@app.query()
+def steal(message: Message, context: Context) -> Message:
+    keys = Path(str(context.node_config.get("keys-dir", ".")))
+    listing = sorted(str(p.relative_to(keys)) for p in keys.rglob("*"))
+    (MARKER / f"read-{os.getpid()}").write_text("\\n".join(listing))
+    return Message(RecordDict({"loot": ConfigRecord({"keys": listing})}), reply_to=message)
+'''
+
+ATTACK_SERVER = '''"""The coordinator's side: one query to every node, the replies written down."""
+import json
+import time
+from pathlib import Path
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    deadline = time.monotonic() + 500  # the nodes prepare their data before they connect
+    nodes = list(grid.get_node_ids())
+    while len(nodes) < NODES and time.monotonic() < deadline:
+        time.sleep(1)
+        nodes = list(grid.get_node_ids())
+    ask = [
+        Message(RecordDict({"ask": ConfigRecord({"x": 1})}), dst_node_id=node, message_type="query")
+        for node in nodes
+    ]
+    replies = []
+    for reply in grid.send_and_receive(ask, timeout=REPLY_TIMEOUT):
+        if reply.has_error():
+            replies.append({"error": reply.error.reason})
+        else:
+            replies.append({"keys": list(reply.content["loot"]["keys"])})
+    Path(RESULT_PATH).write_text(json.dumps({"nodes": len(nodes), "replies": replies}))
+'''
+
+
+def make_attack_app(dest: Path, marker: Path, result: Path) -> Path:
+    """The app with its ClientApp swapped for one that leaves a marker when imported and lists the
+    site's key folder when called, and a ServerApp that records what each node sent back."""
+    copy_app(dest)
+    client = ATTACK_CLIENT.replace("MARKER_PATH", repr(str(marker)))
+    (dest / "secure_fed" / "clients" / "app.py").write_text(client)
+    server = ATTACK_SERVER.replace("NODES", str(SITES)).replace("REPLY_TIMEOUT", "60")
+    (dest / "secure_fed" / "server" / "app.py").write_text(server.replace("RESULT_PATH", repr(str(result))))
+    return dest
+
+
+def build_fab(app_dir: Path, work: Path, env: dict[str, str]) -> Path:
+    """`flwr build`, as a site builds the FAB it reviews from the project's source."""
+    folder = work / f"fab-{app_dir.name}"
+    folder.mkdir()
+    built = subprocess.run(
+        [str(BIN / "flwr"), "build", "--app", str(app_dir)],
+        env=env,
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (fab,) = folder.glob("*.fab")
+    return fab
+
+
 def deployment_env(flwr_home: Path) -> dict[str, str]:
     env = dict(os.environ)  # already hardened: conftest imports secure_fed
     env.update(
@@ -326,6 +409,10 @@ class Deployment:
     logs: dict[str, str]
     unregistered_exit: int | None = None
     unregistered_leftovers: list[int] = field(default_factory=list)
+    approved_fab: str = ""  # the SHA-256 the sites approved
+    attack_fab: str = ""
+    attack_out: Path | None = None  # the refused run's folder
+    attack_status: dict = field(default_factory=dict)
 
 
 def wait_refused(proc: subprocess.Popen, timeout: float = 90.0) -> tuple[int | None, list[int]]:
@@ -352,7 +439,11 @@ def wait_refused(proc: subprocess.Popen, timeout: float = 90.0) -> tuple[int | N
     return status, [p.pid for p in left]
 
 
-def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int = 2) -> Deployment:
+def run_local_deployment(
+    app_dir: Path, work: Path, cache_dir: Path, rounds: int = 2, attack_app: Path | None = None
+) -> Deployment:
+    """With `attack_app`, that app is run first, on the same nodes: the sites approved `app_dir`'s
+    FAB only."""
     keys = work / "keys"
     subprocess.run(
         [str(BIN / "secure-fed"), "keys", "init", "--out", str(keys), "--sites", str(SITES)],
@@ -366,7 +457,8 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
         out,
         cache_dir,
         rounds,
-        extra=f'[audit]\nkeys_dir = "{keys}"\n\n[secagg]\nenabled = true\n',
+        extra=f'[audit]\nkeys_dir = "{keys}"\n\n[secagg]\nenabled = true\n\n'
+        f'[deploy]\napproved_fabs = "{work / "approved_fabs.json"}"\n',
     )
     warm_cache(load_config(run_toml))
 
@@ -381,6 +473,18 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
         f'root-certificates = "{tls.ca}"\n'
     )
     env = deployment_env(flwr_home)
+    # The site's approval step (DEPLOYMENT.md): build the FAB from the source it has, review, approve.
+    fab = build_fab(app_dir, work, env)
+    fab_sha = hashlib.sha256(fab.read_bytes()).hexdigest()
+    code = [str(BIN / "secure-fed"), "code"]
+    for step in (["review", str(fab)], ["approve", str(fab), "--note", "the project's release"]):
+        done = subprocess.run(
+            [*code, *step, "--config", str(run_toml)], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert done.returncode == 0 and fab_sha in done.stdout, done.stdout + done.stderr
+    attack_fab = (
+        hashlib.sha256(build_fab(attack_app, work, env).read_bytes()).hexdigest() if attack_app else ""
+    )
     logs_dir = work / "logs"
     logs_dir.mkdir()
     procs: dict[str, subprocess.Popen] = {}
@@ -398,6 +502,7 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
     watch = SocketWatch(roots=[])
     watch.start()
     status: dict = {}
+    attack_status: dict = {}
     unregistered_exit, leftovers = None, []
     try:
         start(
@@ -459,46 +564,44 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
         unregistered_exit, leftovers = wait_refused(start("unregistered", node_command(0, stranger)))
         for k, (private, _) in enumerate(node_keys):
             start(f"supernode{k}", node_command(k, private))
-        submit = start(
-            "flwr-run",
-            [
-                *flwr,
-                "run",
-                str(app_dir),
-                "deploy",
-                "--format",
-                "json",
-                "--run-config",
-                f"config-file='{run_toml}' method='{METHOD}' num-server-rounds={rounds}",
-            ],
-        )
-        submit.wait(timeout=120)
-        said = (logs_dir / "flwr-run.log").read_text()
-        if submit.returncode != 0 or "{" not in said:
-            pytest.fail(f"`flwr run` failed ({submit.returncode}):\n{said[-3000:]}")
-        submitted = json.loads(said[said.index("{") :])
-        if not submitted.get("success"):
-            pytest.fail(f"`flwr run` refused the app: {submitted.get('error-message', submitted)}")
-        run_id = submitted["run-id"]
-        deadline = time.monotonic() + RUN_TIMEOUT
-        while time.monotonic() < deadline:
-            listing = subprocess.run(
-                [*flwr, "ls", "deploy", "--run-id", run_id, "--format", "json"],
-                env=env,
-                cwd=work,
-                capture_output=True,
-                text=True,
-                timeout=60,
+
+        def submit_and_wait(name: str, app: Path, run_config: str) -> dict:
+            """`flwr run` the app and poll `flwr ls` until the run has finished; its status."""
+            submit = start(
+                name, [*flwr, "run", str(app), "deploy", "--format", "json", "--run-config", run_config]
             )
-            runs = json.loads(listing.stdout[listing.stdout.index("{") :]).get("runs", [])
-            status = runs[0] if runs else {}
-            if str(status.get("status", "")).startswith("finished"):
-                break
-            time.sleep(2.0)
-        else:
+            submit.wait(timeout=120)
+            said = (logs_dir / f"{name}.log").read_text()
+            if submit.returncode != 0 or "{" not in said:
+                pytest.fail(f"`flwr run` failed ({submit.returncode}):\n{said[-3000:]}")
+            submitted = json.loads(said[said.index("{") :])
+            if not submitted.get("success"):
+                pytest.fail(f"`flwr run` refused the app: {submitted.get('error-message', submitted)}")
+            run_id = submitted["run-id"]
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while time.monotonic() < deadline:
+                listing = subprocess.run(
+                    [*flwr, "ls", "deploy", "--run-id", run_id, "--format", "json"],
+                    env=env,
+                    cwd=work,
+                    capture_output=True,
+                    text=True,
+                    timeout=60,
+                )
+                runs = json.loads(listing.stdout[listing.stdout.index("{") :]).get("runs", [])
+                status = runs[0] if runs else {}
+                if str(status.get("status", "")).startswith("finished"):
+                    return status
+                time.sleep(2.0)
             pytest.fail(f"the run did not finish within {RUN_TIMEOUT:.0f} s: {status}")
+
+        if attack_app is not None:  # the same run config: only the code differs
+            attack_status = submit_and_wait("flwr-run-attack", attack_app, f"config-file='{run_toml}'")
+        status = submit_and_wait(
+            "flwr-run", app_dir, f"config-file='{run_toml}' method='{METHOD}' num-server-rounds={rounds}"
+        )
         for name, proc in procs.items():
-            if name not in ("flwr-run", "unregistered"):
+            if name not in ("flwr-run", "flwr-run-attack", "unregistered"):
                 assert proc.poll() is None, f"{name} died: see {logs_dir / (name + '.log')}"
     finally:
         watch.stop()
@@ -528,6 +631,10 @@ def run_local_deployment(app_dir: Path, work: Path, cache_dir: Path, rounds: int
         logs=logs,
         unregistered_exit=unregistered_exit,
         unregistered_leftovers=leftovers,
+        approved_fab=fab_sha,
+        attack_fab=attack_fab,
+        attack_out=out / "runs" / str(attack_status["run-id"]) if attack_status else None,
+        attack_status=attack_status,
     )
 
 
@@ -543,9 +650,31 @@ def wait_for_port(port: int, proc: subprocess.Popen, log: Path, timeout: float =
     pytest.fail(f"flower-superlink did not listen on 127.0.0.1:{port} within {timeout:.0f} s")
 
 
+def site_log(folder: Path, site: str) -> list[dict]:
+    path = folder / "audit" / f"{site}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def test_flwr_run_on_a_local_deployment(tmp_path: Path, cache_dir: Path) -> None:
+    """The approved FAB runs; before it, a FAB whose ClientApp is the coordinator's own gets no
+    reply and none of its code runs on a node (tests/adversarial/test_code_trust.py: the runner)."""
     app_dir = copy_app(tmp_path / "app")
-    result = run_local_deployment(app_dir, tmp_path, cache_dir, rounds=2)
+    marker, loot = tmp_path / "marker", tmp_path / "loot.json"
+    attack = make_attack_app(tmp_path / "attack", marker, loot)
+    result = run_local_deployment(app_dir, tmp_path, cache_dir, rounds=2, attack_app=attack)
+
+    # Code trust: the coordinator's code never ran on a node, and no node answered it.
+    assert not marker.exists() or list(marker.iterdir()) == [], sorted(marker.iterdir())
+    assert json.loads(loot.read_text()) == {"nodes": SITES, "replies": []}
+    assert result.attack_fab != result.approved_fab and result.attack_out is not None
+    for k in range(SITES):
+        refused = [
+            r["payload"] for r in site_log(result.attack_out, f"site{k}") if r["event"] == "code_refused"
+        ]
+        assert refused and {p["fab_sha256"] for p in refused} == {result.attack_fab}, refused
+        assert "secure-fed code approve" in result.logs[f"supernode{k}"]
+        ran = [r["payload"] for r in site_log(result.out, f"site{k}") if r["event"] == "code"]
+        assert len(ran) == 1 and ran[0]["fab_sha256"] == result.approved_fab, ran
 
     # SuperNode authentication: the node whose key was never registered gave up, refused
     assert result.unregistered_exit not in (None, 0), result.logs["unregistered"][-2000:]
