@@ -11,7 +11,7 @@ import json
 import os
 import re
 from collections.abc import Iterable
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any
 
 from pydantic import ValidationError
@@ -45,8 +45,21 @@ def _schema_problems(err: ValidationError) -> list[tuple[str, str]]:
     return list(seen.items())
 
 
-def _missing_images(record: VisitRecord, base: Path) -> list[str]:
-    return [p for p in record.image_paths if not (base / p).is_file()]
+def _escapes(path: str) -> bool:
+    """An image path that could name a file outside the data folder: absolute, or with a '..' (a
+    site reads whatever file such a path names as a patient's image)."""
+    pure = PurePath(path)
+    return pure.is_absolute() or ".." in pure.parts
+
+
+def _image_problems(paths: list[str], folder: Path, field: str, what: str) -> list[str]:
+    return [
+        f"{field}: not inside the {what} folder (a path relative to {folder}, without '..'): {p}"
+        if _escapes(p)
+        else f"{field}: file not found: {p}"
+        for p in paths
+        if _escapes(p) or not (folder / p).is_file()
+    ]
 
 
 def _duplicate_problems(keyed: Iterable[tuple[int, str, int]], where: str) -> list[tuple[int, str]]:
@@ -97,7 +110,7 @@ def load_manifest(path: str | Path) -> list[VisitRecord]:
         except ValidationError as err:
             problems.extend((number, f"{field}: {msg}") for field, msg in _schema_problems(err))
             continue
-        problems.extend((number, f"image: file not found: {p}") for p in _missing_images(record, base))
+        problems.extend((number, p) for p in _image_problems(record.image_paths, base, "image", "data"))
         records.append((number, record))
     problems.extend(_duplicate_problems(((n, r.patient_id, r.visit_index) for n, r in records), str(path)))
     if not problems and not records:
@@ -192,7 +205,7 @@ def _annotation_entry(
     elif not images:
         problems.append("image_path: empty list")
     else:
-        problems += [f"image_path: file not found: {p}" for p in images if not (image_dir / p).is_file()]
+        problems += _image_problems(images, image_dir, "image_path", "image")
     if "split" in entry and entry["split"] != split:
         problems.append(f"split: says {entry['split']!r} but the entry is listed under {split!r}")
     if problems:

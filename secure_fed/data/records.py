@@ -25,7 +25,8 @@ MIN_AGE, MAX_AGE = 0.0, 120.0
 
 
 class VisitRecord(BaseModel):
-    """Image paths are relative to the manifest's folder (or absolute)."""
+    """Image paths are relative to the manifest's folder and stay inside it (checked by
+    `data/manifest.py`: no absolute path, no '..')."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
