@@ -50,8 +50,9 @@ results: $(STAMP)
 test-deploy: $(STAMP)
 	SECURE_FED_DEPLOY_SCRIPT=1 $(PY) -m pytest -q tests/server/test_deployment.py
 
+# each demo is a run of its own (a run folder belongs to one run): runs/demo-<UTC time>
 demo: $(STAMP)
-	$(VENV)/bin/secure-fed run --out runs/demo
+	$(VENV)/bin/secure-fed run --out runs/demo-$$(date -u +%Y%m%dT%H%M%SZ)
 
 # every benchmark's smoke run (--quick), ~3 min: the scripts and the fields docs/BENCHMARKS.md quotes
 # still work; the figures come from the full commands given there

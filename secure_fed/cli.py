@@ -140,6 +140,13 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
     Console().print(table)
 
 
+def _run_in_folder(folder: Path) -> str | None:
+    """What shows `folder` holds a run (runner.py's run id, configuration, logs, checkpoint, results)."""
+    marks = ("run_id", "config.json", "audit", "checkpoint", "metrics.json")
+    found = [name for name in marks if (folder / name).exists()]
+    return ", ".join(f"{n}/" if (folder / n).is_dir() else n for n in found) or None
+
+
 class _Terminated(KeyboardInterrupt):
     """SIGTERM, taken like Ctrl-C: the run stops and its last checkpoint stays for --resume."""
 
@@ -225,6 +232,16 @@ def run(
             cfg.data.imaging.sites = sites
     folder = Path(folder or cfg.out)
     cfg = cfg.model_copy(update={"out": folder})
+    held = _run_in_folder(folder) if resume is None else None
+    if held:
+        # a second run here appended to the first one's closed logs, which then stopped verifying
+        _fail(
+            f"--out {folder}: holds a run already ({held}); `secure-fed run --resume {folder}` continues "
+            "it, or give another --out for a new run"
+        )
+    for flag, given in (("--keys", keys), ("he.keys_dir", cfg.he.keys_dir if cfg.he.enabled else None)):
+        if given is not None and not Path(given).is_dir():
+            _fail(f"{flag} {given}: no such key folder; make one with `secure-fed keys init --out {given}`")
     from secure_fed.model.device import DeviceUnavailable, resolve_device
 
     try:
@@ -247,6 +264,7 @@ def run(
             (folder / "config.json").write_text(cfg.model_dump_json(indent=1))
     except OSError as err:
         _fail(f"--out {folder}: cannot write the run folder ({err.strerror}); choose a writable folder")
+    from secure_fed.audits.log import AuditLogError
     from secure_fed.runner import run_federated
 
     console.print(
@@ -262,7 +280,7 @@ def run(
             outcome = run_federated(
                 cfg, folder, resume=resume is not None, progress=shown.on_round, on_phase=shown.on_phase
             )
-    except (ValueError, FileNotFoundError, PermissionError, KeyError) as err:
+    except (ValueError, FileNotFoundError, PermissionError, KeyError, AuditLogError) as err:
         _fail(str(err), 1)
         raise
     except KeyboardInterrupt as err:
@@ -418,8 +436,11 @@ def client(
         import shlex
 
         typer.echo(f"# {node_bin / 'flwr-clientapp'}: {launcher_text().splitlines()[-1]}")
-        # quoted, unwrapped: ready to paste into a service file
-        typer.echo(shlex.join(["env", f"PATH={env['PATH']}", *cmd]))
+        from secure_fed._env import node_environment
+
+        # quoted, unwrapped, with the hardening a service file would not get: ready to paste
+        hardening = [f"{key}={value}" for key, value in node_environment().items()]
+        typer.echo(shlex.join(["env", *hardening, f"PATH={env['PATH']}", *cmd]))
         return
     from secure_fed.clients.preflight import prepare_site
     from secure_fed.clients.supervise import run_node
@@ -821,7 +842,13 @@ def audit_report(
 @audit_app.command("empirical")
 def audit_empirical(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML file (RunConfig tree)")] = None,
-    canaries: Annotated[int, typer.Option(help="M: canaries, each included with probability ½")] = 1000,
+    canaries: Annotated[
+        int | None,
+        typer.Option(
+            help="M: canaries, each included with probability ½; default: the fewest whose ceiling "
+            "ε̂_max clears the stated ε (3,000 at ε = 4)"
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="audit run folder")] = None,
     site: Annotated[
         list[str] | None, typer.Option(help="site to audit (repeatable); default: every site")
@@ -852,9 +879,9 @@ def audit_empirical(
             f"{where}: dp.enabled is false, so there is no mechanism to audit; set [dp] enabled = true "
             "and target_epsilon, or pass --target-epsilon"
         )
-    if canaries < 2:
+    if canaries is not None and canaries < 2:
         _fail(f"--canaries must be at least 2, got {canaries}")
-    if guesses is not None and not 1 <= guesses <= canaries:
+    if guesses is not None and canaries is not None and not 1 <= guesses <= canaries:
         _fail(f"--guesses must lie in [1, {canaries}] (the number of canaries), got {guesses}")
     folder = Path(out or cfg.out)
     if (folder / "sites").exists() or any((folder / "audit").glob("*.jsonl")):
@@ -869,8 +896,9 @@ def audit_empirical(
     if unknown:
         _fail(f"--site {unknown[0]}: not a site of {where} (sites: {', '.join(names)})")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    table = Table(title=f"empirical privacy audit — {canaries} canaries")
-    for column in ("site", "mechanism", "ε̂ (95 %)", "stated ε", "ε̂ / ε", "correct / guesses", "seconds"):
+    table = Table(title="empirical privacy audit")
+    columns = ("site", "mechanism", "ε̂ (95 %)", "ceiling ε̂_max", "stated ε", "verdict", "correct / guesses")
+    for column in (*columns, "canaries", "seconds"):
         table.add_column(column)
     for name in chosen:
         try:
@@ -883,9 +911,12 @@ def audit_empirical(
                 name,
                 str(row["mechanism"]) + (f" ({result.steps} steps)" if row["mechanism"] == "dp_sgd" else ""),
                 f"{row['epsilon_hat']:.3f}",
+                f"{row['epsilon_hat_max']:.3f}",
                 f"{row['stated_epsilon']:.3f}",
-                f"{row['epsilon_hat'] / row['stated_epsilon']:.2f}",
+                # inconclusive: the ceiling is at or below ε, so no mechanism could have failed it
+                str(row["verdict"]),
                 f"{row['correct']} / {row['guesses']}",
+                str(row["canaries"]),
                 f"{result.seconds:.0f}" if row["mechanism"] == "dp_sgd" else "",
             )
     Console().print(table)

@@ -73,7 +73,7 @@ def run_inprocess(
     secret = site_secret_context(cfg)
     names = site_names(cfg)
     keys_dir = run_keys_dir(cfg, names)
-    run_id = run_id_for(out)
+    run_id = run_id_for(out, resume)
     handlers = {
         node: make_site_handler(SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=run_id), secret)
         for node, site in enumerate(names)
@@ -115,11 +115,28 @@ def run_keys_dir(cfg: RunConfig, names: list[str]) -> Path | None:
     return audit_keys_dir(cfg, names) if cfg.audit.enabled or cfg.secagg_on or cfg.he.enabled else None
 
 
-def run_id_for(out: Path) -> str:
-    """Every party of a run, and a resumed run, share one id."""
-    import hashlib
+RUN_ID_FILE = "run_id"
 
-    return hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:12]
+
+def run_id_for(out: Path, resume: bool = False) -> str:
+    """The run's id, shared by every party of the run and kept by `--resume`: a random id, made
+    when the run starts and kept in OUT/run_id (not derived from the folder: a second run there must
+    not carry the first one's id). An id already in the folder is kept: the folder's run goes on (a
+    finished run's closed logs refuse every record, so nothing is appended to them)."""
+    import hashlib
+    import uuid
+
+    path = Path(out) / RUN_ID_FILE
+    if path.is_file():
+        return path.read_text().strip()
+    if resume:
+        # a folder from before run ids were random: its logs carry the hash of its path
+        run_id = hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:12]
+    else:
+        run_id = uuid.uuid4().hex[:12]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(run_id + "\n")
+    return run_id
 
 
 def write_report(out: Path, keys_dir: Path | None) -> Path | None:
@@ -279,7 +296,7 @@ def run_simulation(
     cfg = cfg.model_copy(update={"out": Path(out)})
     names = site_names(cfg)
     keys_dir = run_keys_dir(cfg, names)
-    run_id = run_id_for(out)
+    run_id = run_id_for(out, resume)
     trail = (
         ServerTrail(Path(out) / "audit" / "server.jsonl", run_id, keys_dir)
         if keys_dir and cfg.audit.enabled

@@ -129,7 +129,8 @@ def read_tail(path: Path) -> tuple[int, dict[str, Any] | None, dict[str, Any] | 
 
 
 class AuditLog:
-    """Append-only signed log of one party. Reopening an existing file continues its chain."""
+    """Append-only signed log of one party. Reopening an existing file continues its chain, unless
+    it ends with a head record: then it opens closed (`closed` is true) and refuses every append."""
 
     def __init__(self, path: Path | str, party: str, run_id: str, signing_key: Ed25519PrivateKey) -> None:
         self.path = Path(path)
@@ -137,6 +138,7 @@ class AuditLog:
         self.run_id = run_id
         self._key = signing_key
         self._closed = False
+        self._ended_with_head = False
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
         self._file: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (held open for the run)
@@ -151,6 +153,11 @@ class AuditLog:
         except Exception:
             self._file.close()
             raise
+        if self._ended_with_head:
+            # A head record ends its run for good: anything after it (a second run in the same
+            # folder, a late message) would make the signed head a lie and the log read truncated.
+            self._closed = True
+            self._file.close()
         if created:
             self._fsync_dir()
 
@@ -160,6 +167,7 @@ class AuditLog:
 
     def _resume_point(self, own_key: Ed25519PublicKey) -> tuple[int, str]:
         count, last, before = read_tail(self.path)
+        self._ended_with_head = last is not None and last.get("event") == "head"
         if last is None:
             return 0, GENESIS_HASH
         where = f"{self.path}:{count}"
@@ -190,7 +198,10 @@ class AuditLog:
 
     def _write(self, event: str, payload: dict[str, Any], round: int | None) -> dict[str, Any]:
         if self._closed:
-            raise AuditLogError(f"{self.path}: the log is closed")
+            raise AuditLogError(
+                f"{self.path}: the log is closed (it ends with its head record); a closed log is never "
+                "reopened: a new run writes to a new run folder"
+            )
         if round is not None and (isinstance(round, bool) or not isinstance(round, int)):
             raise TypeError(f"round must be an int or None, got {round!r}")
         body = {

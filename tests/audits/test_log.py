@@ -65,13 +65,14 @@ def test_record_fields_hash_and_signature(tmp_path: Path) -> None:
 def test_reopen_continues_the_chain(tmp_path: Path) -> None:
     key = Ed25519PrivateKey.generate()
     path = tmp_path / "a.jsonl"
-    with AuditLog(path, "site-0", "run-1", key) as log:
-        log.append("policy", {"budget": 3.0})
     log = AuditLog(path, "site-0", "run-1", key)
-    assert log.next_seq == 2
+    log.append("policy", {"budget": 3.0})
+    log.abandon()  # a crash: no head record, a resumed run goes on with the chain
+    log = AuditLog(path, "site-0", "run-1", key)
+    assert log.next_seq == 1 and not log.closed
     record = log.append("alpha", {"alpha": 1.0}, round=1)
     log.close()
-    assert record["seq"] == 2 and record["prev_hash"] == json.loads(path.read_text().splitlines()[1])["hash"]
+    assert record["seq"] == 1 and record["prev_hash"] == json.loads(path.read_text().splitlines()[0])["hash"]
     result = verify_logs([path], {"site-0": key.public_key()})
     assert result.ok, result.problems
 
