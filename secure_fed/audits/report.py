@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from rich.console import Console
+from rich.markup import escape
 
 from secure_fed.audits.keys import keys_for_cli
 from secure_fed.audits.report_data import (
@@ -35,8 +36,9 @@ from secure_fed.audits.report_data import (
     SiteReport,
     collect,
     epsilon_series,
+    lifetime_epsilon,
 )
-from secure_fed.audits.verify import verify_logs
+from secure_fed.audits.verify import EXIT_DROPOUT, verify_logs
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -82,15 +84,26 @@ def plot_svg(data: ReportData) -> str:
     figure = Figure(figsize=(5.2 * len(guarantees), 3.6))
     axes = figure.subplots(1, len(guarantees), squeeze=False)[0]
     for axis, guarantee in zip(axes, guarantees, strict=True):
+        ledger = guarantee.lifetime_start is not None
+        last = 0
         for (site, population), points in sorted(series.items()):
             if site == guarantee.site:
                 style = "-o" if population == "train" else "--s"
-                axis.plot(
-                    [p[0] for p in points], [p[1] for p in points], style, label=f"{population} patients"
-                )
-        if guarantee.budget is not None:
-            label = f"budget ε = {guarantee.budget:g}"
-            axis.axhline(guarantee.budget, color="#c84a4a", linestyle=":", label=label)
+                label = f"{'this run: ' if ledger else ''}{population} patients"
+                axis.plot([p[0] for p in points], [p[1] for p in points], style, label=label)
+                last = max(last, points[-1][0])
+        budget = guarantee.budget
+        if ledger:
+            # The budget is spent across runs: the patients' ε starts where earlier runs left it.
+            xs, ys = [0], [guarantee.lifetime_start or 0.0]
+            if guarantee.lifetime is not None:
+                xs, ys = [*xs, last], [*ys, guarantee.lifetime]
+                budget = guarantee.lifetime_budget
+            axis.plot(xs, ys, "-D", color="#222222", label="all runs on this data (ledger)")
+        if budget is not None:
+            label = f"budget ε = {budget:g}" + (" (all runs)" if ledger else "")
+            axis.axhline(budget, color="#c84a4a", linestyle=":", label=label)
+        axis.set_ylim(bottom=0)
         axis.set_title(f"{guarantee.site}: ε per patient (δ = {guarantee.delta:g})", fontsize=10)
         axis.set_xlabel("round (0 = before training)")
         axis.set_ylabel(f"cumulative ε ({guarantee.accountant})")
@@ -130,19 +143,44 @@ def presentational(svg: str) -> str:
 def _guarantee_sentence(g: Guarantee, refusals: list[dict[str, Any]]) -> str:
     sizes = ", ".join(f"{size} {pop} patients" for pop, size in g.population_sizes.items())
     data = f" ({sizes})" if sizes else ""
-    sentence = (
-        f"<li><b>{_e(g.site)}</b>{_e(data)}: each patient's privacy loss is at most "
-        f"<b>(ε = {_num(g.epsilon, 3)}, δ = {g.delta:g}) per patient at {_e(g.site)}</b> "
-        f"by the {_e(g.accountant)} accountant, the one its budget was enforced with "
-        "(the value `secure-fed run` prints last), "
-        f"over every release that touched patient data ({_e(', '.join(g.mechanisms))}). "
-    )
-    if g.budget is None:
-        sentence += "No budget was set in the log. "
-    elif g.exceeded:
-        sentence += f"<b>Its budget of ε = {g.budget:g} was EXCEEDED.</b> "
+    mechanisms = _e(", ".join(g.mechanisms))
+    if g.lifetime is not None:
+        # The budget belongs to the patients' data: earlier runs on it count, so the headline is
+        # the ledger's total and this run's ε its share.
+        sentence = (
+            f"<li><b>{_e(g.site)}</b>{_e(data)}: across every run on this data set, each patient's "
+            f"privacy loss is at most <b>(ε = {_num(g.lifetime, 3)}, δ = {g.delta:g}) per patient at "
+            f"{_e(g.site)}</b> by the {_e(g.accountant)} accountant, as the site's persistent ledger "
+            f"logged it; earlier runs had spent ε = {_num(g.lifetime_start or 0.0, 3)}, this run's "
+            f"releases ({mechanisms}) alone ε = {_num(g.epsilon, 3)}. "
+        )
+        limit = g.lifetime_budget
+    elif g.lifetime_start is not None:
+        sentence = (
+            f"<li><b>{_e(g.site)}</b>{_e(data)}: earlier runs on this data set had spent ε = "
+            f"{_num(g.lifetime_start, 3)} per patient (δ = {g.delta:g}, {_e(g.accountant)}); this run's "
+            f"releases ({mechanisms}) alone ε = {_num(g.epsilon, 3)}. <b>The ledger's total after this "
+            "run was not logged (the run did not reach its end)</b>, so no bound across runs is shown. "
+        )
+        limit = None
     else:
-        sentence += f"This is within its budget of ε = {g.budget:g}. "
+        sentence = (
+            f"<li><b>{_e(g.site)}</b>{_e(data)}: each patient's privacy loss in this run is at most "
+            f"<b>(ε = {_num(g.epsilon, 3)}, δ = {g.delta:g}) per patient at {_e(g.site)}</b> "
+            f"by the {_e(g.accountant)} accountant, the one its budget was enforced with "
+            "(the value `secure-fed run` prints last), "
+            f"over every release that touched patient data ({mechanisms}); the logs hold no ledger "
+            "of earlier runs on the same data. "
+        )
+        limit = g.budget
+    if g.exceeded:
+        shown = limit if limit is not None else g.budget
+        sentence += f"<b>Its budget of ε = {_num(shown)} was EXCEEDED.</b> "
+    elif limit is None and g.lifetime_start is None:
+        sentence += "No budget was set in the log. "
+    elif limit is not None:
+        sentence += f"This is within its budget of ε = {_num(limit)}"
+        sentence += " for all runs together. " if g.lifetime is not None else ". "
     declined = [r for r in refusals if r.get("site", r.get("party")) == g.site]
     for refusal in declined:
         reason = refusal.get("reason", "it would have exceeded its privacy budget")
@@ -220,11 +258,23 @@ def _summary(data: ReportData) -> str:
     period = f" from {_e(data.period[0][:19])} to {_e(data.period[1][:19])} UTC" if data.period else ""
     run = f"the federated training run <b>{_e(', '.join(data.run_ids))}</b>{period}"
     verdict = data.verification
-    if verdict.get("ok"):
+    recomputed = (
+        ", and every privacy figure was recomputed independently and matches"
+        if data.mechanisms
+        else "; they hold no privacy figure to recompute"
+    )
+    dropouts = verdict.get("dropouts") or []
+    if verdict.get("ok") and dropouts:
+        gone = ", ".join(f"{d['site']} (round {d['round']})" for d in dropouts)
+        integrity = (
+            "The audit logs were checked: they are unmodified and every entry carries a valid signature of "
+            f"the party that wrote it{recomputed}. The logs of sites that dropped out ({_e(gone)}) stop "
+            "where the server's signed log says they left: their records up to there count."
+        )
+    elif verdict.get("ok"):
         integrity = (
             "The audit logs were checked: they are complete and unmodified, every entry carries a valid "
-            "signature of the party that wrote it, and every privacy figure was recomputed independently "
-            "and matches."
+            f"signature of the party that wrote it{recomputed}."
         )
     else:
         integrity = (
@@ -269,9 +319,8 @@ def _summary(data: ReportData) -> str:
             )
         parts.append(
             "what did leave during training (model updates and a few statistics) was deliberately blurred "
-            "with random noise so that no individual patient can be singled out. The exception is the "
-            "test-set scores: corpus-level figures of the final model, released once at the end of the run, "
-            "carry no noise and are not covered by ε.</p>"
+            "with random noise so that no individual patient can be singled out. "
+            f"{_scores_sentence(data)}</p>"
             "<p>How strong that protection is, per hospital — ε measures the most anyone could learn about "
             "one patient from everything released (smaller is stronger; below about 1 is very strong, "
             "around 10 is weak), and δ is the tiny chance that this bound does not hold:</p>"
@@ -290,12 +339,7 @@ def _summary(data: ReportData) -> str:
             else " No site had to decline a round."
         )
         parts.append(f"<p>{budget_line}{refusal_line}</p>")
-    if data.aborted is not None:
-        where = f" in round {data.aborted['round']}" if data.aborted.get("round") is not None else ""
-        parts.append(
-            f"<p id='aborted'><b>The run was aborted{_e(where)}</b>: {_e(data.aborted['reason'])}. Every "
-            "log was closed there and nothing was released after it.</p>"
-        )
+    parts.append(_course(data))
     if data.stopped is not None:
         parts.append(f"<p id='stopped'>The run ended before its planned rounds: {_e(data.stopped)}</p>")
     if data.absent is not None:
@@ -324,17 +368,86 @@ def _summary(data: ReportData) -> str:
     return '<div class="summary" id="summary">' + "".join(parts) + "</div>"
 
 
+def _scores_sentence(data: ReportData) -> str:
+    """Test-set scores, as each site's own log records them: never claimed where none is logged."""
+    scored = [site.site for site in data.sites if site.evaluated]
+    unscored = [site.site for site in data.sites if site.evaluated is False]
+    unknown = [site.site for site in data.sites if site.evaluated is None]
+    parts = []
+    if scored:
+        parts.append(
+            f"The exception is the test-set scores of {_e(', '.join(scored))}: corpus-level figures of the "
+            "final model, released once at the end of the run (as each site's log records), carry no noise "
+            "and are not covered by ε."
+        )
+    if unscored:
+        parts.append(f"{_e(', '.join(unscored))} released no test-set scores (no scoring in their logs).")
+    if unknown:
+        parts.append(
+            f"Whether {_e(', '.join(unknown))} released test-set scores is not known: the site's own log, "
+            "which records the scoring, was not given."
+        )
+    return " ".join(parts)
+
+
+def _signal_words(signal: Any) -> str:
+    return f" by {signal}" if isinstance(signal, str) and signal else ""
+
+
+def _course(data: ReportData) -> str:
+    """How the run went, from the logs alone: finished, interrupted (and resumed), aborted, or a
+    log that simply stops; a site that dropped out, as the server's signed log says."""
+    parts = []
+    aborted = ""
+    for item in data.resumed:
+        where = f" in round {item['round']}" if item.get("round") is not None else ""
+        parts.append(
+            f"The run was interrupted{_e(_signal_words(item.get('signal')))}{_e(where)} and resumed: "
+            f"{_e(item['party'])}'s log goes on after its signed run_aborted record."
+        )
+    if data.aborted is not None:
+        where = f" in round {data.aborted['round']}" if data.aborted.get("round") is not None else ""
+        signal = data.aborted.get("signal")
+        what = "interrupted" + _signal_words(signal) if signal else "aborted"
+        reason = f": {data.aborted['reason']}" if data.aborted.get("reason") else ""
+        aborted = (
+            f"<p id='aborted'><b>The run was {_e(what)}{_e(where)} and did not finish</b>{_e(reason)}. "
+            "The logs that record it show no release after it.</p>"
+        )
+    dropped = {course.party: course for course in data.courses if course.dropped_in is not None}
+    for site, course in sorted(dropped.items()):
+        parts.append(
+            f"<b>{_e(site)} dropped out in round {_e(course.dropped_in)}</b>: its log stops there without a "
+            "head record, as the server's signed log of that round says (a site that left, not tampering)."
+        )
+    stops = [
+        course
+        for course in data.courses
+        if not course.closed and course.dropped_in is None and course.end not in ("run_end", "run_aborted")
+    ]
+    for course in stops:
+        after = f" after round {course.last_round}" if course.last_round is not None else ""
+        parts.append(
+            f"<b>The log of {_e(course.party)} stops{_e(after)} with no end record</b>: the run was "
+            "interrupted there (its process ended, or the log was cut short) and what followed is not "
+            "recorded."
+        )
+    if data.aborted is None and not stops:
+        done = data.rounds_done
+        planned = f" of {data.planned_rounds} planned" if data.planned_rounds is not None else ""
+        if done:
+            parts.append(f"The server's log records the sums of {_rounds(done)}{_e(planned)}.")
+        if data.model_hash is not None:
+            parts.append("It closes with the released model's hash: the run finished.")
+    text = " ".join(parts)
+    return aborted + (f"<p id='course'>{text}</p>" if text else "")
+
+
 def _lifetime_line(data: ReportData) -> str:
     """Each site's ε across every run on its data set (its persistent ledger), beside this run's."""
 
     def worst(by_population: Any) -> float | None:
-        values = [
-            v.get(data.accountant) if v.get(data.accountant) is not None else v.get("rdp")
-            for v in (by_population or {}).values()
-            if isinstance(v, dict)
-        ]
-        values = [float(v) for v in values if v is not None]
-        return max(values) if values else None
+        return lifetime_epsilon(by_population, data.accountant)
 
     items = []
     for site, b in sorted(data.site_budgets.items()):
@@ -354,10 +467,29 @@ def _lifetime_line(data: ReportData) -> str:
     )
 
 
+def _head_cell(log: Mapping[str, Any]) -> str:
+    if log.get("closed"):
+        return "yes"
+    if log.get("dropped_in") is not None:
+        return f"none: dropped out in round {_e(log['dropped_in'])}"
+    return "missing"
+
+
 def _verification_html(data: ReportData) -> str:
     verdict = data.verification
-    if verdict.get("ok"):
-        head = '<p class="verdict ok">Verified: logs complete, unmodified, signed; every ε re-derived.</p>'
+    rederived = "every ε re-derived" if data.mechanisms else "no privacy record, so no ε to re-derive"
+    dropouts = verdict.get("dropouts") or []
+    if verdict.get("ok") and dropouts:
+        gone = "; ".join(
+            f"{d['site']} in round {d['round']} ({d['records']} records, then no head record)"
+            for d in dropouts
+        )
+        head = (
+            f'<p class="verdict ok">Verified, with a dropout: logs unmodified, signed; {_e(rederived)}. '
+            f"Dropped out, as the server's signed log says: {_e(gone)}.</p>"
+        )
+    elif verdict.get("ok"):
+        head = f'<p class="verdict ok">Verified: logs complete, unmodified, signed; {_e(rederived)}.</p>'
     else:
         head = (
             f'<p class="verdict bad">Verification FAILED ({len(verdict.get("problems", []))} problem(s)).</p>'
@@ -366,7 +498,7 @@ def _verification_html(data: ReportData) -> str:
     warnings = "".join(f"<li>{_e(warning)}</li>" for warning in verdict.get("warnings", []))
     logs = "".join(
         f"<tr><td>{_e(log['path'])}</td><td>{_e(log['party'])}</td><td class='num'>{log['records']}</td>"
-        f"<td>{'yes' if log['closed'] else 'missing'}</td></tr>"
+        f"<td>{_head_cell(log)}</td></tr>"
         for log in verdict.get("logs", [])
     )
     table = (
@@ -378,13 +510,14 @@ def _verification_html(data: ReportData) -> str:
     return head + (f"<ul>{problems}</ul>" if problems else "") + notes + table
 
 
+# Short cells only, so that every column fits a 1280 px window: the mechanisms in words are listed
+# under the table, once each, not repeated on every row.
 _COLUMNS: list[tuple[str, str]] = [
     ("site", "site"),
     ("population", "patient group"),
     ("population_size", "group size"),
     ("round", "round"),
     ("mechanism", "mechanism"),
-    ("what", "what was released, in words"),
     ("sampling_rate", "q"),
     ("noise_multiplier", "σ"),
     ("clip_norm", "C"),
@@ -410,14 +543,26 @@ MECHANISM_WORDS: dict[str, str] = {
     ),
     "alpha_scalars": (
         "how much each of the site's validation patients favours each time step (α hypergradients): "
-        "clipped per patient to C, Gaussian noise of σ·C, summed with the other sites under encryption"
+        "clipped per patient to C, Gaussian noise of σ·C"
     ),
+}
+# How the α scalars were summed, by the run's logged `he` setting (None: no run_config logged).
+_ALPHA_SUM: dict[bool | None, str] = {
+    True: ", then summed with the other sites under CKKS encryption (the server saw only the total)",
+    False: ", then sent as plain values for the server to sum (no encryption: it saw this site's values)",
+    None: "; how they were summed is not recorded in the logs given",
 }
 
 
+def mechanism_words(mechanism: str, settings: Mapping[str, Any] | None) -> str:
+    """The mechanism in words, as this run ran it (its logged settings, not the default)."""
+    words = MECHANISM_WORDS.get(mechanism, "a noisy release (see the mechanism's parameters)")
+    if mechanism == "alpha_scalars":
+        words += _ALPHA_SUM[None if settings is None else settings.get("he")]
+    return words
+
+
 def _cell(row: MechanismRow, name: str) -> str:
-    if name == "what":
-        return _e(MECHANISM_WORDS.get(row.mechanism, "a noisy release (see the mechanism's parameters)"))
     value = getattr(row, name)
     if name == "matches":
         return "—" if value is None else ("✓" if value else "✗ MISMATCH")
@@ -426,12 +571,19 @@ def _cell(row: MechanismRow, name: str) -> str:
     return _e(value)
 
 
-def _mechanism_table(rows: list[MechanismRow]) -> str:
+def _mechanism_table(rows: list[MechanismRow], settings: Mapping[str, Any] | None) -> str:
     header = "".join(f"<th>{_e(title)}</th>" for _, title in _COLUMNS)
     body = "".join(
         "<tr>" + "".join(f"<td>{_cell(row, name)}</td>" for name, _ in _COLUMNS) + "</tr>" for row in rows
     )
-    return f"<table id='mechanisms'><tr>{header}</tr>{body}</table>"
+    words = "".join(
+        f"<li><b>{_e(mechanism)}</b>: {_e(mechanism_words(mechanism, settings))}</li>"
+        for mechanism in dict.fromkeys(row.mechanism for row in rows)
+    )
+    return (
+        f"<table id='mechanisms'><tr>{header}</tr>{body}</table>"
+        f"<p>What each mechanism released, in words:</p><ul id='mechanism-words'>{words}</ul>"
+    )
 
 
 def _events_html(data: ReportData) -> str:
@@ -489,13 +641,13 @@ def _plot_caption(data: ReportData) -> str:
     )
 
 
-def _mechanisms_html(rows: list[MechanismRow]) -> str:
+def _mechanisms_html(rows: list[MechanismRow], settings: Mapping[str, Any] | None = None) -> str:
     if not rows:
         return (
             "<p>No privacy mechanism was logged: nothing released in this run carries a "
             "differential-privacy guarantee.</p>"
         )
-    return _mechanism_table(rows) + (
+    return _mechanism_table(rows, settings) + (
         "<p class='muted'>Patient group: training or validation patients (different people, so a patient's "
         "ε is that of their own group); group size: a power-of-two range, never the exact count. "
         "q: the chance each patient is sampled in a step (1: every patient, every time); σ: noise "
@@ -558,6 +710,23 @@ def _empirical_html(data: ReportData) -> str:
     )
 
 
+def _code_html(data: ReportData) -> str:
+    """Code each site ran: the FAB it approved and the digest of its installed package."""
+    if not data.code:
+        return ""
+    rows = "".join(
+        f"<tr><td>{_e(item.get('site', item['party']))}</td>"
+        f"<td>{'ran' if item['event'] == 'code' else '<b>refused</b> (not approved)'}</td>"
+        f"<td><code>{_e(item.get('fab_sha256'))}</code></td><td><code>{_e(item.get('package_digest'))}</code></td>"
+        f"<td>{_e(item.get('version'))}</td></tr>"
+        for item in data.code
+    )
+    return (
+        "<h2>Code each site ran</h2><table id='code'><tr><th>site</th><th>run</th><th>FAB SHA-256</th>"
+        f"<th>installed package digest</th><th>version</th></tr>{rows}</table>"
+    )
+
+
 def render_html(data: ReportData) -> str:
     generated = datetime.now(UTC).isoformat(timespec="seconds")
     # Only this stylesheet may style the page: markup that got in through a log could not add any.
@@ -576,8 +745,10 @@ def render_html(data: ReportData) -> str:
         f"<h2>Privacy loss over rounds</h2><div class='plot' id='plot'>{plot_svg(data)}</div>"
         f"{_plot_caption(data)}"
         f"<h2>Verification</h2>{_verification_html(data)}"
-        f"<h2>Every mechanism that touched patient data</h2>{_mechanisms_html(data.mechanisms)}"
+        "<h2>Every mechanism that touched patient data</h2>"
+        f"{_mechanisms_html(data.mechanisms, data.settings)}"
         f"<h2>Dropouts and refusals</h2>{_events_html(data)}"
+        f"{_code_html(data)}"
         "</body></html>"
     )
 
@@ -612,7 +783,8 @@ def write_report(
 def report_main(
     paths: Sequence[Path | str], out: Path | str, keys_dir: Path | str | None, console: Console | None = None
 ) -> int:
-    """`secure-fed audit report`: writes the report in every case; 0 only if the logs also verified."""
+    """`secure-fed audit report`: writes the report in every case; exits as `audit verify` does (0 the
+    logs verified, 3 they verified but a site dropped out, 1 they did not)."""
     console = console or Console(soft_wrap=True)
     ok, public_keys = keys_for_cli(
         keys_dir,
@@ -624,6 +796,13 @@ def report_main(
     html_path, json_path, csv_path = write_report(paths, out, public_keys)
     verdict = json.loads(json_path.read_text(encoding="utf-8"))["verification"]
     console.print(f"Wrote {html_path}, {json_path}, {csv_path}", markup=False, highlight=False)
+    if verdict["ok"] and verdict["dropouts"]:
+        gone = ", ".join(f"{d['site']} (round {d['round']})" for d in verdict["dropouts"])
+        console.print(
+            f"[yellow]Logs verified, with a dropout (exit {EXIT_DROPOUT}): {escape(gone)} left the run, "
+            "as the server's signed log says.[/]"
+        )
+        return EXIT_DROPOUT
     if verdict["ok"]:
         console.print("[green]Logs verified.[/]")
         return 0

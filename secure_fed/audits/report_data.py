@@ -65,6 +65,11 @@ class Guarantee:
     populations: dict[str, float]
     population_sizes: dict[str, Any]
     mechanisms: list[str]
+    # Across every run on the site's data set, from its persistent ledger (`site_budget`), by the
+    # same accountant; None where no ledger was logged (or, for the total, the run's end was not).
+    lifetime_start: float | None = None
+    lifetime: float | None = None
+    lifetime_budget: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,20 @@ class SiteReport:
     refused_instructions: dict[str, int]  # code → count, from the site's own `instruction` records
     failed_instructions: dict[str, int]  # code → count of instructions that ended in an error
     instructions_logged: int  # 0: the site's own log (or its instruction records) was not given
+    # it scored its test split (its own `instruction` record: evaluate, acted); None: its log not given
+    evaluated: bool | None = None
+
+
+@dataclass(frozen=True)
+class LogCourse:
+    """How one log given ends, from its own records (embedded copies aside)."""
+
+    path: str
+    party: str
+    last_round: int | None  # the last round any of its records is about
+    closed: bool  # ends with a head record
+    end: str  # "run_end", "run_aborted", "model_hash" (the server's end), or "" (no end record)
+    dropped_in: int | None = None  # the verifier: the server's signed log says the site left then
 
 
 @dataclass
@@ -107,13 +126,20 @@ class ReportData:
     sites: list[SiteReport] = field(default_factory=list)
     instructions: list[dict[str, Any]] = field(default_factory=list)  # refused or failed ones
     stopped: str | None = None  # why the run ended before its planned rounds (server's run_stopped)
-    aborted: dict[str, Any] | None = None  # the run failed: {"reason", "round"} (run_aborted)
+    aborted: dict[str, Any] | None = None  # the run failed: {"reason", "round", "signal"} (run_aborted)
+    # aborts a later record of the same log shows were resumed from: {"party", "round", "signal", ...}
+    resumed: list[dict[str, Any]] = field(default_factory=list)
+    courses: list[LogCourse] = field(default_factory=list)
+    planned_rounds: int | None = None  # fed.rounds of the logged run_config
+    rounds_done: list[int] = field(default_factory=list)  # rounds whose sum the server logged
     skipped_rounds: list[dict[str, Any]] = field(default_factory=list)  # round_skipped, one per round
     absent: dict[str, Any] | None = None  # fewer sites came than configured (sites_absent)
     # each site's budget across runs (site_budget): its latest record, the run's end when logged
     site_budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
     # one-run canary audits (`secure-fed audit empirical`): payload + party + re-derived ε̂
     empirical_audits: list[dict[str, Any]] = field(default_factory=list)
+    # the code each deployed site ran or refused (`code` / `code_refused`): party + event + payload
+    code: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -248,6 +274,8 @@ def _verification_json(verification: Verification | None) -> dict[str, Any]:
         }
     return {
         "ok": verification.ok,
+        "complete": verification.complete,
+        "dropouts": [asdict(dropout) for dropout in verification.dropouts],
         "keys_checked": verification.keys_checked,
         "problems": [str(problem) for problem in verification.problems],
         "warnings": list(verification.warnings),
@@ -288,6 +316,7 @@ def _releases(
     settings: RunSettings | None,
     alpha_logged: bool,
     dp: bool,
+    evaluated: bool | None = None,
 ) -> list[Release]:
     mechanisms = {row.mechanism for row in rows}
     if not rounds and not rows:
@@ -326,10 +355,17 @@ def _releases(
         # sites keep these at home under DP or SecAgg+ (there they would sit beside a protected sum)
         losses = "the site's own training loss and validation loss sum and count, each round, in the clear"
         out.append(Release("losses", losses, False))
-    scores = (
-        "corpus-level scores of the final model on the site's test split, released once at the end of the run"
-    )
-    out.append(Release("test-set scores", scores, False))
+    if evaluated:
+        scores = (
+            "corpus-level scores of the final model on the site's test split, released once at the end "
+            "of the run (its log records the scoring)"
+        )
+        out.append(Release("test-set scores", scores, False))
+    elif evaluated is None:
+        unknown = (
+            "whether they were released is not known: the site's own log, which records it, was not given"
+        )
+        out.append(Release("test-set scores", unknown, False))
     return out
 
 
@@ -356,6 +392,9 @@ def _sites(
         uncovered = [round_ for round_ in rounds if round_ not in priced]
         dp = bool(rows) and not uncovered and (settings is None or settings.dp is not False)
         own = [payload for party, payload in instructions if party == site]
+        evaluated = (
+            any(p.get("phase") == "evaluate" and p.get("outcome") == "acted" for p in own) if own else None
+        )
         out.append(
             SiteReport(
                 site=site,
@@ -363,7 +402,7 @@ def _sites(
                 dp=dp,
                 uncovered_rounds=uncovered,
                 releases=_releases(
-                    rounds, rows, modes.get(site, set()), settings, data.alpha is not None, dp
+                    rounds, rows, modes.get(site, set()), settings, data.alpha is not None, dp, evaluated
                 ),
                 refused_instructions=dict(
                     Counter(str(p.get("code") or "no code") for p in own if p.get("outcome") == "refused")
@@ -372,6 +411,7 @@ def _sites(
                     Counter(str(p.get("code") or "no code") for p in own if p.get("outcome") == "error")
                 ),
                 instructions_logged=len(own),
+                evaluated=evaluated,
             )
         )
     return out
@@ -379,6 +419,8 @@ def _sites(
 
 def collect(paths: Sequence[Path | str], verification: Verification | None) -> ReportData:
     data = ReportData(verification=_verification_json(verification))
+    aborts: list[dict[str, Any]] = []
+    ongoing: dict[str, int] = {}  # party → seq of its last record of a run going on
     seen: set[str] = set()
     times: list[str] = []
     configs: list[dict[str, Any]] = []
@@ -394,6 +436,8 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
         if time_problem(record["time"]) is None:  # a forged time is the verifier's finding, never a period
             times.append(record["time"])
         event, payload = record["event"], record["payload"]
+        if event in _ONGOING:
+            ongoing[record["party"]] = max(ongoing.get(record["party"], -1), record["seq"])
         if event == "privacy":
             row = _row(record, verification)
             if row is not None:
@@ -407,9 +451,15 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
         elif event == "run_stopped":
             data.stopped = str(payload.get("reason", ""))
         elif event == "run_aborted":
-            # every party logs the abort; the server's reason (or the first one read) stands
-            if data.aborted is None or record["party"] == "server":
-                data.aborted = {"reason": str(payload.get("reason", "")), "round": payload.get("round")}
+            aborts.append(
+                {
+                    "party": record["party"],
+                    "seq": record["seq"],
+                    "reason": str(payload.get("reason") or ""),
+                    "round": payload.get("round"),
+                    "signal": payload.get("signal"),
+                }
+            )
         elif event == "sites_absent":
             data.absent = dict(payload)
         elif event == "round_skipped":
@@ -427,6 +477,8 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
             data.model_hash = payload
         elif event == "empirical_audit":
             data.empirical_audits.append(empirical_row(record, verification))
+        elif event in ("code", "code_refused"):
+            data.code.append({"party": record["party"], "event": event, **payload})
         elif event == "run_config":
             configs.append(payload)
         elif event == "instruction":
@@ -441,7 +493,88 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
     settings = _settings(configs)
     data.settings = None if settings is None else asdict(settings)
     data.sites = _sites(data, settings, instructions)
+    dropped_in = {d.path: d.round for d in verification.dropouts} if verification is not None else {}
+    data.courses = [replace(course, dropped_in=dropped_in.get(course.path)) for course in _courses(paths)]
+    _judge_aborts(data, aborts, ongoing)
+    rounds = [
+        config.get("fed", {}).get("rounds") for config in configs if isinstance(config.get("fed"), dict)
+    ]
+    data.planned_rounds = next((r for r in reversed(rounds) if isinstance(r, int)), None)
+    data.rounds_done = sorted(
+        {item["round"] for item in data.secagg_rounds if isinstance(item.get("round"), int)}
+        - {item["round"] for item in data.skipped_rounds}
+    )
+    data.guarantees = [
+        _with_lifetime(g, data.site_budgets.get(g.site), data.accountant) for g in data.guarantees
+    ]
     return data
+
+
+def lifetime_epsilon(by_population: Any, accountant: str) -> float | None:
+    """The largest ε over a `site_budget` record's populations, by the run's accountant (RDP where
+    the other was not logged); None where the record holds none."""
+    values = []
+    for value in (by_population or {}).values() if isinstance(by_population, dict) else []:
+        if isinstance(value, dict):
+            chosen = value.get(accountant) if value.get(accountant) is not None else value.get("rdp")
+            if isinstance(chosen, int | float) and not isinstance(chosen, bool):
+                values.append(float(chosen))
+    return max(values) if values else None
+
+
+def _with_lifetime(g: Guarantee, budget: dict[str, Any] | None, accountant: str) -> Guarantee:
+    """A site's guarantee with its lifetime ε beside it: the budget it keeps belongs to its data."""
+    if budget is None:
+        return g
+    start = lifetime_epsilon(budget.get("lifetime_start"), accountant)
+    total = lifetime_epsilon(budget.get("lifetime"), accountant)
+    limit = budget.get("budget")
+    limit = float(limit) if isinstance(limit, int | float) and not isinstance(limit, bool) else None
+    exceeded = g.exceeded or (total is not None and limit is not None and total > limit)
+    return replace(g, lifetime_start=start, lifetime=total, lifetime_budget=limit, exceeded=exceeded)
+
+
+def _courses(paths: Sequence[Path | str]) -> list[LogCourse]:
+    """How each log given ends, from its own records."""
+    out = []
+    for path in paths:
+        try:
+            lines = read_log(path)
+        except OSError:
+            continue
+        own = [line.record for line in lines if line.record is not None and not shape_problem(line.record)]
+        if not own:
+            continue
+        rounds = [r["round"] for r in own if isinstance(r["round"], int) and not isinstance(r["round"], bool)]
+        ends = [r["event"] for r in own if r["event"] in ("run_end", "run_aborted", "model_hash")]
+        out.append(
+            LogCourse(
+                path=str(path),
+                party=str(own[0]["party"]),
+                last_round=max(rounds) if rounds else None,
+                closed=own[-1]["event"] == "head" and lines[-1].record is not None,
+                end=ends[-1] if ends else "",
+            )
+        )
+    return out
+
+
+_ONGOING = frozenset({"run_config", "secagg_round", "privacy", "instruction", "alpha", "site_record"})
+
+
+def _judge_aborts(data: ReportData, aborts: list[dict[str, Any]], later: dict[str, int]) -> None:
+    """An abort whose log goes on with the run (a resume) is an interruption the run recovered from;
+    the last one that nothing follows ended the run. Every party logs an abort: the server's stands."""
+    final = []
+    for abort in aborts:
+        if later.get(abort["party"], -1) > abort["seq"]:
+            if abort["round"] not in {item["round"] for item in data.resumed}:
+                data.resumed.append({k: abort[k] for k in ("party", "round", "signal", "reason")})
+        else:
+            final.append(abort)
+    if final:
+        chosen = next((a for a in final if a["party"] == "server"), final[0])
+        data.aborted = {k: chosen[k] for k in ("reason", "round", "signal")}
 
 
 def epsilon_series(rows: list[MechanismRow]) -> dict[tuple[str, str], list[tuple[int, float]]]:

@@ -98,8 +98,27 @@ class LogSummary:
     party: str | None
     run_id: str | None
     records: int
-    privacy_records: int
+    privacy_records: int  # own and copied, counted whether or not their signatures verify
     closed: bool  # ends with a valid head record
+    dropped_in: int | None = None  # not closed: the round the server's signed log says the site left
+
+
+@dataclass(frozen=True)
+class Dropout:
+    """A site's log without a head record that the server's signed log explains: the site left the
+    run (killed, lost) in `round`, and its log holds nothing of a later round."""
+
+    site: str
+    path: str
+    round: int
+    records: int  # records of the site's log up to where it stops
+    evidence: str  # the server's record that says so, in words
+
+    def __str__(self) -> str:
+        return (
+            f"{self.path}: {self.site} dropped out in round {self.round}: its log stops after "
+            f"{self.records} record(s) with no head record, as {self.evidence} says"
+        )
 
 
 @dataclass
@@ -116,6 +135,13 @@ class Verification:
     unsupplied: list[str] = field(default_factory=list)
     # empirical_audit records (by hash) → ε̂ re-derived from their logged counts
     empirical: dict[str, float] = field(default_factory=dict)
+    # logs that stop without a head record where the server's signed log says their site left
+    dropouts: list[Dropout] = field(default_factory=list)
+
+    @property
+    def complete(self) -> bool:
+        """Verified, and every log closed: no site dropped out."""
+        return self.ok and not self.dropouts
 
 
 @dataclass
@@ -134,7 +160,11 @@ class _LogState:
     privacy: list[_Privacy] = field(default_factory=list)
     embedded: list[tuple[Line, dict[str, Any]]] = field(default_factory=list)
     count: int = 0
+    privacy_count: int = 0
     closed: bool = False
+    # no head record: (the line to name, why) — a dropout if the server's log explains it
+    unfinished: tuple[Line, str] | None = None
+    dropped: dict[str, tuple[int, str]] = field(default_factory=dict)  # site → (round, evidence)
     run_configs: list[dict[str, Any]] = field(default_factory=list)
     # secagg_round records: (line, round, sites that took part, every site the record names)
     rounds: list[tuple[Line, int, list[str], set[str]]] = field(default_factory=list)
@@ -240,7 +270,8 @@ class _Checker:
             return state
         for line in lines:
             if line.record is None:
-                self.report(path, line, line.error or "unreadable line")
+                if line.error != TORN:  # a torn tail is judged with the missing head record below
+                    self.report(path, line, line.error or "unreadable line")
                 continue
             record = line.record
             shape = shape_problem(record)
@@ -303,6 +334,7 @@ class _Checker:
                         seq,
                     )
             elif record["event"] == "privacy":
+                state.privacy_count += 1
                 state.privacy.append(_Privacy(line, record, ""))
             elif record["event"] == "site_record":
                 self.check_embedded(path, line, record, state)
@@ -315,8 +347,12 @@ class _Checker:
         tail_torn = lines[-1].error == TORN
         if last_record is not None and last_record[1]["event"] == "head" and not tail_torn:
             state.closed = True
-        elif not tail_torn:
-            self.report(path, lines[-1], "truncated: no head record (log cut short or not closed cleanly)")
+        else:
+            # Judged once every log is read: the server's log may say the site dropped out here.
+            state.unfinished = (
+                lines[-1],
+                TORN if tail_torn else "truncated: no head record (log cut short or not closed cleanly)",
+            )
         return state
 
     def check_embedded(self, path: str, line: Line, record: dict[str, Any], state: _LogState) -> None:
@@ -326,6 +362,8 @@ class _Checker:
             self.report(path, line, f"embedded record is malformed: {shape}", record["seq"])
             return
         label = f"embedded {inner['party']} record seq {inner['seq']}: "
+        if inner["event"] == "privacy":
+            state.privacy_count += 1
         bad_time = time_problem(inner["time"])
         if bad_time:
             self.report(path, line, f"{label}{bad_time}", record["seq"])
@@ -359,6 +397,15 @@ class _Checker:
                 participants, named = round_sites(payload)
                 state.rounds.append((line, round_, participants, named))
                 state.named |= named
+        if event in ("secagg_round", "round_skipped") and isinstance(record["round"], int):
+            dropped = payload.get("dropped")
+            for site in dropped if isinstance(dropped, list) else []:
+                if isinstance(site, str) and site not in state.dropped:
+                    what = "skipped round" if event == "round_skipped" else "secure-aggregation round"
+                    state.dropped[site] = (
+                        record["round"],
+                        f"the server's {what} record of round {record['round']}",
+                    )
         elif event == "budget_refusal" and isinstance(payload.get("site"), str):
             state.named.add(payload["site"])
         elif event == "instruction":
@@ -479,6 +526,51 @@ class _Checker:
             )
         return sorted(missing)
 
+    def judge_unfinished(self, states: list[_LogState]) -> list[Dropout]:
+        """A log without a head record is a problem (cut short), unless the server's log, itself
+        closed and intact, says in a signed record that the log's site left the run in a round
+        and the site's log holds nothing of a later round: then it is that site's dropout."""
+        problem_paths = {problem.path for problem in self.problems}
+        servers = [
+            state
+            for state in states
+            if state.party == "server" and state.closed and state.path not in problem_paths
+        ]
+        dropouts = []
+        for state in states:
+            if state.unfinished is None:
+                continue
+            line, why = state.unfinished
+            said = next(
+                (
+                    server.dropped[state.party]
+                    for server in servers
+                    if server.run_id == state.run_id and state.party in server.dropped
+                ),
+                None,
+            )
+            later = [
+                r["round"]
+                for r in state.records.values()
+                if isinstance(r["round"], int) and said and r["round"] > said[0]
+            ]
+            # a site that left records no end: a log that holds one was cut after the run went on
+            ended = any(
+                r["event"] in ("run_end", "run_aborted")
+                or (r["event"] == "instruction" and r["payload"].get("phase") in ("evaluate", "finish"))
+                for r in state.records.values()
+            )
+            if said is None or "server" not in self.keys or self.wrong_keys or later or ended:
+                detail = (
+                    f"; it holds records of round {max(later)}, after it left in round {said[0]}"
+                    if said and later
+                    else ""
+                )
+                self.report(state.path, line, why + detail)
+                continue
+            dropouts.append(Dropout(str(state.party), state.path, said[0], state.count, said[1]))
+        return dropouts
+
     def rederive(self, state: _LogState, rederived: dict[str, Rederived]) -> None:
         streams: dict[tuple[str, str, str], StreamAccountant] = defaultdict(StreamAccountant)
         for item in state.privacy:
@@ -556,6 +648,7 @@ def verify_logs(
         checker.check_copies(states)
         checker.check_participation(states)
         checker.check_handed_over(states)
+    dropouts = checker.judge_unfinished(states)
     unsupplied = checker.note_unsupplied(states)
     rederived: dict[str, Rederived] = {}
     for state in states:
@@ -563,7 +656,11 @@ def verify_logs(
     empirical = _check_empirical_audits(checker, states)
     order = {str(path): index for index, path in enumerate(paths)}
     problems = sorted(checker.problems, key=lambda p: (order.get(p.path, 0), p.line or 0))
-    logs = [LogSummary(s.path, s.party, s.run_id, s.count, len(s.privacy), s.closed) for s in states]
+    dropped_in = {dropout.path: dropout.round for dropout in dropouts}
+    logs = [
+        LogSummary(s.path, s.party, s.run_id, s.count, s.privacy_count, s.closed, dropped_in.get(s.path))
+        for s in states
+    ]
     return Verification(
         not problems,
         problems,
@@ -573,6 +670,7 @@ def verify_logs(
         warnings=checker.warnings,
         unsupplied=unsupplied,
         empirical=empirical,
+        dropouts=dropouts,
     )
 
 
@@ -591,10 +689,17 @@ def _check_empirical_audits(checker: _Checker, states: list[_LogState]) -> dict[
     return found
 
 
+# `audit verify` / `audit report` exit codes: 0 every log verifies and is closed; 1 a problem (a
+# record changed, missing, unsigned, a wrong ε, a log cut short); 3 every record verifies but a
+# site's log stops where the server's signed log says that site left the run (a dropout).
+EXIT_DROPOUT = 3
+
+
 def verify_main(
     paths: Sequence[Path | str], keys_dir: Path | str | None, console: Console | None = None
 ) -> int:
-    """Print a readable verdict for `secure-fed audit verify`; 0 when everything holds, else 1."""
+    """Print a readable verdict for `secure-fed audit verify`: 0 when everything holds, 3 when it
+    holds but a site dropped out (its log stops where the server's log says it left), else 1."""
     console = console or Console(soft_wrap=True)
     ok, public_keys = keys_for_cli(
         keys_dir,
@@ -614,18 +719,34 @@ def verify_main(
             log.party or "?",
             str(log.records),
             str(log.privacy_records),
-            "yes" if log.closed else "[red]missing[/]",
+            "yes"
+            if log.closed
+            else f"[yellow]none: dropped out in round {log.dropped_in}[/]"
+            if log.dropped_in is not None
+            else "[red]missing[/]",
         )
     console.print(table)
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     _print_empirical(console, result)
+    checked = len(result.rederived)
+    figures = (
+        f"{checked} privacy record(s) re-derived with dp_accounting and matching."
+        if checked
+        else "no privacy record in them (no ε to re-derive)."
+    )
+    if result.ok and result.dropouts:
+        console.print(
+            f"[bold yellow]VERIFIED, WITH A DROPOUT[/] (exit {EXIT_DROPOUT}): every record verifies and "
+            f"every signature holds; {figures} Not tampering, a site that left the run:"
+        )
+        for dropout in result.dropouts:
+            console.print(f"  {dropout}", markup=False, highlight=False)
+        return EXIT_DROPOUT
     if result.ok:
-        checked = len(result.rederived)
         console.print(
             f"[bold green]OK[/]: {len(result.logs)} log(s) complete and unmodified, every signature "
-            "verifies, "
-            f"{checked} privacy record(s) re-derived with dp_accounting and matching."
+            f"verifies, {figures}"
         )
         return 0
     console.print(
