@@ -7,8 +7,10 @@
 #   examples/deploy-local/deploy.sh [up|run|crash|down|all] [WORK] [SITE]
 #
 #   up     keys, certificates, the $FLWR_HOME connection file, the SuperLink, node registration,
-#          then the four nodes (in the background; their logs in WORK/logs)
-#   run    one run: `flwr run`, then `flwr ls` until it ends; exit 0 only if it completed
+#          the app and its FAB, each site's review and approval of that FAB, then the four nodes
+#          (in the background; their logs in WORK/logs)
+#   run    one run of the approved app: `flwr run`, then `flwr ls` until it ends; exit 0 only if
+#          it completed
 #   crash  SITE's node dies at once (SIGKILL to its whole process group, as a power cut would):
 #          the drill for a hospital lost mid-round; the run goes on without it
 #   down   stop the SuperLink and the nodes this script started
@@ -77,7 +79,16 @@ up() {
     flwr supernode register "certs/$site-node.pub" local-deploy
   done
 
-  # 5. Each hospital's node: checks, caches filled, then the SuperNode (TLS, its own auth key)
+  # 5. Each hospital decides what its node runs: the FAB built from the release it has (here this
+  #    repository), reviewed against its installed secure_fed, its SHA-256 pinned in the site's
+  #    [deploy] approved_fabs. The node runs its own installed code, and only for runs of this FAB.
+  package
+  for site in "${SITES[@]}"; do
+    secure-fed code review fab/*.fab --config "$HERE/$site.toml" >"logs/$site-review.txt"
+    secure-fed code approve fab/*.fab --config "$HERE/$site.toml" --note "deploy-local: this repository"
+  done
+
+  # 6. Each hospital's node: checks, caches filled, then the SuperNode (TLS, its own auth key)
   for site in "${SITES[@]}"; do
     secure-fed client --site "$site" --config "$HERE/$site.toml" --keys "keys/$site-keys" --prepare-only
   done
@@ -88,7 +99,7 @@ up() {
       --runtime-port "$runtime_port"
     runtime_port=$((runtime_port + 1))
   done
-  # 6. Ready when the SuperLink sees every node online (each fills its caches before it dials)
+  # 7. Ready when the SuperLink sees every node online (each fills its caches before it dials)
   local online=0
   for _ in $(seq "$RUN_TIMEOUT"); do
     online="$(flwr supernode list local-deploy --format json | python3 -c '
@@ -106,11 +117,18 @@ print(sum(node.get("status") == "online" for node in nodes))' 2>/dev/null || ech
   say "SuperLink on 127.0.0.1:$PORT, nodes ${SITES[*]} online (logs in $WORK/logs)"
 }
 
-run() {
-  # The app as pyproject.toml declares it, copied: `flwr run` packs the folder it is given.
-  rm -rf app && mkdir app
+package() {
+  # The app as pyproject.toml declares it, copied once (`flwr run` packs the folder it is given, and
+  # the sites approved the FAB of exactly this copy), and that FAB, as `flwr build` makes it
+  [ -d app ] && return 0
+  mkdir -p app fab
   cp "$REPO/pyproject.toml" "$REPO/README.md" app/
   (cd "$REPO" && find secure_fed -name '*.py' -print0 | xargs -0 cp --parents -t "$WORK/app")
+  (cd fab && flwr build --app ../app >/dev/null)
+}
+
+run() {
+  [ -d app ] || { say "no approved app: run \`$0 up $WORK\` first (it builds the FAB the sites approve)"; return 1; }
   local submitted run_id status
   submitted="$(flwr run app local-deploy --format json --run-config "config-file='$HERE/server.toml'")"
   run_id="$(json_field "run-id" <<<"$submitted")"

@@ -140,3 +140,11 @@ def test_the_code_each_run_ran_is_signed_in_the_sites_log(site: dict[str, Path],
     assert [json.loads(x)["event"] for x in second.read_text().splitlines()] == ["code_refused", "head"]
     verify = runner.invoke(app, ["audit", "verify", str(second), "--keys", str(site["keys"])])
     assert verify.exit_code == 0, verify.output
+    # the compliance report shows the code each site ran (and the FAB it refused)
+    from secure_fed.audits.report import render_html
+    from secure_fed.audits.report_data import collect
+
+    page = render_html(collect([tmp_path / "out/runs/run1/audit/site0.jsonl", second], None))
+    table = page[page.index("<h2>Code each site ran</h2>") :]
+    assert code["package_digest"] in table and "a" * 64 in table and "b" * 64 in table
+    assert "refused" in table

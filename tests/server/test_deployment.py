@@ -836,6 +836,12 @@ def test_the_documented_deployment_script(tmp_path: Path, cache_dir: Path) -> No
         ]
         checked = verify(logs, keys)
         assert checked.returncode == 0, checked.stdout + checked.stderr
+    # each site ran its own installed code for the FAB it approved in `up`, and signed that it did
+    (fab,) = (work / "fab").glob("*.fab")
+    approved = hashlib.sha256(fab.read_bytes()).hexdigest()
+    for site in sites:
+        ran = site_records(work, site, first, "code")
+        assert [r["fab_sha256"] for r in ran] == [approved], ran
     # run 1: the killed site's log stops where it died, and verify names it and nothing else
     folder = work / "server" / "runs" / first
     killed_log = work / victim / "runs" / first / "audit" / f"{victim}.jsonl"
