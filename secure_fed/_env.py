@@ -21,6 +21,13 @@ _FORCED = {
 _DEFAULTS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 
+def node_environment() -> dict[str, str]:
+    """The hardening as this process applies it, for a command that runs without importing us (a
+    SuperNode started from a service file): the forced values, and the defaults unless overridden."""
+    harden_environment()
+    return {key: os.environ[key] for key in (*_FORCED, *_DEFAULTS)}
+
+
 def harden_environment() -> None:
     os.environ.update(_FORCED)
     for key, value in _DEFAULTS.items():

@@ -436,8 +436,11 @@ def client(
         import shlex
 
         typer.echo(f"# {node_bin / 'flwr-clientapp'}: {launcher_text().splitlines()[-1]}")
-        # quoted, unwrapped: ready to paste into a service file
-        typer.echo(shlex.join(["env", f"PATH={env['PATH']}", *cmd]))
+        from secure_fed._env import node_environment
+
+        # quoted, unwrapped, with the hardening a service file would not get: ready to paste
+        hardening = [f"{key}={value}" for key, value in node_environment().items()]
+        typer.echo(shlex.join(["env", *hardening, f"PATH={env['PATH']}", *cmd]))
         return
     from secure_fed.clients.preflight import prepare_site
     from secure_fed.clients.supervise import run_node

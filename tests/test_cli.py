@@ -553,3 +553,27 @@ def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir, signum, code, word, en
     assert proc.returncode == code, err
     assert word in err and "--resume" in err and "Traceback" not in err, err
     assert waited < 15, f"took {waited:.1f} s to stop"
+
+
+def test_client_dry_run_prints_the_hardened_environment_with_the_command(tmp_path, monkeypatch):
+    """The printed line is meant for a service file, which does not import secure_fed and so does
+    not get its hardening: the variables that keep Flower, Ray and the model hub quiet go with it."""
+    keys, _, _ = _node_kit(tmp_path)
+    monkeypatch.chdir(tmp_path)  # the policy's default out folder
+    policy, approvals = tmp_path / "site0.toml", tmp_path / "approved.json"
+    policy.write_text(f'[deploy]\napproved_fabs = "{approvals}"\n')
+    approvals.write_text(json.dumps({"approved": [{"sha256": "0" * 64}]}))
+    args = ["client", "--site", "site0", "--config", str(policy), "--keys", str(keys), "--insecure"]
+    shown = runner.invoke(app, [*args, "--dry-run"])
+    assert shown.exit_code == 0, shown.output
+    words = shlex.split(shown.output.strip().splitlines()[-1])
+    start = next(k for k, word in enumerate(words) if word.endswith("flower-supernode"))
+    assert words[0] == "env"
+    settings = dict(word.split("=", 1) for word in words[1:start])
+    hardening = {
+        "FLWR_TELEMETRY_ENABLED": "0",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "HF_HUB_OFFLINE": "1",
+    }
+    assert hardening.items() <= settings.items(), settings
