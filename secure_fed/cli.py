@@ -86,7 +86,7 @@ def _config_problem(problem: str, path: Path | None, overrides: dict[str, Any]) 
     """`file: key: what is wrong; fix` for one line of a ConfigError."""
     key = problem.split(": ", 1)[0]
     fix = ""
-    if problem.endswith("unknown key"):
+    if ": unknown key" in problem:  # the nearest known key, if any, is already named
         fix = "; remove or respell it (secure_fed/config.py defines every key)"
     elif problem.endswith("no such config file"):
         fix = "; pass an existing TOML file to --config"

@@ -394,11 +394,42 @@ class ConfigError(ValueError):
     """A configuration problem, with every offending key named."""
 
 
+def _sections(model: type[BaseModel] = RunConfig, prefix: str = "") -> dict[str, type[BaseModel]]:
+    """Every section of the tree by its dotted name ("" for the top), nested ones included."""
+    found = {prefix: model}
+    for name, field in model.model_fields.items():
+        sub = field.annotation
+        if isinstance(sub, type) and issubclass(sub, BaseModel):
+            found |= _sections(sub, f"{prefix}.{name}" if prefix else name)
+    return found
+
+
+def _did_you_mean(loc: tuple[int | str, ...]) -> str:
+    """The nearest known key to an unknown one: a close spelling in the same section, else the same
+    name in another section (a key put under the wrong header); "" when nothing is near."""
+    import difflib
+
+    *parents, leaf = (str(p) for p in loc)
+    sections = _sections()
+    here = sections.get(".".join(parents))
+    if here is not None:
+        close = difflib.get_close_matches(leaf, list(here.model_fields), n=1, cutoff=0.75)
+        if close:
+            return f" (did you mean {'.'.join([*parents, close[0]])}?)"
+    elsewhere = [name for name, model in sections.items() if leaf in model.model_fields]
+    if len(elsewhere) == 1:
+        return f" (did you mean {elsewhere[0] + '.' if elsewhere[0] else ''}{leaf}?)"
+    return ""
+
+
 def _describe(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
-        msg = "unknown key" if e["type"] == "extra_forbidden" else str(e["msg"]).removeprefix("Value error, ")
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key" + _did_you_mean(e["loc"])
+        else:
+            msg = str(e["msg"]).removeprefix("Value error, ")
         # a check across sections names its keys itself
         lines.append(msg if key == "<root>" else f"{key}: {msg}")
     return "\n".join(lines)

@@ -295,7 +295,7 @@ def test_each_config_problem_is_one_line_with_its_file_key_and_fix(tmp_path):
         [
             "error: fed.rounds: Input should be greater than or equal to 1 (set on the command line)",
             f"error: {path}: dp.sample_rate: Input should be less than or equal to 1",
-            f"error: {path}: fed.rouns: unknown key; remove or respell it "
+            f"error: {path}: fed.rouns: unknown key (did you mean fed.rounds?); remove or respell it "
             "(secure_fed/config.py defines every key)",
         ]
     )

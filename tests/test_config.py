@@ -21,6 +21,29 @@ def test_unknown_key_is_named(tmp_path):
         load_config(path)
 
 
+@pytest.mark.parametrize(
+    ("section", "key", "suggestion"),
+    [
+        ("fed", "rouns", " (did you mean fed.rounds?)"),  # a typo
+        ("dp", "target_epsilo", " (did you mean dp.target_epsilon?)"),
+        ("fed", "target_epsilon", " (did you mean dp.target_epsilon?)"),  # the right key, wrong section
+        ("data.synth", "patiens", " (did you mean data.synth.patients?)"),  # a nested section
+        ("fed", "colour", ""),  # nothing close: no guess
+    ],
+)
+def test_an_unknown_key_comes_with_the_nearest_known_one(section, key, suggestion):
+    with pytest.raises(ConfigError) as err:
+        build_config(_nested(section, key))
+    assert str(err.value) == f"{section}.{key}: unknown key{suggestion}"
+
+
+def _nested(section: str, key: str) -> dict:
+    tree: dict = {key: 1}
+    for part in reversed(section.split(".")):
+        tree = {part: tree}
+    return tree
+
+
 def test_out_of_range_value_is_named():
     with pytest.raises(ConfigError, match=r"dp\.sample_rate"):
         build_config({"dp": {"sample_rate": 1.5}})
