@@ -29,6 +29,42 @@ class DataValidationError(ValueError):
         super().__init__(f"{len(self.problems)} data problem(s):\n" + "\n".join(self.problems))
 
 
+# what a field holds, where its type alone would say it badly (a union, an optional value)
+_FIELD_WANTS = {
+    "image": "a path or a list of paths",
+    "study_date": 'a date "YYYY-MM-DD"',
+    "age": "a number or null",
+}
+_TYPE_WANTS = {
+    "string_type": "text in quotes",
+    "int_type": "a whole number",
+    "int_parsing": "a whole number",
+    "int_from_float": "a whole number",
+    "float_type": "a number",
+    "float_parsing": "a number",
+    "bool_type": "true or false",
+    "bool_parsing": "true or false",
+    "list_type": "a list",
+}
+
+
+def _plain(error: Any, field: str) -> str:
+    """A validation error in a data steward's words: what the field must hold, and what it held
+    (as JSON, the file's own notation), instead of the library's "Input should be a valid ...".
+    The record's own checks (dates, ages, sex spellings) already speak plainly and pass through."""
+    kind = error["type"]
+    if kind == "value_error":
+        return str(error["msg"]).removeprefix("Value error, ")
+    if kind == "literal_error":
+        wants = str(error.get("ctx", {}).get("expected", "")).replace("'", '"')
+    else:
+        wants = _FIELD_WANTS.get(field) or _TYPE_WANTS.get(kind, "")
+    if not wants:
+        return str(error["msg"]).replace("Input should be", "must be")
+    shown = json.dumps(error.get("input"), default=str)
+    return f"must be {wants}, got {shown if len(shown) <= 40 else shown[:37] + '...'}"
+
+
 def _schema_problems(err: ValidationError) -> list[tuple[str, str]]:
     """(field, problem) pairs, one per field: a union type would otherwise report each member."""
     seen: dict[str, str] = {}
@@ -41,7 +77,7 @@ def _schema_problems(err: ValidationError) -> list[tuple[str, str]]:
         elif e["type"] == "extra_forbidden":
             seen[field] = "unknown field"
         else:
-            seen[field] = str(e["msg"]).removeprefix("Value error, ")
+            seen[field] = _plain(e, field)
     return list(seen.items())
 
 

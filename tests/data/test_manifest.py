@@ -77,6 +77,15 @@ BAD_CASES = [
     ({"visit_index": 0}, "visit_index: must be >= 1 (visits are numbered from 1), got 0"),
     ({"study_date": "2020-13-01"}, "study_date: expected a date YYYY-MM-DD, got '2020-13-01'"),
     ({"colour": "blue"}, "colour: unknown field"),
+    # in words a data steward uses, not the validation library's ("Input should be a valid integer")
+    ({"visit_index": "2nd"}, 'visit_index: must be a whole number, got "2nd"'),
+    ({"visit_index": 1.5}, "visit_index: must be a whole number, got 1.5"),
+    ({"age": "old"}, 'age: must be a number or null, got "old"'),
+    ({"study_date": 20200304}, 'study_date: must be a date "YYYY-MM-DD", got 20200304'),
+    ({"report": None}, "report: must be text in quotes, got null"),
+    ({"patient_id": 7}, "patient_id: must be text in quotes, got 7"),
+    ({"image": 5}, "image: must be a path or a list of paths, got 5"),
+    ({"split": "later"}, 'split: must be "train", "val" or "test", got "later"'),
 ]
 
 
