@@ -48,7 +48,7 @@ _TYPE_WANTS = {
 }
 
 
-def _plain(error: Any, field: str) -> str:
+def plain_problem(error: Any, field: str) -> str:
     """A validation error in a data steward's words: what the field must hold, and what it held
     (as JSON, the file's own notation), instead of the library's "Input should be a valid ...".
     The record's own checks (dates, ages, sex spellings) already speak plainly and pass through."""
@@ -77,11 +77,11 @@ def _schema_problems(err: ValidationError) -> list[tuple[str, str]]:
         elif e["type"] == "extra_forbidden":
             seen[field] = "unknown field"
         else:
-            seen[field] = _plain(e, field)
+            seen[field] = plain_problem(e, field)
     return list(seen.items())
 
 
-def _escapes(path: str) -> bool:
+def outside_folder(path: str) -> bool:
     """An image path that could name a file outside the data folder: absolute, or with a '..' (a
     site reads whatever file such a path names as a patient's image)."""
     pure = PurePath(path)
@@ -91,10 +91,10 @@ def _escapes(path: str) -> bool:
 def _image_problems(paths: list[str], folder: Path, field: str, what: str) -> list[str]:
     return [
         f"{field}: not inside the {what} folder (a path relative to {folder}, without '..'): {p}"
-        if _escapes(p)
+        if outside_folder(p)
         else f"{field}: file not found: {p}"
         for p in paths
-        if _escapes(p) or not (folder / p).is_file()
+        if outside_folder(p) or not (folder / p).is_file()
     ]
 
 

@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from secure_fed.config import RunConfig
 from secure_fed.data.cache import made_once
-from secure_fed.data.manifest import DataValidationError
+from secure_fed.data.manifest import DataValidationError, outside_folder, plain_problem
 
 CLASSES: tuple[str, ...] = (
     "normal",
@@ -220,12 +220,17 @@ def load_imaging_manifest(path: Path | str, modalities: Sequence[str] = MODALITI
         except ValidationError as err:
             for e in err.errors():
                 field = str(e["loc"][0]) if e["loc"] else "record"
-                msg = "unknown field" if e["type"] == "extra_forbidden" else str(e["msg"])
-                problems.append(f"{where}: {field}: {msg.removeprefix('Value error, ')}")
+                msg = "unknown field" if e["type"] == "extra_forbidden" else plain_problem(e, "")
+                problems.append(f"{where}: {field}: {msg}")
             continue
         if record.modality not in modalities:
             problems.append(f"{where}: modality: {record.modality!r} is not one of {', '.join(modalities)}")
-        if not (path.parent / record.image).is_file():
+        if outside_folder(record.image):  # a site would read whatever file it names as an image
+            problems.append(
+                f"{where}: image: not inside the data folder "
+                f"(a path relative to {path.parent}, without '..'): {record.image}"
+            )
+        elif not (path.parent / record.image).is_file():
             problems.append(f"{where}: image: {record.image} not found beside the manifest")
         if record.id in seen:
             problems.append(f"{where}: id: {record.id!r} already on line {seen[record.id]}")

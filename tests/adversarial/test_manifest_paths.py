@@ -70,3 +70,21 @@ def test_an_annotation_file_cannot_point_outside_its_image_folder(layout: tuple[
         f"image_path: not inside the image folder (a path relative to {data}, without '..'): {p}"
         for p in escapes
     ]
+
+
+def test_an_imaging_manifest_cannot_point_outside_its_folder(layout: tuple[Path, Path]) -> None:
+    """FM2's multi-modality manifest: the same rule, the same kind of problem line."""
+    from secure_fed.data.multimodal import load_imaging_manifest
+
+    data, outside = layout
+    escapes = _outside_paths(data, outside)
+    rows = [{"id": "i0", "image": "img/a.png", "modality": "xray", "label": "normal"}]
+    rows += [{**rows[0], "id": f"i{k}", "image": p} for k, p in enumerate(escapes, 1)]
+    path = data / "manifest.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with pytest.raises(DataValidationError) as err:
+        load_imaging_manifest(path, ["xray"])
+    assert err.value.problems == [
+        f"{path}:{line}: image: not inside the data folder (a path relative to {data}, without '..'): {p}"
+        for line, p in enumerate(escapes, start=2)
+    ]
