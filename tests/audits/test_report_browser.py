@@ -91,3 +91,49 @@ def test_missing_browser_fails_unless_allowed(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setenv("SECURE_FED_ALLOW_NO_BROWSER", "1")
     with pytest.raises(pytest.skip.Exception):
         _chromium()
+
+
+def test_every_mechanism_column_shows_at_1280_px(pristine: Run, tmp_path: Path) -> None:
+    """The mechanism table fits a 1280 px window: its first and last columns are both painted.
+
+    The copy under test marks them with colours the report never uses (its CSP is taken out for
+    the marking stylesheet only); a column pushed off-screen would leave its colour unpainted.
+    """
+    binary = _chromium()
+    page, _, _ = write_report(
+        pristine.all_paths, tmp_path / "report.html", load_public_keys(pristine.keys_dir)
+    )
+    text = page.read_text(encoding="utf-8")
+    marked = re.sub(r"<meta http-equiv='Content-Security-Policy'[^>]*>", "", text).replace(
+        "</head>",
+        "<style>#mechanisms tr > :first-child { background: #00ff00 !important; }"
+        "#mechanisms tr > :last-child { background: #ff00ff !important; }</style></head>",
+    )
+    assert marked != text
+    copy = tmp_path / "marked.html"
+    copy.write_text(marked, encoding="utf-8")
+    shot = tmp_path / "wide.png"
+    flags = [f for f in FLAGS if not f.startswith("--window-size")]
+    subprocess.run(
+        [
+            binary,
+            *flags,
+            "--window-size=1280,6000",
+            f"--user-data-dir={tmp_path / 'p'}",
+            f"--screenshot={shot}",
+        ]
+        + [copy.resolve().as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    image = Image.open(shot).convert("RGB")
+    assert image.size[0] == 1280
+    width, height = image.size
+    pixels = image.load()
+    last = [x for x in range(width) for y in range(0, height, 4) if pixels[x, y] == (255, 0, 255)]
+    first = [x for x in range(0, width, 2) for y in range(0, height, 4) if pixels[x, y] == (0, 255, 0)]
+    assert first, "the mechanism table is not on the page"
+    assert last, "the last column ('re-derived ε matches') is off-screen at 1280 px"
+    assert max(last) < width - 1
