@@ -842,7 +842,13 @@ def audit_report(
 @audit_app.command("empirical")
 def audit_empirical(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML file (RunConfig tree)")] = None,
-    canaries: Annotated[int, typer.Option(help="M: canaries, each included with probability ½")] = 1000,
+    canaries: Annotated[
+        int | None,
+        typer.Option(
+            help="M: canaries, each included with probability ½; default: the fewest whose ceiling "
+            "ε̂_max clears the stated ε (3,000 at ε = 4)"
+        ),
+    ] = None,
     out: Annotated[Path | None, typer.Option("--out", "-o", help="audit run folder")] = None,
     site: Annotated[
         list[str] | None, typer.Option(help="site to audit (repeatable); default: every site")
@@ -873,9 +879,9 @@ def audit_empirical(
             f"{where}: dp.enabled is false, so there is no mechanism to audit; set [dp] enabled = true "
             "and target_epsilon, or pass --target-epsilon"
         )
-    if canaries < 2:
+    if canaries is not None and canaries < 2:
         _fail(f"--canaries must be at least 2, got {canaries}")
-    if guesses is not None and not 1 <= guesses <= canaries:
+    if guesses is not None and canaries is not None and not 1 <= guesses <= canaries:
         _fail(f"--guesses must lie in [1, {canaries}] (the number of canaries), got {guesses}")
     folder = Path(out or cfg.out)
     if (folder / "sites").exists() or any((folder / "audit").glob("*.jsonl")):
@@ -890,8 +896,9 @@ def audit_empirical(
     if unknown:
         _fail(f"--site {unknown[0]}: not a site of {where} (sites: {', '.join(names)})")
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    table = Table(title=f"empirical privacy audit — {canaries} canaries")
-    for column in ("site", "mechanism", "ε̂ (95 %)", "stated ε", "ε̂ / ε", "correct / guesses", "seconds"):
+    table = Table(title="empirical privacy audit")
+    columns = ("site", "mechanism", "ε̂ (95 %)", "ceiling ε̂_max", "stated ε", "verdict", "correct / guesses")
+    for column in (*columns, "canaries", "seconds"):
         table.add_column(column)
     for name in chosen:
         try:
@@ -904,9 +911,12 @@ def audit_empirical(
                 name,
                 str(row["mechanism"]) + (f" ({result.steps} steps)" if row["mechanism"] == "dp_sgd" else ""),
                 f"{row['epsilon_hat']:.3f}",
+                f"{row['epsilon_hat_max']:.3f}",
                 f"{row['stated_epsilon']:.3f}",
-                f"{row['epsilon_hat'] / row['stated_epsilon']:.2f}",
+                # inconclusive: the ceiling is at or below ε, so no mechanism could have failed it
+                str(row["verdict"]),
                 f"{row['correct']} / {row['guesses']}",
+                str(row["canaries"]),
                 f"{result.seconds:.0f}" if row["mechanism"] == "dp_sgd" else "",
             )
     Console().print(table)

@@ -6,6 +6,10 @@ P[W ≥ v] ≤ β + 2mδ·α falls below 1 − confidence, β = P[Bin(r, q) ≥ 
 α = max_i P[v − i ≤ Bin(r, q) < v]/i. The writer's implementation is `secure_fed.dp.one_run_audit`;
 audits/ may not import it, and an auditor re-deriving with the writer's code would check nothing,
 so this one finds the root with Brent's method on the log p-value instead of a bisection.
+
+The ceiling ε̂_max is the ε̂ of r correct guesses out of r: the most the audit could report. A
+verdict "passed" needs ε̂ ≤ ε < ε̂_max; with ε̂_max ≤ ε the audit is "inconclusive" whatever it
+measured (a mechanism with no noise at all would have passed it).
 """
 
 from __future__ import annotations
@@ -62,4 +66,41 @@ def check_record(payload: Any) -> tuple[float | None, str | None]:
             f"empirical_audit ε̂ {logged:.4g} does not follow from its counts ({v} of {r} guesses "
             f"correct, {m} canaries, δ={payload['delta']:g}): re-derived {again:.4g}"
         )
+    if "epsilon_hat_max" in payload or "verdict" in payload:
+        problem = _check_verdict(payload, m, r, again)
+        if problem is not None:
+            return again, problem
     return again, None
+
+
+def verdict_of(epsilon_hat: float, ceiling: float, stated: float) -> str:
+    """The verdict: "violation" (ε̂ > ε), "inconclusive" (ceiling ε̂_max ≤ ε: the audit could not have failed),
+    else "passed"."""
+    if epsilon_hat > stated:
+        return "violation"
+    return "inconclusive" if ceiling <= stated else "passed"
+
+
+def _check_verdict(payload: dict[str, Any], m: int, r: int, epsilon_hat: float) -> str | None:
+    """A record's ceiling (ε̂ had all r guesses been right) and verdict must follow from its counts:
+    a writer that logs "passed" for an audit whose ceiling is below ε claims a test that could
+    not have failed."""
+    try:
+        delta, confidence = float(payload["delta"]), float(payload["confidence"])
+        ceiling = rederive_epsilon_hat(m, r, r, delta, confidence)
+        logged = float(payload["epsilon_hat_max"])
+        stated = float(payload["stated_epsilon"])
+    except (KeyError, TypeError, ValueError) as err:
+        return f"empirical_audit record needs epsilon_hat_max and stated_epsilon beside its verdict: {err}"
+    if not math.isclose(ceiling, logged, rel_tol=TOLERANCE, abs_tol=TOLERANCE):
+        return (
+            f"empirical_audit ceiling ε̂_max {logged:.4g} does not follow from {r} guesses: "
+            f"re-derived {ceiling:.4g}"
+        )
+    expected = verdict_of(epsilon_hat, ceiling, stated)
+    if payload.get("verdict") != expected:
+        return (
+            f"empirical_audit verdict {payload.get('verdict')!r} does not follow from ε̂ {epsilon_hat:.4g}, "
+            f"ceiling {ceiling:.4g} and stated ε {stated:.4g}: it is {expected!r}"
+        )
+    return None

@@ -687,6 +687,13 @@ def _empirical_html(data: ReportData) -> str:
                     " <b>The measured lower bound EXCEEDS the stated ε: the training code leaks more "
                     "than its accountant says (a bug in noise, clipping or accounting).</b>"
                 )
+            elif isinstance(ceiling := audit.get("epsilon_hat_max"), int | float) and ceiling <= stated:
+                # the ceiling is what every guess right would give: an audit that could not fail
+                verdict = (
+                    f" <b>Inconclusive</b>: with these canaries and guesses the largest ε̂ this audit "
+                    f"can report is {_num(ceiling, 3)}, not above the stated ε, so even training "
+                    "with no noise at all would have shown no violation; rerun with more canaries."
+                )
             else:
                 verdict = f" ε̂ / ε = {measured / stated:.2f} (1 would be a perfectly tight audit)."
         items.append(

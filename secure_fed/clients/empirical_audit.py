@@ -35,9 +35,11 @@ from secure_fed.data.sites import site_names
 from secure_fed.dp.accountants import epsilon_prv, epsilon_rdp
 from secure_fed.dp.canaries import (
     DEFAULT_SUPPORT,
+    MAX_CANARIES,
     AuditOutcome,
     CanaryInjector,
     GradientCanaries,
+    default_canaries,
     default_guesses,
     evaluate,
     likelihood_scores,
@@ -45,7 +47,7 @@ from secure_fed.dp.canaries import (
 from secure_fed.dp.events import PoissonSampledGaussian
 from secure_fed.dp.histogram import HistogramBins
 from secure_fed.dp.keystream import STREAM_KEY_BYTES, NoiseStream
-from secure_fed.dp.one_run_audit import DEFAULT_CONFIDENCE
+from secure_fed.dp.one_run_audit import DEFAULT_CONFIDENCE, verdict
 from secure_fed.dp.release_audits import audit_clipped_sum, audit_histogram, single_release_epsilon
 from secure_fed.keyring import audit_keys_dir
 
@@ -67,7 +69,10 @@ class CanaryGradients:
         return self.inner.steps_per_epoch(n_patients)
 
     def sample(self, n_patients: int) -> torch.Tensor:
-        return self.inner.sample(n_patients)
+        if self.injector is None:
+            return self.inner.sample(n_patients)
+        # the site's own patient sampler draws the canaries beside the patients (Poisson, one draw)
+        return self.injector.sample_with(self.inner.sample, n_patients)
 
     def wrap(self, copies: list[torch.nn.Module]) -> list[torch.nn.Module]:
         wrapped = self.inner.wrap(copies)
@@ -116,6 +121,7 @@ class EmpiricalAudit:
             "mechanism": "dp_sgd",
             **self.outcome.to_json(),
             "stated_epsilon": self.stated_epsilon,
+            "verdict": verdict(self.outcome.epsilon_hat, self.outcome.epsilon_hat_max, self.stated_epsilon),
             "stated_epsilon_prv": self.stated_epsilon_prv,
             "site_epsilon": self.site_epsilon,
             "accountant": "rdp",
@@ -173,13 +179,15 @@ def release_audits(
     for mechanism, population, sigma, run, canary in plans:
         delta = privacy.delta[population]
         outcome = run(delta)
+        stated = single_release_epsilon(sigma, delta)
         out.append(
             {
                 "site": privacy.site,
                 "population": population,
                 "mechanism": mechanism,
                 **outcome.to_json(),
-                "stated_epsilon": single_release_epsilon(sigma, delta),
+                "stated_epsilon": stated,
+                "verdict": verdict(outcome.epsilon_hat, outcome.epsilon_hat_max, stated),
                 "stated_for": "one release (exact Gaussian ε)",
                 "noise_multiplier": sigma,
                 "canary": canary,
@@ -194,10 +202,16 @@ def audit_run_id(out: Path) -> str:
     return "audit-" + hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:12]
 
 
+def planned_epsilon(privacy: SitePrivacy, rounds: int) -> float:
+    """The accountant's ε of the DP-SGD steps an audit of `rounds` rounds will go through."""
+    steps = PoissonSampledGaussian(privacy.sampling_rate, privacy.sigma, privacy.steps * rounds)
+    return epsilon_rdp(steps, privacy.delta[TRAIN])
+
+
 def run_empirical_audit(
     cfg: RunConfig,
     site: str,
-    canaries: int,
+    canaries: int | None,
     out: Path,
     guesses: int | None = None,
     confidence: float = DEFAULT_CONFIDENCE,
@@ -206,7 +220,10 @@ def run_empirical_audit(
     progress: Any = None,
     releases: bool = True,
 ) -> EmpiricalAudit:
-    """Run `cfg.fed.rounds` rounds of `site`'s DP training with `canaries` canaries, then bound ε."""
+    """Run `cfg.fed.rounds` rounds of `site`'s DP training with `canaries` canaries, then bound ε.
+
+    `canaries` None: the fewest whose ceiling ε̂_max clears the stated ε (`default_canaries`);
+    refused when no M up to the cap does, since such an audit could only be inconclusive."""
     if not cfg.dp.enabled:
         raise ValueError("dp.enabled is false: there is no DP mechanism to audit (set dp.enabled = true)")
     started = time.monotonic()
@@ -219,6 +236,15 @@ def run_empirical_audit(
     runtime = SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=audit_run_id(out))
     privacy = runtime.privacy
     assert privacy is not None
+    if canaries is None:
+        stated = planned_epsilon(privacy, cfg.fed.rounds)
+        canaries = default_canaries(stated, privacy.delta[TRAIN], confidence)
+        if canaries is None:
+            raise ValueError(
+                f"{site}: at the stated ε = {stated:.3f} no M up to {MAX_CANARIES:,} canaries gives "
+                "the one-run audit a ceiling above ε, so it could only be inconclusive; pass "
+                "--canaries M to run it anyway, or audit a smaller ε"
+            )
     # The auditor's secret (which canaries are in, their directions) never comes from the site's
     # noise key or the config's seed: a fresh OS seed unless a test pins it.
     rng = np.random.default_rng(auditor_seed if auditor_seed is not None else int.from_bytes(os.urandom(16)))

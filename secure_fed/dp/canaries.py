@@ -28,7 +28,7 @@ auditor's belief, and a mechanism that adds less noise than stated is what the a
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,7 +36,13 @@ import torch
 
 from secure_fed.dp.dpsgd import PatientDPSGD, poisson_sample
 from secure_fed.dp.keystream import NoiseStream
-from secure_fed.dp.one_run_audit import DEFAULT_CONFIDENCE, count_correct, epsilon_lower_bound, guess
+from secure_fed.dp.one_run_audit import (
+    DEFAULT_CONFIDENCE,
+    count_correct,
+    epsilon_ceiling,
+    epsilon_lower_bound,
+    guess,
+)
 
 DEFAULT_SUPPORT = 256
 
@@ -103,6 +109,9 @@ class CanaryInjector:
     noise: NoiseStream
     projections: list[np.ndarray] = field(default_factory=list)  # one (m,) row per step
     sampled: int = 0  # canary inclusions over all steps (a sanity figure, never released)
+    # this step's canaries when the site's own patient sampler drew them beside the patients
+    # (`sample_with`); None: the injector Poisson-samples the included canaries itself
+    _chosen: np.ndarray | None = field(default=None, repr=False)
 
     def attach(self, engine: PatientDPSGD) -> None:
         sizes = [sum(p.numel() for p in params) for params in engine.trainable_parameters]
@@ -111,11 +120,23 @@ class CanaryInjector:
         self._engine = engine
         engine.injected = self._step
 
-    def _step(self) -> list[torch.Tensor | None]:
+    def sample_with(self, sampler: Callable[[int], torch.Tensor], n_patients: int) -> torch.Tensor:
+        """One draw of the site's own patient sampler over the patients and the included canaries
+        together (canary k is unit n_patients + k), as if the canaries were patients of the site:
+        returns the patients drawn and keeps the canaries drawn for this step's `injected`."""
         members = np.flatnonzero(self.canaries.included)
-        # Poisson sampling of the included canaries, from the mechanism's own keystream, as for
-        # every patient
-        chosen = members[poisson_sample(len(members), self.sampling_rate, self.noise).numpy()]
+        drawn = sampler(n_patients + len(members))
+        self._chosen = members[(drawn[drawn >= n_patients] - n_patients).numpy()]
+        return drawn[drawn < n_patients]
+
+    def _step(self) -> list[torch.Tensor | None]:
+        if self._chosen is not None:
+            chosen, self._chosen = self._chosen, None
+        else:
+            members = np.flatnonzero(self.canaries.included)
+            # Poisson sampling of the included canaries, from the mechanism's own keystream, as
+            # for every patient
+            chosen = members[poisson_sample(len(members), self.sampling_rate, self.noise).numpy()]
         self.sampled += len(chosen)
         return self.canaries.blocks(chosen)
 
@@ -155,6 +176,7 @@ class AuditOutcome:
     delta: float
     confidence: float
     epsilon_hat: float
+    epsilon_hat_max: float  # the ceiling: ε̂ had every guess been right
 
     def to_json(self) -> dict[str, float | int]:
         return {
@@ -166,6 +188,7 @@ class AuditOutcome:
             "delta": self.delta,
             "confidence": self.confidence,
             "epsilon_hat": self.epsilon_hat,
+            "epsilon_hat_max": self.epsilon_hat_max,
         }
 
 
@@ -174,6 +197,27 @@ def default_guesses(m: int) -> int:
     least 2. Fixed before the run, from pilot runs with other auditor seeds (docs/RESULTS.md):
     choosing the count after seeing this run's scores would void the confidence level."""
     return min(m, max(2, 2 * round(m / 20)))
+
+
+# The default M leaves the ceiling this far above ε: an audit whose ceiling only just clears ε
+# flags nothing short of a perfectly separating leak.
+CEILING_MARGIN = 1.1
+MIN_CANARIES, MAX_CANARIES, CANARY_STEP = 1000, 20_000, 500
+
+
+def default_canaries(
+    epsilon: float, delta: float, confidence: float = DEFAULT_CONFIDENCE, margin: float = CEILING_MARGIN
+) -> int | None:
+    """The smallest M (from 1,000 in steps of 500) whose ceiling ε̂_max with `default_guesses(M)`
+    is at least margin·ε; None when even MAX_CANARIES cannot reach it (the ceiling grows only
+    with the log of the guesses: ε = 4 needs about 3,000 canaries, ε = 8 some 90,000), so any
+    audit at that ε can only be inconclusive."""
+    def clears(m: int) -> bool:
+        return epsilon_ceiling(m, default_guesses(m), delta, confidence) >= margin * epsilon
+
+    if not clears(MAX_CANARIES):  # the ceiling rises with M: if the cap cannot, none can
+        return None
+    return next(m for m in range(MIN_CANARIES, MAX_CANARIES + 1, CANARY_STEP) if clears(m))
 
 
 def evaluate(
@@ -198,4 +242,5 @@ def evaluate(
         delta=delta,
         confidence=confidence,
         epsilon_hat=epsilon_lower_bound(m, guesses, correct, delta, confidence),
+        epsilon_hat_max=epsilon_ceiling(m, guesses, delta, confidence),
     )

@@ -75,6 +75,28 @@ def epsilon_lower_bound(
     return low
 
 
+def epsilon_ceiling(m: int, r: int, delta: float = 0.0, confidence: float = DEFAULT_CONFIDENCE) -> float:
+    """ε̂_max: the ε̂ of r correct guesses out of r, the most this audit can ever report with m
+    canaries and r guesses. An audit whose ceiling is at or below the stated ε cannot find a
+    violation whatever the mechanism does (with no noise at all, every guess right gives only the
+    ceiling), so it says nothing about that ε."""
+    return epsilon_lower_bound(m, r, r, delta, confidence)
+
+
+PASSED, INCONCLUSIVE, VIOLATION = "passed", "inconclusive", "violation"
+
+
+def verdict(epsilon_hat: float, ceiling: float, stated_epsilon: float) -> str:
+    """The verdict: "violation" when ε̂ > ε (a measured leak above the stated bound); else "inconclusive" when
+    the ceiling ε̂_max ≤ ε (the audit could not have failed); else "passed" (it could have failed
+    and did not — which still proves only that the leak is at most what such an audit detects)."""
+    if epsilon_hat > stated_epsilon:
+        return VIOLATION
+    if ceiling <= stated_epsilon:
+        return INCONCLUSIVE
+    return PASSED
+
+
 def guess(scores: np.ndarray, k_in: int, k_out: int) -> tuple[np.ndarray, np.ndarray]:
     """The auditor's guesses from one score per canary: "in" for the k_in highest, "out" for the
     k_out lowest, abstain on the rest. Returns (indices guessed in, indices guessed out)."""
