@@ -19,6 +19,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from secure_fed.config import ConfigError, RunConfig, load_config
+from secure_fed.console import Terminated
 
 _OS_FIXES: tuple[tuple[type[OSError], str], ...] = (
     (PermissionError, "fix its permissions or choose a path you can write to"),
@@ -147,8 +148,7 @@ def _run_in_folder(folder: Path) -> str | None:
     return ", ".join(f"{n}/" if (folder / n).is_dir() else n for n in found) or None
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, taken like Ctrl-C: the run stops and its last checkpoint stays for --resume."""
+_Terminated = Terminated
 
 
 def _raise_terminated(signum: int, frame: object) -> None:

@@ -31,6 +31,11 @@ _OUR_DEPRECATION = "`run_simulation` function is deprecated"
 _FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a service manager's stop), taken like Ctrl-C: the run stops, its logs sign
+    `run_aborted` with the signal, and its last checkpoint stays for --resume."""
+
+
 class _DropOurDeprecation(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return _OUR_DEPRECATION not in record.getMessage()

@@ -18,6 +18,9 @@ log = logging.getLogger(__name__)
 
 # [fed] key of a config file ← the `flwr run --run-config` key that fills it when the file is silent
 _RUN_CONFIG_KEYS = (("method", "method"), ("rounds", "num-server-rounds"))
+# pyproject.toml's [tool.flwr.app.config]: Flower fills every run config with these, so a value equal
+# to its default was not the operator's to explain (tests/server/test_run_config.py keeps them equal)
+APP_DEFAULTS: dict[str, Any] = {"method": "fedtar", "num-server-rounds": 3}
 
 
 def _file_fed_table(path: str) -> dict[str, Any]:
@@ -34,7 +37,8 @@ def _file_fed_table(path: str) -> dict[str, Any]:
 def config_from_context(context: Context) -> RunConfig:
     """The server's configuration: its file, where the file sets `[fed] method` / `rounds`; the run
     config (`method`, `num-server-rounds`, whose defaults live in pyproject.toml) only where it
-    does not. A differing run-config value is named in the log, never silently taken."""
+    does not. A run-config value the operator set (not the app's default) that differs from the
+    file is named in the log, never silently taken."""
     run = dict(context.run_config)
     path = str(run.get("config-file") or "")
     fed = _file_fed_table(path)
@@ -43,7 +47,7 @@ def config_from_context(context: Context) -> RunConfig:
         value = run.get(run_key)
         if key not in fed:
             overrides[f"fed.{key}"] = value
-        elif value is not None and value != fed[key]:
+        elif value is not None and value != fed[key] and value != APP_DEFAULTS.get(run_key):
             log.warning(
                 "%s sets [fed] %s = %r; the run config's %s = %r is not used",
                 path,

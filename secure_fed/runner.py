@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from secure_fed.audits.log import AuditLog
 from secure_fed.clients.handler import handle
 from secure_fed.clients.hypergrad import flatten
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
+from secure_fed.console import Terminated
 from secure_fed.data.sites import site_names
 from secure_fed.keyring import audit_keys_dir
 from secure_fed.model.setup import build_report_model
@@ -74,10 +77,11 @@ def run_inprocess(
     names = site_names(cfg)
     keys_dir = run_keys_dir(cfg, names)
     run_id = run_id_for(out, resume)
-    handlers = {
-        node: make_site_handler(SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=run_id), secret)
+    runtimes = {
+        node: SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=run_id)
         for node, site in enumerate(names)
     }
+    handlers = {node: make_site_handler(runtime, secret) for node, runtime in runtimes.items()}
     transport = InProcessTransport(handlers, drop=drop)
     trail = (
         ServerTrail(Path(out) / "audit" / "server.jsonl", run_id, keys_dir)
@@ -99,6 +103,12 @@ def run_inprocess(
     )
     try:
         outcome = orchestrator.run(resume=resume)
+    except KeyboardInterrupt as stop:
+        if trail is not None:
+            _hand_over_pending(trail, runtimes.values())
+        logs = [trail.log] if trail else []
+        sign_interrupt(signal_name(stop), orchestrator.current_round, logs, runtimes.values())
+        raise
     except BaseException:
         if trail is not None and orchestrator.aborted:
             trail.log.close()  # it ends with the orchestrator's signed `run_aborted` record
@@ -108,6 +118,50 @@ def run_inprocess(
     if trail is not None:
         trail.finish(orchestrator.final_state)
     return outcome
+
+
+def signal_name(stop: KeyboardInterrupt) -> str:
+    return "SIGTERM" if isinstance(stop, Terminated) else "SIGINT"
+
+
+def sign_interrupt(
+    signal: str, round_id: int, logs: list[AuditLog], runtimes: Iterable[SiteRuntime] = ()
+) -> None:
+    """Ctrl-C or a service manager's SIGTERM: each log this process writes (the server's, and the
+    in-process sites') ends with a signed `run_aborted` naming the signal and the round in progress,
+    so a report can say the run was interrupted. No head record: `--resume` goes on with the chains
+    from the last checkpoint (a head would close them for good)."""
+    payload = {"signal": signal, "round": round_id or None}
+    for log_ in [*logs, *(r.trail.log for r in runtimes if r.trail is not None)]:
+        if log_.closed:
+            continue
+        try:
+            log_.append("run_aborted", payload, round=round_id or None)
+        except Exception:  # noqa: BLE001 (the other parties' logs still get theirs; the stop goes on)
+            log.exception("could not sign run_aborted in %s", log_.path)
+        log_.abandon()
+
+
+def _hand_over_pending(trail: ServerTrail, runtimes: Iterable[SiteRuntime]) -> None:
+    """The privacy records the sites signed in the round the stop cut short (charged at admission)
+    reach the server with that round's replies, which the stop lost; the server's copies must hold
+    them too, or a check of its log against each site's finds releases only the site shows. In one
+    process every site's log is at hand: what the server has not copied is copied from it now."""
+    try:
+        copied = {
+            (r["payload"].get("party"), r["payload"].get("seq"))
+            for r in map(json.loads, trail.log.path.read_text().splitlines())
+            if r.get("event") == "site_record"
+        }
+        for runtime in runtimes:
+            if runtime.trail is None:
+                continue
+            runtime.trail.take_pending()
+            for record in map(json.loads, runtime.trail.log.path.read_text().splitlines()):
+                if record.get("event") == "privacy" and (record["party"], record["seq"]) not in copied:
+                    trail.copy(record)
+    except Exception:  # noqa: BLE001 (the stop goes on; verify then names the gap)
+        log.exception("could not copy the sites' last privacy records into the server's log")
 
 
 def run_keys_dir(cfg: RunConfig, names: list[str]) -> Path | None:
@@ -227,13 +281,17 @@ def _exit_and_end_ray(code: int) -> None:
 
 
 @contextlib.contextmanager
-def _stop_promptly_on_interrupt(trail: ServerTrail | None) -> Iterator[None]:
+def _stop_promptly_on_interrupt(
+    trail: ServerTrail | None, folder: Path, box: dict[str, Any]
+) -> Iterator[None]:
     """Ctrl-C ends a simulation now, not after the round (or pretraining) in progress.
 
     Flower runs our ServerApp in a thread of its own and the Ray engine in the main one; a
     KeyboardInterrupt there left the ServerApp thread computing, and the process waited for it (over
-    two minutes, measured). So the first Ctrl-C leaves the log without a head record (verify reports
-    the unclean stop), shuts Ray down and exits; the last checkpoint stays for `--resume`.
+    two minutes, measured). So the first Ctrl-C signs `run_aborted` (the signal, the round in
+    progress) in the server's log, leaves it without a head record for `--resume` to go on with,
+    shuts Ray down and exits; the last checkpoint stays. (The sites' logs, in Ray's workers, keep
+    what they wrote.)
     """
     import signal
     import threading
@@ -245,12 +303,14 @@ def _stop_promptly_on_interrupt(trail: ServerTrail | None) -> Iterator[None]:
     def stop(signum: int, frame: object) -> None:
         print(
             f"\n{'terminated' if signum == signal.SIGTERM else 'interrupted'}: stopping now; "
-            "`secure-fed run --resume DIR` continues from the last checkpoint",
+            f"`secure-fed run --resume {folder}` continues from the last checkpoint",
             file=sys.stderr,
             flush=True,
         )
         if trail is not None:
-            trail.log.abandon()
+            orchestrator = box.get("orchestrator")
+            round_id = orchestrator.current_round if orchestrator is not None else 0
+            sign_interrupt(signal.Signals(signum).name, round_id, [trail.log])
         # Flower's engine threads report every message cut short by the shutdown as an error.
         logging.disable(logging.CRITICAL)
         logging.shutdown()
@@ -316,7 +376,7 @@ def run_simulation(
         on_phase=on_phase,
     )
     client_app = make_client_app(cfg, keys_dir=keys_dir, run_id=run_id)
-    with _stop_promptly_on_interrupt(trail), without_ray_dashboard():
+    with _stop_promptly_on_interrupt(trail, Path(out), box), without_ray_dashboard():
         flwr_run_simulation(
             server_app=server_app,
             client_app=client_app,

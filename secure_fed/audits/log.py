@@ -14,6 +14,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -139,6 +140,7 @@ class AuditLog:
         self._key = signing_key
         self._closed = False
         self._ended_with_head = False
+        self._lock = threading.RLock()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
         self._file: IO[str] = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (held open for the run)
@@ -197,30 +199,38 @@ class AuditLog:
             os.close(fd)
 
     def _write(self, event: str, payload: dict[str, Any], round: int | None) -> dict[str, Any]:
-        if self._closed:
-            raise AuditLogError(
-                f"{self.path}: the log is closed (it ends with its head record); a closed log is never "
-                "reopened: a new run writes to a new run folder"
-            )
         if round is not None and (isinstance(round, bool) or not isinstance(round, int)):
             raise TypeError(f"round must be an int or None, got {round!r}")
-        body = {
-            "seq": self._next_seq,
-            "time": _utc_now(),
-            "run_id": self.run_id,
-            "round": round,
-            "event": event,
-            "party": self.party,
-            "payload": normalise_payload(payload),
-            "prev_hash": self._last_hash,
-        }
-        record = seal(body, self._key)
-        self._file.write(canonical_json(record) + "\n")
-        self._file.flush()
-        os.fsync(self._file.fileno())
-        self._next_seq += 1
-        self._last_hash = record["hash"]
-        return record
+        # the simulation's stop handler (main thread) signs `run_aborted` while the ServerApp's
+        # thread may be writing: one record at a time
+        with self._lock:
+            if self._closed:
+                raise AuditLogError(
+                    f"{self.path}: the log is closed (it ends with its head record); a closed log is "
+                    "never reopened: a new run writes to a new run folder"
+                )
+            body = {
+                "seq": self._next_seq,
+                "time": _utc_now(),
+                "run_id": self.run_id,
+                "round": round,
+                "event": event,
+                "party": self.party,
+                "payload": normalise_payload(payload),
+                "prev_hash": self._last_hash,
+            }
+            record = seal(body, self._key)
+            line = canonical_json(record) + "\n"
+            try:
+                self._file.write(line)
+            finally:
+                # Ctrl-C raises at the next bytecode: once the line is written, the chain moves on
+                # with it, or the signed `run_aborted` after it would repeat its seq
+                self._next_seq += 1
+                self._last_hash = record["hash"]
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            return record
 
     def append(self, event: str, payload: dict[str, Any], round: int | None = None) -> dict[str, Any]:
         """Sign and write one record; returns it as stored."""
@@ -267,18 +277,20 @@ class AuditLog:
 
     def close(self) -> dict[str, Any] | None:
         """Write the signed head record and release the file; a second call does nothing."""
-        if self._closed:
-            return None
-        head = self._write("head", {"count": self._next_seq, "last_hash": self._last_hash}, None)
-        self._closed = True
-        self._file.close()
-        return head
+        with self._lock:
+            if self._closed:
+                return None
+            head = self._write("head", {"count": self._next_seq, "last_hash": self._last_hash}, None)
+            self._closed = True
+            self._file.close()
+            return head
 
     def abandon(self) -> None:
         """Release the file without a head record (an unclean stop; verify will report it)."""
-        if not self._closed:
-            self._closed = True
-            self._file.close()
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._file.close()
 
     @property
     def next_seq(self) -> int:

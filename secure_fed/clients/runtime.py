@@ -376,13 +376,19 @@ class SiteRuntime:
         self.guard.check_end("finish", self.cfg.fed.rounds, stopped_early)
         self.guard.finished = stopped_early or ""
         self.guard.save()
+        reply: dict[str, Any] = {"status": "ok"}
+        if self.privacy is not None:
+            # ε as this site's accountant holds it at the end (the last α release included), so the
+            # server's console and metrics say what this site's log says
+            reply.update(self.privacy.after_round_summary())
         if self.trail is not None:
+            reply["audit_records"] = self.trail.take_pending()
             if aborted:
                 self.trail.append("run_aborted", {"reason": stopped_early, "round": self.guard.last_round})
             else:
                 self.trail.append("run_end", {"stopped_early": stopped_early})
             self.trail.close()
-        return {"status": "ok"}
+        return reply
 
     def _stash_upload(self, upload: np.ndarray) -> None:
         # read-only: what SecAgg+ fingerprinted at the setup is what it masks (no in-place change)

@@ -96,6 +96,8 @@ def make_server_app(
             on_phase=on_phase,
             expected=expected,
         )
+        if result is not None:  # the simulation's stop handler signs the round in progress
+            result["orchestrator"] = orchestrator
         try:
             outcome = orchestrator.run(resume=resume)
         except Exception as err:

@@ -78,9 +78,15 @@ class DropoutTolerance:
         )
         line = f"dropouts: {self.sites} sites; the run tolerates {self.run} ({rule})"
         if self.degree is not None:
+            # the same numbers a round's SecAgg+ abort gives ("N sites left, at least M needed")
+            kept = self.sites - self.in_round
             line += (
-                f"; a round tolerates {self.in_round} mid-round (SecAgg+ threshold {self.threshold} of "
-                f"{self.degree} neighbours), a round that loses more is skipped"
+                f"; within a round SecAgg+ needs {kept} of its {self.sites} sites (each survivor "
+                f"{self.threshold} of its {self.degree} neighbours): "
+                + (f"up to {self.in_round} may leave mid-round, " if self.in_round else "")
+                + "a round that loses "
+                + ("more" if self.in_round else "a site")
+                + " is skipped and the next goes on with the sites left"
             )
         return line
 
@@ -147,6 +153,7 @@ class Orchestrator:
         self.current_round = 0
         self.sites: dict[int, str] = {}
         self.test_per_site: dict[str, dict[str, float]] = {}
+        self.skipped: list[dict[str, Any]] = []  # rounds with no aggregate: who left, who declined, why
         self.aborted = False  # set once `run_aborted` went to every log
 
     def hello(self) -> dict[int, str]:
@@ -159,7 +166,11 @@ class Orchestrator:
         if not sites:
             raise RuntimeError(f"no node answered hello: {[replies.get(n) for n in missing]}")
         if missing:  # a node the SuperLink still lists but that is gone (killed, unplugged)
-            self.announce(f"nodes {missing} did not answer hello; going on without them")
+            self.announce(
+                f"{len(missing)} node(s) the SuperLink lists did not answer hello (Flower node ids "
+                f"{missing}: no site name reached the server); going on with "
+                + ", ".join(sorted(sites.values()))
+            )
             self.nodes = [n for n in self.nodes if n in sites]
         return sites
 
@@ -222,6 +233,8 @@ class Orchestrator:
         cfg = self.cfg
         self.current_round = 0
         sites = self.sites = self.hello()
+        if hasattr(self.transport, "name_sites"):
+            self.transport.name_sites(sites)
         tolerance = dropout_tolerance(cfg, len(self.nodes), self.aggregation)
         self.announce(tolerance.describe())
         self._check_dropouts(tolerance)
@@ -235,6 +248,7 @@ class Orchestrator:
             done, state, strategy_state, meta = loaded
             strategy.load_state_dict(strategy_state)
             per_round = list(meta.get("per_round", []))
+            self.skipped = list(meta.get("skipped_rounds", []))
             first_round = done + 1
             log.info("resuming after round %d", done)
         stopped = None
@@ -271,12 +285,17 @@ class Orchestrator:
                 self.events("run_stopped", {"reason": stopped}, r)
                 break
             except SecAggAbort as err:
-                # Sites left mid-round: no aggregate, the model stays. Go on with those that answer,
-                # as long as a secure sum keeps at least its minimum of survivors.
+                # Sites left mid-round, or too few took part: no aggregate, the model stays. Go on
+                # with those that answer, as long as a secure sum keeps its minimum of survivors.
                 alive = self.alive()
                 gone = [sites[n] for n in self.nodes if n not in alive]
-                self.events("round_skipped", {"reason": str(err), "dropped": gone}, r)
-                self.announce(f"round {r} skipped: {err}; sites gone: {', '.join(gone) or 'none'}")
+                declined = {s: why for s, why in ctx.declined.items() if s not in gone}
+                self.events("round_skipped", {"reason": str(err), "dropped": gone, "declined": declined}, r)
+                self.skipped.append({"round": r, "reason": str(err), "dropped": gone, "declined": declined})
+                why = "".join(f"; {site} declined: {reason}" for site, reason in sorted(declined.items()))
+                self.announce(f"round {r} skipped: {err}{why}; sites gone: {', '.join(gone) or 'none'}")
+                if len(alive) >= tolerance.fewest:
+                    self.announce(f"the run goes on with {len(alive)} sites (at least {tolerance.fewest})")
                 if len(alive) < tolerance.fewest:
                     raise RunAborted(tolerance.abort_message(len(alive), gone)) from err
                 self.nodes = alive
@@ -297,13 +316,15 @@ class Orchestrator:
             per_round.append(row)
             if result.alpha is not None:
                 self.events("alpha", {"alpha": result.alpha}, r)
-            save_checkpoint(checkpoint_dir, r, state, strategy.state_dict(), {"per_round": per_round})
+            meta_out = {"per_round": per_round, "skipped_rounds": self.skipped}
+            save_checkpoint(checkpoint_dir, r, state, strategy.state_dict(), meta_out)
             if self.progress is not None:
                 self.progress(r, cfg.fed.rounds, result)
         if not per_round:  # every round was skipped: there is no trained model to score
             raise RunAborted(f"no round of {cfg.fed.rounds} completed; nothing is evaluated")
         test = self.evaluate(state, stopped)
-        self.transport.exchange("finish", {n: _end(stopped) for n in self.nodes})
+        finished = self.transport.exchange("finish", {n: _end(stopped) for n in self.nodes})
+        ended = self._site_privacy_at_end(finished)
         final_alpha = getattr(strategy, "alpha", None)
         metrics: dict[str, Any] = {
             "method": cfg.fed.method,
@@ -317,14 +338,32 @@ class Orchestrator:
             "secure_aggregation": self.aggregation.mode,
             "he": self.aggregation.he is not None,
             "stopped_early": stopped,
+            "skipped_rounds": self.skipped,
         }
         if cfg.dp.enabled:
-            metrics["privacy"] = privacy_summary(per_round, self.site_deltas)
+            metrics["privacy"] = privacy_summary(per_round, self.site_deltas, ended)
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=_json_default))
         np.save(self.out / "global_adapters.npy", state)
         self.final_state = state
         return RunOutcome(metrics=metrics, stopped_early=stopped, per_round=per_round)
+
+    def _site_privacy_at_end(self, replies: dict[int, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+        """Each site's ε as its accountant holds it at the end (every population, the whole run,
+        before a resume too), from its `finish` reply; its last privacy records (the final α
+        release) come with it and go into the server's log like every other round's."""
+        ended: dict[str, dict[str, float | None]] = {}
+        for node, reply in replies.items():
+            for record in reply.get("audit_records", []) if isinstance(reply, dict) else []:
+                self.copy_record(json.loads(record))
+            if not isinstance(reply, dict) or "epsilon_rdp" not in reply:
+                continue
+            prv = float(reply.get("epsilon_prv", float("nan")))
+            site = self.sites.get(node, str(node))
+            ended[site] = {"rdp": float(reply["epsilon_rdp"]), "prv": None if np.isnan(prv) else prv}
+            if "delta" in reply:
+                self.site_deltas[site] = float(reply["delta"])
+        return ended
 
     def evaluate(self, state: np.ndarray, stopped: str | None = None) -> dict[str, float]:
         """Each site scores its own test split once, for the final model; only corpus-level figures
@@ -393,11 +432,19 @@ def upload_size(dim: int, n_sites: int, aggregation: AggregationSettings) -> int
     return ring_dtype(params.modulus_bits).itemsize * (dim + 1)
 
 
-def privacy_summary(per_round: list[dict[str, Any]], deltas: dict[str, float]) -> dict[str, Any]:
-    """metrics.json's privacy block: each site's cumulative ε after its last admitted round."""
-    latest: dict[str, dict[str, float]] = {}
+def privacy_summary(
+    per_round: list[dict[str, Any]],
+    deltas: dict[str, float],
+    ended: dict[str, dict[str, float | None]] | None = None,
+) -> dict[str, Any]:
+    """metrics.json's privacy block: each site's cumulative ε at the end of the run as the site's
+    accountant holds it (its `finish` reply: what its last privacy records say, every population,
+    releases before a resume and after the last round's training included); a site that sent none
+    keeps its ε after its last admitted round."""
+    latest: dict[str, dict[str, Any]] = {}
     for row in per_round:
         latest.update(row.get("epsilon") or {})
+    latest.update(ended or {})
     return {
         "delta": max(deltas.values()) if deltas else None,
         "delta_per_site": deltas,

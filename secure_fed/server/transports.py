@@ -35,6 +35,11 @@ class GridTransport:
     def __init__(self, grid: Grid, timeout: float | None = None) -> None:
         self.grid = grid
         self.timeout = timeout
+        self.names: dict[int, str] = {}  # Flower node id → site, once the sites answered hello
+
+    def name_sites(self, sites: Mapping[int, str]) -> None:
+        """An operator reads site names, not Flower's node numbers, in the server's log."""
+        self.names = dict(sites)
 
     def send_and_receive(self, messages: Iterable[Message]) -> list[Message]:
         """Push, then pull until every reply is in or `timeout` passes (None: wait for all)."""
@@ -64,7 +69,8 @@ class GridTransport:
         for reply in self.send_and_receive(messages):
             node = reply.metadata.src_node_id
             if reply.has_error():
-                log.warning("%s: node %s failed: %s", phase, node, reply.error.reason)
+                who = self.names.get(node, f"Flower node {node}")
+                log.warning("%s: %s failed: %s", phase, who, reply.error.reason)
                 replies[node] = {"status": "error", "error": reply.error.reason}
                 continue
             replies[node] = from_records(reply.content)

@@ -28,7 +28,11 @@ def test_the_servers_file_wins_and_the_run_config_fills_in(tmp_path: Path, caplo
     with caplog.at_level(logging.WARNING):
         cfg = config_from_context(_context({"config-file": str(with_rounds), **defaults}))
     assert (cfg.fed.rounds, cfg.fed.method) == (2, "fedavg")
-    assert "rounds = 2" in caplog.text and "num-server-rounds = 3 is not used" in caplog.text
+    # Flower filled in the app's defaults: nothing the operator set, so nothing to warn about
+    assert caplog.text == ""
+    with caplog.at_level(logging.WARNING):
+        config_from_context(_context({"config-file": str(with_rounds), "num-server-rounds": 5}))
+    assert "rounds = 2" in caplog.text and "num-server-rounds = 5 is not used" in caplog.text
     bare = config_from_context(_context({"config-file": str(silent), **defaults}))
     assert (bare.fed.rounds, bare.fed.method) == (3, "fedtar")
 
@@ -52,3 +56,13 @@ def test_an_announcement_of_the_wrong_type_is_ignored(tmp_path: Path, bad: dict)
     context = _context({"method": "fedtar", "num-server-rounds": 3}, {"config-file": str(policy)})
     _remember_announcement(context, bad)
     assert site_config_from_context(context).fed.rounds == 3
+
+
+def test_the_app_defaults_are_pyprojects() -> None:
+    import tomllib
+
+    from secure_fed.run_context import APP_DEFAULTS
+
+    pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
+    declared = pyproject["tool"]["flwr"]["app"]["config"]
+    assert {key: declared[key] for key in APP_DEFAULTS} == APP_DEFAULTS

@@ -30,6 +30,9 @@ class RoundContext:
     site_deltas: dict[str, float] = field(default_factory=dict)
     # the SecAgg+ setup that went out with this round's training message, for the secure sum
     secagg_advertised: Advertised | None = None
+    # the sites that declined this round's training, with their reasons: a round that then cannot
+    # be summed is skipped, and the operator is told who declined and why
+    declined: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -130,6 +133,7 @@ class Strategy(ABC):
                     prv = float(reply["epsilon_prv"])
                     eps[site] = {"rdp": float(reply["epsilon_rdp"]), "prv": None if np.isnan(prv) else prv}
                     ctx.site_deltas[site] = float(reply["delta"])
+        ctx.declined = dict(declined)
         if plan is not None:
             answers = {n: embedded_setup(replies[n]) or {} for n in participants}
             ctx.secagg_advertised = Advertised(plan, advertised_keys(plan, answers))
