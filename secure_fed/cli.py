@@ -304,6 +304,31 @@ def run(
     report = folder / "report.html"
     if report.exists():
         console.print(f"wrote {report}")
+    short = _short_of_rounds(outcome.metrics, cfg.fed.rounds)
+    if short:
+        # fewer rounds than configured is not the run that was asked for: a script must not read
+        # it as one (exit 3)
+        console.print(Text.assemble(("incomplete:", "yellow"), " ", short), highlight=False, soft_wrap=True)
+        raise typer.Exit(3)
+
+
+def _short_of_rounds(metrics: dict[str, Any], rounds: int) -> str | None:
+    """Why a run completed fewer rounds than configured (skipped rounds, an early stop), or None."""
+    done = int(metrics.get("rounds", rounds))
+    if done >= rounds:
+        return None
+    why = []
+    for skip in metrics.get("skipped_rounds") or []:
+        declined = sorted((skip.get("declined") or {}).items())
+        parts = [f"{site} declined ({reason})" for site, reason in declined]
+        parts += [f"{site} gone" for site in skip.get("dropped") or []]
+        why.append(f"round {skip['round']} skipped: {', '.join(parts) or skip.get('reason')}")
+    if metrics.get("stopped_early"):
+        why.append(f"stopped early: {metrics['stopped_early']}")
+    return (
+        f"{done} of {rounds} rounds completed ({'; '.join(why) or 'see above'}); the model, metrics.json "
+        "and the report cover those rounds"
+    )
 
 
 @app.command()
