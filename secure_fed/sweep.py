@@ -67,6 +67,11 @@ def run_label(method: str, epsilon: float | None) -> str:
     return method if epsilon is None else f"{method} ε={epsilon:g}"
 
 
+def labelled(method: str, epsilon: float | None) -> str:
+    """A table row's name that says its privacy either way: "fedavg ε=∞", "fedavg ε=8"."""
+    return f"{method} ε={'∞' if epsilon is None else f'{epsilon:g}'}"
+
+
 def cell_folder(out: Path, method: str, epsilon: float | None, seed: int) -> Path:
     return out / f"{method}-eps{epsilon if epsilon is not None else 'inf'}-seed{seed}"
 
@@ -143,6 +148,8 @@ def sweep(
                 done = folder / "cell.json"
                 if done.exists():
                     log(f"{run_label(method, epsilon)} seed {seed}: done already ({done})")
+                    if (folder / "audit").is_dir() and not (folder / "report.html").exists():
+                        write_cell_report(seed_config(base, method, epsilon, seed), folder)
                     continue
                 log(f"{run_label(method, epsilon)} seed {seed} → {folder}")
                 t0 = time.monotonic()
@@ -167,12 +174,33 @@ def run_cell(base: RunConfig, method: str, epsilon: float | None, seed: int, fol
         privacy = json.loads((federated / "cell.json").read_text()).get("privacy")
         return cell | {"test": test, "per_site": per_site, "alpha": None, "privacy": privacy}
     metrics = run_inprocess(cfg, folder).metrics
+    write_cell_report(cfg, folder)
     return cell | {
         "test": metrics["test"],
         "per_site": metrics.get("test_per_site"),
         "alpha": metrics.get("alpha"),
         "privacy": metrics.get("privacy"),
     }
+
+
+def write_cell_report(cfg: RunConfig, folder: Path) -> Path | None:
+    """The cell's compliance report (report.html, .json, .csv) from its audit logs, as `secure-fed
+    audit report` writes it for a run; None where the cell wrote no audit log."""
+    from secure_fed.audits.keys import load_public_keys
+    from secure_fed.audits.report import write_report
+
+    logs = sorted((folder / "audit").glob("*.jsonl"))
+    if not logs:
+        return None
+    # the folder the run signed with (keyring.audit_keys_dir's choice), never a new one made here
+    keys = (
+        cfg.audit.keys_dir
+        if cfg.audit.keys_dir is not None
+        else cfg.he.keys_dir
+        if cfg.he.enabled and cfg.he.keys_dir is not None
+        else folder / "keys"
+    )
+    return write_report(logs, folder / "report.html", load_public_keys(Path(keys)))[0]
 
 
 Scores = tuple[dict[str, float], dict[str, dict[str, float]]]
@@ -246,6 +274,14 @@ def _score_sites(cfg: RunConfig, out: Path, state_for: Callable[[Any], Any], not
 
 
 # -- summaries ------------------------------------------------------------------------------------
+def _order(method: str, epsilon: float | None) -> tuple[int, float]:
+    """Methods in METHODS order; per method ε = ∞ first, then the weaker privacy first."""
+    return (
+        METHODS.index(method) if method in METHODS else 99,
+        -(epsilon if epsilon is not None else math.inf),
+    )
+
+
 def load_cells(out: Path) -> list[dict[str, Any]]:
     cells = [json.loads(p.read_text()) for p in sorted(out.glob("*/cell.json"))]
     order = {m: i for i, m in enumerate(METHODS)}
@@ -301,22 +337,29 @@ def summarise(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def paired_differences(
     runs: list[dict[str, Any]], against: str, metrics: Sequence[str] = PAIRED_METRICS
 ) -> list[dict[str, Any]]:
-    """For every other non-private method: mean per-seed difference (method − ``against``) and its
-    95 % t interval over the seeds both have (None where fewer than 2)."""
-    by: dict[str, dict[int, dict[str, float]]] = {}
+    """For every other (method, ε) cell group, private ones included: mean per-seed difference
+    (method − non-private ``against``) and its 95 % t interval over the seeds both have (None
+    where fewer than 2). Seeds pair across ε too: seed s fixes the cohort and split."""
+    by: dict[tuple[str, float | None], dict[int, dict[str, float]]] = {}
     for run in runs:
-        if run["epsilon"] is None:
-            by.setdefault(run["method"], {})[run["seed"]] = run["test"]
-    if against not in by:
+        by.setdefault((run["method"], run["epsilon"]), {})[run["seed"]] = run["test"]
+    reference = by.get((against, None))
+    if reference is None:
         return []
     rows = []
-    for method, tests in by.items():
-        if method == against:
+    for (method, epsilon), tests in sorted(by.items(), key=lambda item: _order(*item[0])):
+        if (method, epsilon) == (against, None):
             continue
-        seeds = sorted(set(tests) & set(by[against]))
-        row: dict[str, Any] = {"method": method, "against": against, "n": len(seeds)}
+        seeds = sorted(set(tests) & set(reference))
+        row: dict[str, Any] = {
+            "method": method,
+            "epsilon": epsilon,
+            "label": labelled(method, epsilon),
+            "against": against,
+            "n": len(seeds),
+        }
         for name in metrics:
-            d = np.array([tests[s].get(name, math.nan) - by[against][s].get(name, math.nan) for s in seeds])
+            d = np.array([tests[s].get(name, math.nan) - reference[s].get(name, math.nan) for s in seeds])
             d = d[~np.isnan(d)]
             if len(d) == 0:
                 row[name] = (math.nan, None)
@@ -353,7 +396,7 @@ def paired_table(rows: list[dict[str, Any]], metrics: Sequence[str] = PAIRED_MET
     if not rows:
         return ""
     against = rows[0]["against"]
-    head = f"| method − {against} | n | " + " | ".join(f"Δ {m} [95 % CI]" for m in metrics) + " |\n"
+    head = f"| method (ε) − {against} ε=∞ | n | " + " | ".join(f"Δ {m} [95 % CI]" for m in metrics) + " |\n"
     head += "|" + " --- |" * (2 + len(metrics)) + "\n"
     lines = []
     for row in rows:
@@ -365,18 +408,21 @@ def paired_table(rows: list[dict[str, Any]], metrics: Sequence[str] = PAIRED_MET
                 if math.isnan(mean)
                 else f"{mean:+.3f}" + ("" if ci is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]")
             )
-        lines.append(f"| {row['method']} | {row['n']} | " + " | ".join(cells) + " |")
+        label = row.get("label", row["method"])
+        lines.append(f"| {label} | {row['n']} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"
 
 
 def per_site_table(runs: list[dict[str, Any]], metric: str = "CIDEr") -> str:
-    """Mean (± std) of ``metric`` per site, for every non-private method that reports sites."""
+    """Mean (± std) of ``metric`` per site, for every (method, ε) whose cells report sites, each
+    row labelled with its ε (∞: non-private)."""
     per: dict[str, dict[str, list[float]]] = {}
-    for run in runs:
-        if run["epsilon"] is None and run.get("per_site"):
+    for run in sorted(runs, key=lambda r: _order(r["method"], r["epsilon"])):
+        if run.get("per_site"):
+            label = labelled(run["method"], run["epsilon"])
             for site, scores in run["per_site"].items():
                 if metric in scores:
-                    per.setdefault(run["method"], {}).setdefault(site, []).append(float(scores[metric]))
+                    per.setdefault(label, {}).setdefault(site, []).append(float(scores[metric]))
     if not per:
         return ""
     sites = sorted({s for m in per.values() for s in m})
@@ -415,14 +461,30 @@ def privacy_utility(rows: list[dict[str, Any]], metric: str = "CIDEr") -> list[d
 
 
 def plot_privacy_utility(rows: list[dict[str, Any]], path: Path, metric: str = "CIDEr") -> bool:
-    """PNG of the metric against ε (∞ drawn at the right, base as a line); False if nothing to plot."""
+    """PNG of the metric against ε (∞ drawn at the right, base as a line); a sweep without private
+    cells gets the metric per method at ε = ∞ instead. False only when no cell has the metric."""
     private = [r for r in rows if r["method"] in FEDERATED and r["epsilon"] is not None]
-    if not private:
-        return False
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
+    if not private:
+        plain = [r for r in rows if r["epsilon"] is None and not math.isnan(r[metric][0])]
+        if not plain:
+            return False
+        fig, ax = plt.subplots(figsize=(6, 4))
+        xs = list(range(len(plain)))
+        ax.errorbar(
+            xs, [r[metric][0] for r in plain], yerr=[r[metric][1] or 0.0 for r in plain], fmt="o", capsize=3
+        )
+        ax.set_xticks(xs, [r["method"] for r in plain], rotation=30, ha="right")
+        ax.set_title("no private cells in this sweep: every method at ε = ∞", fontsize=9)
+        ax.set_ylabel(f"{metric} (mean ± std over seeds)")
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        return True
 
     finite = sorted({r["epsilon"] for r in private})
     inf_x = max(finite) * 2.5

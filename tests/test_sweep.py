@@ -299,3 +299,49 @@ def test_fine_tuned_cell_starts_from_its_federated_cells_final_model(
     assert tuned["test"]["CIDEr"] != federated["test"]["CIDEr"]  # the sites' own epochs changed it
     md = (out / "results.md").read_text()
     assert "| fedavg-ft | ∞ |" in md
+
+
+def _private(runs_eps: float, value: float, seed: int) -> dict:
+    run = _run("fedtar", runs_eps, value, seed=seed, privacy={"epsilon": {"site0": {"rdp": runs_eps * 0.99}}})
+    run["per_site"] = {"site0": dict.fromkeys(METRIC_NAMES, value)}
+    return run
+
+
+def test_private_cells_are_in_the_paired_and_per_site_tables_labelled_by_epsilon():
+    runs = []
+    for seed in (0, 1):
+        for method, value in (("base", 1.0), ("fedtar", 2.0)):
+            run = _run(method, None, value + 0.1 * seed, seed=seed)
+            run["per_site"] = {"site0": dict.fromkeys(METRIC_NAMES, value)}
+            runs.append(run)
+        runs.append(_private(8.0, 1.5 + 0.1 * seed, seed))
+    paired = paired_differences(runs, "base")
+    assert [(r["method"], r["epsilon"]) for r in paired] == [("fedtar", None), ("fedtar", 8.0)]
+    assert paired[1]["CIDEr"][0] == pytest.approx(0.5) and paired[1]["n"] == 2
+    table = sweep_module.paired_table(paired)
+    assert "| fedtar ε=∞ | 2 |" in table and "| fedtar ε=8 | 2 | +0.500" in table
+    sites = sweep_module.per_site_table(runs)
+    assert "| base ε=∞ |" in sites and "| fedtar ε=∞ |" in sites and "| fedtar ε=8 | 1.550 ± 0.071 |" in sites
+
+
+def test_a_sweep_without_private_cells_still_plots(tmp_path: Path, monkeypatch):
+    def fake_cell(base, method, epsilon, seed, folder):
+        value = {"base": 1.0, "fedtar": 2.0}[method] + 0.1 * seed
+        return {"method": method, "epsilon": None, "seed": seed, "test": dict.fromkeys(METRIC_NAMES, value)}
+
+    monkeypatch.setattr(sweep_module, "run_cell", fake_cell)
+    out = tmp_path / "inf"
+    sweep_module.sweep(RunConfig(), ["base", "fedtar"], [0, 1], [None], out, log=lambda _: None)
+    assert (out / "privacy_utility.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "data:image/png;base64," in (out / "results.html").read_text()
+
+
+def test_a_cell_writes_its_report(tmp_path: Path):
+    from tests.audits.conftest import build_run
+
+    folder = tmp_path / "fedtar-eps8.0-seed0"
+    build_run(folder)  # audit/*.jsonl and keys/ as a run's cell folder holds them
+    page = sweep_module.write_cell_report(RunConfig(), folder)
+    assert page == folder / "report.html" and page.exists()
+    assert json.loads(page.with_suffix(".json").read_text())["verification"]["ok"]
+    assert sweep_module.write_cell_report(RunConfig(), tmp_path / "no-logs") is None
