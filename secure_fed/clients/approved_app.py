@@ -10,9 +10,11 @@ through Flower's own Runtime-API functions, but never installs or imports anythi
 - it hashes the FAB's bytes itself (the `hash_str` beside them is the server's word) and looks the
   SHA-256 up in the site's approval list (`[deploy] approved_fabs`, written by `secure-fed code
   approve` after `secure-fed code review`);
-- not approved: no reply message, the task ends FAILED with one line, a signed `code_refused`
-  record goes to the site's audit log of that run, and one line on stderr names the hash and the
-  command that would approve it;
+- not approved: nothing of it is imported; the reply is an error without content ("FAB sha256 … is
+  not approved by this site": the SuperNode waits for a reply to every message, so none at all
+  would stall the node), the task ends FAILED with one line, a signed `code_refused` record goes
+  to the site's audit log of that run, and one line on stderr names the hash and the command that
+  would approve it;
 - approved: it runs `secure_fed.clients.app:app` of the site's installed package (nothing but the
   interpreter's own paths on `sys.path`), after a signed `code` record (the FAB's SHA-256, the digest
   of the installed package's .py files, its version) once per run in the site's audit log.
@@ -336,6 +338,7 @@ def main() -> None:
     message: Any = None
     sub_status, details = SubStatus.FAILED, "the site's ClientApp failed"
     exit_code = ExitCode.SUCCESS
+    refused = False
 
     def on_exit() -> None:
         retry_invoker.max_tries = 1
@@ -356,14 +359,21 @@ def main() -> None:
         run_id = str(run.run_id)
         why = refusal(node, sha)
         if why is not None:
-            message = None  # no reply of any kind: the server learns nothing from this node
+            # An error reply without content: Flower's SuperNode handles one message at a time and
+            # waits for its reply, so a message left unanswered would stall the node for every
+            # later run. The server learns that this site refused this FAB, nothing else.
+            refused_error = Error(
+                code=ErrorCode.LOAD_CLIENT_APP_EXCEPTION,
+                reason=f"FAB sha256 {sha} is not approved by this site",
+            )
+            reply, message = Message(refused_error, reply_to=message), None
             details = f"refused: {why}"
             print(f"secure-fed: run {run_id}: {why}", file=sys.stderr, flush=True)
             try:
                 log_code(node, run_id, "code_refused", {"fab_sha256": sha, "fab_id": run.fab_id}, close=True)
             except Exception as err:  # noqa: BLE001 (the refusal stands whether or not it is logged)
                 print(f"secure-fed: run {run_id}: refusal not logged: {err}", file=sys.stderr, flush=True)
-            exit_code = ExitCode.TASK_PROC_EXCEPTION
+            refused = True
         else:
             app = load_site_app()
             code = {"fab_sha256": sha, "package_digest": package_digest(), "version": package_version()}
@@ -385,6 +395,9 @@ def main() -> None:
             except Exception as ex:  # noqa: BLE001
                 log(ERROR, "Failed to push reply message", exc_info=ex)
                 exit_code = ExitCode.CLIENTAPP_COMMUNICATION_ERROR
+    if refused:  # the task ends FAILED with the one line above, not Flower's "unhandled exception"
+        on_exit()
+        sys.exit(1)
     flwr_exit(code=exit_code, event_type=EventType.FLWR_CLIENTAPP_RUN_LEAVE)
 
 

@@ -1,10 +1,10 @@
 """Code trust: the server distributes the code in Flower's deployment; a site runs only its own.
 
 The attack through the real SuperLink/SuperNode path is in tests/server/test_deployment.py
-(`test_flwr_run_on_a_local_deployment`: a FAB whose ClientApp is the coordinator's own gets no reply
-and leaves no marker; the approved one runs). Here, fast, the parts that decide it: the PATH
-`secure-fed client` gives the SuperNode, the launcher's import isolation, the approval list, and the
-signed `code` / `code_refused` records.
+(`test_flwr_run_on_a_local_deployment`: a FAB whose ClientApp is the coordinator's own gets only a
+content-free refusal and leaves no marker; the approved one runs). Here, fast, the parts that
+decide it: the PATH `secure-fed client` gives the SuperNode, the launcher's import isolation, the
+approval list, and the signed `code` / `code_refused` records.
 """
 
 from __future__ import annotations
@@ -72,8 +72,9 @@ def test_the_node_resolves_flwr_clientapp_to_the_sites_runner(site: dict[str, Pa
     shown = runner.invoke(app, [*base, "--insecure", "--dry-run"])
     assert shown.exit_code == 0, shown.output
     command = shlex.split(shown.output.strip().splitlines()[-1])
-    assert command[0] == "env" and command[1].startswith("PATH=")
-    path = command[1].removeprefix("PATH=")
+    assert command[0] == "env"
+    variables = dict(word.split("=", 1) for word in command[1:] if "=" in word and not word.startswith("-"))
+    path = variables["PATH"]
     found = shutil.which("flwr-clientapp", path=path)
     assert found is not None and Path(found).parent == tmp_path / "out" / "node-bin"
     assert "secure_fed.clients.approved_app" in Path(found).read_text()
