@@ -81,8 +81,8 @@ class DropoutTolerance:
             # the same numbers a round's SecAgg+ abort gives ("N sites left, at least M needed")
             kept = self.sites - self.in_round
             line += (
-                f"; within a round SecAgg+ needs {kept} of its {self.sites} sites (each survivor "
-                f"{self.threshold} of its {self.degree} neighbours): "
+                f"; within a round SecAgg+ needs {kept} of its {self.sites} sites (threshold "
+                f"{self.threshold} of {self.degree} neighbours for each survivor): "
                 + (f"up to {self.in_round} may leave mid-round, " if self.in_round else "")
                 + "a round that loses "
                 + ("more" if self.in_round else "a site")

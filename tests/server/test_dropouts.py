@@ -97,6 +97,8 @@ def test_tolerance_follows_from_the_survivor_rule_and_the_threshold(make_config)
         line = tolerance.describe()
         assert f"tolerates {sites - 3} " in line and "at least 3" in line
         assert f"threshold {params.threshold} of {params.degree} neighbours" in line
+        # a round's SecAgg+ abort says "N sites left, at least M needed": the start line says M too
+        assert f"SecAgg+ needs {sites - tolerance.in_round} of its {sites} sites" in line
         # the abort message states the same numbers as the start line
         abort = tolerance.abort_message(2, ["site0"])
         assert f"2 of {sites} sites left" in abort and "at least 3 needed" in abort
