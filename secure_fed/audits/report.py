@@ -53,6 +53,7 @@ table { border-collapse: collapse; font-size: .85rem; width: 100%; }
 th, td { border: 1px solid #d5dae2; padding: .3rem .5rem; text-align: left; }
 th { background: #eef1f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 .plot svg { max-width: 100%; height: auto; }
+#mechanisms { font-size: .78rem; } #mechanisms th, #mechanisms td { padding: .25rem .3rem; }
 """
 
 
