@@ -826,7 +826,9 @@ def audit_verify(
         typer.Option(help="folder of the parties' <party>.pub public keys (`keys export-public`)"),
     ] = None,
 ) -> None:
-    """Check chains, signatures, completeness and re-derive every ε. Exit 0 only if all hold.
+    """Check chains, signatures, completeness and re-derive every ε. Exit 0 only if all hold; 3 if
+    all hold but a site dropped out (its log stops where the server's signed log says it left); 1
+    on any problem.
 
     Example: secure-fed audit verify runs/demo/audit/*.jsonl --keys runs/demo/public-keys
     """
