@@ -21,13 +21,13 @@ from flwr.clientapp import ClientApp
 from secure_fed.clients.guard import Refusal
 from secure_fed.clients.handler import handle
 from secure_fed.clients.hypergrad import flatten, unflatten
-from secure_fed.clients.lifetime import attach_lifetime, log_lifetime_end
+from secure_fed.clients.lifetime import log_lifetime_end, site_run_config
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.clients.site import deployment_site_key
 from secure_fed.config import RunConfig, load_config
 from secure_fed.data.sites import site_names
 from secure_fed.dp.site_ledger import SiteLedger
-from secure_fed.run_context import config_from_context, run_folder
+from secure_fed.run_context import config_from_context
 from secure_fed.wire import from_records, load_state, store_state, to_records
 
 log = logging.getLogger(__name__)
@@ -107,14 +107,17 @@ def _runtime(cfg: RunConfig, site: str, keys_dir: Path | None, run_id: str, depl
                     f"site {site} has no audit log to sign: set [audit] enabled = true in its policy and "
                     "start it with --keys (its own signing/<site>.pem and fingerprints.json)",
                 )
-            run_cfg = cfg.model_copy(update={"out": run_folder(cfg, run_id)})
+            # its run folder, and the persistent ledger it joins before anything is released
             runtime = SiteRuntime.create(
-                run_cfg, site, site_key=deployment_site_key(cfg, site), keys_dir=keys_dir, run_id=run_id
+                site_run_config(cfg, run_id),
+                site,
+                site_key=deployment_site_key(cfg, site),
+                keys_dir=keys_dir,
+                run_id=run_id,
             )
-            _LIFETIME[key] = attach_lifetime(runtime, cfg, run_id)
-        else:
+        else:  # the simulation of `secure-fed run`: the ledger in [dp] ledger_dir, when set
             runtime = SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=run_id)
-            _LIFETIME[key] = None
+        _LIFETIME[key] = runtime.lifetime if runtime.privacy is not None else None
         _RUNTIMES[key] = runtime
     return _RUNTIMES[key]
 

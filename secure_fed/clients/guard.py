@@ -130,5 +130,8 @@ class SiteGuard:
                 f"{phase}_before_last_round",
                 f"{phase} asked after round {self.last_round} of {final_round} with no early stop stated",
             )
+        if phase == "evaluate" and not self.trained:
+            # an early stop is the server's word, not training: scoring needs a round this site trained
+            raise Refusal("evaluate_untrained", "no training round of this run was done at this site")
         if phase == "evaluate" and self.evaluated:
             raise Refusal("evaluate_repeated", "the test split was scored once already in this run")

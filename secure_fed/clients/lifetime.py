@@ -1,10 +1,13 @@
-"""A site's privacy budget across runs: the persistent ledger of its data set joined to a run.
+"""A site's privacy budget across runs: the persistent ledger of its patients joined to a run.
 
-The ledger is found by a digest of the site's own records (not by a run folder or a seed), so the
-same patients meet the same ledger whichever run, folder or server asks. A run starts from what
-the earlier runs spent, its budget guard prices every round on top of it, and the site's log says
-so: a `site_budget` record with the lifetime ε at the start, and one with the run's and the
-lifetime ε at the end.
+Every way a site's data is used joins the same ledger whenever `[dp] ledger_dir` names it: a
+deployed node (whose default is <out>/ledgers), `secure-fed run` in process or under the
+simulation, and sweeps, since all of them build the site with `SiteRuntime.create`. The ledger is
+found by the site's name, not by a run folder, a seed or a digest of the records, so the same
+patients meet the same ledger whichever run, folder or server asks and however their records
+were refreshed. A run starts from what the earlier runs spent, its budget guard prices every round
+(and the one GMM histogram) on top of it, and the site's log says so: a `site_budget` record with
+the lifetime ε at the start, and one with the run's and the lifetime ε at the end.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from secure_fed.clients.handler import handle
+from secure_fed.clients.private import SitePrivacy
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
 from secure_fed.data.sites import cohort_manifest
 from secure_fed.dp.private_files import atomic_write_bytes
-from secure_fed.dp.site_ledger import SiteLedger
+from secure_fed.dp.site_ledger import SiteLedger, check_anchor, clear_anchor, write_anchor
+from secure_fed.run_context import run_folder
 
 _STARTED = "lifetime-start.json"  # in the run's private folder: the start record is written once
 
@@ -63,15 +68,50 @@ def ledger_folder(cfg: RunConfig, base_out: Path) -> Path:
     return Path(cfg.dp.ledger_dir) if cfg.dp.ledger_dir is not None else Path(base_out) / "ledgers"
 
 
-def _payload(runtime: SiteRuntime, store: SiteLedger, run_id: str, end: bool) -> dict[str, Any]:
-    assert runtime.privacy is not None
-    deltas = runtime.privacy.delta
+def site_run_config(cfg: RunConfig, run_id: str) -> RunConfig:
+    """A deployed site's configuration for one run: its folder <out>/runs/<run id>, its ledger where
+    the policy keeps it (<out>/ledgers unless `[dp] ledger_dir` says otherwise)."""
+    dp = cfg.dp.model_copy(update={"ledger_dir": ledger_folder(cfg, Path(cfg.out))})
+    return cfg.model_copy(update={"out": run_folder(cfg, run_id), "dp": dp})
+
+
+def _anchor_dir(cfg: RunConfig, keys_dir: Path | None) -> Path | None:
+    """The site's own key folder records where its ledger is, when it outlives the run folder (a
+    deployed site's --keys; a simulation's keys made inside the run folder are no anchor)."""
+    if keys_dir is None:
+        return None
+    keys, out = Path(keys_dir).resolve(), Path(cfg.out).resolve()
+    return None if keys == out or out in keys.parents else keys
+
+
+def open_lifetime(cfg: RunConfig, site: str, keys_dir: Path | None) -> SiteLedger | None:
+    """The site's persistent ledger when `[dp] ledger_dir` names one (None: this run's ε only).
+    Refused (LedgerError) when the site's key folder says its ledger is elsewhere or was deleted
+    without a logged reset."""
+    if cfg.dp.ledger_dir is None:
+        return None
+    store = SiteLedger.open(cfg.dp.ledger_dir, site, dataset_digest(cfg, site))
+    anchor = _anchor_dir(cfg, keys_dir)
+    if anchor is not None:
+        check_anchor(anchor, site, store.path)
+    return store
+
+
+def keep_anchor(cfg: RunConfig, store: SiteLedger, keys_dir: Path | None) -> None:
+    """Once the ledger file exists, the site's key folder remembers where it is."""
+    anchor = _anchor_dir(cfg, keys_dir)
+    if anchor is not None and store.path.exists():
+        write_anchor(anchor, store.site, store.path)
+
+
+def _payload(site: str, privacy: SitePrivacy, store: SiteLedger, run_id: str, end: bool) -> dict[str, Any]:
+    deltas = privacy.delta
     earlier = SiteLedger(
         store.path, store.site, store.dataset, {r: e for r, e in store.runs.items() if r != run_id}
     )
-    budget = runtime.privacy.budget
+    budget = privacy.budget
     payload: dict[str, Any] = {
-        "site": runtime.site,
+        "site": site,
         "dataset": store.dataset[:16],
         "run_id": run_id,
         "lifetime_start": earlier.epsilon(deltas),
@@ -84,26 +124,21 @@ def _payload(runtime: SiteRuntime, store: SiteLedger, run_id: str, end: bool) ->
     return payload
 
 
-def attach_lifetime(runtime: SiteRuntime, base_cfg: RunConfig, run_id: str) -> SiteLedger | None:
-    """Join the runtime's ledger to its data set's persistent ledger (DP sites only)."""
-    if runtime.privacy is None:
-        return None
-    store = SiteLedger.open(
-        ledger_folder(base_cfg, Path(base_cfg.out)), runtime.site, dataset_digest(runtime.cfg, runtime.site)
-    )
-    store.attach(run_id, runtime.privacy.ledger)
-    marker = runtime.folder / _STARTED
-    if runtime.trail is not None and not marker.exists():
-        runtime.trail.append("site_budget", _payload(runtime, store, run_id, end=False))
+def log_lifetime_start(
+    trail: Any, folder: Path, site: str, privacy: SitePrivacy, store: SiteLedger, run_id: str
+) -> None:
+    """The lifetime ε at the start of the run, once per run (a restarted node does not repeat it)."""
+    marker = folder / _STARTED
+    if trail is not None and not marker.exists():
+        trail.append("site_budget", _payload(site, privacy, store, run_id, end=False))
         atomic_write_bytes(marker, b"{}")
-    return store
 
 
 def log_lifetime_end(runtime: SiteRuntime, store: SiteLedger | None, run_id: str) -> None:
     """The run's and the lifetime ε, in the site's log before it closes."""
-    if store is None or runtime.trail is None or runtime.trail.log.closed:
+    if store is None or runtime.privacy is None or runtime.trail is None or runtime.trail.log.closed:
         return
-    runtime.trail.append("site_budget", _payload(runtime, store, run_id, end=True))
+    runtime.trail.append("site_budget", _payload(runtime.site, runtime.privacy, store, run_id, end=True))
 
 
 def lifetime_handler(
@@ -136,6 +171,7 @@ def reset_site_ledger(cfg: RunConfig, site: str, keys_dir: Path, reason: str) ->
     from secure_fed.audits.log import AuditLog
 
     store = site_ledger_of(cfg, site)
+    anchored = clear_anchor(keys_dir, site)  # the reset is the logged decision to start afresh
     delta = cfg.dp.delta if cfg.dp.delta is not None else 1e-5
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S%fZ")
     path = store.path.parent / "operations" / f"ledger-reset-{site}-{stamp}.jsonl"
@@ -146,6 +182,8 @@ def reset_site_ledger(cfg: RunConfig, site: str, keys_dir: Path, reason: str) ->
             "site": site,
             "dataset": store.dataset[:16],
             "file": str(store.path.resolve()),
+            "anchored": str(anchored) if anchored is not None else None,
+            "scored_test_splits": len(store.scored),
             "runs": list(store.runs),
             "releases": sum(len(entries) for entries in store.runs.values()),
             "epsilon": store.epsilon({"train": delta, "validation": delta}),

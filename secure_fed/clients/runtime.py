@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
+import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +18,7 @@ from secure_fed.clients.evaluation import evaluate_split, free_text_labeler
 from secure_fed.clients.factors import check_factors
 from secure_fed.clients.guard import Refusal, SiteGuard
 from secure_fed.clients.hypergrad import flatten, per_patient_hypergradients, unflatten
-from secure_fed.clients.private import SitePrivacy
+from secure_fed.clients.private import TRAIN, SitePrivacy
 from secure_fed.clients.profile import fit_gmm
 from secure_fed.clients.site import SiteData, attach_profiles, load_site, patient_profiles
 from secure_fed.clients.trail import SiteTrail
@@ -25,7 +27,9 @@ from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_client import upload_fingerprint
 from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
 from secure_fed.data.tokenizer import load_tokenizer
+from secure_fed.dp.histogram import histogram_event
 from secure_fed.dp.private_files import atomic_write_bytes, load_or_create_noise_key
+from secure_fed.dp.site_ledger import SiteLedger
 from secure_fed.model.report_model import ReportModel
 from secure_fed.model.setup import build_report_model
 
@@ -78,6 +82,72 @@ def _site_privacy(
     return privacy
 
 
+class BudgetExhausted(Refusal, ValueError):
+    """A release the site's lifetime budget cannot afford (a one-line error for `secure-fed run`)."""
+
+
+def _join_lifetime(
+    cfg: RunConfig,
+    site: str,
+    folder: Path,
+    keys_dir: Path | None,
+    run_id: str,
+    privacy: SitePrivacy | None,
+    trail: SiteTrail | None,
+) -> SiteLedger | None:
+    """The site's persistent ledger (`[dp] ledger_dir`), joined to this run's before anything is
+    released: the earlier runs' spending counts towards every admission from the GMM on."""
+    from secure_fed.clients.lifetime import keep_anchor, log_lifetime_start, open_lifetime
+
+    store = open_lifetime(cfg, site, keys_dir)
+    if store is None:
+        return None
+    if privacy is not None:
+        store.attach(run_id, privacy.ledger)
+        log_lifetime_start(trail, folder, site, privacy, store, run_id)
+    keep_anchor(cfg, store, keys_dir)
+    return store
+
+
+def _gmm_release(
+    site: str,
+    folder: Path,
+    run_id: str,
+    privacy: SitePrivacy | None,
+    lifetime: SiteLedger | None,
+    trail: SiteTrail | None,
+) -> tuple[Path | None, float | None, bool]:
+    """(histogram file, σ, whether to charge) of the GMM's noisy histogram. With a lifetime ledger
+    the patients pay for one histogram, ever: a later run refits from the one kept beside the ledger
+    (post-processing, whatever σ this run would pick). A new draw is admitted by the lifetime budget
+    first, and refused (nothing drawn) when it cannot afford it."""
+    if privacy is None:
+        return None, None, False
+    if lifetime is None:
+        return folder / "gmm-histogram.json", privacy.histogram_sigma, True
+    path = lifetime.histogram_path
+    if path.exists() and lifetime.released_before(run_id, "gmm_histogram"):
+        return path, float(json.loads(path.read_text())["sigma"]), False
+    if 0 not in privacy.ledger.rounds(site, TRAIN):  # not charged in this run before a restart
+        event = histogram_event(privacy.histogram_sigma)
+        eps = privacy.ledger.projected_epsilon(site, TRAIN, [event], delta=privacy.delta[TRAIN])
+        value = eps.get(privacy.accountant) or eps["rdp"]
+        if value is not None and value > privacy.budget:
+            reason = (
+                f"the GMM histogram would bring {TRAIN} patients to ε = {value:.3f} over all runs "
+                f"(ledger {lifetime.path}), above this site's budget {privacy.budget:g}"
+            )
+            if trail is not None:
+                trail.append(
+                    "budget_refusal",
+                    {"site": site, "population": TRAIN, "epsilon_after": value, "budget": privacy.budget,
+                     "reason": reason},
+                    0,
+                )  # fmt: skip
+            raise BudgetExhausted("budget_exhausted", f"site {site}: {reason}")
+    return path, privacy.histogram_sigma, True
+
+
 @dataclass
 class SiteRuntime:
     """One site: its guard, budget, releases and audit trail around a learner. The report model
@@ -96,6 +166,8 @@ class SiteRuntime:
     keys_dir: Path | None = None  # the site's provisioned keys: its signing key, peers' public keys
     run_id: str = ""
     learner: ImagingLearner | None = None
+    # the site's persistent ledger (every run's releases, the test splits scored): `[dp] ledger_dir`
+    lifetime: SiteLedger | None = None
     guard: SiteGuard = field(init=False)
     _identity: SecAggIdentity | None = field(default=None, init=False, repr=False)
 
@@ -141,17 +213,20 @@ class SiteRuntime:
             1,
             cfg.fed.method in ALPHA_METHODS,
         )
+        lifetime = _join_lifetime(cfg, site, folder, keys_dir, run_id, privacy, trail)
+        histogram, sigma, charge = _gmm_release(site, folder, run_id, privacy, lifetime, trail)
         gmm, event = fit_gmm(
             patient_profiles(data.train),
             cfg.model.gmm_components,
             cfg.model.gmm_reg_covar,
             cfg.seed,
-            privacy.histogram_sigma if privacy else None,
+            sigma,
             noise_rng=privacy.noise_stream("gmm_histogram", 0) if privacy else None,
-            # the noise cannot be redrawn: a restart refits from the histogram released before
-            release_path=folder / "gmm-histogram.json" if privacy else None,
+            # the noise cannot be redrawn: a restart (or, with a lifetime ledger, any later run)
+            # refits from the histogram released before
+            release_path=histogram,
         )
-        if privacy is not None and event is not None:
+        if privacy is not None and event is not None and charge:
             privacy.record_gmm(event)
         attach_profiles(data, gmm)
         model = build_report_model(cfg)
@@ -169,6 +244,7 @@ class SiteRuntime:
             trail=trail,
             keys_dir=keys_dir,
             run_id=run_id,
+            lifetime=lifetime,
         )
 
     @classmethod
@@ -185,6 +261,7 @@ class SiteRuntime:
 
         learner = ImagingLearner.create(cfg, site, folder)
         privacy = _site_privacy(cfg, site, folder, trail, learner.n_train, 0, passes(cfg.fed.method), False)
+        lifetime = _join_lifetime(cfg, site, folder, keys_dir, run_id, privacy, trail)
         if trail is not None:
             trail.append(
                 "population_sizes", {"train": learner.n_train, "validation": 0, "test": learner.n_test}
@@ -199,6 +276,7 @@ class SiteRuntime:
             keys_dir=keys_dir,
             run_id=run_id,
             learner=learner,
+            lifetime=lifetime,
         )
 
     def _report(self) -> tuple[SiteData, ReportModel]:
@@ -466,6 +544,40 @@ class SiteRuntime:
             return {"status": "ok"}
         return {"status": "ok", "val_loss_sum": float(losses.sum()), "val_patients": int(losses.numel())}
 
+    def _score_once(self) -> None:
+        """The test split is scored once in the life of the site's data, not once per run: the
+        server picks run ids, so a per-run rule is one exact scoring of its chosen weights per run.
+        Kept beside the lifetime ledger, marked before the scores exist."""
+        if self.lifetime is None:
+            return
+        digest = self._test_digest()
+        earlier = self.lifetime.scored.get(digest)
+        if earlier is not None and earlier != self.run_id:
+            raise Refusal(
+                "test_split_scored",
+                "this site's test split was scored in an earlier run; it is scored once for its patients",
+            )
+        self.lifetime.mark_scored(digest, self.run_id)
+        from secure_fed.clients.lifetime import keep_anchor
+
+        keep_anchor(self.cfg, self.lifetime, self.keys_dir)
+
+    def _test_digest(self) -> str:
+        """What identifies the test patients' data: their reports and images (report data), the
+        site's records (imaging, whose learner holds the split)."""
+        if self.learner is not None or self.data is None:
+            assert self.lifetime is not None
+            return self.lifetime.dataset
+        test = self.data.test
+        h = hashlib.sha256(f"secure_fed/test-split/v1|{self.site}|".encode())
+        rows = sorted(
+            hashlib.sha256(report.encode() + np.ascontiguousarray(image.numpy()).tobytes()).digest()
+            for report, image in zip(test.reports, test.images, strict=True)
+        )
+        for row in rows:
+            h.update(row)
+        return h.hexdigest()
+
     def _losses_leave(self) -> bool:
         """Per-site losses and validation counts are neither DP nor summed securely: under DP or
         SecAgg+ they stay on the site (the server would otherwise see one site's figures)."""
@@ -483,6 +595,7 @@ class SiteRuntime:
             )
         global_vec = self._check_state_vector(global_vec, "the model to score")
         self.guard.check_end("evaluate", self.cfg.fed.rounds, stopped_early)
+        self._score_once()
         self.guard.evaluated = True
         self.guard.save()
         if self.learner is not None:

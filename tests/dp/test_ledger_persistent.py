@@ -60,11 +60,13 @@ def test_the_budget_holds_across_runs(tmp_path: Path) -> None:
     assert admitted == [False, False]  # alone, each run would have admitted both rounds
     assert one_round < two_rounds <= budget
     assert len(again) == 0
-    # a different data set is a different ledger: its patients spent nothing yet
+    # a refreshed data set (a new visit, a corrected report: another digest of the records) holds
+    # the same patients: the ledger is the site's, so their spending still counts
     other = SiteLedger.open(tmp_path, "site0", "cd" * 32)
     fresh = PrivacyLedger()
     other.attach("run-c", fresh)
-    assert BudgetGuard(fresh, budget).admit("site0", "train", [("dp_sgd", STEP)], DELTA, round=1).ok
+    assert not BudgetGuard(fresh, budget).admit("site0", "train", [("dp_sgd", STEP)], DELTA, round=1).ok
+    assert other.datasets == [DIGEST, "cd" * 32]
 
 
 def test_a_restarted_run_is_not_counted_twice_and_a_foreign_file_is_refused(tmp_path: Path) -> None:

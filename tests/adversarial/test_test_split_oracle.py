@@ -1,0 +1,72 @@
+"""The test split as an oracle: a server that starts run after run on a deployed node, each with a
+run id of its choosing, asking for an evaluation of weights of its choosing.
+
+The guard used to be per run (its file lives in the run's folder) and a free-text `stopped_early`
+stood in for training, so every new run gave one more exact, uncharged scoring of the site's test
+patients. Scoring once is now a property of the site's data, kept beside its lifetime ledger, and
+only after the site trained a round of the run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from secure_fed.clients import app as client_app
+from secure_fed.config import RunConfig
+from secure_fed.crypto.keys import init_keys
+from secure_fed.runner import initial_adapter_state
+from tests.adversarial.harness import Site
+
+SITE = "site0"
+
+
+@pytest.fixture
+def policy(make_config, tmp_path: Path) -> RunConfig:
+    keys = tmp_path / "keys"
+    init_keys(keys, ["server", "site0", "site1", "site2"])
+    return make_config(
+        "site-out",
+        dp__enabled=True,
+        dp__noise_multiplier=2.0,
+        dp__target_epsilon=50.0,
+        dp__sample_rate=0.5,
+        fed__method="fedavg",
+        audit__keys_dir=str(keys),
+    )
+
+
+def node(cfg: RunConfig, run_id: str) -> Site:
+    """The node's runtime for a run the server started (clients/app.py, as for every `flwr run`)."""
+    assert cfg.audit.keys_dir is not None
+    return Site(client_app._runtime(cfg, SITE, Path(cfg.audit.keys_dir), run_id, deployed=True))
+
+
+def test_an_early_stop_before_any_training_round_scores_nothing(policy: RunConfig, one_torch_thread) -> None:
+    weights = initial_adapter_state(policy)
+    for run in ("run-1", "run-2", "run-3"):
+        site = node(policy, run)
+        assert site.send("hello", {})["site"] == SITE
+        reply = site.send("evaluate", {"global": weights, "split": "test", "stopped_early": "x"})
+        assert reply["status"] == "refused" and reply["code"] == "evaluate_untrained", reply
+        assert "CE-F1" not in reply
+
+
+def test_the_test_split_is_scored_once_across_runs(policy: RunConfig, one_torch_thread) -> None:
+    weights = initial_adapter_state(policy)
+    train = {"round": 1, "method": "fedavg", "global": weights, "dp": True}
+    scored = []
+    for run in ("run-1", "run-2", "run-3"):
+        site = node(policy, run)
+        assert site.send("train", dict(train))["status"] == "ok"
+        reply = site.send(
+            "evaluate", {"global": weights + 1e-3 * len(scored), "split": "test", "stopped_early": "x"}
+        )
+        scored.append(reply)
+    assert scored[0]["status"] == "ok" and "CE-F1" in scored[0]
+    for reply in scored[1:]:  # a new run id is not new test patients
+        assert reply["status"] == "refused" and reply["code"] == "test_split_scored", reply
+        assert "CE-F1" not in reply
+    refusals = [r for r in site.events("instruction") if r["payload"]["code"] == "test_split_scored"]
+    assert refusals  # the refusal is in the site's own signed log
