@@ -230,6 +230,7 @@ def run(
         cfg = _config(config, overrides)
         if sites is not None and cfg.data.kind == "imaging":
             cfg.data.imaging.sites = sites
+        _refuse_unapplied_privacy(cfg, {"--target-epsilon": target_epsilon, "--delta": delta})
     folder = Path(folder or cfg.out)
     cfg = cfg.model_copy(update={"out": folder})
     held = _run_in_folder(folder) if resume is None else None
@@ -273,6 +274,8 @@ def run(
         f"he={'on' if cfg.he.enabled else 'off'} → {folder}",
         soft_wrap=True,
     )
+    if cfg.dp.enabled:
+        console.print(_ledger_note(cfg), soft_wrap=True, highlight=False)
     # a service manager stops a run with SIGTERM: end it as Ctrl-C does, with the same way back
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
@@ -331,6 +334,41 @@ def _short_of_rounds(metrics: dict[str, Any], rounds: int) -> str | None:
     )
 
 
+def _refuse_unapplied_privacy(cfg: RunConfig, flags: dict[str, float | None]) -> None:
+    """Privacy settings that would not apply are refused, never ignored (a run without DP would
+    otherwise go ahead non-private with the ε the operator asked for nowhere)."""
+    if not cfg.dp.enabled:
+        for flag, value in flags.items():
+            if value is not None:
+                _fail(
+                    f"{flag} {value:g} applies only with DP, which is off: add --dp "
+                    f"(or [dp] enabled = true), or drop {flag}"
+                )
+        if cfg.dp.budget_epsilon is not None:
+            _fail(
+                f"dp.budget_epsilon = {cfg.dp.budget_epsilon:g} limits DP releases, but DP is off: add --dp "
+                "(or [dp] enabled = true), or remove dp.budget_epsilon"
+            )
+    elif cfg.dp.budget_epsilon is not None and cfg.dp.ledger_dir is None and _real_data(cfg):
+        _fail(
+            f"dp.budget_epsilon = {cfg.dp.budget_epsilon:g} is these patients' budget over all runs: set "
+            "dp.ledger_dir to the folder that keeps their ledger across runs (a deployed node's is "
+            "<out>/ledgers)"
+        )
+
+
+def _real_data(cfg: RunConfig) -> bool:
+    return cfg.data.kind != "imaging" and cfg.data.source != "synthetic"
+
+
+def _ledger_note(cfg: RunConfig) -> str:
+    if cfg.dp.ledger_dir is not None:
+        return f"lifetime ledger: {cfg.dp.ledger_dir} (every run on these patients is charged there)"
+    if _real_data(cfg):
+        return "lifetime ledger: none ([dp] ledger_dir unset): ε below is this run's only, not the patients'"
+    return "lifetime ledger: none (synthetic benchmark, [dp] ledger_dir unset): ε below is this run's only"
+
+
 @app.command()
 def sweep(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML file (RunConfig tree)")] = None,
@@ -369,6 +407,15 @@ def sweep(
     bad = [e for e in eps if e is not None and not (0 < e < math.inf)]
     if bad:
         _fail(f"--epsilons: {bad[0]:g} is not a privacy budget; each ε must be positive (or 'inf' for no DP)")
+    if any(e is not None for e in eps) and cfg.dp.ledger_dir is None:
+        if _real_data(cfg):
+            _fail(
+                "--epsilons: DP cells on real patients' data need dp.ledger_dir (the folder that keeps "
+                "their ledger across runs): every cell is charged there"
+            )
+        console.print(
+            "lifetime ledger: none (synthetic benchmark, [dp] ledger_dir unset): each cell's ε is its own"
+        )
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         results = run_sweep(
