@@ -15,6 +15,11 @@ Splits: `split_overlapped` gives every site every modality with Dirichlet(φ) la
 (small φ: each class mostly at one site; φ = 100: nearly even), `split_disjoint` gives each site
 its own modalities. Everything is drawn from generators keyed by the seed, so a benchmark and its
 splits are reproducible.
+
+Patients: DP's unit is the patient, and a patient may have several images. Every record carries
+a `patient_id` (the synthetic benchmark deals each modality's images to patients of one to three
+images, drawn after rendering, so the images themselves do not change); a DP run groups a site's
+images by it and refuses records without one.
 """
 
 from __future__ import annotations
@@ -86,6 +91,9 @@ class ImagingRecord(BaseModel):
     label: str
     caption: str = ""
     site: str = ""
+    # the patient the image belongs to: DP clips a patient's images together (empty: unknown,
+    # refused under DP, each image its own unit otherwise)
+    patient_id: str = ""
 
     @field_validator("id", "image", "modality", "label")
     @classmethod
@@ -179,7 +187,7 @@ def synthesize_multimodal(
     """Write images/ and manifest.jsonl (`ImagingRecord`s, no site yet); returns the manifest."""
     out = Path(out_dir)
     rng = np.random.default_rng(seed)
-    lines = []
+    records: list[ImagingRecord] = []
     for modality in modalities:
         (out / "images" / modality).mkdir(parents=True, exist_ok=True)
         for label in MODALITY_CLASSES[modality]:
@@ -190,10 +198,29 @@ def synthesize_multimodal(
                 record = ImagingRecord(
                     id=f"{modality}-{label}-{k}", image=rel, modality=modality, label=label, caption=caption
                 )
-                lines.append(record.model_dump_json())
+                records.append(record)
+    lines = [r.model_dump_json() for r in assign_patients(records, seed)]
     manifest = out / "manifest.jsonl"
     manifest.write_text("\n".join(lines) + "\n")
     return manifest
+
+
+def assign_patients(records: Sequence[ImagingRecord], seed: int, most: int = 3) -> list[ImagingRecord]:
+    """Deal each modality's images, shuffled, to patients of 1..`most` images (a patient scanned
+    several times, with different findings). Its own generator: the rendered images stay the same."""
+    rng = np.random.default_rng([seed, 0x9A71E27])
+    patient_of: dict[int, str] = {}
+    count = 0
+    for modality in sorted({r.modality for r in records}):
+        mine = [i for i, r in enumerate(records) if r.modality == modality]
+        order = rng.permutation(len(mine))
+        at = 0
+        while at < len(order):
+            size = int(rng.integers(1, most + 1))
+            for j in order[at : at + size]:
+                patient_of[mine[j]] = f"patient-{count:05d}"
+            count, at = count + 1, at + size
+    return [r.model_copy(update={"patient_id": patient_of[i]}) for i, r in enumerate(records)]
 
 
 def load_imaging_manifest(path: Path | str, modalities: Sequence[str] = MODALITIES) -> list[ImagingRecord]:
@@ -321,7 +348,8 @@ def imaging_manifest(cfg: RunConfig) -> Path:
     im = cfg.data.imaging
     if im.path is not None:
         return Path(im.path)
-    folder = Path(cfg.model.cache_dir) / f"imaging-pc{im.per_class}-i{im.image_size}-seed{cfg.seed}"
+    # "-patients": records carry patient ids (a cache made before them lacks them)
+    folder = Path(cfg.model.cache_dir) / f"imaging-pc{im.per_class}-i{im.image_size}-seed{cfg.seed}-patients"
     return made_once(
         folder,
         lambda tmp: synthesize_multimodal(
@@ -344,6 +372,17 @@ def _records(manifest: Path) -> tuple[ImagingRecord, ...]:
 def imaging_split(cfg: RunConfig) -> tuple[tuple[ImagingRecord, ...], Split]:
     im = cfg.data.imaging
     records = _records(imaging_manifest(cfg))
+    if cfg.dp.enabled:
+        # DP's unit is the patient: an image without one would count as a patient of its own
+        anonymous = [r.id for r in records if not r.patient_id]
+        if anonymous:
+            raise DataValidationError(
+                [
+                    f"{imaging_manifest(cfg)}: patient_id: missing on {len(anonymous)} record(s), e.g. "
+                    f"{anonymous[0]}; DP's unit is the patient: give every record its patient_id "
+                    "(or turn dp.enabled off)"
+                ]
+            )
     if im.path is not None:
         missing = [r.id for r in records if not r.site]
         if missing:

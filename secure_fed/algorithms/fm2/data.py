@@ -1,8 +1,10 @@
 """A site's images for FM2 and the imaging baselines: the benchmark (synthetic, cached, or a
 manifest), the federated split, each site's train/test share as tensors. Nothing here leaves the site.
 
-Privacy unit: the image. The synthetic benchmark has one image per patient; a real manifest with
-several images of one patient would need the patient as the unit (not supported yet: refused).
+Privacy unit: the patient. Each split carries every image's patient slot (from the records'
+`patient_id`), so DP-SGD samples patients and clips all of a patient's images together; a DP run
+on records without patient ids is refused (`ImagingLearner.create`), since several images of one
+patient would otherwise each count as a separate unit.
 """
 
 from __future__ import annotations
@@ -31,9 +33,15 @@ class ImagingSplit:
     labels: torch.Tensor  # index into CLASSES
     caption_tokens: torch.Tensor  # (n, words), 0 = padding
     caption_lengths: torch.Tensor
+    patient: torch.Tensor  # (n,) each image's patient slot, 0..n_patients-1
+    missing_patient_ids: int = 0  # images without a patient_id (each made its own slot)
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @property
+    def n_patients(self) -> int:
+        return int(self.patient.max()) + 1 if len(self.patient) else 0
 
 
 @dataclass
@@ -71,12 +79,19 @@ def _tensors(records: Sequence[ImagingRecord], root: Path, size: int) -> Imaging
             images.append(np.asarray(pixels, dtype=np.float32) / 255.0)
     x = torch.from_numpy(np.stack(images)[:, None]) if images else torch.zeros(0, 1, size, size)
     tokens, lengths = caption_tokens([r.caption for r in records])
+    slots: dict[str, int] = {}
+    patient = []
+    for r in records:
+        # an image without a patient id is a unit of its own (refused under DP by the learner)
+        patient.append(slots.setdefault(r.patient_id or f"\0{r.id}", len(slots)))
     return ImagingSplit(
         x=x,
         modality=modality_index([r.modality for r in records], MODALITIES),
         labels=torch.tensor([CLASSES.index(r.label) for r in records], dtype=torch.long),
         caption_tokens=tokens,
         caption_lengths=lengths,
+        patient=torch.tensor(patient, dtype=torch.long),
+        missing_patient_ids=sum(1 for r in records if not r.patient_id),
     )
 
 

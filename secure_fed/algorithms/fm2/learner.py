@@ -117,7 +117,16 @@ class ImagingLearner:
     @classmethod
     def create(cls, cfg: RunConfig, site: str, folder: Path | None = None) -> ImagingLearner:
         model = build_imaging_model(cfg)
-        learner = cls(cfg, load_imaging_site(cfg, site), model, shared_names(model, cfg.fed.method))
+        data = load_imaging_site(cfg, site)
+        missing = data.train.missing_patient_ids
+        if cfg.dp.enabled and missing:
+            # DP's unit is the patient: without ids, several images of one patient would each be a
+            # unit of their own and the stated ε would be per image
+            raise ValueError(
+                f"data.imaging: {missing} of {site}'s training images have no patient_id; DP's unit "
+                "is the patient, so give every record its patient_id (or turn dp.enabled off)"
+            )
+        learner = cls(cfg, data, model, shared_names(model, cfg.fed.method))
         if folder is not None:
             learner.local_path = folder / "local-parameters.pt"
             if learner.local_path.exists():  # a restarted site keeps its personal layers
@@ -127,7 +136,8 @@ class ImagingLearner:
 
     @property
     def n_train(self) -> int:
-        return len(self.data.train)
+        """Training patients: the privacy unit's population (DP's n, δ and sampling)."""
+        return self.data.train.n_patients
 
     @property
     def n_test(self) -> int:
@@ -159,10 +169,12 @@ class ImagingLearner:
             cfg.fm2.lr, cfg.train.local_epochs, cfg.train.batch_size, cfg.seed * 7919 + round_id
         )
         grads: Callable[[], PatientGradients | None] = gradients or (lambda: None)
+        # under DP a step samples patients and takes all their images (clipped jointly)
+        patients = train.patient if gradients is not None else None
         if method == "fm2":
-            result = self._fm2_round(settings, start, grads)
+            result = self._fm2_round(settings, start, grads, patients)
         elif method == "fedrep":
-            result = self._fedrep_round(settings, grads)
+            result = self._fedrep_round(settings, grads, patients)
         else:
             mu = cfg.fed.fedprox_mu if method == "fedprox" else 0.0
             params = dict(self.model.named_parameters())
@@ -175,6 +187,7 @@ class ImagingLearner:
                 settings,
                 grads(),
                 extra_grad=(lambda: add_pull(params, start, mu / 2)) if mu else None,
+                patients=patients,
             )
         self._save_local()
         return LocalUpdate(self._upload(start, gradients is not None), result.steps, result.mean_loss)
@@ -184,24 +197,34 @@ class ImagingLearner:
         settings: StepSettings,
         start: dict[str, torch.Tensor],
         grads: Callable[[], PatientGradients | None],
+        patients: torch.Tensor | None = None,
     ) -> StageResult:
         model, train, f = self.model, self.data.train, self.cfg.fm2
         assert isinstance(model, FM2Model)
         captions = (train.caption_tokens, train.caption_lengths)
-        first = train_stage1(model, train.x, train.labels, settings, grads(), captions, f.cel_weight)
+        first = train_stage1(
+            model, train.x, train.labels, settings, grads(), captions, f.cel_weight, patients=patients
+        )
         x, modality, labels = train.x, train.modality, train.labels
         if f.top_k is not None:  # the Observer picks, per class, the images it is surest of
             with torch.no_grad():
                 chosen = torch.tensor(observer_top_k(model.stage1(x), labels, f.top_k), dtype=torch.long)
             x, modality, labels = x[chosen], modality[chosen], labels[chosen]
+            # refused under DP (config), so `patients` is None here
+            patients = None if patients is None else patients[chosen]
         reference = {n.removeprefix("dmoe."): v for n, v in start.items() if n.startswith("dmoe.")}
-        second = train_stage2(model, x, modality, labels, reference, f.hma_lambda, settings, grads())
+        second = train_stage2(
+            model, x, modality, labels, reference, f.hma_lambda, settings, grads(), patients=patients
+        )
         return StageResult(
             mean_loss=(first.mean_loss + second.mean_loss) / 2, steps=first.steps + second.steps
         )
 
     def _fedrep_round(
-        self, settings: StepSettings, grads: Callable[[], PatientGradients | None]
+        self,
+        settings: StepSettings,
+        grads: Callable[[], PatientGradients | None],
+        patients: torch.Tensor | None = None,
     ) -> StageResult:
         model, train = self.model, self.data.train
         assert isinstance(model, ImageClassifier)
@@ -212,7 +235,7 @@ class ImagingLearner:
         total_steps, losses = 0, []
         for part in (model.head, model.observer):  # FedRep: the head first, then the body
             with training_only(model, [part]):
-                result = run_steps(model, row_loss, len(train), settings, grads())
+                result = run_steps(model, row_loss, len(train), settings, grads(), patients=patients)
             total_steps += result.steps
             losses.append(result.mean_loss)
         return StageResult(mean_loss=float(np.mean(losses)), steps=total_steps)
@@ -220,19 +243,21 @@ class ImagingLearner:
     def _upload(self, start: dict[str, torch.Tensor], private: bool) -> np.ndarray:
         """Σ-ready: the shared parameters' change times a weight, then the weight. Under DP the
         weight is public (1 per site; the image count would be a non-private release); FM2's domain
-        experts are weighted per expert, by the images of that modality, or under DP by whether the
-        site holds the modality at all (a fact about the site's scanners, not about a patient)."""
+        experts are weighted per expert, by the images of that modality, or under DP by 1 for every
+        modality: whether a site holds any image of a modality is not public (one patient's image
+        can be its only one), so the weights depend on no patient; an expert a site has no images
+        for contributes its DP noise alone."""
         scale = self.cfg.secagg.count_scale  # keeps weighted changes inside the SecAgg+ clip range
         params = dict(self.model.named_parameters())
         delta = {n: params[n].detach().to(torch.float64) - start[n].to(torch.float64) for n in self.names}
-        w = (1.0 if private else float(self.n_train)) / scale
+        w = (1.0 if private else float(len(self.data.train))) / scale
         pooled = [n for n in self.names if not n.startswith("dmoe.")]
         parts = [torch.cat([delta[n].flatten() for n in pooled]) * w, torch.tensor([w], dtype=torch.float64)]
         if self.cfg.fed.method == "fm2":
             model = self.model
             assert isinstance(model, FM2Model)
             counts = expert_counts(self.data.train.modality, len(MODALITIES))
-            weights = ((counts > 0).double() if private else counts) / scale
+            weights = (torch.ones_like(counts, dtype=torch.float64) if private else counts) / scale
             parts.append(
                 dmoe_upload(
                     model.dmoe,

@@ -160,7 +160,7 @@ def _expert_of(name: str) -> int:
 
 def dmoe_upload(dmoe: DomainMoE, delta: Mapping[str, torch.Tensor], weights: torch.Tensor) -> torch.Tensor:
     """The site's M_d contribution to a secure sum: each expert's change this round times that
-    expert's weight (the samples that trained it, or under DP 1 if the site holds the modality), then
+    expert's weight (the samples that trained it, or under DP 1 for every expert: public), then
     the weights. An expert the site never used adds zeros."""
     parts = [
         (delta[name].to(torch.float64) * weights[_expert_of(name)]).flatten()

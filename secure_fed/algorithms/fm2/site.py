@@ -3,7 +3,8 @@
 FM2's stage 1 trains the Observer with a plain head; stage 2 freezes it and trains both MoEs on
 (the Top-K sample of) the site's images, with the HMA pull towards the round's global M_d. Every
 stage runs through one step loop that takes the site's gradient rule: plain shuffled minibatches,
-or DP-SGD with each image its own privacy unit (`secure_fed.clients.private.DPGradients`). Terms
+or DP-SGD with the patient as the privacy unit (`secure_fed.clients.private.DPGradients`: a step
+Poisson-samples patients, and all images of a sampled patient enter it, clipped jointly). Terms
 that do not depend on any image (HMA, FedProx) are added to the gradient after it was privatised:
 post-processing, so clipping and noise cover exactly the data-dependent part.
 """
@@ -45,21 +46,34 @@ def run_steps(
     settings: StepSettings,
     gradients: PatientGradients | None = None,
     extra_grad: Callable[[], None] | None = None,
+    patients: torch.Tensor | None = None,
 ) -> StageResult:
     """SGD on `module`'s trainable parameters; `row_loss(forward, idx)` gives one loss per image in
-    `idx` through `forward` (the module, or its per-row-gradient wrapper under DP)."""
+    `idx` through `forward` (the module, or its per-row-gradient wrapper under DP). `patients`: each
+    of the n images' patient slot; a step then samples patients and takes all their images, and
+    the gradient rule sees each row's patient (None: every image is its own unit)."""
     params = [p for p in module.parameters() if p.requires_grad]
     grads = gradients or MinibatchGradients(settings.batch, torch.Generator().manual_seed(settings.seed))
     [forward] = grads.wrap([module])
     opt = torch.optim.Adam(params, lr=settings.lr)
-    steps = settings.epochs * grads.steps_per_epoch(n) if n else 0
+    if patients is not None and len(patients) != n:
+        raise ValueError(f"{len(patients)} patient slots for {n} images")
+    units = n if patients is None else (int(patients.max()) + 1 if n else 0)
+    steps = settings.epochs * grads.steps_per_epoch(units) if units else 0
     total, rows = 0.0, 0
     for _ in range(steps):
-        idx = grads.sample(n)
+        chosen = grads.sample(units)
+        if patients is None:
+            idx, slot = chosen, chosen
+        else:
+            member = torch.zeros(units, dtype=torch.bool)
+            member[chosen] = True
+            idx = torch.nonzero(member[patients]).flatten()
+            slot = patients[idx]
         losses = row_loss(forward, idx) if idx.numel() else torch.zeros(0)
         opt.zero_grad(set_to_none=True)
         # an empty DP step still adds its noise: the accountant counted it
-        grads.backward([forward], [losses], [idx])
+        grads.backward([forward], [losses], [slot])
         if extra_grad is not None:
             extra_grad()
         opt.step()
@@ -120,6 +134,7 @@ def train_stage1(
     gradients: PatientGradients | None = None,
     captions: tuple[torch.Tensor, torch.Tensor] | None = None,
     cel_weight: float = 0.0,
+    patients: torch.Tensor | None = None,
 ) -> StageResult:
     """Observer + head on the site's labelled images. With `captions` ((n, words) token ids, 0 =
     padding) and a weight, Caption-Enhanced Learning pulls each image's features towards its own
@@ -138,7 +153,7 @@ def train_stage1(
         return loss
 
     with training_only(model, [stage]):
-        return run_steps(stage, row_loss, len(x), settings, gradients)
+        return run_steps(stage, row_loss, len(x), settings, gradients, patients=patients)
 
 
 def train_stage2(
@@ -150,6 +165,7 @@ def train_stage2(
     lam: float,
     settings: StepSettings,
     gradients: PatientGradients | None = None,
+    patients: torch.Tensor | None = None,
 ) -> StageResult:
     """Both MoEs on the site's images, the Observer frozen; λ‖M_d − M̂_d‖² pulls the domain experts
     towards `reference`, the global M_d the round started from."""
@@ -169,4 +185,5 @@ def train_stage2(
             settings,
             gradients,
             extra_grad=(lambda: add_pull(dmoe, reference, lam)) if lam else None,
+            patients=patients,
         )
