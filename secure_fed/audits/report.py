@@ -350,15 +350,12 @@ def _summary(data: ReportData) -> str:
             f"this run ({_e(', '.join(present))}); each absent site counts as a dropout.</p>"
         )
     if data.skipped_rounds:
-        rounds = "; ".join(
-            f"round {item['round']} (sites gone: {', '.join(map(str, item.get('dropped', []))) or 'none'})"
-            for item in data.skipped_rounds
-        )
+        rounds = "; ".join(_skipped(item) for item in data.skipped_rounds)
         # only a DP run charged the skipped rounds' releases; a run without DP has no ε to count them in
         charged = " A skipped round's DP releases are still counted in ε." if data.mechanisms else ""
         parts.append(
-            f"<p id='skipped'>Skipped because sites left mid-round, with no aggregate released and the "
-            f"model kept: {_e(rounds)}.{charged}</p>"
+            "<p id='skipped'>Skipped because sites left or declined mid-round, with no aggregate released "
+            f"and the model kept: {_e(rounds)}.{charged}</p>"
         )
     if data.site_budgets:
         parts.append(_lifetime_line(data))
@@ -367,6 +364,17 @@ def _summary(data: ReportData) -> str:
     parts.append(_instruction_line(data))
     parts.append(f"<p>{integrity}</p>")
     return '<div class="summary" id="summary">' + "".join(parts) + "</div>"
+
+
+def _skipped(item: Mapping[str, Any]) -> str:
+    """One skipped round: who left, and who declined and why (the server's round_skipped record)."""
+    dropped = item.get("dropped")
+    gone = ", ".join(map(str, dropped)) if isinstance(dropped, list) and dropped else "none"
+    text = f"round {item.get('round')} (sites gone: {gone}"
+    declined = item.get("declined")
+    if isinstance(declined, dict) and declined:
+        text += "; declined: " + ", ".join(f"{site} ({reason})" for site, reason in declined.items())
+    return text + ")"
 
 
 def _scores_sentence(data: ReportData) -> str:

@@ -399,3 +399,17 @@ def test_wrong_keys_still_count_the_privacy_records(
     table = capsys.readouterr().out
     # 3 sites × 3 rounds × 2 releases, each in its site's log and copied into the server's
     assert re.search(r"server\s*│\s*\d+\s*│\s*18\s*│", table), table
+
+
+def test_a_skipped_round_names_who_declined(tmp_path: Path) -> None:
+    key = Ed25519PrivateKey.generate()
+    path = tmp_path / "server.jsonl"
+    with AuditLog(path, "server", "run-x", key) as log:
+        log.append(
+            "round_skipped",
+            {"reason": "too few survivors", "dropped": [], "declined": {"site1": "charged before a restart"}},
+            round=2,
+        )
+    page, _, _ = write_report([path], tmp_path / "r.html", {"server": key.public_key()})
+    text = summary_text(page.read_text(encoding="utf-8"))
+    assert "round 2 (sites gone: none; declined: site1 (charged before a restart))" in text
