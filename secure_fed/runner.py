@@ -81,6 +81,8 @@ def run_inprocess(
         node: SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=run_id)
         for node, site in enumerate(names)
     }
+    for node, runtime in runtimes.items():
+        runtime.node_id = node  # the id the transport delivers to: CKKS steps check they are addressed to it
     handlers = {node: make_site_handler(runtime, secret) for node, runtime in runtimes.items()}
     transport = InProcessTransport(handlers, drop=drop)
     trail = (

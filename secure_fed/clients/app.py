@@ -49,7 +49,15 @@ PHASES = (
 )
 _STATE_KEY = "secure_fed_protocol"
 _MEMORY_KEY = "secure_fed_site"
-_STASHED = ("upload", "upload_fingerprint", "secagg_context", "scalars", "scalars_round")
+_STASHED = (
+    "upload",
+    "upload_fingerprint",
+    "secagg_context",
+    "secagg_members",
+    "upload_round",
+    "scalars",
+    "scalars_round",
+)
 _RUNTIMES: dict[tuple[str, str, str], SiteRuntime] = {}
 _LIFETIME: dict[tuple[str, str, str], SiteLedger | None] = {}
 _SECRETS: dict[str, Any] = {}
@@ -115,6 +123,7 @@ def _runtime(cfg: RunConfig, site: str, keys_dir: Path | None, run_id: str, depl
                 keys_dir=keys_dir,
                 run_id=run_id,
             )
+            runtime.deployed = True  # its test split is scored once for the life of its data
         else:  # the simulation of `secure-fed run`: the ledger in [dp] ledger_dir, when set
             runtime = SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=run_id)
         _LIFETIME[key] = runtime.lifetime if runtime.privacy is not None else None
@@ -174,6 +183,7 @@ def make_client_app(
         site = _site_of(run_cfg, context)
         this_run = run_id or str(context.run_id)
         runtime = _runtime(run_cfg, site, site_keys, this_run, deployed)
+        runtime.node_id = int(context.node_id)  # the SuperNode's, not any id the server's message names
         _restore_memory(runtime, context)
         if phase == "finish":  # the run's and the lifetime ε, before `finish` closes the log
             log_lifetime_end(runtime, _LIFETIME.get((run_cfg.model_dump_json(), site, this_run)), this_run)

@@ -30,6 +30,8 @@ from secure_fed.crypto.secagg_protocol import (
 log = logging.getLogger(__name__)
 
 Payload = dict[str, Any]
+# a reply field `handle` moves into the site's log and never sends: details that may name local files
+_LOCAL_DETAIL = "_local_detail"
 
 # protocol records that must survive a node restart (kept in the guard's file as well)
 PROTOCOL_MARKS = (vector_sum.MASKED_UPLOADS, *scalar_sum.ROUND_MARKS)
@@ -52,15 +54,16 @@ def handle(
         runtime.guard.check_open(phase)
         state = runtime.guard.restore_marks(state, PROTOCOL_MARKS)
         reply, state = _dispatch(runtime, phase, request, state, secret_context, digest)
+        detail = reply.pop(_LOCAL_DETAIL, None)
         runtime.guard.keep_marks(state, PROTOCOL_MARKS)
         if reply.get("status") == "refused" or "error" in reply:  # a protocol step's own refusal
             outcome, code = "refused", str(reply.get("code", "protocol"))
             detail = str(reply.get("error", ""))
             reply = {**reply, "status": "refused", "code": code}
     except (PolicyViolation, Refusal, SecAggRefused) as err:  # our own reasons: safe to send
-        outcome, detail = "refused", str(err)
+        outcome, detail = "refused", getattr(err, "detail", str(err))  # may name local files
         code = _refusal_code(err)
-        reply = {"status": "refused", "code": code, "error": detail}
+        reply = {"status": "refused", "code": code, "error": str(err)}
     except (KeyError, TypeError, ValueError) as err:
         outcome, code, detail = "error", "bad_request", f"{type(err).__name__}: {err}"
         reply = {"status": "error", "code": code, "error": f"malformed {phase!r} request"}
@@ -98,9 +101,10 @@ def _dispatch(
                 identity=runtime.identity(),
                 context=runtime.stash.get("secagg_context", b""),
                 fingerprint=runtime.upload_fingerprint(),
+                rules=_secagg_rules(runtime),
             )
         except SecAggRefused as exc:  # the training result stands; the secure sum counts us as dropped
-            return {**reply, "secagg_refused": str(exc)}, state
+            return {**reply, "secagg_refused": str(exc), _LOCAL_DETAIL: exc.detail}, state
         return {**reply, **embed_setup(keys)}, state
     if phase == "hypergrad":
         return runtime.hypergrad(round_id, request["final"], request["directions"], digest), state
@@ -122,6 +126,7 @@ def _dispatch(
             identity=runtime.identity,
             context=runtime.stash.get("secagg_context", b""),
             fingerprint=runtime.upload_fingerprint(),
+            rules=_secagg_rules(runtime),
         )
     if phase in SCALAR_PHASES:
         scalars = runtime.stash.get("scalars")
@@ -135,10 +140,28 @@ def _dispatch(
         identity = None
         if phase == scalar_sum.KEYS_PHASE or phase == scalar_sum.ENCRYPT_PHASE:
             identity = runtime.identity()
+        if phase != scalar_sum.PLAIN_PHASE and runtime.node_id is None:
+            # the decryptor's id binds every tag: taken from the request, any site could be made to
+            # decrypt as the round's decryptor
+            raise Refusal("bad_request", "this site's runtime knows no node id; CKKS rounds need one")
+        minimum = max(3, runtime.cfg.fed.min_sites)
         return scalar_sum.client_step(
-            phase, request, state, scalars, secret_context, identity, max(3, runtime.cfg.fed.min_sites)
+            phase, request, state, scalars, secret_context, identity, minimum, node_id=runtime.node_id
         )
     raise Refusal("unknown_phase", f"unknown phase {phase!r}")
+
+
+def _secagg_rules(runtime: SiteRuntime) -> vector_sum.SiteRules:
+    """What the site sets for a secure sum of its stashed update, not the server: its own
+    quantisation (its policy's secagg.clip and bits), the sites of the factor vector the update was
+    scaled for, and its training round (one secure sum per training round, whatever bytes a
+    retrained round produces: without DP a global moved by one ulp gives new bytes)."""
+    upload_round = runtime.stash.get("upload_round")
+    return vector_sum.SiteRules(
+        quantisation=vector_sum.SiteQuantisation(clip=runtime.cfg.secagg.clip, bits=runtime.cfg.secagg.bits),
+        members=tuple(str(s) for s in runtime.stash.get("secagg_members", [])),
+        upload_id=None if upload_round is None else f"training-round-{int(upload_round)}",
+    )
 
 
 def _refusal_code(err: Exception) -> str:

@@ -168,6 +168,13 @@ class SiteRuntime:
     learner: ImagingLearner | None = None
     # the site's persistent ledger (every run's releases, the test splits scored): `[dp] ledger_dir`
     lifetime: SiteLedger | None = None
+    # a hospital's own node facing a server it does not control (clients/app.py sets it): its test
+    # split is scored once in the life of its data. `secure-fed run` and sweeps hold the data and
+    # play the server themselves, so a later run of theirs is scored again.
+    deployed: bool = False
+    # the node id messages reach this site under (Flower's context.node_id, the in-process index):
+    # the runtime's own, so no request can make the site act as another node
+    node_id: int | None = None
     guard: SiteGuard = field(init=False)
     _identity: SecAggIdentity | None = field(default=None, init=False, repr=False)
 
@@ -296,6 +303,12 @@ class SiteRuntime:
             payload["detail"] = detail
         self.trail.append("instruction", payload, round_no)
 
+    def _provisioned_sites(self) -> set[str] | None:
+        """The sites this one holds a provisioned public key for (None: no keys, so no secure sum)."""
+        if self.keys_dir is None:
+            return None
+        return set(self.identity().peer_public_keys) | {self.site}
+
     def identity(self) -> SecAggIdentity:
         """This site's signing identity for SecAgg+ and the α masks, read from its keys once."""
         if self._identity is None:
@@ -320,7 +333,10 @@ class SiteRuntime:
     ) -> dict[str, Any]:
         cfg = self.cfg
         global_vec = self._check_state_vector(global_vec, "the global state")
-        factors = check_factors(options, self.site, cfg.fed.factor_floor)
+        scaled = "factors" in options or "factor_sites" in options
+        factors = check_factors(
+            options, self.site, cfg.fed.factor_floor, self._provisioned_sites() if scaled else None
+        )
         self.guard.check_training(round_id)
         self.guard.save()
         released = self.folder / f"release-r{round_id}.npy"
@@ -331,6 +347,9 @@ class SiteRuntime:
                 self._stash_upload(np.load(released))
                 context = released.with_suffix(".factors")
                 self.stash["secagg_context"] = context.read_bytes() if context.exists() else b""
+                members = released.with_suffix(".factor-sites")
+                self.stash["secagg_members"] = json.loads(members.read_text()) if members.exists() else []
+                self.stash["upload_round"] = round_id
                 self.guard.trained_round(round_id)
                 self.guard.save()
                 return {
@@ -380,9 +399,13 @@ class SiteRuntime:
             upload = upload * factors.own
         self._stash_upload(upload)
         self.stash["secagg_context"] = factors.digest
+        self.stash["secagg_members"] = list(factors.sites)
+        self.stash["upload_round"] = round_id
         if self.privacy is not None:
-            # the factors' digest first: a retry re-sends the release under the vector it was made with
+            # the factors first: a retry re-sends the release under the vector it was made with
             atomic_write_bytes(released.with_suffix(".factors"), factors.digest)
+            sites = json.dumps(list(factors.sites)).encode()
+            atomic_write_bytes(released.with_suffix(".factor-sites"), sites)
             save_release(released, upload)
         self.guard.trained_round(round_id)
         self.guard.save()
@@ -548,7 +571,7 @@ class SiteRuntime:
         """The test split is scored once in the life of the site's data, not once per run: the
         server picks run ids, so a per-run rule is one exact scoring of its chosen weights per run.
         Kept beside the lifetime ledger, marked before the scores exist."""
-        if self.lifetime is None:
+        if self.lifetime is None or not self.deployed:
             return
         digest = self._test_digest()
         earlier = self.lifetime.scored.get(digest)

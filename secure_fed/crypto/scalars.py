@@ -297,12 +297,22 @@ def _need_identity(identity: SecAggIdentity | None) -> SecAggIdentity:
     return identity
 
 
+def _own_node(request: Mapping[str, Any], node_id: int | None) -> int:
+    """The node this site is: its runtime's id when it knows one, never only the server's word.
+    A decryptor that took its id from the request would decrypt, as "the decryptor", aggregates
+    whose tags name another node: each site once per round, every site's decryption of the round."""
+    named = _int_field(request, "node_id")
+    if node_id is not None and named != node_id:
+        raise _Refusal(f"the request is addressed to node {named}; this site is node {node_id}")
+    return named
+
+
 def _keys(
-    request: Mapping[str, Any], state: dict[str, Any], identity: SecAggIdentity | None
+    request: Mapping[str, Any], state: dict[str, Any], identity: SecAggIdentity | None, node: int | None
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     identity = _need_identity(identity)
     round_id = _int_field(request, "round_id")
-    node_id = _int_field(request, "node_id")
+    node_id = _own_node(request, node)
     if state.get(_KEYED[0]) == round_id or round_id in state.get(_ENCRYPTED, []):
         # a second key would let the same scalars be masked for a second set of peers
         raise _Refusal(f"round {round_id}: this site already sent its α mask key")
@@ -350,11 +360,12 @@ def _encrypt(
     ctx: ts.Context | None,
     identity: SecAggIdentity | None,
     minimum: int,
+    node: int | None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     ctx = _need_secret(ctx)
     identity = _need_identity(identity)
     round_id = _int_field(request, "round_id")
-    node_id = _int_field(request, "node_id")
+    node_id = _own_node(request, node)
     decryptor = _int_field(request, "decryptor")
     own_id = ckks.he_key_id(ctx)
     if request.get("key_id") != own_id:
@@ -386,10 +397,11 @@ def _decrypt(
     scalars: np.ndarray,
     ctx: ts.Context | None,
     minimum: int,
+    node: int | None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     ctx = _need_secret(ctx)
     round_id = _int_field(request, "round_id")
-    me = _int_field(request, "node_id")
+    me = _own_node(request, node)
     done = list(state.get(_DECRYPTED, []))
     if round_id in done:
         raise _Refusal(f"round {round_id}: already decrypted once; a second aggregate of it is a replay")
@@ -446,12 +458,15 @@ def client_step(
     secret_context: ts.Context | None,
     identity: SecAggIdentity | None = None,
     min_participants: int = MIN_PARTICIPANTS,
+    node_id: int | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One site's answer to one phase; pure (state in, new state out, input state untouched).
 
     `scalars` are this site's DP-noised T values; `secret_context` is None for plain rounds (and a
     site that holds one refuses plain rounds); `identity` signs this site's α mask key and checks
-    its peers'; `min_participants` is the smallest sum the site takes part in or decrypts.
+    its peers'; `min_participants` is the smallest sum the site takes part in or decrypts;
+    `node_id` is the node the site is, from its runtime (a request naming another is refused;
+    None only where the caller has no runtime, as the protocol's own tests).
     Refusals are replies {"error": reason} with the state unchanged.
     """
     current = dict(state)
@@ -463,11 +478,11 @@ def client_step(
     try:
         if phase == KEYS_PHASE:
             _need_secret(secret_context)
-            return _keys(request, current, identity)
+            return _keys(request, current, identity, node_id)
         if phase == ENCRYPT_PHASE:
-            return _encrypt(request, current, scalars, secret_context, identity, min_participants)
+            return _encrypt(request, current, scalars, secret_context, identity, min_participants, node_id)
         if phase == DECRYPT_PHASE:
-            return _decrypt(request, current, scalars, secret_context, min_participants)
+            return _decrypt(request, current, scalars, secret_context, min_participants, node_id)
         return {"error": f"unknown phase {phase!r}"}, current
     except _Refusal as refusal:
         return {"error": str(refusal)}, current

@@ -8,7 +8,12 @@ protocol allows:
   them for the Shamir threshold: the server cannot stand in for a neighbour or count one twice;
 - its update takes part in one secure sum only: once masked, the same update is refused for any
   later setup or masked phase, even after the server has restarted the protocol, so no two sums
-  can differ by exactly this site's update;
+  can differ by exactly this site's update; with an `upload_id` (the site's training round) so is
+  any other update made for the same round: without DP a global moved by one ulp retrains the
+  round into new bytes, and the two sums' difference was one site's update;
+- with `members` (the sites of a server-chosen factor vector) its signed peers and itself must be
+  exactly those sites: a vector padded with sites that never sum weighs one site above the rest;
+- with the site's own `clip` and `bits`, the server's quantisation must be the site's;
 - it masks only with a threshold of partners or more, answers one unmask request per round, and
   about each partner reveals either that partner's self-mask share (survived) or the pairwise mask
   key the two share (dropped), never both; its own pairwise keys only while a threshold of its
@@ -29,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -46,11 +52,37 @@ from secure_fed.crypto.secagg_protocol import (
     SecAggRefused,
     ShareRejected,
     share_associated_data,
+    site_threshold,
+    word_bits,
 )
 from secure_fed.crypto.secagg_shamir import SECRET_BYTES, SHARE_BYTES, split_secret
 
 State = dict[str, Any]
 Entropy = Callable[[int], bytes]
+
+
+@dataclass(frozen=True)
+class SiteQuantisation:
+    """The site's own SecAgg+ quantisation (its policy's `secagg.clip`, `secagg.bits`): the server's
+    must match. clip None: the site sets none and takes the server's (tests of the protocol alone)."""
+
+    clip: float | None = None
+    bits: int | None = None  # None with a clip: the most bits a 32-bit ring holds (`word_bits`)
+
+
+@dataclass(frozen=True)
+class SiteRules:
+    """What a site decides itself about a secure sum, whatever the server sends.
+
+    quantisation: its clip and bits. members: the sites its input was scaled for (a factor
+    vector's), which must be exactly its signed peers and itself; () = no such vector. upload_id:
+    what its update was made for (its training round): one secure sum per id, whatever the bytes.
+    """
+
+    quantisation: SiteQuantisation = field(default_factory=SiteQuantisation)
+    members: tuple[str, ...] = ()
+    upload_id: str | None = None
+
 
 # Updates this site has sent masked, as "fingerprint@round": carried over every setup, which
 # otherwise starts the state afresh, so restarting the protocol cannot buy a second sum.
@@ -88,6 +120,8 @@ _ROUND_KEYS = frozenset(
         "seed",
         "upload_fingerprint",
         "context",
+        "members",
+        "upload_id",
         "peers",
         "peer_enc_pk",
         "peer_mask_pk",
@@ -199,13 +233,36 @@ def _digest(vector: np.ndarray, fingerprint: str | None) -> str:
     return fingerprint
 
 
-def _refuse_if_masked(digest: str, marks: list[str]) -> None:
+def _refuse_if_masked(digest: str, marks: list[str], upload_id: str | None) -> None:
     for mark in marks:
         done, _, round_id = mark.partition("@")
-        if done == digest:
+        if done == digest or (upload_id is not None and done == upload_id):
             raise SecAggRefused(
-                f"already masked for round {round_id}: this update took part in a secure sum, and a "
-                "second sum over it could differ from the first by exactly this site's update"
+                f"already masked for round {round_id}: this update (or another made for the same "
+                f"{upload_id or 'input'}) took part in a secure sum, and a second sum over it could differ "
+                "from the first by exactly this site's update"
+            )
+
+
+def _check_upload_id(upload_id: str | None) -> None:
+    # a record is a fingerprint (hex) or an upload id: an id that could read as a fingerprint, or
+    # that holds the separator, would make the two kinds of record indistinguishable
+    if upload_id is not None and (
+        "@" in upload_id or not upload_id or all(c in "0123456789abcdef" for c in upload_id)
+    ):
+        raise ValueError(f"upload id {upload_id!r} must be non-empty, hold no '@' and not be hex")
+
+
+def _check_quantisation(clip: float, bits: int, num_nodes: int, dim: int, own: SiteQuantisation) -> None:
+    """The server's clip and bits must be the site's own (its policy sets them, not the server)."""
+    if own.clip is not None and clip != own.clip:
+        raise SecAggRefused(f"the server's SecAgg+ clip {clip:g} is not this site's secagg.clip {own.clip:g}")
+    if own.clip is not None:
+        expected = own.bits if own.bits is not None else word_bits(num_nodes, dim)
+        if bits != expected:
+            raise SecAggRefused(
+                f"the server's SecAgg+ bits {bits} are not this site's {expected} (secagg.bits"
+                f"{'' if own.bits is not None else ' unset: the most a 32-bit ring holds for the round'})"
             )
 
 
@@ -217,6 +274,7 @@ def _setup(
     entropy: Entropy,
     context: bytes,
     fingerprint: str | None,
+    rules: SiteRules,
 ) -> tuple[dict[str, Any], State]:
     """Check the server's parameters, then advertise fresh public keys for this round, signed."""
     me = _int(request, "node_id")
@@ -232,19 +290,23 @@ def _setup(
         raise SecAggRefused(f"neighbour list {neighbours} is not valid for node {me} among {num_nodes}")
     # below 2t >= k + 2, one colluding neighbour and the server could strip every mask off this
     # site's input (collusion_safe_threshold says how)
-    if not (2 * threshold >= len(neighbours) + 2 and threshold <= len(neighbours)):
+    if not (site_threshold(len(neighbours)) <= threshold <= len(neighbours)):
         raise SecAggRefused(
-            f"threshold {threshold} is unsafe for {len(neighbours)} neighbours (needs 2t >= k + 2)"
+            f"threshold {threshold} is unsafe for {len(neighbours)} neighbours "
+            f"(this site needs {site_threshold(len(neighbours))}: 2t >= k + 2, raised where k allows)"
         )
     if np.ndim(vector) != 1 or len(vector) != dim:
         raise SecAggRefused(f"server expects a {dim}-vector, this client holds shape {np.shape(vector)}")
     if not 8 <= bits <= 40 or not clip > 0:
         raise SecAggRefused(f"quantisation bits={bits}, clip={clip} out of range")
+    _check_quantisation(clip, bits, num_nodes, dim, rules.quantisation)
+    if rules.members and identity.site not in rules.members:
+        raise SecAggRefused(f"this site ({identity.site!r}) is not among the sites its input was scaled for")
     if not modulus_bits(num_nodes, bits, max_count=dim) <= m <= 64:
         raise SecAggRefused(f"a {m}-bit modulus could wrap the sum of {num_nodes} clients")
     marks = _masked_uploads(state)
     digest = _digest(vector, fingerprint)
-    _refuse_if_masked(digest, marks)
+    _refuse_if_masked(digest, marks, rules.upload_id)
     enc_sk, enc_pk = channel.new_keypair(entropy)
     mask_sk, mask_pk = channel.new_keypair(entropy)
     signature = identity.sign(
@@ -268,6 +330,9 @@ def _setup(
         "seed": entropy(SECRET_BYTES),
         "upload_fingerprint": digest,
         "context": context,
+        "members": sorted(rules.members),
+        # absent rather than None: the state travels through the wire codec, which has no None
+        **({"upload_id": rules.upload_id} if rules.upload_id is not None else {}),
     }
     return {"enc_pk": enc_pk, "mask_pk": mask_pk, "site": identity.site, "key_sig": signature}, new_state
 
@@ -303,6 +368,15 @@ def _check_identities(
                 "different factors)"
             )
         seen[site] = peer
+    members = set(state.get("members") or ())
+    if members and set(seen) | {identity.site} != members:
+        missing, extra = sorted(members - set(seen) - {identity.site}), sorted(set(seen) - members)
+        raise SecAggRefused(
+            "the round's signed peers and this site are not the sites of the factor vector its input "
+            f"was scaled for (missing: {', '.join(missing) or 'none'}; "
+            f"not in it: {', '.join(extra) or 'none'}): a vector padded with sites that never sum "
+            "weighs one site above the rest"
+        )
     t = state["threshold"]
     if len(seen) + 1 < t + 1:
         raise SecAggRefused(
@@ -404,7 +478,12 @@ def masked_input(
 
 
 def _masked(
-    request: Mapping[str, Any], state: State, vector: np.ndarray, entropy: Entropy, fingerprint: str | None
+    request: Mapping[str, Any],
+    state: State,
+    vector: np.ndarray,
+    entropy: Entropy,
+    fingerprint: str | None,
+    upload_id: str | None,
 ) -> tuple[dict[str, Any], State]:
     senders, seed_shares = _open_shares(request, state)
     # masking with fewer partners would leave holders of this site's shares that it shares no mask
@@ -413,9 +492,9 @@ def _masked(
         raise SecAggRefused(f"only {len(senders)} neighbours still in the round, {state['threshold']} needed")
     marks = _masked_uploads(state)
     digest = _digest(vector, fingerprint)
-    if digest != state["upload_fingerprint"]:
+    if digest != state["upload_fingerprint"] or upload_id != state.get("upload_id"):
         raise SecAggRefused("this site's update changed since the round's setup, which checked another one")
-    _refuse_if_masked(digest, marks)
+    _refuse_if_masked(digest, marks, upload_id)
     round_id = state["round_id"]
     mask_pk = dict(zip(state["peers"], state["peer_mask_pk"], strict=True))
     pair_keys = _agreed(
@@ -428,7 +507,7 @@ def _masked(
     kept = {k: v for k, v in state.items() if k not in (*_SECRETS, *_OWN_PUBLIC, "upload_fingerprint")}
     state = {
         **kept,
-        MASKED_UPLOADS: [*marks, f"{digest}@{round_id}"],
+        MASKED_UPLOADS: [*marks, f"{digest}@{round_id}", *([f"{upload_id}@{round_id}"] if upload_id else [])],
         "stage": MASKED,
         "partners": senders,
         "held_seed": seed_shares,
@@ -475,26 +554,31 @@ def secagg_client_step(
     entropy: Entropy = os.urandom,
     context: bytes = b"",
     fingerprint: str | None = None,
+    rules: SiteRules | None = None,
 ) -> tuple[dict[str, Any], State]:
     """Run one SecAgg+ phase as the site `identity`; `entropy` is injectable only so tests can be
-    deterministic. The setup (which signs this site's keys) and the share distribution (which checks
-    the peers') are refused without an identity: SecAgg+ never runs unauthenticated. `context`
-    (read at the setup only) is signed with the keys: only neighbours that signed the same context
+    deterministic. `rules`: what the site itself sets (its quantisation, the factor vector's sites,
+    the id of the update's training round); the setup reads members and quantisation. The setup
+    (which signs this site's keys) and the share distribution (which checks the peers') are
+    refused without an identity: SecAgg+ never runs unauthenticated. `context` (read at the setup
+    only) is signed with the keys: only neighbours that signed the same context
     are accepted. `fingerprint`, when given, is `upload_fingerprint(vector)` of a read-only
     `vector`, made by the caller once for the update's lifetime."""
     if phase != SETUP and phase not in _AFTER:
         raise SecAggRefused(f"unknown SecAgg+ phase {phase!r}")
     state = dict(state)
+    rules = rules or SiteRules()
+    _check_upload_id(rules.upload_id)
     if phase in IDENTIFIED_PHASES:
         if identity is None:
             raise SecAggRefused(
                 "SecAgg+ needs this site's identity: its signing key and the sites' public keys"
             )
         if phase == SETUP:
-            return _setup(request, state, vector, identity, entropy, context, fingerprint)
+            return _setup(request, state, vector, identity, entropy, context, fingerprint, rules)
         _check_order(phase, request, state)
         return _shares(request, state, identity, entropy)
     _check_order(phase, request, state)
     if phase == MASKED:
-        return _masked(request, state, vector, entropy, fingerprint)
+        return _masked(request, state, vector, entropy, fingerprint, rules.upload_id)
     return _unmask(request, state)

@@ -116,9 +116,18 @@ def load_identity(keys_dir: Path | str | None, site: str, run_id: str) -> SecAgg
         signing_key = keys.load_signing_key(keys_dir, site)
         public = keys.load_public_keys(keys_dir)
     except keys.KeyMaterialError as err:
-        raise SecAggRefused(f"SecAgg+ cannot load this site's keys: {err}") from None
+        # the reason goes to the server; the file (a local path) only to the site's log
+        raise SecAggRefused(
+            "SecAgg+ cannot load this site's keys (its signing key, the parties' public keys or "
+            "fingerprints.json; the site's log names the file): fix its key folder with `secure-fed "
+            "keys assemble`",
+            detail=f"SecAgg+ cannot load this site's keys: {err}",
+        ) from None
     peers = {party: key for party, key in public.items() if party != SERVER_PARTY}
     try:
         return SecAggIdentity(site=site, run_id=run_id, signing_key=signing_key, peer_public_keys=peers)
     except ValueError as err:
-        raise SecAggRefused(f"SecAgg+ cannot use the keys in {keys_dir}: {err}") from None
+        raise SecAggRefused(
+            f"SecAgg+ cannot use this site's keys: {err}",
+            detail=f"SecAgg+ cannot use the keys in {keys_dir}: {err}",
+        ) from None

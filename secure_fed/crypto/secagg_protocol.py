@@ -42,7 +42,14 @@ class SecAggAbort(RuntimeError):
 
 
 class SecAggRefused(RuntimeError):
-    """A client refuses a server instruction (wrong order, unsafe parameters, bad ciphertext)."""
+    """A client refuses a server instruction (wrong order, unsafe parameters, bad ciphertext).
+
+    `str()` is the one-line reason the server may read; `detail` (default: the same) is what the
+    site's own log keeps, and may name local files, which never leave the site."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = message if detail is None else detail
 
 
 class ShareRejected(SecAggRefused):
@@ -149,9 +156,25 @@ def collusion_safe_threshold(degree: int) -> int:
     return max(2, math.ceil((degree + 2) / 2))
 
 
+# Up to this degree (the complete graphs of up to 7 sites the project expects) t is raised to
+# k - 1 where that exceeds the collusion-safe minimum: one dropout is still tolerated, more colluders
+# are. Larger graphs exist for scale, where dropouts are the norm: they keep the minimum.
+_RAISED_UP_TO_DEGREE = 6
+
+
+def site_threshold(degree: int) -> int:
+    """The smallest Shamir threshold a site with `degree` neighbours accepts: 2t >= k + 2 (one
+    colluding site, `collusion_safe_threshold`), raised to k - 1 for k <= 6. A threshold t holds
+    against c colluding neighbours when 2t >= k + c + 1, and the round survives k - t dropouts: for
+    3-7 sites (k = n - 1) t = 2, 3, 3, 4, 5 tolerates 1, 2, 1, 2, 3 colluders and 0, 0, 1, 1, 1
+    dropouts. At 5 sites exactly one colluder: t = 4 would tolerate three but no dropout at all."""
+    safe = collusion_safe_threshold(degree)
+    return max(safe, degree - 1) if degree <= _RAISED_UP_TO_DEGREE else safe
+
+
 def shamir_threshold(degree: int, fraction: float) -> int:
-    """Shares needed out of `degree`: the configured fraction, raised to the collusion-safe minimum."""
-    return max(collusion_safe_threshold(degree), math.ceil(fraction * degree - 1e-9))
+    """Shares needed out of `degree`: the configured fraction, raised to the site's minimum."""
+    return max(site_threshold(degree), math.ceil(fraction * degree - 1e-9))
 
 
 def share_associated_data(round_id: int | str, sender: int, recipient: int) -> bytes:

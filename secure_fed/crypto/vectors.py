@@ -9,13 +9,29 @@ from typing import Any
 
 import numpy as np
 
-from secure_fed.crypto.secagg_client import IDENTIFIED_PHASES, MASKED_UPLOADS, Entropy, secagg_client_step
+from secure_fed.crypto.secagg_client import (
+    IDENTIFIED_PHASES,
+    MASKED_UPLOADS,
+    Entropy,
+    SiteQuantisation,
+    SiteRules,
+    secagg_client_step,
+)
 from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
 from secure_fed.crypto.secagg_protocol import PLAIN_SUM, SecAggAbort, SecAggRefused, SecAggSettings, VectorSum
 from secure_fed.crypto.secagg_server import Advertised, run_secagg
 from secure_fed.crypto.transport import Transport
 
-__all__ = ["MASKED_UPLOADS", "SecAggIdentity", "VectorSum", "client_step", "load_identity", "sum_vectors"]
+__all__ = [
+    "MASKED_UPLOADS",
+    "SecAggIdentity",
+    "SiteQuantisation",
+    "SiteRules",
+    "VectorSum",
+    "client_step",
+    "load_identity",
+    "sum_vectors",
+]
 
 # an identity, or a loader called only by the phases that need one (setup, share distribution)
 IdentitySource = SecAggIdentity | Callable[[], SecAggIdentity] | None
@@ -68,6 +84,7 @@ def client_step(
     entropy: Entropy = os.urandom,
     context: bytes = b"",
     fingerprint: str | None = None,
+    rules: SiteRules | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Client side of `sum_vectors` for every phase (plain and SecAgg+); `vector` never leaves unmasked
     except in the plain phase, which a client whose policy demands SecAgg+ must not be asked to run.
@@ -78,7 +95,8 @@ def client_step(
     such as the digest of server-chosen weights) is signed with the setup keys and checked against
     the neighbours'. Pass every step the state the previous step returned,
     the setup included: it carries the record of updates already masked, which makes a second
-    secure sum over the same update impossible (its setup or masked phase is refused)."""
+    secure sum over the same update impossible (its setup or masked phase is refused). `rules`:
+    what the site sets itself (`SiteRules`: quantisation, factor sites, the update's round)."""
     if phase == PLAIN_SUM:
         vec = np.asarray(vector)
         if vec.ndim != 1 or request.get("dim") != len(vec):
@@ -97,4 +115,5 @@ def client_step(
         entropy=entropy,
         context=context,
         fingerprint=fingerprint,
+        rules=rules,
     )

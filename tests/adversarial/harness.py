@@ -48,6 +48,8 @@ class MaliciousServer:
         keys_dir = audit_keys_dir(cfg, names)
         run_id = run_id_for(Path(cfg.out))
         self.sites = [Site(SiteRuntime.create(cfg, n, keys_dir=keys_dir, run_id=run_id)) for n in names]
+        for node, site in enumerate(self.sites):
+            site.runtime.node_id = node  # as the in-process runner numbers them
         self.global_state = initial_adapter_state(cfg)
 
     @property

@@ -142,7 +142,14 @@ def test_the_record_rides_along_with_other_protocols_state() -> None:
 @pytest.fixture
 def dp_sites(make_config, one_torch_thread) -> MaliciousServer:
     cfg = make_config(
-        dp__enabled=True, dp__target_epsilon=8.0, dp__sample_rate=0.5, fed__method="fedavg", fed__rounds=2
+        dp__enabled=True,
+        dp__target_epsilon=8.0,
+        dp__sample_rate=0.5,
+        fed__method="fedavg",
+        fed__rounds=2,
+        # the quantisation the scripted server plans with: a site refuses any but its own
+        secagg__clip=SETTINGS.clip,
+        secagg__bits=SETTINGS.bits,
     )
     return MaliciousServer(cfg)
 

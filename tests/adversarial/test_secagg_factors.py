@@ -23,7 +23,15 @@ from tests.adversarial.harness_secagg import SETTINGS, inbox, keys_request, mask
 
 @pytest.fixture
 def drfa(make_config, one_torch_thread) -> MaliciousServer:
-    return MaliciousServer(make_config(fed__method="drfa", secagg__enabled=True, fed__rounds=2))
+    # the quantisation the scripted server plans with (SETTINGS): a site refuses any but its own
+    cfg = make_config(
+        fed__method="drfa",
+        secagg__enabled=True,
+        secagg__clip=SETTINGS.clip,
+        secagg__bits=SETTINGS.bits,
+        fed__rounds=2,
+    )
+    return MaliciousServer(cfg)
 
 
 def _names(server: MaliciousServer) -> list[str]:

@@ -15,6 +15,9 @@ from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
 from secure_fed.crypto.secagg_protocol import SETUP, embed_setup, embedded_setup
 from tests.crypto.test_secagg_privacy import _setup_request
 
+# the site's own SecAgg+ quantisation, as `_setup_request` asks for it (a site refuses any other)
+QUANTISATION = {"secagg__clip": 8.0, "secagg__bits": 24}
+
 
 @pytest.fixture(scope="module")
 def keys_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -58,7 +61,9 @@ def _train(setup: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def test_training_reply_carries_the_keys_and_the_state_is_set_up(make_config, keys_dir):
-    reply, state = handle(StubRuntime(make_config(), keys_dir), "train", _train(_setup_request()), {})
+    reply, state = handle(
+        StubRuntime(make_config(**QUANTISATION), keys_dir), "train", _train(_setup_request()), {}
+    )
     assert reply["status"] == "ok" and reply["train_loss"] == 1.0
     keys = embedded_setup(reply)
     assert set(keys) == {"enc_pk", "mask_pk", "site", "key_sig"} and keys["site"] == "site-1"
@@ -68,22 +73,29 @@ def test_training_reply_carries_the_keys_and_the_state_is_set_up(make_config, ke
 
 def test_an_unsafe_setup_is_refused_but_the_training_result_stands(make_config, keys_dir):
     unsafe = _train(_setup_request(threshold=2))
-    reply, state = handle(StubRuntime(make_config(), keys_dir), "train", unsafe, {"kept": 1})
+    reply, state = handle(StubRuntime(make_config(**QUANTISATION), keys_dir), "train", unsafe, {"kept": 1})
     assert reply["status"] == "ok" and "unsafe" in reply["secagg_refused"]
     assert embedded_setup(reply) is None and state == {"kept": 1}
 
 
 def test_no_setup_without_an_update_or_without_a_request(make_config, keys_dir):
     declined, _ = handle(
-        StubRuntime(make_config(), keys_dir, status="declined"), "train", _train(_setup_request()), {}
+        StubRuntime(make_config(**QUANTISATION), keys_dir, status="declined"),
+        "train",
+        _train(_setup_request()),
+        {},
     )
     assert embedded_setup(declined) is None
-    plain, state = handle(StubRuntime(make_config(), keys_dir), "train", _train(None), {"kept": 1})
+    plain, state = handle(
+        StubRuntime(make_config(**QUANTISATION), keys_dir), "train", _train(None), {"kept": 1}
+    )
     assert embedded_setup(plain) is None and state == {"kept": 1}
 
 
 def test_without_provisioned_keys_the_setup_is_refused_and_says_how_to_fix_it(make_config):
-    reply, state = handle(StubRuntime(make_config(), None), "train", _train(_setup_request()), {"kept": 1})
+    reply, state = handle(
+        StubRuntime(make_config(**QUANTISATION), None), "train", _train(_setup_request()), {"kept": 1}
+    )
     assert reply["status"] == "ok" and "secure-fed keys init" in reply["secagg_refused"]
     assert "\n" not in reply["secagg_refused"] and state == {"kept": 1}
 
@@ -91,7 +103,7 @@ def test_without_provisioned_keys_the_setup_is_refused_and_says_how_to_fix_it(ma
 def test_a_retrained_round_that_re_sends_a_masked_update_gets_no_second_setup(make_config, keys_dir):
     """The state the training message brings is passed to the setup, which keeps the record of
     updates already masked: the retry path re-sends the same update, which is then refused."""
-    runtime = StubRuntime(make_config(), keys_dir)
+    runtime = StubRuntime(make_config(**QUANTISATION), keys_dir)
     _, state = handle(runtime, "train", _train(_setup_request()), {})
     masked = {**state, "masked_uploads": state["masked_uploads"] + [f"{state['upload_fingerprint']}@1"]}
     reply, _ = handle(runtime, "train", _train(_setup_request(round_id=2)), masked)
