@@ -208,6 +208,9 @@ def run(
             f"--resume {resume}: no run to continue there (no config.json); pass the folder an earlier"
             " `secure-fed run --out DIR` wrote, or use --out for a new run"
         )
+    if resume is not None and (resume / "metrics.json").is_file():
+        # its logs end with their head records: a closed log is never reopened
+        _fail(f"--resume {resume}: that run finished (metrics.json is written); start a new run with --out")
     if resume is not None and config is None and (resume / "config.json").exists():
         given = {
             "--method": method, "--rounds": rounds, "--sites": sites, "--seed": seed, "--dp/--no-dp": dp,

@@ -79,3 +79,18 @@ def test_each_run_gets_its_own_id_and_a_resumed_run_keeps_it(tmp_path: Path) -> 
     # the same folder, a new run: not a hash of the path
     assert run_id_for(tmp_path / "a") != first
     assert run_id_for(tmp_path / "b") not in (first, run_id_for(tmp_path / "a"))
+
+
+def test_a_finished_run_is_not_resumed(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from secure_fed.cli import app
+
+    folder = tmp_path / "done"
+    before = _finished_run(folder)
+    (folder / "metrics.json").write_text("{}")
+    before[folder / "metrics.json"] = b"{}"
+    result = CliRunner().invoke(app, ["run", "--resume", str(folder)])
+    assert result.exit_code == 2, result.output
+    assert f"--resume {folder}: that run finished" in result.output and "--out" in result.output
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before

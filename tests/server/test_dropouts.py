@@ -173,9 +173,11 @@ def test_a_site_killed_mid_round_costs_that_round_and_the_run_finishes_on_three(
     survivors = [cfg.out / "audit" / f"{p}.jsonl" for p in ("server", "site0", "site1", "site2")]
     result = verify_logs(survivors, keys)
     assert result.ok, [str(p) for p in result.problems]
-    # the killed site's log stops where it died: verify says so, and nothing else is wrong
+    # the killed site's log stops where it died: the server's signed round_skipped explains it, so
+    # verify names a dropout (round 1), not a problem, and the run is not complete
     every = verify_logs([*survivors, cfg.out / "audit" / "site3.jsonl"], keys)
-    assert [(Path(p.path).stem, "no head record" in p.reason) for p in every.problems] == [("site3", True)]
+    assert every.problems == [] and not every.complete
+    assert [(d.site, d.round) for d in every.dropouts] == [("site3", 1)]
     # the compliance report names the skipped round and who left
     page = render_html(collect(survivors, result))
     assert "id='skipped'" in page and "round 1 (sites gone: site3)" in page
