@@ -12,7 +12,7 @@ from secure_fed.config import RunConfig
 
 _KEYS_HINT = (
     "make this site's kit with `secure-fed keys new --party SITE --out KEYS`, then "
-    "`secure-fed keys assemble --keys KEYS --public PUBLISHED` (docs/DEPLOYMENT.md)"
+    "`secure-fed keys assemble --keys KEYS --public PUBLISHED --expect parties.json` (docs/DEPLOYMENT.md)"
 )
 
 
