@@ -335,7 +335,7 @@ def _summary(data: ReportData) -> str:
         else:
             budget_line = "No site exceeded its privacy budget."
         refusal_line = (
-            f" {len(data.refusals)} training round(s) were declined by a site to stay within its budget."
+            f" {len(data.refusals)} training round(s) were declined by a site (its reason is given above)."
             if data.refusals
             else " No site had to decline a round."
         )
@@ -412,7 +412,7 @@ def _course(data: ReportData) -> str:
         where = f" in round {item['round']}" if item.get("round") is not None else ""
         parts.append(
             f"The run was interrupted{_e(_signal_words(item.get('signal')))}{_e(where)} and resumed: "
-            f"{_e(item['party'])}'s log goes on after its signed run_aborted record."
+            f"the log of {_e(item['party'])} goes on after its signed run_aborted record."
         )
     if data.aborted is not None:
         where = f" in round {data.aborted['round']}" if data.aborted.get("round") is not None else ""
