@@ -239,10 +239,12 @@ def run(
     held = _run_in_folder(folder) if resume is None else None
     if held:
         # a second run here appended to the first one's closed logs, which then stopped verifying
-        _fail(
-            f"--out {folder}: holds a run already ({held}); `secure-fed run --resume {folder}` continues "
-            "it, or give another --out for a new run"
+        way_on = (
+            "that run finished:"
+            if (folder / "metrics.json").is_file()
+            else f"`secure-fed run --resume {folder}` continues it, or"
         )
+        _fail(f"--out {folder}: holds a run already ({held}); {way_on} give another --out for a new run")
     for flag, given in (("--keys", keys), ("he.keys_dir", cfg.he.keys_dir if cfg.he.enabled else None)):
         if given is not None and not Path(given).is_dir():
             _fail(f"{flag} {given}: no such key folder; make one with `secure-fed keys init --out {given}`")

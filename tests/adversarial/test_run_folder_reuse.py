@@ -56,6 +56,9 @@ def test_a_new_run_refuses_a_folder_that_holds_a_run_before_writing_anything(tmp
     assert len(lines) == 1 and "Traceback" not in result.output, result.output
     assert f"--out {folder}: holds a run already" in lines[0] and "--resume" in lines[0], lines[0]
     assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    (folder / "metrics.json").write_text("{}")  # finished: --resume would not take it either
+    result = CliRunner().invoke(app, ["run", "--out", str(folder), "--engine", "inprocess"])
+    assert result.exit_code == 2 and "that run finished: give another --out" in result.output
 
 
 def test_a_missing_key_folder_is_refused_before_the_run_folder_exists(tmp_path: Path) -> None:
