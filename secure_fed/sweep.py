@@ -186,7 +186,7 @@ def run_cell(base: RunConfig, method: str, epsilon: float | None, seed: int, fol
 def write_cell_report(cfg: RunConfig, folder: Path) -> Path | None:
     """The cell's compliance report (report.html, .json, .csv) from its audit logs, as `secure-fed
     audit report` writes it for a run; None where the cell wrote no audit log."""
-    from secure_fed.audits.keys import load_public_keys
+    from secure_fed.audits.keys import KeyFileError, load_public_keys
     from secure_fed.audits.report import write_report
 
     logs = sorted((folder / "audit").glob("*.jsonl"))
@@ -200,7 +200,11 @@ def write_cell_report(cfg: RunConfig, folder: Path) -> Path | None:
         if cfg.he.enabled and cfg.he.keys_dir is not None
         else folder / "keys"
     )
-    return write_report(logs, folder / "report.html", load_public_keys(Path(keys)))[0]
+    try:
+        public = load_public_keys(Path(keys))
+    except KeyFileError:
+        public = None  # the report then says the signatures were not checked: never a lost cell
+    return write_report(logs, folder / "report.html", public)[0]
 
 
 Scores = tuple[dict[str, float], dict[str, dict[str, float]]]

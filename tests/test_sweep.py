@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -345,3 +346,6 @@ def test_a_cell_writes_its_report(tmp_path: Path):
     assert page == folder / "report.html" and page.exists()
     assert json.loads(page.with_suffix(".json").read_text())["verification"]["ok"]
     assert sweep_module.write_cell_report(RunConfig(), tmp_path / "no-logs") is None
+    shutil.rmtree(folder / "keys")  # no keys to check with: still a report, saying so
+    page = sweep_module.write_cell_report(RunConfig(), folder)
+    assert page is not None and not json.loads(page.with_suffix(".json").read_text())["verification"]["ok"]
