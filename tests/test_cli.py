@@ -534,14 +534,15 @@ def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir, signum, code, word, en
         assert proc.stderr is not None
         header = proc.stderr.readline()
         assert header.startswith("secure-fed: fedtar, 50 rounds"), header
-        started, out = time.monotonic(), tmp_path / "o"
+        # a hang detector, not a speed bound: Ray's start and round 1 took over 240 s on a loaded machine
+        started, out, hang = time.monotonic(), tmp_path / "o", 900
         if engine == "simulation":  # Ray's driver is up once a round has ended
             while not proc.stderr.readline().startswith("round 1/"):
-                assert time.monotonic() - started < 240 and proc.poll() is None, "no round 1 from Ray"
+                assert time.monotonic() - started < hang and proc.poll() is None, "no round 1 from Ray"
         else:  # the sites answered the server's hello: the rounds are under way
             site_log = out / "audit" / "site0.jsonl"
             while not (site_log.exists() and '"phase":"hello"' in site_log.read_text()):
-                assert time.monotonic() - started < 240 and proc.poll() is None, "the run did not start"
+                assert time.monotonic() - started < hang and proc.poll() is None, "the run did not start"
                 time.sleep(0.05)
         at_signal = _checkpointed_round(out)
         proc.send_signal(getattr(signal, signum))
