@@ -933,7 +933,7 @@ def audit_empirical(
         list[str] | None, typer.Option(help="site to audit (repeatable); default: every site")
     ] = None,
     guesses: Annotated[
-        int | None, typer.Option(help="guesses (top half in, bottom half out); default M/10")
+        int | None, typer.Option(help='guesses: "in" for the top-scoring canaries; default M/10')
     ] = None,
     target_epsilon: Annotated[
         float | None, typer.Option(help="turn DP on at this ε (else the config's dp section)")

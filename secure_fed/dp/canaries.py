@@ -212,6 +212,7 @@ def default_canaries(
     is at least margin·ε; None when even MAX_CANARIES cannot reach it (the ceiling grows only
     with the log of the guesses: ε = 4 needs about 3,000 canaries, ε = 8 some 90,000), so any
     audit at that ε can only be inconclusive."""
+
     def clears(m: int) -> bool:
         return epsilon_ceiling(m, default_guesses(m), delta, confidence) >= margin * epsilon
 
@@ -226,9 +227,15 @@ def evaluate(
     guesses: int,
     delta: float,
     confidence: float = DEFAULT_CONFIDENCE,
+    guess_out: bool = True,
 ) -> AuditOutcome:
-    """Guess "in" for the top ⌈r/2⌉ scores and "out" for the bottom ⌊r/2⌋, count, bound."""
-    k_in = (guesses + 1) // 2
+    """Guess "in" for the top ⌈r/2⌉ scores and "out" for the bottom ⌊r/2⌋, count, bound.
+
+    `guess_out` False: all r guesses "in", for the top r scores. Under Poisson sampling an
+    included canary may never be drawn (probability (1 − q)^T over T steps) and then looks exactly
+    like an excluded one, so "out" guesses can be wrong even when the mechanism adds no noise at
+    all, and the audit then cannot reach its ceiling; a sampled canary's "in" can be certain."""
+    k_in = guesses if not guess_out else (guesses + 1) // 2
     k_out = guesses - k_in
     guessed_in, guessed_out = guess(scores, k_in, k_out)
     correct = count_correct(included, guessed_in, guessed_out)

@@ -14,6 +14,7 @@ on two small linear copies so that each run takes seconds.
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
 import pytest
@@ -49,8 +50,8 @@ def stated() -> tuple[float, float]:
 def _site_audit(actual_sigma: float, stated_sigma: float, stated_epsilon: float, m: int, label: str) -> dict:
     """One audited training run through the site's DPGradients; the record's verdict fields."""
     torch.manual_seed(0)
-    copies = [nn.Linear(100, 50), nn.Linear(100, 50)]
-    x, y = torch.randn(N_PATIENTS, 100), torch.randn(N_PATIENTS, 50)
+    copies = [nn.Linear(200, 100), nn.Linear(200, 100)]
+    x, y = torch.randn(N_PATIENTS, 200), torch.randn(N_PATIENTS, 100)
     noise = NoiseStream(hashlib.sha256(f"audit control {label}".encode()).digest())
     inner = DPGradients(Q, CLIP, actual_sigma, N_PATIENTS, STEPS, noise)
     sizes = [sum(p.numel() for p in c.parameters()) for c in copies]
@@ -66,7 +67,8 @@ def _site_audit(actual_sigma: float, stated_sigma: float, stated_epsilon: float,
         grads.backward(copies, losses, [torch.arange(len(batch))] * 2)
         optimiser.step()
     scores = likelihood_scores(np.stack(projections), Q, stated_sigma)
-    outcome = evaluate(scores, canaries.included, default_guesses(m), DELTA)
+    # as the site audit guesses: "in" only (a never-sampled canary looks excluded)
+    outcome = evaluate(scores, canaries.included, default_guesses(m), DELTA, guess_out=False)
     return {
         **outcome.to_json(),
         "stated_epsilon": stated_epsilon,
@@ -178,3 +180,24 @@ def test_the_report_calls_an_audit_that_could_not_fail_inconclusive() -> None:
     ]
     page = _empirical_html(data)
     assert "Inconclusive" in page and "ε̂ / ε" not in page
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_zero_noise_through_the_site_runtime_is_a_violation(make_config, tmp_path, monkeypatch) -> None:
+    """The same control through `run_empirical_audit` (the site's runtime, model and cohort) with
+    the default M: DP-SGD adds nothing while the site's accountant states its ε."""
+    from secure_fed.clients.empirical_audit import run_empirical_audit
+    from secure_fed.dp import dpsgd
+
+    made = dpsgd.PatientDPSGD.__init__
+
+    def no_noise(self: dpsgd.PatientDPSGD, modules: Any, clip: float, sigma: float, *rest: Any) -> None:
+        made(self, modules, clip, 0.0, *rest)
+
+    monkeypatch.setattr(dpsgd.PatientDPSGD, "__init__", no_noise)
+    cfg = make_config(dp__enabled=True, dp__target_epsilon=4.0, fed__rounds=1, train__threads=1)
+    result = run_empirical_audit(cfg, "site0", None, tmp_path / "audit", auditor_seed=1, releases=False)
+    record = result.payload()
+    assert record["canaries"] == default_canaries(record["stated_epsilon"], record["delta"])
+    assert record["correct"] == record["guesses"], record
+    assert record["verdict"] == "violation", record
