@@ -38,6 +38,7 @@ def deployed_run(cfg: RunConfig, run_id: str, keys: Path) -> tuple[Path, RunAbor
         runtime = SiteRuntime.create(
             run_cfg, site, site_key=deployment_site_key(cfg, site), keys_dir=keys, run_id=run_id
         )
+        runtime.deployed = True
         handlers[node] = lifetime_handler(runtime, runtime.lifetime, run_id)
     trail = ServerTrail(folder / "audit" / "server.jsonl", run_id, keys)
     trail.start(run_cfg, keys)
