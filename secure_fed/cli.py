@@ -363,7 +363,10 @@ def _refuse_unapplied_privacy(cfg: RunConfig, flags: dict[str, float | None]) ->
 
 
 def _real_data(cfg: RunConfig) -> bool:
-    return cfg.data.kind != "imaging" and cfg.data.source != "synthetic"
+    """Patients' records (a manifest or an annotation file), not a generated benchmark."""
+    if cfg.data.kind == "imaging":
+        return cfg.data.imaging.path is not None
+    return cfg.data.source != "synthetic"
 
 
 def _ledger_note(cfg: RunConfig) -> str:
