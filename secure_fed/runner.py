@@ -109,7 +109,7 @@ def run_inprocess(
         if trail is not None:
             _hand_over_pending(trail, runtimes.values())
         logs = [trail.log] if trail else []
-        sign_interrupt(signal_name(stop), orchestrator.current_round, logs, runtimes.values())
+        sign_interrupt(signal_name(stop), orchestrator.interrupted_round(), logs, runtimes.values())
         raise
     except BaseException:
         if trail is not None and orchestrator.aborted:
@@ -127,10 +127,10 @@ def signal_name(stop: KeyboardInterrupt) -> str:
 
 
 def sign_interrupt(
-    signal: str, round_id: int, logs: list[AuditLog], runtimes: Iterable[SiteRuntime] = ()
+    signal: str, round_id: int | None, logs: list[AuditLog], runtimes: Iterable[SiteRuntime] = ()
 ) -> None:
     """Ctrl-C or a service manager's SIGTERM: each log this process writes (the server's, and the
-    in-process sites') ends with a signed `run_aborted` naming the signal and the round in progress,
+    in-process sites') ends with a signed `run_aborted` naming the signal and the round it cut short,
     so a report can say the run was interrupted. No head record: `--resume` goes on with the chains
     from the last checkpoint (a head would close them for good)."""
     payload = {"signal": signal, "round": round_id or None}
@@ -311,7 +311,7 @@ def _stop_promptly_on_interrupt(
         )
         if trail is not None:
             orchestrator = box.get("orchestrator")
-            round_id = orchestrator.current_round if orchestrator is not None else 0
+            round_id = orchestrator.interrupted_round() if orchestrator is not None else None
             sign_interrupt(signal.Signals(signum).name, round_id, [trail.log])
         # Flower's engine threads report every message cut short by the shutdown as an error.
         logging.disable(logging.CRITICAL)

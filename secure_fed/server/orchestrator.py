@@ -151,6 +151,7 @@ class Orchestrator:
         self.aggregation = AggregationSettings.from_config(cfg)
         self.announce = announce or _say
         self.current_round = 0
+        self.settled = 0  # the last round done with (completed or skipped)
         self.sites: dict[int, str] = {}
         self.test_per_site: dict[str, dict[str, float]] = {}
         self.skipped: list[dict[str, Any]] = []  # rounds with no aggregate: who left, who declined, why
@@ -212,6 +213,11 @@ class Orchestrator:
             self.abort(err)
             raise
 
+    def interrupted_round(self) -> int | None:
+        """The round a stop signal cuts short: the one under way, or the next to start when the
+        signal lands between rounds; None once every round is done (the final evaluation)."""
+        return self.settled + 1 if self.settled < self.cfg.fed.rounds else None
+
     def abort(self, err: BaseException) -> None:
         """Close every party's log with a signed `run_aborted` record: the server's through the
         event sink (its caller closes that log), each site's through `finish` with the reason."""
@@ -231,7 +237,7 @@ class Orchestrator:
 
     def _run(self, resume: bool = False) -> RunOutcome:
         cfg = self.cfg
-        self.current_round = 0
+        self.current_round = self.settled = 0
         sites = self.sites = self.hello()
         if hasattr(self.transport, "name_sites"):
             self.transport.name_sites(sites)
@@ -250,6 +256,7 @@ class Orchestrator:
             per_round = list(meta.get("per_round", []))
             self.skipped = list(meta.get("skipped_rounds", []))
             first_round = done + 1
+            self.settled = done
             log.info("resuming after round %d", done)
         stopped = None
         upload_bytes = upload_size(strategy.upload_dim(), len(self.nodes), self.aggregation)
@@ -298,6 +305,7 @@ class Orchestrator:
                     self.announce(f"the run goes on with {len(alive)} sites (at least {tolerance.fewest})")
                 if len(alive) < tolerance.fewest:
                     raise RunAborted(tolerance.abort_message(len(alive), gone)) from err
+                self.settled = r
                 self.nodes = alive
                 continue
             state = result.global_state
@@ -318,6 +326,7 @@ class Orchestrator:
                 self.events("alpha", {"alpha": result.alpha}, r)
             meta_out = {"per_round": per_round, "skipped_rounds": self.skipped}
             save_checkpoint(checkpoint_dir, r, state, strategy.state_dict(), meta_out)
+            self.settled = r
             if self.progress is not None:
                 self.progress(r, cfg.fed.rounds, result)
         if not per_round:  # every round was skipped: there is no trained model to score
