@@ -151,6 +151,10 @@ def sweep(
                     if (folder / "audit").is_dir() and not (folder / "report.html").exists():
                         write_cell_report(seed_config(base, method, epsilon, seed), folder)
                     continue
+                set_aside = _set_aside_unfinished(folder)
+                if set_aside is not None:
+                    label = run_label(method, epsilon)
+                    log(f"{label} seed {seed}: an unfinished attempt kept as {set_aside}")
                 log(f"{run_label(method, epsilon)} seed {seed} → {folder}")
                 t0 = time.monotonic()
                 cell = run_cell(base, method, epsilon, seed, folder)
@@ -160,6 +164,22 @@ def sweep(
                 tmp.write_text(json.dumps(cell, indent=1))
                 tmp.replace(done)
     return write_outputs(out, time.monotonic() - started)
+
+
+def _set_aside_unfinished(folder: Path) -> Path | None:
+    """An interrupted cell's folder is renamed, not reused: its signed logs belong to the attempt
+    that wrote them (a closed log never reopens, and a new attempt appended to an unclosed one would
+    read as one run started twice), and they stay for an auditor beside the fresh attempt."""
+    if not folder.is_dir() or not any(folder.iterdir()):
+        return None
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    target = folder.with_name(f"{folder.name}.interrupted-{stamp}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = folder.with_name(f"{folder.name}.interrupted-{stamp}-{n}")
+    folder.rename(target)
+    return target
 
 
 def run_cell(base: RunConfig, method: str, epsilon: float | None, seed: int, folder: Path) -> dict[str, Any]:

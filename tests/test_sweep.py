@@ -349,3 +349,28 @@ def test_a_cell_writes_its_report(tmp_path: Path):
     shutil.rmtree(folder / "keys")  # no keys to check with: still a report, saying so
     page = sweep_module.write_cell_report(RunConfig(), folder)
     assert page is not None and not json.loads(page.with_suffix(".json").read_text())["verification"]["ok"]
+
+
+def test_an_interrupted_cell_is_set_aside_not_reused(tmp_path: Path, monkeypatch):
+    """A cell stopped after its logs closed but before cell.json: the rerun starts in an empty
+    folder (a closed log never reopens) and the first attempt's signed logs are kept beside it."""
+    out = tmp_path / "sw"
+    folder = sweep_module.cell_folder(out, "fedtar", None, 0)
+    (folder / "audit").mkdir(parents=True)
+    first_log = b'{"seq": 0, "event": "head"}\n'
+    (folder / "audit" / "server.jsonl").write_bytes(first_log)
+    seen: list[list[str]] = []
+
+    def fake_cell(base, method, epsilon, seed, cell_dir):
+        seen.append(sorted(p.name for p in cell_dir.iterdir()) if cell_dir.exists() else [])
+        return {"method": method, "epsilon": epsilon, "seed": seed,
+                "test": dict.fromkeys(METRIC_NAMES, 1.0), "per_site": None, "privacy": None}
+
+    monkeypatch.setattr(sweep_module, "run_cell", fake_cell)
+    lines: list[str] = []
+    sweep_module.sweep(RunConfig(), ["fedtar"], [0], [None], out, log=lines.append)
+    assert seen == [[]]
+    kept = list(out.glob(f"{folder.name}.interrupted-*"))
+    assert len(kept) == 1 and (kept[0] / "audit" / "server.jsonl").read_bytes() == first_log
+    assert any("unfinished attempt kept as" in line for line in lines)
+    assert (folder / "cell.json").exists()
