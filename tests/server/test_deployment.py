@@ -857,7 +857,10 @@ def test_the_documented_deployment_script(tmp_path: Path, cache_dir: Path) -> No
     folder = work / "server" / "runs" / first
     killed_log = work / victim / "runs" / first / "audit" / f"{victim}.jsonl"
     checked = verify([folder / "audit" / "server.jsonl", killed_log], keys)
-    assert checked.returncode != 0 and "no head record" in checked.stdout + checked.stderr
+    said = checked.stdout + checked.stderr
+    # a dropout the server's signed log explains: its own verdict and exit code, not tampering
+    assert checked.returncode == 3, said
+    assert "VERIFIED, WITH A DROPOUT" in said and f"{victim} dropped out in round" in said, said
     server_log = audit_records(folder / "audit" / "server.jsonl")
     gone = [
         r["payload"]
