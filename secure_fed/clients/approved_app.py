@@ -228,13 +228,12 @@ def _site_log(node: dict[str, Any], run_id: str) -> tuple[Any, str] | None:
 
 
 def _logged(log: Any, event: str, payload: dict[str, Any]) -> bool:
+    from secure_fed.audits.reader import read_log
+
     if not log.path.exists():
         return False
-    for line in log.path.read_text(encoding="utf-8").splitlines():
-        record = json.loads(line)
-        if record.get("event") == event and record.get("payload") == payload:
-            return True
-    return False
+    records = (line.record for line in read_log(log.path) if line.record is not None)
+    return any(r.get("event") == event and r.get("payload") == payload for r in records)
 
 
 def log_code(node: dict[str, Any], run_id: str, event: str, payload: dict[str, Any], close: bool) -> None:
