@@ -38,8 +38,8 @@ from typing import Any
 
 import torch
 
+from secure_fed.algorithms.fedtar.profile import fit_gmm
 from secure_fed.clients.private import DPGradients
-from secure_fed.clients.profile import fit_gmm
 from secure_fed.clients.site import attach_profiles, load_site, patient_profiles
 from secure_fed.clients.training import MinibatchGradients, _trainable
 from secure_fed.config import RunConfig, build_config

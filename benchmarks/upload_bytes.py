@@ -26,13 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from secure_fed.clients.hypergrad import flatten
 from secure_fed.config import SecAggConfig, build_config
 from secure_fed.crypto.quantize import ring_dtype
 from secure_fed.crypto.secagg_protocol import SecAggSettings, round_params
 from secure_fed.crypto.transport import LocalTransport
 from secure_fed.crypto.vectors import client_step, sum_vectors
 from secure_fed.model.setup import build_report_model
+from secure_fed.model.vectors import flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from secagg import RecordsTransport  # noqa: E402  (the Flower-encoding transport of the SecAgg benchmark)

@@ -64,3 +64,16 @@ def run_folder(cfg: RunConfig, run_id: str) -> Path:
     values. A site joins any number of runs with one policy file; what outlives a run (the
     patient-id key, the persistent privacy ledger) stays in <out>."""
     return Path(cfg.out) / "runs" / run_id
+
+
+def site_secret_context(cfg: RunConfig) -> object | None:
+    """The CKKS secret context a site decrypts its share with (None without HE)."""
+    if not cfg.he.enabled:
+        return None
+    from secure_fed.crypto import keys
+
+    assert cfg.he.keys_dir is not None
+    fingerprints = keys.load_fingerprints(cfg.he.keys_dir)
+    return keys.load_he_context(
+        keys.secret_context_path(cfg.he.keys_dir), expect_secret=True, fingerprints=fingerprints
+    )

@@ -11,45 +11,21 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from secure_fed.audits.log import AuditLog
 from secure_fed.clients.handler import handle
-from secure_fed.clients.hypergrad import flatten
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
 from secure_fed.console import Terminated
 from secure_fed.data.sites import site_names
 from secure_fed.keyring import audit_keys_dir
-from secure_fed.model.setup import build_report_model
+from secure_fed.registry import initial_state
+from secure_fed.run_context import site_secret_context
 from secure_fed.server.orchestrator import Orchestrator, RunOutcome
 from secure_fed.server.strategies.base import RoundResult
 from secure_fed.server.trail import ServerTrail
 from secure_fed.server.transports import InProcessTransport
 
 log = logging.getLogger(__name__)
-
-
-def initial_adapter_state(cfg: RunConfig) -> np.ndarray:
-    """The global state round 1 starts from: the report model's adapters, or an algorithm's shared
-    parameters (seeded from the public run seed, so every party builds the same)."""
-    if cfg.data.kind == "imaging":
-        from secure_fed.algorithms.fm2.learner import initial_imaging_state
-
-        return initial_imaging_state(cfg)
-    return flatten(build_report_model(cfg).trainable_state()).numpy()
-
-
-def site_secret_context(cfg: RunConfig) -> object | None:
-    if not cfg.he.enabled:
-        return None
-    from secure_fed.crypto import keys
-
-    assert cfg.he.keys_dir is not None
-    fingerprints = keys.load_fingerprints(cfg.he.keys_dir)
-    return keys.load_he_context(
-        keys.secret_context_path(cfg.he.keys_dir), expect_secret=True, fingerprints=fingerprints
-    )
 
 
 def make_site_handler(runtime: SiteRuntime, secret_context: object | None) -> Callable[[str, dict], dict]:
@@ -96,7 +72,7 @@ def run_inprocess(
         cfg,
         transport,
         list(handlers),
-        initial_adapter_state(cfg),
+        initial_state(cfg),
         out,
         events=trail.event if trail else (lambda *a: None),
         progress=progress,

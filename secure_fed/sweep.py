@@ -232,7 +232,7 @@ Scores = tuple[dict[str, float], dict[str, dict[str, float]]]
 
 def evaluate_reference(cfg: RunConfig, method: str, out: Path) -> Scores:
     """``base``, ``local`` or ``central``, scored as a run's final evaluation; also per site."""
-    from secure_fed.clients.centralised import pooled_splits
+    from secure_fed.algorithms.fedtar.centralised import pooled_splits
     from secure_fed.clients.training import LocalTrainSettings, train_copies
     from secure_fed.model.setup import build_report_model
 
@@ -257,9 +257,9 @@ def evaluate_fine_tuned(cfg: RunConfig, federated: Path, out: Path) -> Scores:
     epochs on its own train split, non-private: the result stays at the site) and scores it."""
     import torch
 
-    from secure_fed.clients.hypergrad import unflatten
     from secure_fed.clients.training import LocalTrainSettings, train_copies
     from secure_fed.model.setup import build_report_model
+    from secure_fed.model.vectors import unflatten
     from secure_fed.server.checkpoint import load_checkpoint
 
     loaded = load_checkpoint(federated / "checkpoint")
@@ -281,9 +281,9 @@ def _score_sites(cfg: RunConfig, out: Path, state_for: Callable[[Any], Any], not
     """Every site scores ``state_for(its train split)`` on its test split, exactly as a run's final
     evaluation."""
     from secure_fed.clients.handler import handle
-    from secure_fed.clients.hypergrad import flatten
     from secure_fed.clients.runtime import SiteRuntime
     from secure_fed.data.sites import site_names
+    from secure_fed.model.vectors import flatten
     from secure_fed.server.orchestrator import pool_scores
 
     cfg = cfg.model_copy(deep=True, update={"out": out})
@@ -291,7 +291,7 @@ def _score_sites(cfg: RunConfig, out: Path, state_for: Callable[[Any], Any], not
     replies: dict[str, dict[str, Any]] = {}
     for site in site_names(cfg):
         runtime = SiteRuntime.create(cfg, site)
-        vector = flatten(state_for(runtime.data.train)).numpy()
+        vector = flatten(state_for(runtime.learner.data.train)).numpy()
         replies[site] = handle(runtime, "evaluate", {"global": vector, "stopped_early": note}, {})[0]
     per_site = {s: {k: float(r[k]) for k in METRIC_NAMES if k in r} for s, r in replies.items()}
     return pool_scores(list(replies.values())), per_site

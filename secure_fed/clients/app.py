@@ -14,20 +14,18 @@ import logging
 from pathlib import Path
 from typing import Any
 
-import torch
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
 from secure_fed.clients.guard import Refusal
 from secure_fed.clients.handler import handle
-from secure_fed.clients.hypergrad import flatten, unflatten
 from secure_fed.clients.lifetime import log_lifetime_end, site_run_config
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.clients.site import deployment_site_key
 from secure_fed.config import RunConfig, load_config
 from secure_fed.data.sites import site_names
 from secure_fed.dp.site_ledger import SiteLedger
-from secure_fed.run_context import config_from_context
+from secure_fed.run_context import config_from_context, site_secret_context
 from secure_fed.wire import from_records, load_state, store_state, to_records
 
 log = logging.getLogger(__name__)
@@ -136,16 +134,14 @@ def _restore_memory(runtime: SiteRuntime, context: Context) -> None:
     `context.state` is the one copy that is right whichever process ran the previous message."""
     memory = load_state(context.state, _MEMORY_KEY)
     runtime.stash = {key: memory[key] for key in _STASHED if key in memory}
-    if "scaffold_c" in memory:
-        runtime.scaffold_c = unflatten(torch.as_tensor(memory["scaffold_c"]), runtime.model.trainable_state())
+    runtime.learner.restore(memory)  # the learner's own keys (SCAFFOLD's control variate)
     if runtime.trail is not None and "pending" in memory:
         runtime.trail.pending = list(memory["pending"])
 
 
 def _save_memory(runtime: SiteRuntime, context: Context) -> None:
     memory: dict[str, Any] = {key: runtime.stash[key] for key in _STASHED if key in runtime.stash}
-    if runtime.scaffold_c is not None:
-        memory["scaffold_c"] = flatten(runtime.scaffold_c).numpy()
+    memory.update(runtime.learner.memory())
     if runtime.trail is not None and runtime.trail.pending:
         memory["pending"] = list(runtime.trail.pending)
     store_state(context.state, _MEMORY_KEY, memory)
@@ -156,8 +152,6 @@ def _secret_context(cfg: RunConfig) -> Any:
         return None
     key = str(cfg.he.keys_dir)
     if key not in _SECRETS:
-        from secure_fed.runner import site_secret_context
-
         _SECRETS[key] = site_secret_context(cfg)
     return _SECRETS[key]
 

@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from secure_fed.clients.hypergrad import flatten
 from secure_fed.clients.private import TRAIN, VALIDATION, DPGradients, SitePrivacy
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
@@ -50,6 +49,7 @@ from secure_fed.dp.keystream import STREAM_KEY_BYTES, NoiseStream
 from secure_fed.dp.one_run_audit import DEFAULT_CONFIDENCE, verdict
 from secure_fed.dp.release_audits import audit_clipped_sum, audit_histogram, single_release_epsilon
 from secure_fed.keyring import audit_keys_dir
+from secure_fed.model.vectors import flatten
 
 CANARY = "white-box gradient canary: a fixed gradient of norm 4C (clipped to C), random direction"
 VIEW = "every noisy DP-SGD step (the released clipped, noised patient sum)"
@@ -248,7 +248,7 @@ def run_empirical_audit(
     # The auditor's secret (which canaries are in, their directions) never comes from the site's
     # noise key or the config's seed: a fresh OS seed unless a test pins it.
     rng = np.random.default_rng(auditor_seed if auditor_seed is not None else int.from_bytes(os.urandom(16)))
-    template = runtime.model.trainable_state()
+    template = runtime.learner.model.trainable_state()
     copies = (
         1
         if runtime.cfg.fed.method in ("fedavg", "fedprox", "fedadam", "scaffold", "drfa")

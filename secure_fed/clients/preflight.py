@@ -143,7 +143,7 @@ def prepare_site(cfg: RunConfig, site: str) -> None:
     """Fill the caches the node's first message would otherwise fill in silence: the pretrained
     base (minutes on a CPU the first time) and the site's cohort. Nothing secret is made here."""
     from secure_fed.clients.site import load_site
-    from secure_fed.runner import initial_adapter_state
+    from secure_fed.registry import initial_state
 
-    initial_adapter_state(cfg)
+    initial_state(cfg)
     load_site(cfg, site)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import logging
@@ -14,37 +13,21 @@ import numpy as np
 import torch
 
 from secure_fed.clients.coarsen import bucket_floor
-from secure_fed.clients.evaluation import evaluate_split, free_text_labeler
 from secure_fed.clients.factors import check_factors
 from secure_fed.clients.guard import Refusal, SiteGuard
-from secure_fed.clients.hypergrad import flatten, per_patient_hypergradients, unflatten
-from secure_fed.clients.private import TRAIN, SitePrivacy
-from secure_fed.clients.profile import fit_gmm
-from secure_fed.clients.site import SiteData, attach_profiles, load_site, patient_profiles
+from secure_fed.clients.private import SitePrivacy
 from secure_fed.clients.trail import SiteTrail
-from secure_fed.clients.training import LocalTrainSettings, train_copies
 from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_client import upload_fingerprint
 from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
-from secure_fed.data.tokenizer import load_tokenizer
-from secure_fed.dp.histogram import histogram_event
 from secure_fed.dp.private_files import atomic_write_bytes, load_or_create_noise_key
 from secure_fed.dp.site_ledger import SiteLedger
-from secure_fed.model.report_model import ReportModel
-from secure_fed.model.setup import build_report_model
+from secure_fed.registry import learner_factory
 
 if TYPE_CHECKING:
-    from secure_fed.algorithms.fm2.learner import ImagingLearner
+    from secure_fed.clients.learner import Learner
 
 log = logging.getLogger(__name__)
-
-POOLED = {"fedavg", "fedprox", "fedadam", "scaffold", "drfa"}
-ALPHA_METHODS = {"fedtar", "fedtar-no-gmm"}  # the methods whose server asks for α hypergradients
-
-
-def visit_groups(method: str, t_max: int) -> list[int] | None:
-    """Visit indices of the per-timestep copies; None = one pooled copy over all visits."""
-    return None if method in POOLED else list(range(1, t_max + 1))
 
 
 def save_release(path: Path, values: np.ndarray) -> None:
@@ -109,63 +92,20 @@ def _join_lifetime(
     return store
 
 
-def _gmm_release(
-    site: str,
-    folder: Path,
-    run_id: str,
-    privacy: SitePrivacy | None,
-    lifetime: SiteLedger | None,
-    trail: SiteTrail | None,
-) -> tuple[Path | None, float | None, bool]:
-    """(histogram file, σ, whether to charge) of the GMM's noisy histogram. With a lifetime ledger
-    the patients pay for one histogram, ever: a later run refits from the one kept beside the ledger
-    (post-processing, whatever σ this run would pick). A new draw is admitted by the lifetime budget
-    first, and refused (nothing drawn) when it cannot afford it."""
-    if privacy is None:
-        return None, None, False
-    if lifetime is None:
-        return folder / "gmm-histogram.json", privacy.histogram_sigma, True
-    path = lifetime.histogram_path
-    if path.exists() and lifetime.released_before(run_id, "gmm_histogram"):
-        return path, float(json.loads(path.read_text())["sigma"]), False
-    if 0 not in privacy.ledger.rounds(site, TRAIN):  # not charged in this run before a restart
-        event = histogram_event(privacy.histogram_sigma)
-        eps = privacy.ledger.projected_epsilon(site, TRAIN, [event], delta=privacy.delta[TRAIN])
-        value = eps.get(privacy.accountant) or eps["rdp"]
-        if value is not None and value > privacy.budget:
-            reason = (
-                f"the GMM histogram would bring {TRAIN} patients to ε = {value:.3f} over all runs "
-                f"(ledger {lifetime.path}), above this site's budget {privacy.budget:g}"
-            )
-            if trail is not None:
-                trail.append(
-                    "budget_refusal",
-                    {"site": site, "population": TRAIN, "epsilon_after": value, "budget": privacy.budget,
-                     "reason": reason},
-                    0,
-                )  # fmt: skip
-            raise BudgetExhausted("budget_exhausted", f"site {site}: {reason}")
-    return path, privacy.histogram_sigma, True
-
-
 @dataclass
 class SiteRuntime:
-    """One site: its guard, budget, releases and audit trail around a learner. The report model
-    (FedTAR and its baselines) is built in: `data` and `model`; an algorithm folder's learner (FM2
-    and the imaging baselines) comes as `learner`, and then `data` and `model` are None."""
+    """One site: its guard, budget, releases and audit trail around an algorithm's learner
+    (`clients.learner.Learner`, registered for the run's `data.kind` in `secure_fed.registry`)."""
 
     cfg: RunConfig
     site: str
-    data: SiteData | None
-    model: ReportModel | None
+    learner: Learner
     privacy: SitePrivacy | None
-    scaffold_c: dict[str, torch.Tensor] | None = None
     stash: dict[str, Any] = field(default_factory=dict)
 
     trail: SiteTrail | None = None
     keys_dir: Path | None = None  # the site's provisioned keys: its signing key, peers' public keys
     run_id: str = ""
-    learner: ImagingLearner | None = None
     # the site's persistent ledger (every run's releases, the test splits scored): `[dp] ledger_dir`
     lifetime: SiteLedger | None = None
     # a hospital's own node facing a server it does not control (clients/app.py sets it): its test
@@ -205,91 +145,36 @@ class SiteRuntime:
         trail = None
         if cfg.audit.enabled and keys_dir is not None:
             trail = SiteTrail(Path(cfg.out) / "audit" / f"{site}.jsonl", site, run_id, keys_dir)
-        if cfg.data.kind == "imaging":
-            return cls._with_learner(cfg, site, folder, trail, keys_dir, run_id)
-        data = load_site(cfg, site, site_key)
-        # only FedTAR's temporal meta-learning releases α scalars: no other method's validation
-        # patients are charged for a release that never happens
+        from secure_fed.clients.learner import SiteStart
+
+        learner = learner_factory(cfg.data.kind)(cfg, site, folder, site_key)
         privacy = _site_privacy(
             cfg,
             site,
             folder,
             trail,
-            data.n_train_patients,
-            data.n_val_patients,
-            1,
-            cfg.fed.method in ALPHA_METHODS,
+            learner.n_train,
+            learner.n_val,
+            learner.passes(cfg.fed.method),
+            learner.releases_alpha(cfg.fed.method),
         )
         lifetime = _join_lifetime(cfg, site, folder, keys_dir, run_id, privacy, trail)
-        histogram, sigma, charge = _gmm_release(site, folder, run_id, privacy, lifetime, trail)
-        gmm, event = fit_gmm(
-            patient_profiles(data.train),
-            cfg.model.gmm_components,
-            cfg.model.gmm_reg_covar,
-            cfg.seed,
-            sigma,
-            noise_rng=privacy.noise_stream("gmm_histogram", 0) if privacy else None,
-            # the noise cannot be redrawn: a restart (or, with a lifetime ledger, any later run)
-            # refits from the histogram released before
-            release_path=histogram,
-        )
-        if privacy is not None and event is not None and charge:
-            privacy.record_gmm(event)
-        attach_profiles(data, gmm)
-        model = build_report_model(cfg)
+        learner.start(SiteStart(site, folder, run_id, privacy, lifetime, trail))
         if trail is not None:  # exact sizes for the site's auditors; never in a record the server copies
             trail.append(
                 "population_sizes",
-                {"train": data.n_train_patients, "validation": data.n_val_patients, "test": len(data.test)},
+                {"train": learner.n_train, "validation": learner.n_val, "test": learner.n_test},
             )
         return cls(
             cfg=cfg,
             site=site,
-            data=data,
-            model=model,
-            privacy=privacy,
-            trail=trail,
-            keys_dir=keys_dir,
-            run_id=run_id,
-            lifetime=lifetime,
-        )
-
-    @classmethod
-    def _with_learner(
-        cls,
-        cfg: RunConfig,
-        site: str,
-        folder: Path,
-        trail: SiteTrail | None,
-        keys_dir: Path | None,
-        run_id: str,
-    ) -> SiteRuntime:
-        from secure_fed.algorithms.fm2.learner import ImagingLearner, passes
-
-        learner = ImagingLearner.create(cfg, site, folder)
-        privacy = _site_privacy(cfg, site, folder, trail, learner.n_train, 0, passes(cfg.fed.method), False)
-        lifetime = _join_lifetime(cfg, site, folder, keys_dir, run_id, privacy, trail)
-        if trail is not None:
-            trail.append(
-                "population_sizes", {"train": learner.n_train, "validation": 0, "test": learner.n_test}
-            )
-        return cls(
-            cfg=cfg,
-            site=site,
-            data=None,
-            model=None,
-            privacy=privacy,
-            trail=trail,
-            keys_dir=keys_dir,
-            run_id=run_id,
             learner=learner,
+            privacy=privacy,
+            trail=trail,
+            keys_dir=keys_dir,
+            run_id=run_id,
             lifetime=lifetime,
         )
-
-    def _report(self) -> tuple[SiteData, ReportModel]:
-        if self.data is None or self.model is None:
-            raise Refusal("bad_request", f"{self.cfg.fed.method} has no report model at this site")
-        return self.data, self.model
 
     def log_instruction(
         self, phase: str, round_id: Any, digest: str, outcome: str, code: str | None, detail: str | None
@@ -317,10 +202,7 @@ class SiteRuntime:
 
     def _check_state_vector(self, value: Any, what: str) -> np.ndarray:
         vec = np.asarray(value)
-        if self.learner is not None:
-            dim = self.learner.dim()
-        else:
-            dim = sum(p.numel() for p in self._report()[1].parameters() if p.requires_grad)
+        dim = self.learner.dim()
         if vec.shape != (dim,) or not np.issubdtype(vec.dtype, np.floating) or not np.all(np.isfinite(vec)):
             raise Refusal(
                 "bad_request", f"{what} must be {dim} finite floats, got shape {vec.shape} {vec.dtype}"
@@ -390,13 +272,9 @@ class SiteRuntime:
                     "budget": self.privacy.budget,
                     "population": self.privacy.refused_population or "",
                 }
-        if self.learner is not None:
-            gradients = (lambda: self.privacy.gradients(round_id)) if self.privacy is not None else None
-            update = self.learner.local_update(round_id, method, global_vec, gradients)
-            upload, steps, mean_loss = update.upload * factors.own, update.steps, update.mean_loss
-        else:
-            upload, steps, mean_loss = self._report_update(round_id, method, global_vec, options)
-            upload = upload * factors.own
+        gradients = (lambda: self.privacy.gradients(round_id)) if self.privacy is not None else None
+        update = self.learner.local_update(round_id, method, global_vec, gradients, options)
+        upload, steps, mean_loss = update.upload * factors.own, update.steps, update.mean_loss
         self._stash_upload(upload)
         self.stash["secagg_context"] = factors.digest
         self.stash["secagg_members"] = list(factors.sites)
@@ -420,55 +298,6 @@ class SiteRuntime:
         if self.trail is not None:
             reply["audit_records"] = self.trail.take_pending()
         return reply
-
-    def _report_update(
-        self, round_id: int, method: str, global_vec: np.ndarray, options: dict[str, Any]
-    ) -> tuple[np.ndarray, int, float]:
-        """The report model's local round (FedTAR's per-visit-index copies, or one pooled copy):
-        the upload before the server's factor, the steps taken and the mean training loss."""
-        cfg = self.cfg
-        data, model = self._report()
-        template = model.trainable_state()
-        start = unflatten(torch.tensor(global_vec), template)
-        t_max = cfg.data.max_visits
-        visits = visit_groups(method, t_max)
-        groups = [data.train] if visits is None else [data.train.at_visit(t) for t in visits]
-        settings = LocalTrainSettings(
-            lr=cfg.train.lr,
-            epochs=cfg.train.local_epochs,
-            batch_patients=cfg.train.batch_size,
-            prox_mu=cfg.fed.fedprox_mu if method == "fedprox" else 0.0,
-        )
-        if method == "scaffold":
-            server_c = unflatten(torch.tensor(np.asarray(options["control"])), template)
-            local_c = self.scaffold_c or {n: torch.zeros_like(v) for n, v in template.items()}
-            settings.grad_correction = {n: server_c[n] - local_c[n] for n in template}
-        gradients = self.privacy.gradients(round_id) if self.privacy is not None else None
-        result = train_copies(
-            model, start, groups, settings, seed=cfg.seed * 7919 + round_id, gradients=gradients
-        )
-        start_vec = flatten(start)
-        deltas = [flatten(s) - start_vec for s in result.states]
-        # DP: weights must be public (post-processing of DP-SGD only), so every site counts once.
-        scale = cfg.secagg.count_scale  # public: keeps n·Δ and n inside the SecAgg+ clip range
-        weights = (
-            [1.0 / scale] * len(deltas) if self.privacy is not None else [n / scale for n in result.rows]
-        )
-        parts = [
-            torch.cat([w * d, torch.tensor([w], dtype=torch.float64)])
-            for w, d in zip(weights, deltas, strict=True)
-        ]
-        if method == "scaffold":
-            local_c = self.scaffold_c or {n: torch.zeros_like(v) for n, v in template.items()}
-            steps = max(result.steps, 1)
-            new_c = {
-                n: local_c[n] - server_c[n] + (start[n] - result.states[0][n]) / (steps * cfg.train.lr)
-                for n in template
-            }
-            control_delta = flatten(new_c) - flatten(local_c)
-            self.scaffold_c = new_c
-            parts.append(weights[0] * control_delta)
-        return torch.cat(parts).numpy(), result.steps, result.mean_loss
 
     def finish(self, stopped_early: str | None = None, aborted: bool = False) -> dict[str, Any]:
         """End of run: close the site's audit log with a signed head record. Only after the last
@@ -530,7 +359,7 @@ class SiteRuntime:
                 f"α directions must be {self.cfg.data.max_visits} finite vectors of length {final.size} "
                 f"with L2 norm ≤ {limit:g} (dp.alpha_direction_norm)",
             )
-        if self.learner is not None or self.cfg.fed.method not in ALPHA_METHODS:
+        if not self.learner.releases_alpha(self.cfg.fed.method):
             # none were admitted or charged for this run's method: a release here would be uncharged
             raise Refusal("bad_request", f"{self.cfg.fed.method} releases no α scalars")
         if self.guard.check_alpha(round_id, digest) and "scalars" in self.stash:
@@ -542,17 +371,14 @@ class SiteRuntime:
         return reply
 
     def _hypergrad(self, round_id: int, final: np.ndarray, directions: np.ndarray) -> dict[str, Any]:
-        data, model = self._report()
-        if len(data.val) == 0:
+        if self.learner.n_val == 0:
             self.stash["scalars"] = np.zeros(directions.shape[0])
             return (
                 {"status": "ok", "val_loss_sum": 0.0, "val_patients": 0}
                 if self._losses_leave()
                 else {"status": "ok"}
             )
-        per_patient, losses = per_patient_hypergradients(
-            model, torch.tensor(final), torch.tensor(directions), data.val
-        )
+        per_patient, losses = self.learner.hypergradients(final, directions)
         if self.privacy is not None:
             released = self.folder / f"alpha-r{round_id}.npy"
             if released.exists():
@@ -586,20 +412,13 @@ class SiteRuntime:
         keep_anchor(self.cfg, self.lifetime, self.keys_dir)
 
     def _test_digest(self) -> str:
-        """What identifies the test patients' data: their reports and images (report data), the
-        site's records (imaging, whose learner holds the split)."""
-        if self.learner is not None or self.data is None:
+        """What identifies the test patients' data (the learner's digest of its test split, or the
+        data set's digest the lifetime ledger keeps)."""
+        digest = self.learner.test_digest(self.site)
+        if digest is None:
             assert self.lifetime is not None
             return self.lifetime.dataset
-        test = self.data.test
-        h = hashlib.sha256(f"secure_fed/test-split/v1|{self.site}|".encode())
-        rows = sorted(
-            hashlib.sha256(report.encode() + np.ascontiguousarray(image.numpy()).tobytes()).digest()
-            for report, image in zip(test.reports, test.images, strict=True)
-        )
-        for row in rows:
-            h.update(row)
-        return h.hexdigest()
+        return digest
 
     def _losses_leave(self) -> bool:
         """Per-site losses and validation counts are neither DP nor summed securely: under DP or
@@ -621,19 +440,5 @@ class SiteRuntime:
         self._score_once()
         self.guard.evaluated = True
         self.guard.save()
-        if self.learner is not None:
-            scores = self.learner.score(global_vec)
-            return {"status": "ok", "weight": bucket_floor(self.learner.n_test), **scores}
-        data, model = self._report()
-        template = model.trainable_state()
-        model.load_trainable_state(unflatten(torch.as_tensor(global_vec), template))
-        examples = getattr(data, split)
-        tokenizer = load_tokenizer(self.cfg.model.tokenizer_path, self.cfg.data.tokenizer)
-        scores = evaluate_split(
-            model,
-            examples,
-            tokenizer.decode,
-            self.cfg.data.max_report_tokens + 1,
-            free_text_labeler(self.cfg),
-        )
-        return {"status": "ok", "weight": bucket_floor(len(examples)), **scores}
+        scores = self.learner.score(global_vec)
+        return {"status": "ok", "weight": bucket_floor(self.learner.n_test), **scores}

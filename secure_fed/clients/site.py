@@ -1,11 +1,13 @@
 """A site's local world: its patients split train / validation / test, encoded for the model,
-and the local patient GMM. Nothing here leaves the site."""
+and each visit's patient profile q_p (from the site's own profile model). Nothing here leaves the
+site."""
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import numpy as np
 import torch
@@ -16,7 +18,12 @@ from secure_fed.data.cohort import Visit, split_patients
 from secure_fed.data.sites import site_cohort, split_seed
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.dp.private_files import load_or_create_secret
-from secure_fed.model.profile_gmm import PatientGMM
+
+
+class ProfileModel(Protocol):
+    """What turns raw profiles v_p into the model's q_p (FedTAR: the site's patient GMM)."""
+
+    def responsibilities(self, profiles: np.ndarray) -> np.ndarray: ...
 
 
 @dataclass
@@ -83,6 +90,6 @@ def patient_profiles(examples: Examples) -> np.ndarray:
     return examples.raw_profiles[list(first.values())]
 
 
-def attach_profiles(data: SiteData, gmm: PatientGMM) -> None:
+def attach_profiles(data: SiteData, gmm: ProfileModel) -> None:
     for split in (data.train, data.val, data.test):
         split.profiles = torch.from_numpy(gmm.responsibilities(split.raw_profiles))

@@ -1,14 +1,24 @@
-"""The FedTAR report generator: frozen image encoder + GPT-2 decoder, shared LoRA, hyper-LoRA."""
+"""The report generator: frozen image encoder + GPT-2 decoder, shared LoRA, and an optional patient
+head (FedTAR's hyper-LoRA, registered by its algorithm folder) conditioned on a profile q_p."""
 
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from secure_fed.model.hyper_lora import PatientContext, add_encoder_lora, add_hyper_lora, add_shared_lora
+from secure_fed.model.lora import add_encoder_lora, add_shared_lora
+from secure_fed.registry import model_head
+
+
+@dataclass
+class PatientContext:
+    """Per-batch patient embedding φ (B, profile_dim), shared by every wrapped layer."""
+
+    phi: torch.Tensor | None = None
 
 
 class ReportModel(nn.Module):
@@ -40,11 +50,10 @@ class ReportModel(nn.Module):
             p.requires_grad_(False)
         add_shared_lora(self.decoder, lora_rank, lora_alpha)
         add_encoder_lora(self.encoder, lora_rank, lora_alpha)
-        if hyper:
-            self.proj = nn.Linear(gmm_components, profile_dim)
-            self.adapted_layers = add_hyper_lora(self.decoder, profile_dim, hyper_rank, self.ctx)
         for name, p in self.named_parameters():
-            p.requires_grad_("lora_" in name or ".hyper." in name or name.startswith("proj."))
+            p.requires_grad_("lora_" in name)
+        if hyper:  # the head's own parameters are new, so trainable; it sets proj and ctx's use
+            model_head("patient")(self, gmm_components, profile_dim, hyper_rank)
 
     def train(self, mode: bool = True) -> ReportModel:
         """Training mode for the adapters; the frozen base stays in eval mode.

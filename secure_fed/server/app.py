@@ -74,8 +74,8 @@ def make_server_app(
 
     @app.main()
     def main(grid: Grid, context: Context) -> None:
+        from secure_fed.registry import initial_state
         from secure_fed.run_context import config_from_context, run_folder
-        from secure_fed.runner import initial_adapter_state
 
         run_cfg = cfg if cfg is not None else config_from_context(context)
         # under `flwr run`, one folder per run: the server's out serves any number of runs
@@ -88,7 +88,7 @@ def make_server_app(
             run_cfg,
             GridTransport(grid),
             nodes,
-            initial_adapter_state(run_cfg),
+            initial_state(run_cfg),
             target,
             events=trail.event if trail else (events or (lambda *a: None)),
             progress=progress,

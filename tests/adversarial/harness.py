@@ -20,7 +20,8 @@ from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
 from secure_fed.data.sites import site_names
 from secure_fed.keyring import audit_keys_dir
-from secure_fed.runner import initial_adapter_state, run_id_for
+from secure_fed.registry import initial_state
+from secure_fed.runner import run_id_for
 
 
 @dataclass
@@ -50,7 +51,7 @@ class MaliciousServer:
         self.sites = [Site(SiteRuntime.create(cfg, n, keys_dir=keys_dir, run_id=run_id)) for n in names]
         for node, site in enumerate(self.sites):
             site.runtime.node_id = node  # as the in-process runner numbers them
-        self.global_state = initial_adapter_state(cfg)
+        self.global_state = initial_state(cfg)
 
     @property
     def victim(self) -> Site:

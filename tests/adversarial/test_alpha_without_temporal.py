@@ -9,13 +9,13 @@ import pytest
 
 from secure_fed.clients.guard import Refusal
 from secure_fed.clients.runtime import SiteRuntime
-from secure_fed.runner import initial_adapter_state
+from secure_fed.registry import initial_state
 
 
 def test_alpha_for_a_trained_fedavg_round_is_refused_and_uncharged(make_config) -> None:
     cfg = make_config(dp__enabled=True, dp__target_epsilon=8.0, dp__sample_rate=0.5, fed__method="fedavg")
     runtime = SiteRuntime.create(cfg, "site0")
-    start = initial_adapter_state(cfg)
+    start = initial_state(cfg)
     assert runtime.train(1, "fedavg", start, {})["status"] == "ok"  # admitted and charged
     assert runtime.privacy is not None
     assert runtime.privacy.ledger.populations("site0") == ["train"]

@@ -25,7 +25,7 @@ from secure_fed.config import RunConfig
 from secure_fed.crypto import ckks, scalars
 from secure_fed.crypto.keys import init_keys
 from secure_fed.crypto.scalars import DECRYPT_PHASE, ENCRYPT_PHASE, KEYS_PHASE, HESettings
-from secure_fed.runner import site_secret_context
+from secure_fed.run_context import site_secret_context
 from tests.adversarial.harness import MaliciousServer, Site
 
 

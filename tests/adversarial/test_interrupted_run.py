@@ -34,22 +34,22 @@ def _logged_epsilon(out: Path, site: str) -> dict[str, float]:
 
 
 def test_a_resumed_run_reports_the_sites_epsilon_and_who_declined(make_config, monkeypatch):
+    from secure_fed.algorithms.fedtar.learner import ReportLearner
     from secure_fed.audits.keys import load_public_keys
     from secure_fed.audits.verify import verify_logs
-    from secure_fed.clients.runtime import SiteRuntime
 
     cfg = make_config(
         dp__enabled=True, dp__target_epsilon=8.0, dp__sample_rate=0.5, fed__rounds=3, train__threads=1
     )
     out = cfg.out
-    train = SiteRuntime._report_update
+    train = ReportLearner.local_update
 
-    def interrupted_in_training(self: SiteRuntime, round_id: int, *args: Any, **kwargs: Any) -> Any:
-        if self.site == "site1" and round_id == 2:
+    def interrupted_in_training(self: ReportLearner, round_id: int, *args: Any, **kwargs: Any) -> Any:
+        if self.data.name == "site1" and round_id == 2:
             raise KeyboardInterrupt  # Ctrl-C: round 2 charged to site1's ledger, nothing released
         return train(self, round_id, *args, **kwargs)
 
-    monkeypatch.setattr(SiteRuntime, "_report_update", interrupted_in_training)
+    monkeypatch.setattr(ReportLearner, "local_update", interrupted_in_training)
     with pytest.raises(KeyboardInterrupt):
         run_inprocess(cfg, out)
     # every party's log says it: the signal and the round in progress, signed, last
@@ -57,7 +57,7 @@ def test_a_resumed_run_reports_the_sites_epsilon_and_who_declined(make_config, m
         last = _records(out, party)[-1]
         assert last["event"] == "run_aborted", (party, last)
         assert last["payload"] == {"signal": "SIGINT", "round": 2}, (party, last)
-    monkeypatch.setattr(SiteRuntime, "_report_update", train)
+    monkeypatch.setattr(ReportLearner, "local_update", train)
 
     outcome = run_inprocess(cfg, out, resume=True)
 

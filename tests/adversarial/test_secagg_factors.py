@@ -113,7 +113,7 @@ def test_one_vector_for_all_sums_as_usual(drfa: MaliciousServer) -> None:
     # each site scaled its contribution (the count entry n_k / count_scale included) by its own entry
     scale = drfa.cfg.secagg.count_scale
     counts = [site.runtime.stash["upload"][-1] * scale for site in drfa.sites]
-    rows = [len(site.runtime.data.train) for site in drfa.sites]
+    rows = [len(site.runtime.learner.data.train) for site in drfa.sites]
     np.testing.assert_allclose(np.array(counts) / np.array(rows), tilted)
 
 

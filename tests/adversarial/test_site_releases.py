@@ -91,11 +91,11 @@ def test_exact_population_sizes_stay_on_the_site(server: MaliciousServer) -> Non
             assert "population_size" not in record["payload"], record["payload"]
             assert isinstance(record["payload"]["population_bucket"], str)
     scores = server.victim.send("evaluate", {"global": server.global_state, "split": "test"})
-    n_test = len(server.victim.runtime.data.test)
+    n_test = len(server.victim.runtime.learner.data.test)
     assert "n" not in scores and scores["weight"] <= n_test < 2 * scores["weight"]
     # The site's own log keeps the exact figures for its auditors.
     sizes = server.victim.events("population_sizes")
-    assert sizes and sizes[0]["payload"]["train"] == server.victim.runtime.data.n_train_patients
+    assert sizes and sizes[0]["payload"]["train"] == server.victim.runtime.learner.data.n_train_patients
 
 
 def test_finish_before_the_last_round_is_refused_and_logged(server: MaliciousServer) -> None:
@@ -174,7 +174,7 @@ def test_a_deployed_sites_patient_id_key_is_its_own_secret(make_config, one_torc
     cfg = make_config(fed__method="fedtar")
     runtime = app._runtime(cfg, "site0", audit_keys_dir(cfg, ["site0"]), "run", deployed=True)
     key_file = cfg.out / "sites" / "site0" / "patient-id.key"
-    assert runtime.data.site_key == key_file.read_bytes() and len(runtime.data.site_key) == 32
-    assert runtime.data.site_key != simulation_site_key(cfg.seed, "site0")
+    assert runtime.learner.data.site_key == key_file.read_bytes() and len(runtime.learner.data.site_key) == 32
+    assert runtime.learner.data.site_key != simulation_site_key(cfg.seed, "site0")
     assert key_file.stat().st_mode & 0o077 == 0
     app._RUNTIMES.clear()

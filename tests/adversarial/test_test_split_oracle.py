@@ -16,7 +16,7 @@ import pytest
 from secure_fed.clients import app as client_app
 from secure_fed.config import RunConfig
 from secure_fed.crypto.keys import init_keys
-from secure_fed.runner import initial_adapter_state
+from secure_fed.registry import initial_state
 from tests.adversarial.harness import Site
 
 SITE = "site0"
@@ -44,7 +44,7 @@ def node(cfg: RunConfig, run_id: str) -> Site:
 
 
 def test_an_early_stop_before_any_training_round_scores_nothing(policy: RunConfig, one_torch_thread) -> None:
-    weights = initial_adapter_state(policy)
+    weights = initial_state(policy)
     for run in ("run-1", "run-2", "run-3"):
         site = node(policy, run)
         assert site.send("hello", {})["site"] == SITE
@@ -54,7 +54,7 @@ def test_an_early_stop_before_any_training_round_scores_nothing(policy: RunConfi
 
 
 def test_the_test_split_is_scored_once_across_runs(policy: RunConfig, one_torch_thread) -> None:
-    weights = initial_adapter_state(policy)
+    weights = initial_state(policy)
     train = {"round": 1, "method": "fedavg", "global": weights, "dp": True}
     scored = []
     for run in ("run-1", "run-2", "run-3"):

@@ -75,12 +75,14 @@ def test_class_experts_never_cross_the_wire(cache_dir, tmp_path, monkeypatch) ->
     domain: list[np.ndarray] = []
     original = ImagingLearner.local_update
 
-    def spy(self: ImagingLearner, round_id: int, method: str, global_vec: np.ndarray, gradients: Any) -> Any:
+    def spy(
+        self: ImagingLearner, round_id: int, method: str, global_vec: np.ndarray, gradients: Any, options: Any
+    ) -> Any:
         self.load_global(global_vec)
         assert isinstance(self.model, FM2Model)
         domain.append(_values(self.model.dmoe))
         local.append(_values(self.model.cmoe))
-        update = original(self, round_id, method, global_vec, gradients)
+        update = original(self, round_id, method, global_vec, gradients, options)
         local.append(_values(self.model.cmoe))
         return update
 
@@ -143,7 +145,7 @@ def test_every_imaging_method_runs_and_scores(cache_dir, tmp_path) -> None:
 def test_a_server_asking_an_fm2_site_for_alpha_scalars_is_refused(cache_dir, tmp_path) -> None:
     cfg = _config(cache_dir, tmp_path / "site")
     runtime = SiteRuntime.create(cfg, "site0")
-    assert runtime.learner is not None and runtime.model is None
+    assert isinstance(runtime.learner, ImagingLearner)
     dim = runtime.learner.dim()
     with pytest.raises(Refusal, match="no α scalars"):
         runtime.hypergrad(1, np.zeros(dim), np.zeros((cfg.data.max_visits, dim)))

@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
+from secure_fed.algorithms.fedtar.profile import fit_gmm
 from secure_fed.clients.private import SitePrivacy
-from secure_fed.clients.profile import fit_gmm
 from secure_fed.data.profile import profile_vector
 from secure_fed.dp.keystream import NoiseStream, release_key
 

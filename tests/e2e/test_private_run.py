@@ -57,7 +57,7 @@ def test_a_method_without_alpha_charges_no_alpha_and_refuses_to_release_it(make_
         assert ledger.rounds(site, "train") == [0, 1, 2]  # the GMM histogram, then two rounds
     runtime = SiteRuntime.create(cfg.model_copy(update={"out": cfg.out / "again"}), "site0")
     assert runtime.privacy is not None and "validation" not in runtime.privacy.round_events()
-    dim = sum(p.numel() for p in runtime.model.parameters() if p.requires_grad)  # type: ignore[union-attr]
+    dim = sum(p.numel() for p in runtime.learner.model.parameters() if p.requires_grad)  # type: ignore[union-attr]
     with pytest.raises(Refusal, match="releases no α scalars"):
         runtime.hypergrad(1, np.zeros(dim), np.zeros((cfg.data.max_visits, dim)))
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from secure_fed.model.hyper_lora import ENCODER_LORA_TARGETS
+from secure_fed.model.lora import ENCODER_LORA_TARGETS
 
 
 @pytest.fixture(scope="module")

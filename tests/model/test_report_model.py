@@ -13,13 +13,13 @@ import pytest
 import torch
 from torch import nn
 
+from secure_fed.algorithms.fedtar.hyper_lora import HyperLoRALayer
+from secure_fed.algorithms.fedtar.profile_gmm import PatientGMM
 from secure_fed.config import RunConfig
 from secure_fed.data.profile import profile_vector
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.dp.dpsgd import ExpandedWeightsModule
 from secure_fed.model.build import build_model
-from secure_fed.model.hyper_lora import HyperLoRALayer
-from secure_fed.model.profile_gmm import PatientGMM
 from secure_fed.model.report_model import ReportModel
 from tests.conftest import small_config
 

@@ -174,9 +174,9 @@ def warm_cache(cfg: RunConfig) -> None:
     """Build the pretrained base and cohorts once here, not in four processes racing for the cache."""
     from secure_fed.clients.site import load_site
     from secure_fed.data.sites import site_names
-    from secure_fed.runner import initial_adapter_state
+    from secure_fed.registry import initial_state
 
-    initial_adapter_state(cfg)
+    initial_state(cfg)
     for site in site_names(cfg):
         load_site(cfg, site)
 
@@ -914,8 +914,8 @@ def test_client_app_keeps_its_memory_in_context_state(make_config) -> None:
     from flwr.supercore.task_identity import TaskIdentity
 
     from secure_fed.clients import app as client_module
-    from secure_fed.clients.hypergrad import flatten
-    from secure_fed.runner import initial_adapter_state
+    from secure_fed.model.vectors import flatten
+    from secure_fed.registry import initial_state
     from secure_fed.wire import from_records, to_records
 
     cfg = make_config(fed__method="scaffold")
@@ -923,7 +923,7 @@ def test_client_app_keeps_its_memory_in_context_state(make_config) -> None:
     context = Context(
         run_id=7, node_id=11, node_config={"partition-id": 0}, state=RecordDict(), run_config={}
     )
-    start = initial_adapter_state(cfg)
+    start = initial_state(cfg)
 
     def send(message_type: str, payload: dict, site_cfg=cfg, site_context=context) -> tuple[dict, object]:
         client_module._RUNTIMES.clear()  # a new `flwr-clientapp` process for every message
@@ -938,20 +938,20 @@ def test_client_app_keeps_its_memory_in_context_state(make_config) -> None:
     train, trained = send("train", request)
     assert train["status"] == "ok"
     upload = trained.stash["upload"]
-    control = flatten(trained.scaffold_c).numpy()
+    control = flatten(trained.learner.scaffold_c).numpy()
     assert np.abs(control).sum() > 0
 
     summed, fresh = send("query.plain_sum", {"round_id": 1, "dim": train["dim"]})
     assert "error" not in summed, summed
     np.testing.assert_array_equal(summed["vector"], upload)
-    np.testing.assert_array_equal(flatten(fresh.scaffold_c).numpy(), control)
+    np.testing.assert_array_equal(flatten(fresh.learner.scaffold_c).numpy(), control)
 
     # FedTAR's α step (a FedTAR site: no other method releases α scalars): the hypergradient scalars
     # wait in one process for `plain_scalars` in the next.
     fedtar = make_config("fedtar-site", fed__method="fedtar")
     state = Context(run_id=7, node_id=11, node_config={"partition-id": 0}, state=RecordDict(), run_config={})
     on = {"site_cfg": fedtar, "site_context": state}
-    start = initial_adapter_state(fedtar)
+    start = initial_state(fedtar)
     trained_fedtar = {"round": 1, "method": "fedtar", "global": start, "dp": False}
     assert send("train", trained_fedtar, **on)[0]["status"] == "ok"
     directions = np.random.default_rng(0).normal(size=(fedtar.data.max_visits, start.size)) * 1e-3

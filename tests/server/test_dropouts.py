@@ -20,7 +20,8 @@ from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_protocol import round_params
 from secure_fed.data.sites import site_names
-from secure_fed.runner import initial_adapter_state, make_site_handler, run_id_for, run_keys_dir
+from secure_fed.registry import initial_state
+from secure_fed.runner import make_site_handler, run_id_for, run_keys_dir
 from secure_fed.server.aggregation import AggregationSettings
 from secure_fed.server.orchestrator import Orchestrator, RunAborted, RunOutcome, dropout_tolerance
 from secure_fed.server.trail import ServerTrail
@@ -65,7 +66,7 @@ def run_with(
         cfg,
         wrap(InProcessTransport(handlers)),
         list(handlers),
-        initial_adapter_state(cfg),
+        initial_state(cfg),
         cfg.out,
         events=trail.event,
         copy_record=trail.copy,

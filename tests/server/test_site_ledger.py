@@ -21,8 +21,8 @@ from secure_fed.clients.site import deployment_site_key
 from secure_fed.config import RunConfig
 from secure_fed.crypto.keys import init_keys
 from secure_fed.data.sites import site_names
+from secure_fed.registry import initial_state
 from secure_fed.run_context import run_folder
-from secure_fed.runner import initial_adapter_state
 from secure_fed.server.orchestrator import Orchestrator, RunAborted
 from secure_fed.server.trail import ServerTrail
 from secure_fed.server.transports import InProcessTransport
@@ -46,7 +46,7 @@ def deployed_run(cfg: RunConfig, run_id: str, keys: Path) -> tuple[Path, RunAbor
         run_cfg,
         InProcessTransport(handlers),
         list(handlers),
-        initial_adapter_state(cfg),
+        initial_state(cfg),
         folder,
         events=trail.event,
         copy_record=trail.copy,

@@ -14,6 +14,7 @@ import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -32,6 +33,7 @@ from secure_fed.algorithms.fm2.site import (
     train_stage2,
     training_only,
 )
+from secure_fed.clients.learner import LocalUpdate, SiteStart
 from secure_fed.clients.training import PatientGradients
 from secure_fed.config import RunConfig
 from secure_fed.data.multimodal import CLASSES, MODALITIES
@@ -93,13 +95,6 @@ def initial_imaging_state(cfg: RunConfig) -> np.ndarray:
     return parameters_to_vector(shared).detach().double().numpy()
 
 
-@dataclass
-class LocalUpdate:
-    upload: np.ndarray
-    steps: int
-    mean_loss: float
-
-
 def passes(method: str) -> int:
     """Local stages per round, each of `train.local_epochs` epochs: DP-SGD steps = passes × epochs ×
     steps per epoch. FM2 trains the Observer, then the MoEs; FedRep the head, then the body."""
@@ -143,6 +138,29 @@ class ImagingLearner:
     def n_test(self) -> int:
         return len(self.data.test)
 
+    n_val = 0  # no validation population: nothing is released about one
+
+    def passes(self, method: str) -> int:
+        return passes(method)
+
+    def releases_alpha(self, method: str) -> bool:
+        return False
+
+    def start(self, setup: SiteStart) -> None:
+        pass  # model and data are ready at create; no release of its own before training
+
+    def hypergradients(self, final: np.ndarray, directions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        raise NotImplementedError("the imaging methods release no α scalars")
+
+    def test_digest(self, site: str) -> None:
+        return None  # the records' digest the lifetime ledger holds identifies the split
+
+    def memory(self) -> dict[str, np.ndarray]:
+        return {}  # local parameters are kept in the site's private folder instead
+
+    def restore(self, memory: dict[str, np.ndarray]) -> None:
+        pass
+
     def dim(self) -> int:
         params = dict(self.model.named_parameters())
         return sum(params[n].numel() for n in self.names)
@@ -159,6 +177,7 @@ class ImagingLearner:
         method: str,
         global_vec: np.ndarray,
         gradients: Callable[[], PatientGradients] | None,
+        options: dict[str, Any] | None = None,
     ) -> LocalUpdate:
         """One round at this site from the global shared parameters; `gradients` makes each stage's
         gradient rule (DP-SGD), None = plain minibatches."""

@@ -1,5 +1,7 @@
-"""One server strategy per file; every strategy updates the global state from sums only."""
+"""One server strategy per file; every strategy updates the global state from sums only. The
+baselines live here; an algorithm folder registers its own (`secure_fed.registry`)."""
 
+from secure_fed.registry import strategy_factory, strategy_names
 from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy
 from secure_fed.server.strategies.drfa import DRFA
 from secure_fed.server.strategies.fedadam import FedAdam
@@ -7,7 +9,6 @@ from secure_fed.server.strategies.fedavg import FedAvg
 from secure_fed.server.strategies.fedbn import FedBN
 from secure_fed.server.strategies.fedprox import FedProx
 from secure_fed.server.strategies.fedrep import FedRep
-from secure_fed.server.strategies.fedtar import FedTAR
 from secure_fed.server.strategies.scaffold import Scaffold
 
 __all__ = [
@@ -17,7 +18,6 @@ __all__ = [
     "FedBN",
     "FedProx",
     "FedRep",
-    "FedTAR",
     "RoundContext",
     "RoundResult",
     "Scaffold",
@@ -27,15 +27,10 @@ __all__ = [
 
 
 def make_strategy(method: str, dim: int, t_max: int, cfg: object) -> Strategy:
+    """A generic baseline from the table below, or an algorithm folder's strategy (registry)."""
     from secure_fed.config import RunConfig
 
     assert isinstance(cfg, RunConfig)
-    if method.startswith("fedtar"):
-        return FedTAR(dim, t_max, cfg, temporal=method != "fedtar-no-temporal", name=method)
-    if method == "fm2":  # an algorithm folder registers its strategy here
-        from secure_fed.algorithms.fm2.strategy import FM2
-
-        return FM2(dim, cfg)
     table = {
         "fedavg": FedAvg,
         "fedprox": FedProx,
@@ -45,9 +40,11 @@ def make_strategy(method: str, dim: int, t_max: int, cfg: object) -> Strategy:
         "fedrep": FedRep,
         "fedbn": FedBN,
     }
-    if method not in table:
-        raise ValueError(
-            f"unknown method {method!r}; choose from fedtar, fedtar-no-gmm, fedtar-no-temporal, fm2, "
-            + ", ".join(table)
-        )
-    return table[method](dim, cfg)
+    if method in table:
+        return table[method](dim, cfg)
+    factory = strategy_factory(method)
+    if factory is None:
+        raise ValueError(f"unknown method {method!r}; choose from " + ", ".join([*strategy_names(), *table]))
+    strategy = factory(dim, t_max, cfg)
+    assert isinstance(strategy, Strategy)
+    return strategy

@@ -15,20 +15,7 @@ from torch.func import functional_call, jvp
 
 from secure_fed.data.batching import Examples
 from secure_fed.model.report_model import ReportModel
-
-
-def unflatten(vector: torch.Tensor, like: OrderedDict[str, torch.Tensor]) -> OrderedDict[str, torch.Tensor]:
-    out, offset = OrderedDict(), 0
-    for name, ref in like.items():
-        out[name] = vector[offset : offset + ref.numel()].view_as(ref).to(ref.dtype)
-        offset += ref.numel()
-    if offset != vector.numel():
-        raise ValueError(f"vector has {vector.numel()} values, the adapters {offset}")
-    return out
-
-
-def flatten(state: OrderedDict[str, torch.Tensor]) -> torch.Tensor:
-    return torch.cat([t.detach().reshape(-1).double() for t in state.values()])
+from secure_fed.model.vectors import unflatten
 
 
 def per_patient_hypergradients(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from secure_fed.clients.centralised import train_centralised
+from secure_fed.algorithms.fedtar.centralised import train_centralised
 from secure_fed.clients.evaluation import METRIC_NAMES
 
 

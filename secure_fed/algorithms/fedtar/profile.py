@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from secure_fed.algorithms.fedtar.profile_gmm import PatientGMM
 from secure_fed.data.profile import AGE_MAX, SEX_CODE
 from secure_fed.dp.events import Gaussian
 from secure_fed.dp.histogram import (
@@ -26,7 +27,6 @@ from secure_fed.dp.histogram import (
     sample_from_histogram,
 )
 from secure_fed.dp.keystream import NoiseStream
-from secure_fed.model.profile_gmm import PatientGMM
 
 SAMPLES_FROM_HISTOGRAM = 2000
 

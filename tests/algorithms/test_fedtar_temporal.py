@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 import torch
 
-from secure_fed.server.temporal import MetaUpdater, TemporalMetaLearner, residual_chain, weighted_snapshots
+from secure_fed.algorithms.fedtar.temporal import (
+    MetaUpdater,
+    TemporalMetaLearner,
+    residual_chain,
+    weighted_snapshots,
+)
 
 SEEDS = range(40)
 

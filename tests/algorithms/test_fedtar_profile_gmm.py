@@ -8,10 +8,10 @@ import hmac
 import numpy as np
 import pytest
 
-from secure_fed.clients.profile import fit_gmm
+from secure_fed.algorithms.fedtar.profile import fit_gmm
+from secure_fed.algorithms.fedtar.profile_gmm import PatientGMM, prior_components
 from secure_fed.config import ConfigError
 from secure_fed.data.profile import profile_vector
-from secure_fed.model.profile_gmm import PatientGMM, prior_components
 
 KEY_A = b"site-a-secret-key-0123456789abcd"
 KEY_B = b"site-b-secret-key-0123456789abcd"

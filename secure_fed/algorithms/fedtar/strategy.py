@@ -13,11 +13,16 @@ from typing import Any
 import numpy as np
 import torch
 
+from secure_fed.algorithms.fedtar.temporal import (
+    MetaUpdater,
+    TemporalMetaLearner,
+    residual_chain,
+    weighted_snapshots,
+)
 from secure_fed.config import RunConfig
 from secure_fed.crypto.scalars import ScalarAggregationError
 from secure_fed.server.aggregation import scalar_sum
 from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy
-from secure_fed.server.temporal import MetaUpdater, TemporalMetaLearner, residual_chain, weighted_snapshots
 
 
 class FedTAR(Strategy):

@@ -1,31 +1,18 @@
-"""Shared LoRA (peft) plus the patient-adaptive hyper-LoRA of FedTAR.
+"""FedTAR's patient-adaptive hyper-LoRA: the report model's patient head.
 
-Effective weight of every adapted layer: W + A Bᵀ (shared, peft) + A_p B_pᵀ, where
-[A_p, B_p] = h(φ_p) is produced per patient by that layer's hypernetwork h. Every module that owns
+Effective weight of every adapted layer: W + A Bᵀ (shared, peft: `secure_fed.model.lora`) +
+A_p B_pᵀ, where [A_p, B_p] = h(φ_p) is produced per patient by that layer's hypernetwork h from
+φ_p = W_proj q_p + b_proj (q_p: the patient's GMM responsibilities). Every module that owns
 parameters takes a single tensor (φ for h, x for peft's layers), so Opacus' per-sample gradient
 hooks apply to all trainable leaves; the wrapper itself owns no parameters.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass
-
 import torch
-from peft import LoraConfig, inject_adapter_in_model
 from torch import nn
 
-# Every attention projection of the decoder (self- and cross-attention) and its MLPs: measured on the
-# tiny preset, adapters on attention alone barely moved the decoder's greedy output (840 pooled steps
-# stayed within 1-2 seed std of the base), while LoRA on mlp.c_fc / mlp.c_proj lifted CIDEr clearly.
-LORA_TARGETS = r".*\.(attn\.(c_attn|c_proj)|crossattention\.(c_attn|q_attn|c_proj)|mlp\.(c_fc|c_proj))$"
-
-
-@dataclass
-class PatientContext:
-    """Per-batch patient embedding φ (B, profile_dim), shared by every wrapped layer."""
-
-    phi: torch.Tensor | None = None
+from secure_fed.model.report_model import PatientContext, ReportModel
 
 
 class HyperLoRALayer(nn.Module):
@@ -57,34 +44,6 @@ class HyperLoRALayer(nn.Module):
         return out + torch.bmm(torch.bmm(x, a), b.transpose(1, 2))
 
 
-# The image encoder's attention projections, "every transformer layer" in the paper: timm ViT
-# naming (qkv, proj) and the transformers CvT of the `paper` preset (query/key/value, output).
-ENCODER_LORA_TARGETS = (
-    r".*(attn\.(qkv|proj)|attention\.attention\.projection_(query|key|value)|attention\.output\.dense)$"
-)
-
-
-def add_encoder_lora(encoder: nn.Module, rank: int, alpha: float) -> nn.Module:
-    if not any(re.fullmatch(ENCODER_LORA_TARGETS, name) for name, _ in encoder.named_modules()):
-        return encoder  # e.g. a convolutional backbone: nothing to adapt
-    config = LoraConfig(
-        r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=ENCODER_LORA_TARGETS, bias="none"
-    )
-    return inject_adapter_in_model(config, encoder)
-
-
-def add_shared_lora(decoder: nn.Module, rank: int, alpha: float) -> nn.Module:
-    config = LoraConfig(
-        r=rank,
-        lora_alpha=alpha,
-        lora_dropout=0.0,
-        target_modules=LORA_TARGETS,
-        fan_in_fan_out=True,
-        bias="none",
-    )
-    return inject_adapter_in_model(config, decoder)
-
-
 def add_hyper_lora(decoder: nn.Module, profile_dim: int, rank: int, ctx: PatientContext) -> list[str]:
     """Wrap every peft LoRA layer with a patient hypernetwork; returns the wrapped layer names."""
     from peft.tuners.lora import LoraLayer
@@ -95,3 +54,10 @@ def add_hyper_lora(decoder: nn.Module, profile_dim: int, rank: int, ctx: Patient
         parent = decoder.get_submodule(parent_name) if parent_name else decoder
         setattr(parent, child, HyperLoRALayer(mod, profile_dim, rank, ctx))
     return [name for name, _ in targets]
+
+
+def add_patient_head(model: ReportModel, gmm_components: int, profile_dim: int, hyper_rank: int) -> None:
+    """W_proj and a hypernetwork on every shared LoRA layer of the decoder, all trainable (the
+    base and the shared LoRA keep the trainability `ReportModel.add_adapters` gave them)."""
+    model.proj = nn.Linear(gmm_components, profile_dim)
+    model.adapted_layers = add_hyper_lora(model.decoder, profile_dim, hyper_rank, model.ctx)

@@ -13,11 +13,12 @@ import pytest
 import torch
 from torch.func import functional_call
 
-from secure_fed.clients.hypergrad import flatten, per_patient_hypergradients, unflatten
+from secure_fed.algorithms.fedtar.hypergrad import per_patient_hypergradients
+from secure_fed.algorithms.fedtar.temporal import ResidualChain, residual_chain
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.data.batching import Examples
 from secure_fed.model.report_model import ReportModel
-from secure_fed.server.temporal import ResidualChain, residual_chain
+from secure_fed.model.vectors import flatten, unflatten
 from tests.conftest import small_config
 
 ALPHA = np.array([0.5, 0.3, 0.2])
@@ -40,7 +41,7 @@ def site(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> SiteRunti
 def chain_setup(site: SiteRuntime) -> tuple[np.ndarray, np.ndarray]:
     """w_0 and three snapshots scattered around the adapters (B = 0 at init, so everything is
     perturbed: every adapter factor is non-zero, as after training)."""
-    centre = flatten(site.model.trainable_state()).numpy()
+    centre = flatten(site.learner.model.trainable_state()).numpy()
     rng = np.random.default_rng(0)
     start = centre + rng.normal(scale=0.02, size=centre.size)
     snapshots = centre + rng.normal(scale=0.02, size=(3, centre.size))
@@ -64,7 +65,7 @@ def patient_losses64(model64: ReportModel, state: np.ndarray, examples: Examples
 
 @pytest.fixture(scope="module")
 def model64(site: SiteRuntime) -> ReportModel:
-    m = copy.deepcopy(site.model).double()
+    m = copy.deepcopy(site.learner.model).double()
     m.eval()
     return m
 
@@ -77,18 +78,18 @@ def computed(
     batches, so the per-patient sums must add up across them."""
     start, snapshots = chain_setup
     chain = residual_chain(start, snapshots, ALPHA)
-    before = site.model.trainable_state()
+    before = site.learner.model.trainable_state()
     scalars, losses = per_patient_hypergradients(
-        site.model,
+        site.learner.model,
         torch.as_tensor(chain.final),
         torch.as_tensor(chain.directions),
-        site.data.val,
+        site.learner.data.val,
         batch_size=4,
     )
     # Functional: the model's own adapters are untouched, and it is left in train mode.
-    for name, value in site.model.trainable_state().items():
+    for name, value in site.learner.model.trainable_state().items():
         assert torch.equal(value, before[name]), name
-    assert site.model.training
+    assert site.learner.model.training
     return chain, scalars, losses
 
 
@@ -100,7 +101,7 @@ def test_per_patient_hypergradients_match_finite_differences(
 ) -> None:
     start, snapshots = chain_setup
     chain, scalars, losses = computed
-    val = site.data.val
+    val = site.learner.data.val
     n_patients = len(set(val.patient_ids))
     assert n_patients >= 2 and len(val) > n_patients  # several patients, some with several visits
     assert scalars.shape == (n_patients, 3) and scalars.dtype == torch.float64
@@ -134,10 +135,10 @@ def test_split_sums_to_reverse_mode_total(
     """Σ_p s_{p,t} = ⟨∇_w Σ_p L_p(w^(T)), ∂w^(T)/∂α_t⟩ with the gradient by reverse mode in float64,
     and the result does not depend on the batch size."""
     chain, small, _ = computed
-    val = site.data.val
+    val = site.learner.data.val
     final = torch.as_tensor(chain.final)
     directions = torch.as_tensor(chain.directions)
-    whole, _ = per_patient_hypergradients(site.model, final, directions, val, batch_size=64)
+    whole, _ = per_patient_hypergradients(site.learner.model, final, directions, val, batch_size=64)
     torch.testing.assert_close(small, whole, rtol=1e-5, atol=1e-7)
 
     template = model64.trainable_state()
@@ -160,14 +161,17 @@ def test_absent_visit_index_gives_zero_scalar(
     start, snapshots = chain_setup
     chain = residual_chain(start, snapshots, ALPHA, present=np.array([True, True, False]))
     scalars, _ = per_patient_hypergradients(
-        site.model, torch.as_tensor(chain.final), torch.as_tensor(chain.directions), site.data.val
+        site.learner.model,
+        torch.as_tensor(chain.final),
+        torch.as_tensor(chain.directions),
+        site.learner.data.val,
     )
     assert torch.equal(scalars[:, 2], torch.zeros_like(scalars[:, 2]))
     assert scalars[:, :2].abs().max() > 0
 
 
 def test_unflatten_roundtrip_and_length_check(site: SiteRuntime) -> None:
-    state = site.model.trainable_state()
+    state = site.learner.model.trainable_state()
     vec = flatten(state)
     back = unflatten(vec, state)
     assert list(back) == list(state)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from secure_fed.algorithms.fedtar.profile import fit_gmm
 from secure_fed.clients.evaluation import evaluate_split, free_text_labeler
-from secure_fed.clients.profile import fit_gmm
 from secure_fed.clients.site import attach_profiles, load_site, patient_profiles
 from secure_fed.clients.training import LocalTrainSettings, train_copies
 from secure_fed.config import RunConfig

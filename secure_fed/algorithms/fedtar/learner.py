@@ -1,0 +1,246 @@
+"""FedTAR's site step over the report model, and the report-data baselines' (FedAvg, FedProx,
+SCAFFOLD, FedAdam, DRFA: one pooled copy over all visits).
+
+FedTAR trains one adapter copy per visit index, fits the site's patient GMM (privately under DP: one
+noisy histogram, `profile.py`) for the hyper-LoRA's q_p, and releases α hypergradient scalars of its
+validation patients along the server's directions (`hypergrad.py`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from secure_fed.algorithms.fedtar.hypergrad import per_patient_hypergradients
+from secure_fed.algorithms.fedtar.profile import fit_gmm
+from secure_fed.clients.evaluation import evaluate_split, free_text_labeler
+from secure_fed.clients.learner import LocalUpdate, SiteStart
+from secure_fed.clients.private import TRAIN, SitePrivacy
+from secure_fed.clients.runtime import BudgetExhausted
+from secure_fed.clients.site import SiteData, attach_profiles, load_site, patient_profiles
+from secure_fed.clients.trail import SiteTrail
+from secure_fed.clients.training import LocalTrainSettings, PatientGradients, train_copies
+from secure_fed.config import RunConfig
+from secure_fed.data.tokenizer import load_tokenizer
+from secure_fed.dp.histogram import histogram_event
+from secure_fed.dp.site_ledger import SiteLedger
+from secure_fed.model.report_model import ReportModel
+from secure_fed.model.setup import build_report_model
+from secure_fed.model.vectors import flatten, unflatten
+
+POOLED = {"fedavg", "fedprox", "fedadam", "scaffold", "drfa"}
+ALPHA_METHODS = {"fedtar", "fedtar-no-gmm"}  # the methods whose server asks for α hypergradients
+
+
+def visit_groups(method: str, t_max: int) -> list[int] | None:
+    """Visit indices of the per-timestep copies; None = one pooled copy over all visits."""
+    return None if method in POOLED else list(range(1, t_max + 1))
+
+
+def _gmm_release(
+    site: str,
+    folder: Path,
+    run_id: str,
+    privacy: SitePrivacy | None,
+    lifetime: SiteLedger | None,
+    trail: SiteTrail | None,
+) -> tuple[Path | None, float | None, bool]:
+    """(histogram file, σ, whether to charge) of the GMM's noisy histogram. With a lifetime ledger
+    the patients pay for one histogram, ever: a later run refits from the one kept beside the ledger
+    (post-processing, whatever σ this run would pick). A new draw is admitted by the lifetime budget
+    first, and refused (nothing drawn) when it cannot afford it."""
+    if privacy is None:
+        return None, None, False
+    if lifetime is None:
+        return folder / "gmm-histogram.json", privacy.histogram_sigma, True
+    path = lifetime.histogram_path
+    if path.exists() and lifetime.released_before(run_id, "gmm_histogram"):
+        return path, float(json.loads(path.read_text())["sigma"]), False
+    if 0 not in privacy.ledger.rounds(site, TRAIN):  # not charged in this run before a restart
+        event = histogram_event(privacy.histogram_sigma)
+        eps = privacy.ledger.projected_epsilon(site, TRAIN, [event], delta=privacy.delta[TRAIN])
+        value = eps.get(privacy.accountant) or eps["rdp"]
+        if value is not None and value > privacy.budget:
+            reason = (
+                f"the GMM histogram would bring {TRAIN} patients to ε = {value:.3f} over all runs "
+                f"(ledger {lifetime.path}), above this site's budget {privacy.budget:g}"
+            )
+            if trail is not None:
+                trail.append(
+                    "budget_refusal",
+                    {"site": site, "population": TRAIN, "epsilon_after": value, "budget": privacy.budget,
+                     "reason": reason},
+                    0,
+                )  # fmt: skip
+            raise BudgetExhausted("budget_exhausted", f"site {site}: {reason}")
+    return path, privacy.histogram_sigma, True
+
+
+@dataclass
+class ReportLearner:
+    """The report model at one site: its split, its GMM profiles, its adapters' local rounds."""
+
+    cfg: RunConfig
+    data: SiteData
+    model: ReportModel | None = None  # built in `start`, after the GMM (q_p) is fitted
+    scaffold_c: dict[str, torch.Tensor] | None = None
+    _scaffold_memory: np.ndarray | None = field(default=None, repr=False)
+
+    @classmethod
+    def create(cls, cfg: RunConfig, site: str, folder: Path, site_key: bytes | None = None) -> ReportLearner:
+        return cls(cfg, load_site(cfg, site, site_key))
+
+    @property
+    def n_train(self) -> int:
+        return self.data.n_train_patients
+
+    @property
+    def n_val(self) -> int:
+        return self.data.n_val_patients
+
+    @property
+    def n_test(self) -> int:
+        return len(self.data.test)
+
+    def passes(self, method: str) -> int:
+        return 1
+
+    def releases_alpha(self, method: str) -> bool:
+        # only FedTAR's temporal meta-learning releases α scalars: no other method's validation
+        # patients are charged for a release that never happens
+        return method in ALPHA_METHODS
+
+    def start(self, setup: SiteStart) -> None:
+        cfg, privacy = self.cfg, setup.privacy
+        histogram, sigma, charge = _gmm_release(
+            setup.site, setup.folder, setup.run_id, privacy, setup.lifetime, setup.trail
+        )
+        gmm, event = fit_gmm(
+            patient_profiles(self.data.train),
+            cfg.model.gmm_components,
+            cfg.model.gmm_reg_covar,
+            cfg.seed,
+            sigma,
+            noise_rng=privacy.noise_stream("gmm_histogram", 0) if privacy else None,
+            # the noise cannot be redrawn: a restart (or, with a lifetime ledger, any later run)
+            # refits from the histogram released before
+            release_path=histogram,
+        )
+        if privacy is not None and event is not None and charge:
+            privacy.record_gmm(event)
+        attach_profiles(self.data, gmm)
+        self.model = build_report_model(cfg)
+        if self._scaffold_memory is not None:
+            self.restore({"scaffold_c": self._scaffold_memory})
+
+    def _model(self) -> ReportModel:
+        assert self.model is not None, "start() builds the model"
+        return self.model
+
+    def dim(self) -> int:
+        return sum(p.numel() for p in self._model().parameters() if p.requires_grad)
+
+    def local_update(
+        self,
+        round_id: int,
+        method: str,
+        global_vec: np.ndarray,
+        gradients: Callable[[], PatientGradients] | None,
+        options: dict[str, Any],
+    ) -> LocalUpdate:
+        """The report model's local round (FedTAR's per-visit-index copies, or one pooled copy):
+        the upload before the server's factor, the steps taken and the mean training loss."""
+        cfg, data, model = self.cfg, self.data, self._model()
+        template = model.trainable_state()
+        start = unflatten(torch.tensor(global_vec), template)
+        t_max = cfg.data.max_visits
+        visits = visit_groups(method, t_max)
+        groups = [data.train] if visits is None else [data.train.at_visit(t) for t in visits]
+        settings = LocalTrainSettings(
+            lr=cfg.train.lr,
+            epochs=cfg.train.local_epochs,
+            batch_patients=cfg.train.batch_size,
+            prox_mu=cfg.fed.fedprox_mu if method == "fedprox" else 0.0,
+        )
+        if method == "scaffold":
+            server_c = unflatten(torch.tensor(np.asarray(options["control"])), template)
+            local_c = self.scaffold_c or {n: torch.zeros_like(v) for n, v in template.items()}
+            settings.grad_correction = {n: server_c[n] - local_c[n] for n in template}
+        private = gradients is not None
+        result = train_copies(
+            model,
+            start,
+            groups,
+            settings,
+            seed=cfg.seed * 7919 + round_id,
+            gradients=gradients() if gradients is not None else None,
+        )
+        start_vec = flatten(start)
+        deltas = [flatten(s) - start_vec for s in result.states]
+        # DP: weights must be public (post-processing of DP-SGD only), so every site counts once.
+        scale = cfg.secagg.count_scale  # public: keeps n·Δ and n inside the SecAgg+ clip range
+        weights = [1.0 / scale] * len(deltas) if private else [n / scale for n in result.rows]
+        parts = [
+            torch.cat([w * d, torch.tensor([w], dtype=torch.float64)])
+            for w, d in zip(weights, deltas, strict=True)
+        ]
+        if method == "scaffold":
+            local_c = self.scaffold_c or {n: torch.zeros_like(v) for n, v in template.items()}
+            steps = max(result.steps, 1)
+            new_c = {
+                n: local_c[n] - server_c[n] + (start[n] - result.states[0][n]) / (steps * cfg.train.lr)
+                for n in template
+            }
+            control_delta = flatten(new_c) - flatten(local_c)
+            self.scaffold_c = new_c
+            parts.append(weights[0] * control_delta)
+        return LocalUpdate(torch.cat(parts).numpy(), result.steps, result.mean_loss)
+
+    def hypergradients(self, final: np.ndarray, directions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
+        if len(self.data.val) == 0:
+            return torch.zeros(0, directions.shape[0], dtype=torch.float64), torch.zeros(0)
+        return per_patient_hypergradients(
+            self._model(), torch.tensor(final), torch.tensor(directions), self.data.val
+        )
+
+    def score(self, global_vec: np.ndarray) -> dict[str, float]:
+        model = self._model()
+        model.load_trainable_state(unflatten(torch.as_tensor(global_vec), model.trainable_state()))
+        tokenizer = load_tokenizer(self.cfg.model.tokenizer_path, self.cfg.data.tokenizer)
+        return evaluate_split(
+            model,
+            self.data.test,
+            tokenizer.decode,
+            self.cfg.data.max_report_tokens + 1,
+            free_text_labeler(self.cfg),
+        )
+
+    def test_digest(self, site: str) -> str | None:
+        """The test patients' reports and images."""
+        test = self.data.test
+        h = hashlib.sha256(f"secure_fed/test-split/v1|{site}|".encode())
+        rows = sorted(
+            hashlib.sha256(report.encode() + np.ascontiguousarray(image.numpy()).tobytes()).digest()
+            for report, image in zip(test.reports, test.images, strict=True)
+        )
+        for row in rows:
+            h.update(row)
+        return h.hexdigest()
+
+    def memory(self) -> dict[str, np.ndarray]:
+        return {} if self.scaffold_c is None else {"scaffold_c": flatten(self.scaffold_c).numpy()}
+
+    def restore(self, memory: dict[str, np.ndarray]) -> None:
+        if "scaffold_c" not in memory:
+            return
+        if self.model is None:  # before start(): kept until the model (the template) exists
+            self._scaffold_memory = np.asarray(memory["scaffold_c"])
+            return
+        self.scaffold_c = unflatten(torch.as_tensor(memory["scaffold_c"]), self.model.trainable_state())
