@@ -1,8 +1,9 @@
 """The folders follow the data's path: a module imports only from its own layer or an earlier one.
 
 dp, crypto and audits know nothing of FedTAR, FM2 or Flower messages; data knows no model; the
-server knows no client code; an algorithm folder registers itself with the core, never the reverse
-outside the core's dispatch points."""
+server knows no client code; an algorithm folder registers itself with the core
+(secure_fed.registry), and no core folder imports an algorithm; runner, clients/app and server/app
+import no cycle."""
 
 from __future__ import annotations
 
@@ -13,10 +14,32 @@ PACKAGE = Path(__file__).resolve().parents[1] / "secure_fed"
 
 # folder → the secure_fed folders (and top-level modules) it must not import, even lazily
 FORBIDDEN = {
-    "dp": {"clients", "server", "model", "data", "algorithms", "crypto", "audits", "runner", "wire"},
-    "crypto": {"clients", "server", "model", "data", "algorithms", "dp", "audits", "runner", "wire"},
-    "audits": {"clients", "server", "model", "data", "algorithms", "crypto", "runner", "wire"},
-    "data": {"clients", "server", "model", "algorithms", "runner"},
+    "dp": {
+        "clients",
+        "server",
+        "model",
+        "data",
+        "algorithms",
+        "crypto",
+        "audits",
+        "runner",
+        "wire",
+        "registry",
+    },
+    "crypto": {
+        "clients",
+        "server",
+        "model",
+        "data",
+        "algorithms",
+        "dp",
+        "audits",
+        "runner",
+        "wire",
+        "registry",
+    },
+    "audits": {"clients", "server", "model", "data", "algorithms", "crypto", "runner", "wire", "registry"},
+    "data": {"clients", "server", "model", "algorithms", "runner", "registry"},
     "model": {"clients", "server", "algorithms", "runner"},
     "server": {"clients"},
 }
