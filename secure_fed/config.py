@@ -34,6 +34,11 @@ def cache_base() -> Path:
 class SynthConfig(_Strict):
     sites: int = Field(3, ge=1, le=64)
     patients: int = Field(60, ge=2, description="patients per site")
+    site_patients: list[int] | None = Field(
+        None,
+        description="patients of each site, site0 first (one number per site): unequal sites, as a "
+        "network of one academic and several community hospitals; None = `patients` at every site",
+    )
     visits: int = Field(5, ge=1, le=16, description="maximum visits per patient (T)")
     image_size: int = Field(32, ge=16, le=256)
     seed: int = 0
@@ -59,6 +64,22 @@ class SynthConfig(_Strict):
     age_mix_shift: float = Field(
         1.0, ge=0.0, le=1.0, description="how far each site's mean age is from 58 (0 = all alike)"
     )
+
+    @model_validator(mode="after")
+    def _one_size_per_site(self) -> SynthConfig:
+        sizes = self.site_patients
+        if sizes is not None:
+            if len(sizes) != self.sites:
+                raise ValueError(
+                    f"site_patients has {len(sizes)} size(s) for {self.sites} site(s); give one per site"
+                )
+            if min(sizes) < 2:
+                raise ValueError("site_patients: every site needs at least 2 patients")
+        return self
+
+    def patients_at(self, site: int) -> int:
+        """Patients of site ``site`` (its entry in ``site_patients``, else ``patients``)."""
+        return self.patients if self.site_patients is None else self.site_patients[site]
 
 
 class ImagingConfig(_Strict):

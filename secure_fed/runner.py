@@ -425,11 +425,18 @@ def preflight(cfg: RunConfig) -> None:
         return
     if d.source == "synthetic":
         need = min_patients(d.val_fraction, d.test_fraction)
-        if d.synth.patients < need:
+        if d.synth.patients < need and d.synth.site_patients is None:
             raise DataValidationError(
                 [
                     f"data.synth.patients: {d.synth.patients} patient(s) per site cannot fill train,"
                     f" validation and test (at least {need} needed); raise data.synth.patients"
+                ]
+            )
+        if d.synth.site_patients is not None and min(d.synth.site_patients) < need:
+            raise DataValidationError(
+                [
+                    f"data.synth.site_patients: a site of {min(d.synth.site_patients)} patient(s) cannot"
+                    f" fill train, validation and test (at least {need} needed); raise its size"
                 ]
             )
         return
