@@ -221,7 +221,7 @@ def test_make_results_commands_name_real_methods_and_configs():
     assert default.model_copy(update={"data": embedded.data}) == embedded.model_copy(
         update={"train": default.train, "out": default.out}
     )
-    # session 7's larger-test scenario is the benchmark now; the data-poor one has 8 training patients
+    # the larger-test scenario is the default benchmark now; the data-poor one has 8 training patients
     assert _config("large-test") == default
     assert sizes(small) == (8, 4, 8)
     # IID sites: the shared-wording scenarios with both site-difference knobs at 0, nothing else
@@ -363,8 +363,14 @@ def test_an_interrupted_cell_is_set_aside_not_reused(tmp_path: Path, monkeypatch
 
     def fake_cell(base, method, epsilon, seed, cell_dir):
         seen.append(sorted(p.name for p in cell_dir.iterdir()) if cell_dir.exists() else [])
-        return {"method": method, "epsilon": epsilon, "seed": seed,
-                "test": dict.fromkeys(METRIC_NAMES, 1.0), "per_site": None, "privacy": None}
+        return {
+            "method": method,
+            "epsilon": epsilon,
+            "seed": seed,
+            "test": dict.fromkeys(METRIC_NAMES, 1.0),
+            "per_site": None,
+            "privacy": None,
+        }
 
     monkeypatch.setattr(sweep_module, "run_cell", fake_cell)
     lines: list[str] = []
