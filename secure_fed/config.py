@@ -278,6 +278,25 @@ class DPConfig(_Strict):
         description="site policy: folder of the site's persistent privacy ledgers (one per data set, "
         "kept across runs; a deployed site's default is <out>/ledgers)",
     )
+    noise: Literal["site", "distributed"] = Field(
+        "site",
+        description="site: every site adds the full DP-SGD noise to its update; distributed: a round "
+        "is one DP step over all sites' patients, each site adding an integer share of the noise "
+        "inside SecAgg+ (needs secagg and one local step)",
+    )
+    honest_min: int | None = Field(
+        None,
+        ge=2,
+        description="distributed: h, the fewest surviving sites a site unmasks a sum with; the noise "
+        "shares are sized so h − colluders sites' shares carry the whole noise (None = all sites "
+        "minus the colluders)",
+    )
+    colluders: int = Field(
+        1, ge=0, description="distributed: c, sites that may collude with the server and remove their shares"
+    )
+    ring_bits: int | None = Field(
+        None, ge=16, le=62, description="distributed: bits of the SecAgg+ ring the shares live in; None = 32"
+    )
 
     @model_validator(mode="after")
     def _target(self) -> DPConfig:
@@ -377,6 +396,52 @@ class RunConfig(_Strict):
             if method in ("fm2", "fedrep", "fedbn") and not (isinstance(section, dict) and "kind" in section):
                 data = {**data, "data": {**(section if isinstance(section, dict) else {}), "kind": "imaging"}}
         return data
+
+    @model_validator(mode="after")
+    def _distributed_noise(self) -> RunConfig:
+        if self.dp.noise != "distributed":
+            return self
+        if not self.dp.enabled:
+            raise ValueError(
+                "dp.noise = 'distributed' needs dp.enabled = true (it is a way of adding DP noise)"
+            )
+        if not self.secagg_on:
+            raise ValueError(
+                "dp.noise = 'distributed' needs SecAgg+ (secagg.enabled unset or true): each site's "
+                "share carries only part of the noise, so its update must never be seen alone"
+            )
+        if self.train.local_epochs > 1:
+            raise ValueError(
+                f"train.local_epochs = {self.train.local_epochs} with dp.noise = 'distributed': set it to "
+                "1. A distributed round is one DP step; local multi-step training on partially noised "
+                "gradients is not DP"
+            )
+        if self.fed.method != "fedavg":
+            raise ValueError(
+                f"fed.method = {self.fed.method!r} with dp.noise = 'distributed' is not yet supported; "
+                "use fed.method = 'fedavg' or dp.noise = 'site'"
+            )
+        sites = self.expected_sites
+        h, c = self.dp.honest_min, self.dp.colluders
+        if h is not None and h <= c:
+            raise ValueError(
+                f"dp.honest_min = {h} must exceed dp.colluders = {c}: the noise comes from the honest "
+                "survivors, h − c of them"
+            )
+        if h is not None and sites is not None and h > sites:
+            raise ValueError(f"dp.honest_min = {h} exceeds the {sites} sites of this run; lower it")
+        if h is None and sites is not None and sites - c < 1:
+            raise ValueError(f"dp.colluders = {c} leaves no honest site among {sites}; lower it or add sites")
+        return self
+
+    @property
+    def expected_sites(self) -> int | None:
+        """The run's site count where the config fixes it (synthetic or dealt data); None otherwise."""
+        if self.data.deal_sites is not None:
+            return self.data.deal_sites
+        if self.data.kind == "reports" and self.data.source == "synthetic":
+            return self.data.synth.sites
+        return None
 
     @model_validator(mode="after")
     def _method_fits_data(self) -> RunConfig:

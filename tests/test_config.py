@@ -87,3 +87,30 @@ def test_no_gmm_ablation_drops_the_hyper_lora(make_config):
     assert any(".hyper." in n for n in full.trainable_state())
     assert not any(".hyper." in n or n.startswith("proj.") for n in ablated.trainable_state())
     assert ablated.proj is None
+
+
+_DISTRIBUTED = {
+    "dp": {"enabled": True, "target_epsilon": 4.0, "noise": "distributed"},
+    "fed": {"method": "fedavg"},
+    "train": {"local_epochs": 1},
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"dp": {"enabled": False, "noise": "distributed"}}, "needs dp.enabled"),
+        ({"secagg": {"enabled": False}}, "needs SecAgg\\+"),
+        ({"train": {"local_epochs": 2}}, "local multi-step training on partially noised gradients is not DP"),
+        ({"dp": {"honest_min": 2, "colluders": 2}}, "dp.honest_min = 2 must exceed dp.colluders = 2"),
+        ({"dp": {"honest_min": 4}}, "dp.honest_min = 4 exceeds the 3 sites"),
+        ({"fed": {"method": "fedtar"}}, "'fedtar' with dp.noise = 'distributed' is not yet supported"),
+    ],
+)
+def test_distributed_noise_is_refused_where_it_would_not_be_dp(change, message):
+    data = {key: {**_DISTRIBUTED.get(key, {}), **value} for key, value in change.items()}
+    with pytest.raises(ConfigError, match=message) as err:
+        build_config({**_DISTRIBUTED, **data})
+    assert "\n" not in str(err.value)  # one line, naming the keys
+    cfg = build_config(_DISTRIBUTED)
+    assert cfg.dp.noise == "distributed" and cfg.dp.colluders == 1 and cfg.dp.honest_min is None
