@@ -276,6 +276,7 @@ def _verification_json(verification: Verification | None) -> dict[str, Any]:
         "ok": verification.ok,
         "complete": verification.complete,
         "dropouts": [asdict(dropout) for dropout in verification.dropouts],
+        "interruptions": [asdict(stop) for stop in verification.interruptions],
         "keys_checked": verification.keys_checked,
         "problems": [str(problem) for problem in verification.problems],
         "warnings": list(verification.warnings),

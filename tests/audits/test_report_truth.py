@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secure_fed.audits.keys import load_public_keys, write_key_pair
 from secure_fed.audits.log import AuditLog
 from secure_fed.audits.report import report_main, write_report
-from secure_fed.audits.verify import EXIT_DROPOUT, verify_main
+from secure_fed.audits.verify import EXIT_DROPOUT, EXIT_INTERRUPTED, verify_main
 
 from .conftest import DELTA, instruction, mechanism_json, opacus_epsilon
 from .tamper import read_records
@@ -300,11 +300,38 @@ def test_interrupted_run(tmp_path: Path) -> None:
     assert not data["verification"]["ok"]  # a log cut short that no server record explains
 
 
-def test_run_interrupted_by_a_signal(tmp_path: Path) -> None:
-    page, _, written = _report(tmp_path, Scenario(stop_after=1, signal="SIGINT"))
+def test_run_interrupted_by_a_signal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page, data, written = _report(tmp_path, Scenario(stop_after=1, signal="SIGINT"))
     text = claims_hold(page, written.paths)
     assert "The run was interrupted by SIGINT in round 1 and did not finish" in text
     assert "test-set scores of" not in text and "the run finished" not in text
+    # each log ends with its own party's signed run_aborted naming the signal: an interruption, its
+    # own verdict and exit code, not "truncated" (it read as tampering: "cannot be relied on")
+    verdict = data["verification"]
+    assert verdict["ok"] and not verdict["complete"], verdict["problems"]
+    assert sorted((i["party"], i["signal"], i["round"]) for i in verdict["interruptions"]) == [
+        (party, "SIGINT", 1) for party in ("server", *SITES)
+    ]
+    assert "cannot be relied on" not in text and "Verified, interrupted" in page
+    assert verify_main(written.paths, written.keys) == EXIT_INTERRUPTED
+    out = " ".join(capsys.readouterr().out.split())
+    assert "VERIFIED, INTERRUPTED" in out and "by SIGINT in round 1" in out
+    assert report_main(written.paths, tmp_path / "r2.html", written.keys) == EXIT_INTERRUPTED
+
+
+def test_a_resumed_log_cut_back_to_its_run_aborted_is_not_an_interruption(tmp_path: Path) -> None:
+    """Attack: hide the rounds a site ran after a resume by cutting its log back to its signed
+    run_aborted. The server's log went on and closed, so the site's log cannot end in an interruption."""
+    from secure_fed.audits.verify import verify_logs
+
+    written = write_run(tmp_path, Scenario(stop_after=1, signal="SIGINT", resume=True))
+    site0 = written.paths[1]
+    lines = site0.read_text().splitlines(keepends=True)
+    cut = max(i for i, line in enumerate(lines) if '"event":"run_aborted"' in line)
+    site0.write_text("".join(lines[: cut + 1]))
+    result = verify_logs(written.paths, load_public_keys(written.keys))
+    assert not result.ok and not result.interruptions
+    assert any(problem.path == str(site0) and "truncated" in str(problem) for problem in result.problems)
 
 
 def test_resumed_run(tmp_path: Path) -> None:
