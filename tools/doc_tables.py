@@ -308,6 +308,14 @@ def from_sweep(
     }
 
 
+def dump_table(data: dict[str, Any]) -> str:
+    """The JSON as committed: one row per line, so a changed figure is a one-line diff."""
+    head = {k: v for k, v in data.items() if k != "rows"}
+    text = json.dumps(head, indent=1, ensure_ascii=False)
+    rows = ",\n".join("  " + json.dumps(r, ensure_ascii=False) for r in data["rows"])
+    return text[:-2] + ',\n "rows": [\n' + rows + "\n ]\n}\n"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     mode = p.add_mutually_exclusive_group(required=True)
@@ -341,7 +349,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             out = args.docs / "results" / f"{args.name}.json"
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+            out.write_text(dump_table(data), encoding="utf-8")
             print(f"wrote {out}; then: python tools/doc_tables.py --write")
             return 0
         files = args.files or doc_files()
