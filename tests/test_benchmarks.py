@@ -7,13 +7,25 @@ and tokenizer_coverage.py run as documented in tests/model/test_gpu_benchmark.py
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import re
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.scripts import run_script
+from tests.scripts import ROOT, run_script
+
+
+def _tool(name: str) -> Any:
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def _smoke(script: str, *args: str) -> Any:
@@ -66,7 +78,8 @@ def test_upload_bytes_measures_its_rounds() -> None:
     # (the full command failed at every round while the payload-only smoke run passed)
     done = run_script("benchmarks/upload_bytes.py", "--presets", "tiny", "--T", "1")
     assert done.returncode == 0, done.stderr[-4000:]
-    (row,) = json.loads(done.stdout)["results"]
+    out = json.loads(done.stdout)
+    (row,) = out["results"]
     assert set(row["methods"]) == {"fedtar_T1", "pooled_adapters", "full_model_fedavg"}
     for case in row["methods"].values():
         for kind in ("plain", "secagg"):
@@ -74,6 +87,25 @@ def test_upload_bytes_measures_its_rounds() -> None:
                 # what a site sends holds at least its payload; SecAgg+ adds keys and shares
                 assert case[kind][encoding]["wire_bytes_sent_per_site"] > case[kind]["payload_bytes"]
         assert case["secagg"]["codec"]["wire_bytes_received_per_site"] > 0
+    # the doc's table is this output shaped (tools/bench_tables.py): its fields are still there
+    table = _tool("bench_tables").shape("upload-bytes", out, "cmd", "machine", None, "0" * 40)
+    labels = [r[1] for r in table["rows"]]
+    assert labels == ["FedTAR, T = 1", "pooled adapters", "full-model FedAvg"]
+    t1 = row["methods"]["fedtar_T1"]
+    assert table["rows"][0][2:5] == [
+        f"{n:,}" for n in (t1["values"], t1["plain"]["payload_bytes"], t1["secagg"]["payload_bytes"])
+    ]
+
+
+def test_benchmarks_md_has_no_hand_typed_table() -> None:
+    """Every table in docs/BENCHMARKS.md is rendered from docs/results/bench-*.json, whose agreement
+    with the page tests/test_docs_tables.py checks; a table typed into the page could drift."""
+    doc_tables = _tool("doc_tables")
+    text = (ROOT / "docs" / "BENCHMARKS.md").read_text(encoding="utf-8")
+    refs = doc_tables.references(text)
+    assert refs and all(re.fullmatch(r"results/bench-[a-z0-9-]+\.json", r) for r in refs), refs
+    outside = doc_tables.TABLE_RE.sub("", text)
+    assert not [ln for ln in outside.splitlines() if re.match(r"\|\s*-{3}", ln.strip())]
 
 
 def test_secagg_flower_smoke() -> None:

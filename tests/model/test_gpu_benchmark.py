@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import sys
 
 import torch
 
-from tests.scripts import run_script
+from tests.scripts import ROOT, run_script
 
 
 def test_gpu_benchmark_command():
@@ -41,6 +43,14 @@ def test_tokenizer_measurement_command():
     assert real["bytes"]["unk_rate"] == 0.0
     assert real["bytes"]["tokens_per_report_mean"] > real["words+chars"]["tokens_per_report_mean"]
     assert result["synthetic"]["public"]["unk_rate"] == 0.0
+    # docs/BENCHMARKS.md's table is this output shaped by tools/bench_tables.py: its fields are still there
+    spec = importlib.util.spec_from_file_location("bench_tables", ROOT / "tools" / "bench_tables.py")
+    assert spec is not None and spec.loader is not None
+    bench_tables = importlib.util.module_from_spec(spec)
+    sys.modules["bench_tables"] = bench_tables
+    spec.loader.exec_module(bench_tables)
+    table = bench_tables.shape("tokenizer-coverage", result, "cmd", "machine", None, "0" * 40)
+    assert [r[0] for r in table["rows"]] == ["`public`", "`words+chars`", "`bytes`"]
 
 
 def test_threads_benchmark_command():
