@@ -112,6 +112,27 @@ def test_a_real_doc_with_a_changed_figure_fails_the_check(tmp_path):
     assert doc_tables.check([copy]) and not doc_tables.check([doc_tables.DOCS / "RESULTS.md"])
 
 
+def test_a_bare_block_holds_the_table_alone_and_a_malformed_block_is_refused(tmp_path):
+    docs = tmp_path / "docs"
+    _table_json(docs / "results" / "t.json", [["fedavg", "0.1"]])
+    doc = docs / "X.md"
+    doc.write_text("<!-- table: results/t.json bare -->\n<!-- /table -->\n", encoding="utf-8")
+    doc_tables.write([doc], docs)
+    assert doc.read_text(encoding="utf-8") == (
+        "<!-- table: results/t.json bare -->\n"
+        "| method | CIDEr |\n| --- | --- |\n| fedavg | 0.1 |\n<!-- /table -->\n"
+    )
+    # no closing marker: the block would otherwise be skipped and never checked
+    doc.write_text("<!-- table: results/t.json -->\n| method | CIDEr |\n", encoding="utf-8")
+    with pytest.raises(doc_tables.TableError, match="malformed"):
+        doc_tables.check([doc], docs)
+    doc.write_text(
+        "<!-- figure: results/t.json#row=nobody,col=CIDEr -->x<!-- /figure -->\n", encoding="utf-8"
+    )
+    with pytest.raises(doc_tables.TableError, match="no row 'nobody'"):
+        doc_tables.check([doc], docs)
+
+
 def test_check_cli_names_the_stale_block_and_the_fix(tmp_path):
     docs = tmp_path / "docs"
     _table_json(docs / "results" / "t.json", [["fedavg", "0.1"]])

@@ -174,27 +174,34 @@ def update_text(text: str, doc: Path, docs: Path = DOCS) -> tuple[str, list[Stal
     """``text`` with every block re-rendered from its JSON, and the blocks that changed."""
     cache: dict[Path, dict[str, Any]] = {}
     stale: list[Stale] = []
-
-    def line_of(pos: int) -> int:
-        return text.count("\n", 0, pos) + 1
-
-    def table(m: re.Match[str]) -> str:
-        where = f"{doc}:{line_of(m.start())}: "
-        body = render_table(_json_for(m["path"], docs, cache, where), bare=bool(m["bare"]))
-        if body != m["body"]:
-            stale.append(Stale(doc, line_of(m.start()), m["path"], "table"))
-        return f"{m['open']}\n{body}{m['close']}"
+    for marker, pattern in (("<!-- table:", TABLE_RE), ("<!-- figure:", FIGURE_RE)):
+        # a marker the pattern does not match would be skipped silently, and its figure could drift
+        if text.count(marker) != len(pattern.findall(text)):
+            raise TableError(
+                f"{doc}: a '{marker} ...' block is malformed; write it as in tools/doc_tables.py's docstring"
+            )
 
     def figure(m: re.Match[str]) -> str:
-        where = f"{doc}:{line_of(m.start())}: "
-        value = lookup(_json_for(m["path"], docs, cache, where), m["row"], m["col"], where)
+        line = text.count("\n", 0, m.start()) + 1
+        value = lookup(
+            _json_for(m["path"], docs, cache, f"{doc}:{line}: "), m["row"], m["col"], f"{doc}:{line}: "
+        )
         if value != m["body"]:
-            stale.append(Stale(doc, line_of(m.start()), m["path"], "figure"))
+            stale.append(Stale(doc, line, m["path"], "figure"))
         return f"{m['open']}{value}{m['close']}"
 
-    new = TABLE_RE.sub(table, text)
-    # figures are matched on the text as it was: a figure never sits inside a table block
-    new = FIGURE_RE.sub(figure, new)
+    # figures first, on the text as written (a figure holds no newline, so no line moves)
+    with_figures = FIGURE_RE.sub(figure, text)
+
+    def table(m: re.Match[str]) -> str:
+        line = with_figures.count("\n", 0, m.start()) + 1
+        body = render_table(_json_for(m["path"], docs, cache, f"{doc}:{line}: "), bare=bool(m["bare"]))
+        if body != m["body"]:
+            stale.append(Stale(doc, line, m["path"], "table"))
+        return f"{m['open']}\n{body}{m['close']}"
+
+    new = TABLE_RE.sub(table, with_figures)
+    stale.sort(key=lambda s: s.line)
     return new, stale
 
 
