@@ -131,6 +131,17 @@ def test_a_bare_block_holds_the_table_alone_and_a_malformed_block_is_refused(tmp
     )
     with pytest.raises(doc_tables.TableError, match="no row 'nobody'"):
         doc_tables.check([doc], docs)
+    _table_json(docs / "results" / "t.json", [["fedavg", "0.1"], ["fedavg", "0.2"]])
+    doc.write_text(
+        "<!-- figure: results/t.json#row=fedavg,col=CIDEr -->x<!-- /figure -->\n", encoding="utf-8"
+    )
+    with pytest.raises(doc_tables.TableError, match="names 2 rows"):
+        doc_tables.check([doc], docs)
+    doc.write_text("<!-- figure: results/t.json#row=1,col=1 -->x<!-- /figure -->\n", encoding="utf-8")
+    doc_tables.write([doc], docs)
+    assert (
+        doc.read_text(encoding="utf-8") == "<!-- figure: results/t.json#row=1,col=1 -->0.2<!-- /figure -->\n"
+    )
 
 
 def test_check_cli_names_the_stale_block_and_the_fix(tmp_path):

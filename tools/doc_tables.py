@@ -143,6 +143,8 @@ def lookup(data: dict[str, Any], row: str, col: str, where: str = "") -> str:
     column's name (or its 0-based index); both may be %-encoded."""
     row, col = unquote(row), unquote(col)
     labels = [str(r[0]) for r in data["rows"]]
+    if labels.count(row) > 1:
+        raise TableError(f"{where}row '{row}' names {labels.count(row)} rows; give its 0-based index as row=")
     if row in labels:
         r = labels.index(row)
     elif row.isdigit() and int(row) < len(labels):
