@@ -1,7 +1,9 @@
-"""Every benchmark docs/BENCHMARKS.md times runs as a smoke run (`--quick`) and prints one JSON object.
+"""Every benchmark docs/BENCHMARKS.md times runs as a smoke run (`--quick`, or for upload_bytes.py a
+small full run) and prints one JSON object.
 
-The figures in BENCHMARKS.md come from the full commands given with each section; these runs only
-keep the scripts, their flags and the fields the document quotes from drifting. (gpu.py, threads.py
+The figures in BENCHMARKS.md come from the full commands given with each section (their JSON in
+docs/results/bench-*.json); these runs only keep the scripts, their flags and the fields the
+document quotes from drifting. (gpu.py, threads.py
 and tokenizer_coverage.py run as documented in tests/model/test_gpu_benchmark.py.)
 """
 
