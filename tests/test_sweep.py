@@ -385,3 +385,29 @@ def test_an_interrupted_cell_is_set_aside_not_reused(tmp_path: Path, monkeypatch
     assert len(kept) == 1 and (kept[0] / "audit" / "server.jsonl").read_bytes() == first_log
     assert any("unfinished attempt kept as" in line for line in lines)
     assert (folder / "cell.json").exists()
+
+
+def test_private_central_is_dp_sgd_on_the_pooled_patients_and_spends_its_target(
+    tmp_path: Path, cache_dir: Path
+):
+    """`central` at a finite ε (issue 30's ceiling of private training): a real cell, not a skip
+    and not the non-private central; ε is the ledger's price of the events that ran (histogram +
+    Poisson-sampled DP-SGD over the pooled train patients), at most the target and near it; `local`
+    still runs only at ε = ∞."""
+    from tests.conftest import small_config
+
+    cfg = small_config(cache_dir, tmp_path / "unused", fed__rounds=1, train__local_epochs=1)
+    out = tmp_path / "sw"
+    results = sweep_module.sweep(cfg, ["local", "central"], [0], [4.0], out, log=lambda _: None)
+    (cell,) = results["runs"]  # local ε=4 does not exist
+    assert (cell["method"], cell["epsilon"]) == ("central", 4.0)
+    privacy = cell["privacy"]
+    spent = privacy["epsilon"]["pooled"]["rdp"]
+    assert 0.9 * 4.0 <= spent <= 4.0 * 1.01
+    assert privacy["noise_multiplier"] > 0 and privacy["histogram_noise_multiplier"] > 0
+    # the pooled population: every site's train patients (3 sites × 8), one Poisson rate over them
+    assert privacy["patients"] == 24 and privacy["steps"] == 4  # 1 epoch of 1/q = 4 steps
+    assert 0.0 <= cell["test"]["CE-F1"] <= 1.0 and cell["test"]["CIDEr"] >= 0.0
+    assert set(cell["per_site"]) == {"site0", "site1", "site2"}
+    row = next(r for r in results["summary"] if r["method"] == "central")
+    assert row["epsilon_spent"] == pytest.approx(spent)
