@@ -170,8 +170,8 @@ def skellam_parameters(event: Mapping[str, Any]) -> tuple[float, int, float, flo
     _positive_int(event.get("bits"), "bits")
     if clip <= 0 or gamma <= 0 or mu <= 0 or not math.isfinite(mu):
         raise EventError("skellam_sum: clip, gamma and mu_total must be finite and > 0")
-    if padded < max(dim, 1) or padded & (padded - 1):
-        raise EventError(f"skellam_sum: padded_dim {padded} is not a power of two >= dim {dim}")
+    if padded < max(dim, 1):
+        raise EventError(f"skellam_sum: padded_dim {padded} is below dim {dim}")
     if honest <= colluders:
         raise EventError(f"skellam_sum: honest_min {honest} must exceed colluders {colluders}")
     l2 = clip / gamma + math.sqrt(padded) + 1.0

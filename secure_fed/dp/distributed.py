@@ -5,11 +5,12 @@ The mechanism (one private round = one DP step over the union of the sites' pati
 1. a site projects its clipped sum S (the sum of its sampled patients' gradients, each clipped to
    L2 norm C) onto the ball of radius `site_bound` (a projection is 1-Lipschitz, so one patient
    still moves it by at most C) and scales it by 1/γ;
-2. pads it to D = 2^k coordinates and rotates it, y = H·diag(s)·x / √D with H the Walsh–Hadamard
+2. pads it to D coordinates (a whole number of blocks of B = min(ROTATION_BLOCK, 2^⌈log₂ d⌉),
+   B a power of two) and rotates each block, y = H·diag(s)·x / √B with H the B×B Walsh–Hadamard
    matrix and s public random signs derived from the round's seed (the same at every site and the
-   server, so the rotations of the sites' vectors sum to the rotation of their sum); the rotation
-   spreads any vector evenly over the coordinates, so the ring's size is set by the norm, not by
-   the largest coordinate;
+   server, so the rotations of the sites' vectors sum to the rotation of their sum). Blocks keep
+   the padding below one block (68k coordinates pad to 69,632, not 131,072) and the transform
+   cache-sized; the rotation is orthogonal either way, which is all the accounting uses;
 3. rounds each coordinate at random, floor(y + U) with U uniform on [0, 1) (unbiased);
 4. adds Skellam noise Poisson(share_mu/2) − Poisson(share_mu/2) per coordinate, and reduces mod
    2^bits. Sums of independent Skellam variables are Skellam, so the honest sites' shares add up to
@@ -36,9 +37,9 @@ MAX_SCALED_NORM. γ is chosen as fine as the ring allows, so the inflation √D�
 whenever the ring has bits to spare; the plan refuses inflations above MAX_INFLATION.
 
 Wrap-around of the ring is post-processing of the integer sum, so it costs accuracy, never
-privacy; γ is sized so that `max_sites` sites' vectors, roundings and noise shares stay inside
-[−2^(bits−1), 2^(bits−1)) except with probability WRAP_TAIL per round (Hoeffding for the
-rotated signal, a Chernoff bound for the Skellam noise, a union bound over coordinates).
+privacy; γ is sized so that `max_sites` sites' vectors (whatever they are, at norm ≤ site_bound),
+roundings and noise shares stay inside [−2^(bits−1), 2^(bits−1)), the noise except with
+probability WRAP_TAIL per round (a Chernoff bound and a union bound over coordinates).
 
 Accounting: the Skellam mechanism's RDP (Agarwal, Kairouz & Liu 2021, Thm. for the
 multi-dimensional mechanism with Sk(μ/2, μ/2) noise of variance μ per coordinate)
@@ -66,10 +67,12 @@ from secure_fed.dp.events import ROUNDING_FLOAT_SLACK, SkellamSum, rounded_sensi
 
 # Rotation float error stays far below one integer unit while the site's scaled norm is below
 # this (see the module docstring); a finer γ would buy nothing the accounting can use.
-MAX_SCALED_NORM = float(2**24)
-# numpy's Poisson sampler refuses λ near 2^63; keep each share's Poisson well inside it.
-MAX_POISSON_LAMBDA = float(2**52)
+MAX_SCALED_NORM = float(2**32)
+# numpy's Poisson sampler drifts for huge λ (at λ = 4e14 its variance came out 15% high); up to
+# 1e13 its mean, variance and skew matched Poisson's within sampling error, so shares stay below.
+MAX_POISSON_LAMBDA = float(2**36)
 WRAP_TAIL = 2.0**-40
+ROTATION_BLOCK = 4096  # a power of two
 MAX_INFLATION = 0.05  # Δ₂ / (C/γ) − 1 above this: the ring is too small to be worth using
 ORDERS: tuple[int, ...] = tuple(range(2, 257))
 _ROTATION_LABEL = b"secure_fed distributed dp rotation v1"
@@ -88,7 +91,7 @@ class DistributedPlan:
 
     clip: float  # C: per-patient L2 clip
     dim: int  # d: coordinates of the model update
-    padded_dim: int  # D: d padded to a power of two (the share's length)
+    padded_dim: int  # D: d padded to whole rotation blocks (the share's length)
     gamma: float  # granularity: one integer unit = gamma in the update's units
     bits: int  # the ring is Z_{2^bits}
     honest_min: int  # h: fewest survivors a site unmasks a sum with
@@ -103,8 +106,10 @@ class DistributedPlan:
     wrap_tail: float
 
     def __post_init__(self) -> None:
-        if self.padded_dim < self.dim or self.padded_dim & (self.padded_dim - 1):
-            raise ValueError(f"padded_dim {self.padded_dim} is not a power of two >= dim {self.dim}")
+        if self.padded_dim != padded_size(self.dim):
+            raise ValueError(
+                f"padded_dim {self.padded_dim} is not {padded_size(self.dim)} for dim {self.dim}"
+            )
         if not 2 <= self.bits <= 62:
             raise ValueError(f"bits must lie in [2, 62], got {self.bits}")
         if self.honest_min - self.colluders < 1:
@@ -263,8 +268,17 @@ def _epsilon_for(q: float, steps: int, delta: float, l1: float, l2: float, mu: f
 # -- calibration and ring sizing --------------------------------------------------------------
 
 
-def _padded(dim: int) -> int:
-    return 1 << max(0, (dim - 1).bit_length())
+def rotation_block(padded_dim: int) -> int:
+    """B: the rotation's block length for a share of `padded_dim` coordinates."""
+    return min(padded_dim, ROTATION_BLOCK)
+
+
+def padded_size(dim: int) -> int:
+    """D: `dim` padded to whole blocks of B = min(ROTATION_BLOCK, the next power of two ≥ dim)."""
+    if dim < 1:
+        raise ValueError(f"dim must be >= 1, got {dim}")
+    block = min(ROTATION_BLOCK, 1 << (dim - 1).bit_length())
+    return -(-dim // block) * block
 
 
 def _calibrate_mu(
@@ -317,12 +331,14 @@ def _skellam_tail(total_mu: float, log_prob: float) -> float:
 def ring_extent(
     sites: int, *, site_bound: float, gamma: float, padded_dim: int, share_mu: float, tail: float
 ) -> float:
-    """Bound on |coordinate| of the integer sum of `sites` shares, except with probability `tail`:
-    the rotated signal (Hoeffding over the random signs, ‖sum‖ ≤ sites·L/γ), one rounding unit per
-    site, and the Skellam noise of all the sites' shares; union bound over the D coordinates."""
-    log_each = math.log(tail / 2) - math.log(padded_dim)  # half the tail to signal, half to noise
-    signal = sites * site_bound / gamma * math.sqrt(2 * (math.log(2.0) - log_each) / padded_dim)
-    noise = _skellam_tail(sites * share_mu, log_each)
+    """Bound on |coordinate| of the integer sum of `sites` shares, except with probability `tail`.
+
+    The signal part holds for every input, even one chosen knowing the round's rotation: a
+    coordinate of the rotated sum is at most its norm, sites·site_bound/γ; each site's rounding
+    adds less than one unit; the Skellam noise of all the sites' shares exceeds its bound on some
+    coordinate with probability at most `tail` (Chernoff bound, union over the D coordinates)."""
+    signal = sites * site_bound / gamma
+    noise = _skellam_tail(sites * share_mu, math.log(tail) - math.log(padded_dim))
     return signal + sites + noise
 
 
@@ -374,7 +390,7 @@ def plan_distributed(
     bound = clip if site_bound is None else float(site_bound)
     if bound < clip:
         raise ValueError(f"site_bound ({bound}) is below clip ({clip}): it bounds a sum of clipped patients")
-    padded = _padded(dim)
+    padded = padded_size(dim)
     shares = honest_min - colluders
     limit = float(2 ** (bits - 1) - 1)
 
@@ -485,33 +501,35 @@ def rotation_signs(round_seed: bytes, padded_dim: int) -> np.ndarray:
     return 1.0 - 2.0 * bits[:padded_dim].astype(np.float64)
 
 
-def _fwht(x: np.ndarray) -> None:
-    """In-place unnormalised Walsh–Hadamard transform of a float64 vector of length 2^k."""
-    n = x.shape[0]
+def _fwht(x: np.ndarray, block: int) -> None:
+    """In-place unnormalised Walsh–Hadamard transform of each length-`block` (2^k) run of x."""
+    rows = x.shape[0] // block
     h = 1
-    while h < n:
-        view = x.reshape(-1, 2, h)
-        top = view[:, 0, :].copy()
-        view[:, 0, :] += view[:, 1, :]
-        np.subtract(top, view[:, 1, :], out=view[:, 1, :])
+    while h < block:
+        view = x.reshape(rows, -1, 2, h)
+        top = view[:, :, 0, :].copy()
+        view[:, :, 0, :] += view[:, :, 1, :]
+        np.subtract(top, view[:, :, 1, :], out=view[:, :, 1, :])
         h *= 2
 
 
 def rotate(x: np.ndarray, round_seed: bytes, padded_dim: int) -> np.ndarray:
-    """H·diag(s)·pad(x) / √D: orthogonal, so norms (and the sensitivity) are preserved."""
+    """Blockwise H·diag(s)·pad(x) / √B: orthogonal, so norms (and the sensitivity) are preserved."""
+    block = rotation_block(padded_dim)
     out = np.zeros(padded_dim, dtype=np.float64)
     out[: x.shape[0]] = x
     out *= rotation_signs(round_seed, padded_dim)
-    _fwht(out)
-    out /= math.sqrt(padded_dim)
+    _fwht(out, block)
+    out /= math.sqrt(block)
     return out
 
 
 def unrotate(y: np.ndarray, round_seed: bytes, dim: int) -> np.ndarray:
-    """The inverse of `rotate` (H·H = D·I), truncated to the first `dim` coordinates."""
+    """The inverse of `rotate` (H·H = B·I per block), truncated to the first `dim` coordinates."""
     out = np.array(y, dtype=np.float64)
-    _fwht(out)
-    out /= math.sqrt(out.shape[0])
+    block = rotation_block(out.shape[0])
+    _fwht(out, block)
+    out /= math.sqrt(block)
     out *= rotation_signs(round_seed, out.shape[0])
     return out[:dim]
 
@@ -539,6 +557,8 @@ def encode_share(
     y += rng.random(plan.padded_dim)
     rounded = np.floor(y).astype(np.int64)
     half = plan.share_mu / 2
+    if half > MAX_POISSON_LAMBDA * 1.01:
+        raise ValueError(f"share_mu {plan.share_mu:g} is beyond the Poisson sampler's accurate range")
     noise = rng.poisson(half, plan.padded_dim) - rng.poisson(half, plan.padded_dim)
     share = rounded + noise
     return share.astype(np.uint64) & np.uint64((1 << plan.bits) - 1)

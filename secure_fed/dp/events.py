@@ -101,7 +101,8 @@ def rounded_sensitivities(clip: float, gamma: float, padded_dim: int) -> tuple[f
     """(Δ₂, Δ₁) of one patient in the integer sum after scaling by 1/γ, rotation and randomised
     rounding of a site's sum: coupling the roundings of neighbouring sums through the same
     uniforms, each coordinate moves by less than its exact change plus one, so
-    Δ₂ = C/γ + √D (+ float slack) and, for an integer vector, Δ₁ ≤ min(√D·Δ₂, Δ₂²)."""
+    Δ₂ = C/γ + √D (+ float slack) and, for an integer vector, Δ₁ ≤ min(√D·Δ₂, Δ₂²), D being the
+    number of rounded coordinates (the share's length)."""
     l2 = clip / gamma + math.sqrt(padded_dim) + ROUNDING_FLOAT_SLACK
     return l2, min(math.sqrt(padded_dim) * l2, l2 * l2)
 
@@ -163,8 +164,8 @@ class SkellamSum(_FromJson):
             object.__setattr__(self, name, _positive(getattr(self, name), name))
         for name in ("dim", "padded_dim", "bits", "honest_min", "colluders"):
             _check_count(getattr(self, name))
-        if self.padded_dim < max(self.dim, 1) or self.padded_dim & (self.padded_dim - 1):
-            raise EventFormatError(f"padded_dim {self.padded_dim} is not a power of two >= dim {self.dim}")
+        if self.padded_dim < max(self.dim, 1):
+            raise EventFormatError(f"padded_dim {self.padded_dim} is below dim {self.dim}")
         if self.honest_min <= self.colluders:
             raise EventFormatError(f"honest_min {self.honest_min} must exceed colluders {self.colluders}")
         l2, l1 = rounded_sensitivities(self.clip, self.gamma, self.padded_dim)

@@ -19,6 +19,7 @@ from secure_fed.dp.distributed import (
     decode_sum,
     distributed_epsilon,
     encode_share,
+    padded_size,
     plan_distributed,
     poisson_subsampled_rdp,
     rotate,
@@ -71,6 +72,13 @@ def test_the_rotation_is_orthogonal() -> None:
     np.testing.assert_allclose(unrotate(y, SEED, 1000), x, atol=1e-12)
     # the signs come from the seed: another round rotates differently
     assert not np.allclose(rotate(x, bytes(32), 1024), y)
+    # past one block (4096) the rotation is blockwise: 5000 coordinates pad to 8192, not more
+    assert padded_size(5000) == 8192 and padded_size(68_000) == 69_632 and padded_size(1000) == 1024
+    x = np.random.default_rng(2).normal(size=5000)
+    y = rotate(x, SEED, 8192)
+    assert math.isclose(float(np.linalg.norm(y)), float(np.linalg.norm(x)), rel_tol=1e-12)
+    np.testing.assert_allclose(unrotate(y, SEED, 5000), x, atol=1e-12)
+    assert float(np.abs(y[4096:]).max()) > 0.1  # the second block is rotated too
 
 
 def test_the_sum_of_k_shares_decodes_to_the_sum_within_the_rounding_error(plan: DistributedPlan) -> None:
