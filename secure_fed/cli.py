@@ -882,8 +882,9 @@ def audit_verify(
     ] = None,
 ) -> None:
     """Check chains, signatures, completeness and re-derive every ε. Exit 0 only if all hold; 3 if
-    all hold but a site dropped out (its log stops where the server's signed log says it left); 1
-    on any problem.
+    all hold but a site dropped out (its log stops where the server's signed log says it left); 4 if
+    all hold but the run was interrupted (each log ends with its party's signed stop); 1 on any
+    problem.
 
     Example: secure-fed audit verify runs/demo/audit/*.jsonl --keys runs/demo/public-keys
     """
