@@ -501,16 +501,25 @@ def rotation_signs(round_seed: bytes, padded_dim: int) -> np.ndarray:
     return 1.0 - 2.0 * bits[:padded_dim].astype(np.float64)
 
 
-def _fwht(x: np.ndarray, block: int) -> None:
-    """In-place unnormalised Walsh–Hadamard transform of each length-`block` (2^k) run of x."""
-    rows = x.shape[0] // block
-    h = 1
-    while h < block:
-        view = x.reshape(rows, -1, 2, h)
-        top = view[:, :, 0, :].copy()
-        view[:, :, 0, :] += view[:, :, 1, :]
-        np.subtract(top, view[:, :, 1, :], out=view[:, :, 1, :])
-        h *= 2
+@functools.lru_cache(maxsize=16)
+def _sylvester(n: int) -> np.ndarray:
+    """The n×n Walsh–Hadamard matrix in Sylvester's order (entries ±1), n a power of two."""
+    matrix = np.ones((1, 1))
+    while matrix.shape[0] < n:
+        matrix = np.block([[matrix, matrix], [matrix, -matrix]])
+    matrix.setflags(write=False)  # shared by the cache
+    return matrix
+
+
+def _hadamard_blocks(x: np.ndarray, block: int) -> np.ndarray:
+    """The unnormalised Walsh–Hadamard transform of each length-`block` run of x.
+
+    H_B = H_a ⊗ H_b with a·b = B, so a run reshaped row-major to an a×b matrix X transforms to
+    H_a·X·H_b: two small batched matrix products instead of log₂ B strided butterfly passes."""
+    k = block.bit_length() - 1
+    a = 1 << (k // 2)
+    b = block // a
+    return (_sylvester(a) @ x.reshape(-1, a, b) @ _sylvester(b)).reshape(-1)
 
 
 def rotate(x: np.ndarray, round_seed: bytes, padded_dim: int) -> np.ndarray:
@@ -519,16 +528,16 @@ def rotate(x: np.ndarray, round_seed: bytes, padded_dim: int) -> np.ndarray:
     out = np.zeros(padded_dim, dtype=np.float64)
     out[: x.shape[0]] = x
     out *= rotation_signs(round_seed, padded_dim)
-    _fwht(out, block)
+    out = _hadamard_blocks(out, block)
     out /= math.sqrt(block)
     return out
 
 
 def unrotate(y: np.ndarray, round_seed: bytes, dim: int) -> np.ndarray:
     """The inverse of `rotate` (H·H = B·I per block), truncated to the first `dim` coordinates."""
-    out = np.array(y, dtype=np.float64)
-    block = rotation_block(out.shape[0])
-    _fwht(out, block)
+    values = np.asarray(y, dtype=np.float64)
+    block = rotation_block(values.shape[0])
+    out = _hadamard_blocks(values, block)
     out /= math.sqrt(block)
     out *= rotation_signs(round_seed, out.shape[0])
     return out[:dim]

@@ -66,6 +66,7 @@ def test_the_rotation_is_orthogonal() -> None:
     padded = 16
     basis = np.stack([rotate(np.eye(padded)[i], SEED, padded) for i in range(padded)])
     np.testing.assert_allclose(basis @ basis.T, np.eye(padded), atol=1e-12)
+    np.testing.assert_allclose(np.abs(basis), 1 / math.sqrt(padded), atol=1e-12)  # spikes spread evenly
     x = np.random.default_rng(1).normal(size=1000)
     y = rotate(x, SEED, 1024)
     assert math.isclose(float(np.linalg.norm(y)), float(np.linalg.norm(x)), rel_tol=1e-12)
