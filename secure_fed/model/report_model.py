@@ -11,6 +11,17 @@ from torch import nn
 from secure_fed.model.hyper_lora import PatientContext, add_encoder_lora, add_hyper_lora, add_shared_lora
 
 
+def trim_padding(input_ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """The batch without its trailing all-padding columns. Reports are padded to the longest one
+    allowed (57 tokens) while a batch's longest is about 42 (mean 27), and the decoder's cost grows
+    with the columns. Each row's loss is unchanged: the decoder is causal, so no logit at a real
+    token reads a later column, and padded targets are masked out of the loss."""
+    real = (input_ids != pad_id).any(0).nonzero()
+    if real.numel() == 0:
+        return input_ids
+    return input_ids[:, : int(real.max()) + 1]
+
+
 class ReportModel(nn.Module):
     """images (B, 2V, H, W) = [current, prior] per view → report tokens, personalised by q_p (B, K)."""
 
@@ -92,7 +103,7 @@ class ReportModel(nn.Module):
 
     def forward(self, images: torch.Tensor, input_ids: torch.Tensor, profiles: torch.Tensor) -> torch.Tensor:
         """Per-row mean token cross-entropy (B,): callers sum it for per-patient DP gradients."""
-        input_ids = input_ids.to(self.device)
+        input_ids = trim_padding(input_ids.to(self.device), self.pad_id)
         logits = self.logits(images, input_ids, profiles)
         targets = input_ids[:, 1:]
         mask = (targets != self.pad_id).float()
