@@ -94,9 +94,15 @@ def rdp_curve(events: Event | Iterable[Event], orders: Sequence[float] = DEFAULT
     total = np.zeros(len(orders))
     for rate, sigma, count in schedule(gaussian):
         total = total + _rdp_one_step(rate, sigma, orders) * count
+    # a ledger holds one event per round: identical steps are merged, as schedule() merges Gaussians
+    merged: dict[tuple[float, float, float, float], tuple[SkellamSum, int]] = {}
     for event in skellam:
         if event.count and event.sampling_rate:
-            total = total + _skellam_one_step(event, orders) * event.count
+            key = (event.sampling_rate, event.l1_sensitivity, event.l2_sensitivity, event.mu_total)
+            first, count = merged.get(key, (event, 0))
+            merged[key] = (first, count + event.count)
+    for event, count in merged.values():
+        total = total + _skellam_one_step(event, orders) * count
     return total
 
 

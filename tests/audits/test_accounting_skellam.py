@@ -76,3 +76,31 @@ def test_a_logged_sensitivity_that_does_not_follow_is_refused() -> None:
     with pytest.raises(EventError):
         stream.compose({"type": "composed", "events": [Gaussian(4.0, 1).to_json(), {**logged, "gamma": -1}]})
     assert stream.epsilon_rdp(1e-5) == 0.0
+
+
+def test_a_run_logged_round_by_round_re_derives_the_planned_epsilon() -> None:
+    # sites charge one event per round (count 1); the plan was calibrated for all rounds at once
+    from secure_fed.dp.distributed import distributed_epsilon, plan_distributed
+    from secure_fed.dp.ledger import PrivacyLedger
+
+    plan = plan_distributed(
+        target_epsilon=2.0,
+        delta=1e-5,
+        sample_rate=0.02,
+        steps=300,
+        clip=1.0,
+        dim=68_000,
+        honest_min=3,
+        colluders=1,
+        bits=32,
+        max_sites=5,
+        site_bound=1024.0,
+    )
+    ledger, stream = PrivacyLedger(), StreamAccountant()
+    for round_id in range(1, 301):
+        ledger.record("a", "train", round_id, "dp_sgd", plan.event(0.02, 1))
+        stream.compose(plan.event(0.02, 1).to_json())
+    planned = distributed_epsilon(plan, 0.02, 300, 1e-5)
+    assert 2.0 - 1e-3 <= planned <= 2.0
+    assert abs(ledger.epsilon("a", delta=1e-5)["rdp"] - planned) <= 1e-9
+    assert abs(stream.epsilon_rdp(1e-5) - planned) <= 1e-9
