@@ -57,13 +57,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
-from secure_fed.dp.events import ROUNDING_FLOAT_SLACK, SkellamSum, rounded_sensitivities
+from secure_fed.dp.events import ROUNDING_FLOAT_SLACK, Event, SkellamSum, rounded_sensitivities
 
 # Rotation float error stays far below one integer unit while the site's scaled norm is below
 # this (see the module docstring); a finer γ would buy nothing the accounting can use.
@@ -260,8 +260,10 @@ def distributed_epsilon(plan: DistributedPlan, sample_rate: float, steps: int, d
     return epsilon_rdp([plan.event(sample_rate, steps)], delta)
 
 
-def _epsilon_for(q: float, steps: int, delta: float, l1: float, l2: float, mu: float) -> float:
-    curve = np.asarray(skellam_subsampled_curve(q, l1, l2, mu)) * steps
+def _epsilon_for(
+    q: float, steps: int, delta: float, l1: float, l2: float, mu: float, fixed: np.ndarray
+) -> float:
+    curve = np.asarray(skellam_subsampled_curve(q, l1, l2, mu)) * steps + fixed
     return rdp_to_epsilon(np.asarray(ORDERS, dtype=np.float64), curve, delta)
 
 
@@ -282,13 +284,20 @@ def padded_size(dim: int) -> int:
 
 
 def _calibrate_mu(
-    target: float, delta: float, q: float, steps: int, l1: float, l2: float, tolerance: float = 1e-5
+    target: float,
+    delta: float,
+    q: float,
+    steps: int,
+    l1: float,
+    l2: float,
+    fixed: np.ndarray,
+    tolerance: float = 1e-5,
 ) -> float:
     """Smallest-ish mu (bisection on the noise multiplier z = √mu / Δ₂) with ε ≤ target and
     ε ≥ target − tolerance·target."""
 
     def eps(z: float) -> float:
-        return _epsilon_for(q, steps, delta, l1, l2, (z * l2) ** 2)
+        return _epsilon_for(q, steps, delta, l1, l2, (z * l2) ** 2, fixed)
 
     low, high = 0.0, 1.0
     while eps(high) > target:
@@ -356,6 +365,7 @@ def plan_distributed(
     max_sites: int,
     site_bound: float | None = None,
     wrap_tail: float = WRAP_TAIL,
+    fixed_events: Sequence[Event] = (),
 ) -> DistributedPlan:
     """Calibrate the Skellam noise and the granularity γ for `steps` distributed rounds.
 
@@ -364,8 +374,10 @@ def plan_distributed(
     granularity for which `max_sites` sites' shares cannot wrap the 2^bits ring (except with
     probability `wrap_tail`). `site_bound` is the L2 norm a site's clipped sum is projected onto
     before encoding (None = clip, right only when a site's sum holds at most one patient; pass
-    the largest sum norm you expect, e.g. clip × patients per step). Raises ValueError naming the
-    knob when the ring is too small.
+    the largest sum norm you expect, e.g. clip × patients per step). `fixed_events` are the other
+    releases on the same patients (e.g. the GMM histogram's Gaussian): the target is then the ε of
+    their composition with the rounds, as the ledger prices it, not of the rounds alone. Raises
+    ValueError naming the knob when the ring is too small.
     """
     for name, value in (("steps", steps), ("dim", dim), ("max_sites", max_sites)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -392,11 +404,16 @@ def plan_distributed(
         raise ValueError(f"site_bound ({bound}) is below clip ({clip}): it bounds a sum of clipped patients")
     padded = padded_size(dim)
     shares = honest_min - colluders
+    from secure_fed.dp.accountants import rdp_curve
+
+    fixed = rdp_curve(list(fixed_events), [float(a) for a in ORDERS])
+    if rdp_to_epsilon(np.asarray(ORDERS, dtype=np.float64), fixed, delta) >= target_epsilon:
+        raise ValueError("the fixed releases alone already spend the whole epsilon target")
     limit = float(2 ** (bits - 1) - 1)
 
     def mu_for(gamma: float) -> float:
         l2, l1 = rounded_sensitivities(clip, gamma, padded)
-        return _calibrate_mu(target_epsilon, delta, sample_rate, steps, l1, l2)
+        return _calibrate_mu(target_epsilon, delta, sample_rate, steps, l1, l2, fixed)
 
     def fits(gamma: float, z: float, sites: int) -> bool:
         l2, _ = rounded_sensitivities(clip, gamma, padded)

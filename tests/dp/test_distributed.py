@@ -245,3 +245,18 @@ def test_plan_and_event_json_round_trip_and_tampering_is_refused(plan: Distribut
         from_json(forged)
     with pytest.raises(ValueError, match="missing keys"):
         DistributedPlan.from_json({k: v for k, v in plan.to_json().items() if k != "gamma"})
+
+
+def test_calibration_with_fixed_releases_meets_the_target_of_the_composition() -> None:
+    # the GMM histogram (a Gaussian on the same patients) and the rounds are priced together by the
+    # ledger; calibrating the rounds alone to the rest of ε would leave the composition off target
+    from secure_fed.dp.calibration import calibrate_gaussian
+    from secure_fed.dp.events import Gaussian
+
+    histogram = Gaussian(calibrate_gaussian(0.2, DELTA), 1)
+    plan = _plan(fixed_events=[histogram])
+    together = epsilon_rdp([histogram, plan.event(Q, STEPS)], DELTA)
+    assert 2.0 - 1e-3 <= together <= 2.0
+    assert distributed_epsilon(plan, Q, STEPS, DELTA) < together
+    with pytest.raises(ValueError, match="already spend"):
+        _plan(fixed_events=[Gaussian(0.3, 1)])
