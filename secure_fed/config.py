@@ -416,6 +416,11 @@ class RunConfig(_Strict):
                 "1. A distributed round is one DP step; local multi-step training on partially noised "
                 "gradients is not DP"
             )
+        if self.dp.target_epsilon is None:
+            raise ValueError(
+                "dp.noise = 'distributed' needs dp.target_epsilon: the noise shares are calibrated to "
+                "it (dp.noise_multiplier is site mode's σ)"
+            )
         if self.fed.method != "fedavg":
             raise ValueError(
                 f"fed.method = {self.fed.method!r} with dp.noise = 'distributed' is not yet supported; "

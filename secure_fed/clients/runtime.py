@@ -242,7 +242,7 @@ class SiteRuntime:
                 "population_sizes",
                 {"train": data.n_train_patients, "validation": data.n_val_patients, "test": len(data.test)},
             )
-        return cls(
+        runtime = cls(
             cfg=cfg,
             site=site,
             data=data,
@@ -253,6 +253,23 @@ class SiteRuntime:
             run_id=run_id,
             lifetime=lifetime,
         )
+        if privacy is not None and cfg.dp.noise == "distributed":
+            runtime._plan_distributed()
+        return runtime
+
+    def _plan_distributed(self) -> None:
+        """The run's distributed plan, from this site's own config, the model's size and the sites
+        it holds keys for (never from the server)."""
+        from secure_fed.distributed_plan import plan_for
+
+        assert self.privacy is not None
+        sites = self._provisioned_sites()
+        if sites is None:
+            raise Refusal("no_keys", "dp.noise = 'distributed' needs the sites' provisioned keys (SecAgg+)")
+        dim = sum(p.numel() for p in self._report()[1].parameters() if p.requires_grad)
+        plan = plan_for(self.cfg, dim, len(sites))
+        # its privacy records carry the mode, h, c and the plan, in the site's signed log
+        self.privacy.set_distributed(plan)
 
     @classmethod
     def _with_learner(
@@ -394,6 +411,11 @@ class SiteRuntime:
             gradients = (lambda: self.privacy.gradients(round_id)) if self.privacy is not None else None
             update = self.learner.local_update(round_id, method, global_vec, gradients)
             upload, steps, mean_loss = update.upload * factors.own, update.steps, update.mean_loss
+        elif self.privacy is not None and self.privacy.distributed is not None:
+            if scaled:
+                # a factor would weigh this site's noise share, not only its patients' gradients
+                raise Refusal("bad_request", "dp.noise = 'distributed' takes no server-chosen factors")
+            upload, steps, mean_loss = self._distributed_update(round_id, global_vec)
         else:
             upload, steps, mean_loss = self._report_update(round_id, method, global_vec, options)
             upload = upload * factors.own
@@ -417,9 +439,37 @@ class SiteRuntime:
         }
         if self.privacy is not None:
             reply.update(self.privacy.after_round_summary())
+            if self.privacy.distributed is not None:
+                # the public power-of-two floor of its patients (as its privacy record's range): the
+                # server's divisor for the expected batch, q × Σ floors
+                reply["population_floor"] = bucket_floor(self.privacy.n_patients[TRAIN])
         if self.trail is not None:
             reply["audit_records"] = self.trail.take_pending()
         return reply
+
+    def _distributed_update(self, round_id: int, global_vec: np.ndarray) -> tuple[np.ndarray, int, float]:
+        """One distributed-DP step: this site's clipped gradient sum over its Poisson-sampled
+        patients, encoded with its noise share into the ring (its keystream draws the sample, the
+        rounding and the noise); the server decodes only the sum over the survivors."""
+        from secure_fed.clients.distributed import clipped_gradient_sum
+        from secure_fed.distributed_plan import round_seed
+        from secure_fed.dp.distributed import encode_share
+
+        assert self.privacy is not None
+        data, model = self._report()
+        start = unflatten(torch.tensor(global_vec), model.trainable_state())
+        stream = self.privacy.noise_stream("distributed_dp", round_id)
+        clipped, sampled = clipped_gradient_sum(
+            model, start, data.train, self.privacy.clip, self.privacy.sampling_rate,
+            self.privacy.n_patients[TRAIN], stream,
+        )  # fmt: skip
+        # the share's rounding and Skellam noise from a generator keyed by the release's keystream
+        seed = np.empty(4, dtype=np.uint64)
+        stream.fill(seed)
+        rng = np.random.default_rng(seed)
+        share = encode_share(clipped, self.privacy.distributed, round_seed(self.cfg, round_id), rng)
+        log.debug("site %s round %d: %d patients sampled", self.site, round_id, sampled)
+        return share, 1, float("nan")
 
     def _report_update(
         self, round_id: int, method: str, global_vec: np.ndarray, options: dict[str, Any]
