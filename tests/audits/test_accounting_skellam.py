@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from itertools import product
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -104,3 +105,43 @@ def test_a_run_logged_round_by_round_re_derives_the_planned_epsilon() -> None:
     assert 2.0 - 1e-3 <= planned <= 2.0
     assert abs(ledger.epsilon("a", delta=1e-5)["rdp"] - planned) <= 1e-9
     assert abs(stream.epsilon_rdp(1e-5) - planned) <= 1e-9
+
+
+def test_audit_verify_re_derives_a_signed_log_of_skellam_rounds(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from secure_fed.audits.log import AuditLog
+    from secure_fed.audits.verify import verify_logs
+    from secure_fed.dp.ledger import PrivacyLedger
+
+    key = Ed25519PrivateKey.generate()
+    path = tmp_path / "site-0.jsonl"
+    event = _event(0.02, 1, 1e-4, 1024, 1.0)
+
+    def write(scale: float = 1.0, forged: dict[str, float] | None = None) -> None:
+        path.unlink(missing_ok=True)
+        ledger = PrivacyLedger()
+        with AuditLog(path, "site-0", "run-1", key) as log:
+            for round_id in range(1, 6):
+                ledger.record("site-0", "train", round_id, "dp_sgd", event)
+                eps = ledger.epsilon("site-0", delta=1e-5)
+                payload = {
+                    "site": "site-0",
+                    "population": "train",
+                    "mechanism": "dp_sgd",
+                    "event": {**event.to_json(), **(forged or {})},
+                    "delta": 1e-5,
+                    "epsilon": {"rdp": eps["rdp"] * scale, "prv": eps["prv"]},
+                    "budget": None,
+                }
+                log.append("privacy", payload)
+
+    write()
+    result = verify_logs([path], {"site-0": key.public_key()})
+    assert result.ok, result.problems
+    write(scale=0.9)  # a site that under-states its ε
+    assert "does not match mechanism parameters" in str(
+        verify_logs([path], {"site-0": key.public_key()}).problems[0]
+    )
+    write(forged={"l2_sensitivity": event.l2_sensitivity / 3})  # or its sensitivity
+    assert "privacy record unreadable" in str(verify_logs([path], {"site-0": key.public_key()}).problems[0])
