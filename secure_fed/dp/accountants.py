@@ -113,6 +113,7 @@ def epsilon_rdp(
 
     A history holding a Skellam sum is priced on SKELLAM_ORDERS when `orders` is the default."""
     _check_delta(delta)
+    events = list(leaves(events))  # a generator would be spent by the first pass
     if orders is DEFAULT_ORDERS and _split(events)[1]:
         orders = SKELLAM_ORDERS
     curve = rdp_curve(events, orders)
@@ -148,9 +149,10 @@ def prv_epsilon(
     The PRV value is the accountant's upper estimate (estimate + eps_error), as in Opacus.
     """
     _check_delta(delta)
-    if any(e.count and e.sampling_rate for e in _split(events)[1]):
+    gaussian, skellam = _split(events)
+    if any(e.count and e.sampling_rate for e in skellam):
         return PrvResult(None, "none", "no PRV accountant for the Skellam sum; use the RDP value")
-    triples = schedule(_split(events)[0])
+    triples = schedule(gaussian)
     if not triples:
         return PrvResult(0.0, "trivial")
     if any(sigma == 0 for _, sigma, _ in triples):
