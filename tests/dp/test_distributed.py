@@ -213,6 +213,7 @@ def test_calibration_hits_the_target_and_the_ledger_prices_the_same(plan: Distri
     assert 2.0 - 1e-3 <= eps <= 2.0
     event = plan.event(Q, STEPS)
     assert epsilon_rdp([event], DELTA) == eps
+    assert epsilon_rdp(iter([event]), DELTA) == eps  # a generator of events is priced, not spent
     assert prv_epsilon([event], DELTA).epsilon is None  # no PRV for it: the RDP value is used
     # composed with a Gaussian release it costs more than either alone
     from secure_fed.dp.events import Gaussian
