@@ -144,6 +144,14 @@ def test_secagg_flower_smoke() -> None:
     assert all(
         len(rows) == 1 and rows[0]["dim"] == 10_000 and rows[0]["sites"] == 3 for rows in results.values()
     )
+    # docs/BENCHMARKS.md's table is this output shaped: Flower's round, ours with and without the broadcast
+    out = {"runtime": "flwr simulation", "results": results}
+    table = _tool("bench_tables").shape("secagg-flower", out, "cmd", "machine", None, "0" * 40)
+    assert [r[1] for r in table["rows"]] == [
+        "FedAvg round (`SecAggPlusWorkflow`)",
+        "broadcast + secure sum",
+        "secure sum after the broadcast",
+    ]
 
 
 def test_distributed_noise_smoke() -> None:

@@ -7,14 +7,15 @@ renders (docs/results/bench-NAME.json, the format of tools/doc_tables.py).
     python tools/doc_tables.py --write
 
 Several outputs of one command are several runs: each cell is the median over them (round_time.py,
-ckks.py), or each run is a column (threads.py). secagg.py, secagg_flower.py and dp_overhead.py have
-no shaper yet: their tables in the docs were transcribed, and their notes say how they were combined.
+ckks.py), or each run is a column (threads.py). secagg.py and dp_overhead.py have no shaper yet:
+their tables in the docs were transcribed, and their notes say how they were combined.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.metadata
 import json
 import statistics
 import subprocess
@@ -250,6 +251,32 @@ CKKS_COLUMNS = [
     "max abs error",
 ]
 
+
+def _first_dim(outs: Sequence[dict[str, Any]]) -> int:
+    return next(cell["dim"] for cells in _one(outs)["results"].values() for cell in cells)
+
+
+def secagg_flower_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    results = _one(outs)["results"]
+    try:
+        flower = f"Flower {importlib.metadata.version('flwr').rsplit('.', 1)[0]}"
+    except importlib.metadata.PackageNotFoundError:
+        flower = "Flower"
+    parts = [
+        (flower, "FedAvg round (`SecAggPlusWorkflow`)", "flower", "round"),
+        ("ours", "broadcast + secure sum", "ours", "round"),
+        ("ours", "secure sum after the broadcast", "ours", "sum"),
+    ]
+    rows = []
+    for label, what, name, kind in parts:
+        for cell in results.get(name, []):
+            plain, secagg = cell[f"plain_{kind}_s_median"], cell[f"secagg_{kind}_s_median"]
+            rows.append(
+                [label, what, cell["sites"], f"{plain:.3f} → {secagg:.3f}", f"{cell[f'{kind}_ratio']:.1f}"]
+            )
+    return rows
+
+
 Outs = Sequence[dict[str, Any]]
 # name -> (title, columns (or a function of the outputs), rows, notes)
 SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[Outs], list[str]]]] = {
@@ -294,6 +321,12 @@ SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[
         threads_columns,
         threads_rows,
         lambda outs: [],
+    ),
+    "secagg-flower": (
+        "SecAgg+ in Flower's simulation runtime, ours and Flower's own (medians of the timed pairs)",
+        ["implementation", "what is timed", "sites", "plain → SecAgg+ (s)", "ratio"],
+        secagg_flower_rows,
+        lambda outs: [f"{_one(outs)['runtime']}; {_int(_first_dim(outs))} float32 values."],
     ),
     "ckks": (
         "CKKS sum of the α scalars (masked protocol, signed mask keys), per round",
