@@ -320,6 +320,11 @@ def _score_sites(
     replies: dict[str, dict[str, Any]] = {}
     for site in site_names(cfg):
         runtime = SiteRuntime.create(cfg, site)
+        # The reference's model was trained (or, for base, deliberately not) outside this runtime's
+        # rounds; without this its guard refuses to score ("evaluate_untrained", a deployed site's
+        # defence against a server) and every reference cell scored NaN.
+        runtime.guard.trained_round(cfg.fed.rounds)
+        runtime.guard.save()  # handle() reads the guard from the site's folder
         if gmms is not None:
             attach_profiles(runtime.data, gmms[site])
         vector = flatten(state_for(runtime.data.train)).numpy()
