@@ -261,3 +261,19 @@ def test_calibration_with_fixed_releases_meets_the_target_of_the_composition() -
     assert distributed_epsilon(plan, Q, STEPS, DELTA) < together
     with pytest.raises(ValueError, match="already spend"):
         _plan(fixed_events=[Gaussian(0.3, 1)])
+
+
+@pytest.mark.parametrize("accountant", ["rdp", "prv"])
+def test_the_budget_guard_admits_every_planned_round_and_refuses_the_next(
+    plan: DistributedPlan, accountant: str
+) -> None:
+    # a site charges one event a round; a budget equal to the target admits exactly the plan
+    from secure_fed.dp.budget import BudgetGuard
+    from secure_fed.dp.ledger import PrivacyLedger
+
+    guard = BudgetGuard(PrivacyLedger(), 2.0, accountant=accountant)  # type: ignore[arg-type]
+    step = [("dp_sgd", plan.event(Q, 1))]
+    admitted = [guard.admit("a", "train", step, DELTA, round=r).ok for r in range(1, STEPS + 1)]
+    assert all(admitted)
+    refused = guard.admit("a", "train", step, DELTA, round=STEPS + 1)
+    assert not refused.ok and "over its budget" in refused.reason
