@@ -592,6 +592,17 @@ _ALPHA_SUM: dict[bool | None, str] = {
 def mechanism_words(mechanism: str, settings: Mapping[str, Any] | None) -> str:
     """The mechanism in words, as this run ran it (its logged settings, not the default)."""
     words = MECHANISM_WORDS.get(mechanism, "a noisy release (see the mechanism's parameters)")
+    if mechanism == "dp_sgd" and settings is not None and settings.get("noise") == "distributed":
+        h, c = settings.get("honest_min"), settings.get("colluders")
+        words = (
+            "training of the shared model with distributed noise: each round is one step over every "
+            "site's patients, each sampled with probability q and its gradient clipped to norm C; each "
+            "site added only an integer share of Skellam noise inside SecAgg+, sized so that the honest "
+            f"sites among any h = {'all sites but c' if h is None else h} survivors carry the whole "
+            f"noise even when c = {c} of them collude with the server and remove their own shares; "
+            "sites refuse to unmask a sum with fewer than h survivors (σ: the released sum's noise "
+            "over C)"
+        )
     if mechanism == "alpha_scalars":
         words += _ALPHA_SUM[None if settings is None else settings.get("he")]
     return words

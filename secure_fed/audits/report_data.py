@@ -301,6 +301,9 @@ def _settings(configs: list[dict[str, Any]]) -> RunSettings | None:
         secagg=all_on([view.secagg for view in views]),
         he=all_on([view.he for view in views]),
         method=next((view.method for view in views if view.method), None),
+        noise=next((view.noise for view in views if view.noise), None),
+        honest_min=next((view.honest_min for view in views if view.honest_min is not None), None),
+        colluders=next((view.colluders for view in views if view.colluders is not None), None),
     )
 
 

@@ -1,7 +1,7 @@
 """A distributed-DP run end to end (dp.noise = "distributed", in-process engine, 3 sites, 2 rounds):
 it completes, its logs verify with every ε re-derived, each privacy record names the mode, h, c and
-the plan, and the noise in the sum the server released is what the plan says (measured: the decoded
-sum minus the sites' own clipped sums, over every coordinate)."""
+the plan, the compliance report says so in words, and the noise in the sum the server released is
+what the plan says (measured: the decoded sum minus the sites' own clipped sums, every coordinate)."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import json
 import numpy as np
 
 from secure_fed.audits.keys import load_public_keys
+from secure_fed.audits.report import write_report
 from secure_fed.audits.verify import verify_logs
 from secure_fed.runner import run_inprocess
 
@@ -60,6 +61,10 @@ def test_distributed_run_completes_verifies_and_releases_the_planned_noise(make_
     assert all(
         s["honest_min"] == 3 and s["colluders"] == 1 and s["event"]["type"] == "skellam_sum" for s in steps
     )
+
+    html, _, _ = write_report(logs, cfg.out / "report.html", load_public_keys(cfg.out / "keys"))
+    words = html.read_text()
+    assert "distributed noise" in words and "h = 3 survivors" in words and "c = 1 of them" in words
 
     for round_id, (noisy, plan) in enumerate(released, start=1):
         assert len(clipped[round_id]) == 3  # every site's sum went into the released one
