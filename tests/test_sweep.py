@@ -411,3 +411,19 @@ def test_private_central_is_dp_sgd_on_the_pooled_patients_and_spends_its_target(
     assert set(cell["per_site"]) == {"site0", "site1", "site2"}
     row = next(r for r in results["summary"] if r["method"] == "central")
     assert row["epsilon_spent"] == pytest.approx(spent)
+
+
+def test_make_results_hospital_runs_issue_30s_grid_on_the_hospital_config():
+    """`make results-hospital`: one resumable sweep of the hospital-scale config over issue 30's
+    grid; the config is the 10,000-patient, 5-unequal-site cohort (< 1 s)."""
+    text = (Path(__file__).parents[1] / "Makefile").read_text()
+    (line,) = text.split("\nresults-hospital:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    cmd = line.replace("$(SWEEP)", ".venv/bin/secure-fed sweep").split()
+    _check_sweep_command(cmd)
+    args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
+    assert args["--methods"].split(",") == ["base", "local", "central", "fedavg", "fedtar"]
+    assert args["--epsilons"].split(",") == ["inf", "16", "8", "4", "2", "1"]
+    assert len(args["--seeds"].split(",")) >= 3
+    synth = _config("hospital-scale").data.synth
+    assert synth.site_patients is not None and sum(synth.site_patients) >= 10_000
+    assert synth.sites >= 5 and len(set(synth.site_patients)) == synth.sites and synth.visits == 5
