@@ -201,3 +201,44 @@ def test_c_the_sum_minus_any_c_colluders_shares_keeps_mu_total(h: int, c: int, n
         # n − c honest shares of mu_total / (h − c): at least mu_total whenever n ≥ h
         assert measured >= 0.95 * plan.mu_total, (colluders, measured / plan.mu_total)
         assert abs(measured / ((n - c) * plan.share_mu) - 1) < 0.05
+
+
+def test_a_each_sites_refusal_below_h_goes_to_its_own_log(tmp_path) -> None:  # noqa: ANN001
+    """The same lie through the site's dispatcher (`handle`, as the ClientApp and the in-process
+    engine call it): the unmask request is refused and the refusal is logged as the site's
+    instruction record, its detail naming h and the view it was shown."""
+    from types import SimpleNamespace
+
+    from secure_fed.clients.guard import SiteGuard
+    from secure_fed.clients.handler import handle
+    from secure_fed.config import build_config
+
+    sites = _sites(5, honest_min=5, colluder=5)
+    transcript = honest_until_unmask(sites, settings=RING)
+    cfg = build_config(
+        {
+            "out": str(tmp_path),
+            "dp": {"enabled": True, "target_epsilon": 4.0, "noise": "distributed", "honest_min": 5},
+            "fed": {"method": "fedavg"},
+            "train": {"local_epochs": 1},
+            "data": {"synth": {"sites": 5}},
+        }
+    )
+    for n in (1, 2, 3):
+        logged: list[tuple] = []
+        runtime = SimpleNamespace(
+            cfg=cfg,
+            site=f"site-{n}",
+            stash={"upload": sites[n].vector},
+            guard=SiteGuard(path=tmp_path / f"guard-{n}.json", run_id="run-1"),
+            privacy=SimpleNamespace(distributed=SimpleNamespace(bits=RING_BITS, honest_min=5)),
+            identity=lambda n=n: sites[n].identity,
+            log_instruction=lambda *record, logged=logged: logged.append(record),
+            upload_fingerprint=lambda: None,
+        )
+        request = _declare_dropped(transcript, n, {4})
+        reply, _ = handle(runtime, UNMASK, request, sites[n].state_for_checks)  # type: ignore[arg-type]
+        assert reply["status"] == "refused" and "seed_shares" not in reply and "pair_keys" not in reply
+        [(phase, round_id, _digest, outcome, code, detail)] = logged
+        assert (phase, round_id, outcome, code) == (UNMASK, 1, "refused", "secagg")
+        assert "fewer than h = 5" in detail and "nodes [1, 2, 3, 5]" in detail
