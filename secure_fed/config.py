@@ -421,6 +421,11 @@ class RunConfig(_Strict):
                 "dp.noise = 'distributed' needs dp.target_epsilon: the noise shares are calibrated to "
                 "it (dp.noise_multiplier is site mode's σ)"
             )
+        if self.fed.participation < 1:
+            raise ValueError(
+                f"fed.participation = {self.fed.participation:g} with dp.noise = 'distributed' is not yet "
+                "supported: a round is one step over every site's patients, at least h sites; set it to 1"
+            )
         if self.fed.method != "fedavg":
             raise ValueError(
                 f"fed.method = {self.fed.method!r} with dp.noise = 'distributed' is not yet supported; "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import json
 from typing import Any
 
 from secure_fed.config import RunConfig
@@ -99,3 +100,8 @@ def _plan(
         max_sites=max_sites,
         site_bound=clip * SITE_BOUND_PATIENTS,
     )
+
+
+def plan_digest(plan: Any) -> str:
+    """SHA-256 of the plan's JSON: what a site and the server compare before a sum is decoded."""
+    return hashlib.sha256(json.dumps(plan.to_json(), sort_keys=True).encode()).hexdigest()

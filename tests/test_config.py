@@ -105,6 +105,8 @@ _DISTRIBUTED = {
         ({"dp": {"honest_min": 2, "colluders": 2}}, "dp.honest_min = 2 must exceed dp.colluders = 2"),
         ({"dp": {"honest_min": 4}}, "dp.honest_min = 4 exceeds the 3 sites"),
         ({"fed": {"method": "fedtar"}}, "'fedtar' with dp.noise = 'distributed' is not yet supported"),
+        ({"fed": {"participation": 0.5}}, "fed.participation = 0.5 with dp.noise = 'distributed'"),
+        ({"dp": {"target_epsilon": None, "noise_multiplier": 1.0}}, "needs dp.target_epsilon"),
     ],
 )
 def test_distributed_noise_is_refused_where_it_would_not_be_dp(change, message):

@@ -260,13 +260,19 @@ class SiteRuntime:
     def _plan_distributed(self) -> None:
         """The run's distributed plan, from this site's own config, the model's size and the sites
         it holds keys for (never from the server)."""
-        from secure_fed.distributed_plan import plan_for
+        from secure_fed.distributed_plan import honest_min, plan_for
 
         assert self.privacy is not None
         sites = self._provisioned_sites()
         if sites is None:
             raise Refusal("no_keys", "dp.noise = 'distributed' needs the sites' provisioned keys (SecAgg+)")
         dim = sum(p.numel() for p in self._report()[1].parameters() if p.requires_grad)
+        h, c = honest_min(self.cfg, len(sites)), self.cfg.dp.colluders
+        if not c < h <= len(sites):
+            raise ValueError(
+                f"dp.honest_min = {h} with dp.colluders = {c} does not fit this run's {len(sites)} sites: "
+                "h must exceed c and be at most the sites"
+            )
         plan = plan_for(self.cfg, dim, len(sites))
         # its privacy records carry the mode, h, c and the plan, in the site's signed log
         self.privacy.set_distributed(plan)
@@ -440,9 +446,13 @@ class SiteRuntime:
         if self.privacy is not None:
             reply.update(self.privacy.after_round_summary())
             if self.privacy.distributed is not None:
+                from secure_fed.distributed_plan import plan_digest
+
                 # the public power-of-two floor of its patients (as its privacy record's range): the
                 # server's divisor for the expected batch, q × Σ floors
                 reply["population_floor"] = bucket_floor(self.privacy.n_patients[TRAIN])
+                # which plan the share was encoded with: a server on another plan would decode noise
+                reply["distributed_plan"] = plan_digest(self.privacy.distributed)
         if self.trail is not None:
             reply["audit_records"] = self.trail.take_pending()
         return reply

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from secure_fed.config import RunConfig
-from secure_fed.distributed_plan import plan_for, round_seed
+from secure_fed.distributed_plan import plan_digest, plan_for, round_seed
 from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy
 
 
@@ -41,10 +41,19 @@ class DistributedFedAvg(Strategy):
 
     def run_round(self, ctx: RoundContext, global_state: np.ndarray) -> RoundResult:
         participants, declined, info = self.train_phase(ctx, global_state)
+        plan = plan_for(self.cfg, self.dim, len(ctx.sites))
+        mine = plan_digest(plan)
+        other = sorted(ctx.sites[n] for n in participants if info["distributed_plans"].get(n) != mine)
+        if other:
+            # their shares are on another ring, granularity or noise: the sum would decode to noise
+            raise ValueError(
+                f"round {ctx.round}: {', '.join(other)} encoded with another distributed-DP plan than the "
+                f"server's ({len(ctx.sites)} sites, this config): every site and the server need the same "
+                "[dp] settings and the same provisioned sites"
+            )
         total, summed = self.sum_uploads(ctx, participants, self.upload_dim())
         from secure_fed.dp.distributed import decode_sum
 
-        plan = plan_for(self.cfg, self.dim, len(ctx.sites))
         noisy_sum = decode_sum(total, plan, round_seed(self.cfg, ctx.round))
         floors = info.get("population_floors", {})
         patients = sum(floors.get(n, 0) for n in summed.survivors)
