@@ -424,8 +424,10 @@ def run_simulation(
       the command, with its state in ~/.flwr, and runs the apps in a `flwr-simulation` process the
       SuperLink spawns from a FAB of a project folder (an installed `secure-fed` has none);
     - Ray is started in that process from a SimulationConfig that carries only CPUs, GPUs, logging
-      and num-supernodes: no `_node_ip_address`, so Ray takes the host's outward address rather than
-      127.0.0.1, and no place for `without_ray_dashboard` (whose head asks the cloud metadata IP);
+      and num-supernodes: no `_node_ip_address` and no place for `without_ray_dashboard` (whose
+      head asks the cloud metadata IP); loopback would rest only on that process inheriting
+      `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` from secure_fed._env (with it Ray's
+      get_node_ip_address() is 127.0.0.1, without it this machine's outward 192.0.2.2, measured);
     - the ServerApp runs in that other process: the per-round and per-phase progress callbacks, the
       run's objects (config, keys folder, run id) and the Ctrl-C handler that signs every party's
       `run_aborted` (which must stop Ray's workers, children of that process) are out of reach.
