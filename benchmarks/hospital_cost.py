@@ -3,10 +3,11 @@
 Measured on a slice of the hospital cohort (every site's size times ``--scale``), with the tiny
 preset on one torch thread, as a sweep runs it:
 
-- ``train_ms_per_patient_epoch``: one epoch of `train_copies` over site0's train patients, one
-  adapter copy (the pooled methods), non-private (`MinibatchGradients`, the config's batch) and
-  DP-SGD (`DPGradients` at the config's Poisson rate; the cost does not depend on σ), over the
-  patients the epoch trained (DP: the patients Poisson sampling drew);
+- ``train``: ms per patient-epoch of `train_copies` over site0's train patients, one adapter copy
+  (the pooled methods), non-private (`MinibatchGradients`, the config's batch) and DP-SGD
+  (`DPGradients` at the config's Poisson rate; the cost does not depend on σ), over the patients
+  an epoch trained (DP: the patients Poisson sampling drew); each with the loss's padding trim
+  (``after``) and without it (``before``), interleaved epoch by epoch;
 - ``eval_ms_per_report``: greedy decoding and scoring of site0's test reports (a run scores every
   test visit once, at its end);
 - ``step_split_ms``: where a step of 32 rows goes (the encoder's frozen prefix — patch embedding and
@@ -24,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -39,6 +41,7 @@ from secure_fed.clients.training import LocalTrainSettings, MinibatchGradients, 
 from secure_fed.config import RunConfig, load_config
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.dp.keystream import NOISE_KEY_BYTES, NoiseStream
+from secure_fed.model import report_model
 from secure_fed.model.setup import build_report_model
 
 CONFIG = Path(__file__).parents[1] / "configs" / "hospital-scale.toml"
@@ -64,50 +67,64 @@ def _ms(seconds: float, units: float) -> float:
     return round(1000.0 * seconds / max(units, 1e-9), 3)
 
 
-def train_costs(cfg: RunConfig, model: Any, train: Any) -> dict[str, Any]:
+def _epoch(cfg: RunConfig, model: Any, train: Any, private: bool) -> tuple[float, int, int]:
+    """One epoch of `train_copies`: (seconds, patients trained, steps)."""
     n = int(train.patient_slot.max()) + 1
-    start = model.trainable_state()
     settings = LocalTrainSettings(lr=cfg.train.lr, epochs=1, batch_patients=cfg.train.batch_size)
-    t0 = time.perf_counter()
-    plain = train_copies(
-        model,
-        start,
-        [train],
-        settings,
-        seed=0,
-        gradients=MinibatchGradients(cfg.train.batch_size, torch.Generator().manual_seed(0)),
-    )
-    plain_s = time.perf_counter() - t0
-    q = cfg.dp.sample_rate
-    steps = steps_per_epoch(q)
-    noise = NoiseStream.for_release(os.urandom(NOISE_KEY_BYTES), "bench", 0)
     drawn: list[int] = []
+    if private:
+        q = cfg.dp.sample_rate
+        noise = NoiseStream.for_release(os.urandom(NOISE_KEY_BYTES), "bench", 0)
 
-    class Counting(DPGradients):
-        def sample(self, n_patients: int) -> torch.Tensor:
-            chosen = super().sample(n_patients)
-            drawn.append(int(chosen.numel()))
-            return chosen
+        class Counting(DPGradients):
+            def sample(self, n_patients: int) -> torch.Tensor:
+                chosen = super().sample(n_patients)
+                drawn.append(int(chosen.numel()))
+                return chosen
 
-    dp = Counting(q, cfg.dp.max_grad_norm, 1.0, n, steps, noise)
+        grads: Any = Counting(q, cfg.dp.max_grad_norm, 1.0, n, steps_per_epoch(q), noise)
+    else:
+        grads = MinibatchGradients(cfg.train.batch_size, torch.Generator().manual_seed(0))
     t0 = time.perf_counter()
-    train_copies(model, start, [train], settings, seed=0, gradients=dp)
-    dp_s = time.perf_counter() - t0
-    return {
+    result = train_copies(model, model.trainable_state(), [train], settings, seed=0, gradients=grads)
+    return time.perf_counter() - t0, sum(drawn) if private else n, result.steps
+
+
+def train_costs(cfg: RunConfig, model: Any, train: Any, repeats: int) -> dict[str, Any]:
+    """Per patient-epoch, non-private and DP, with the loss's padding trim (today) and without it
+    (before: every batch padded to the longest report allowed), the four interleaved epoch by
+    epoch so that background load hits them alike; medians over ``repeats`` epochs each."""
+    n = int(train.patient_slot.max()) + 1
+    runs: dict[str, list[tuple[float, int, int]]] = {}
+    untrimmed = report_model.trim_padding
+    for _ in range(repeats):
+        for private in (False, True):
+            for trim in (False, True):
+                report_model.trim_padding = untrimmed if trim else (lambda ids, pad: ids)  # type: ignore[assignment]
+                try:
+                    runs.setdefault(
+                        f"{'dp' if private else 'non_private'}_{'after' if trim else 'before'}", []
+                    ).append(_epoch(cfg, model, train, private))
+                finally:
+                    report_model.trim_padding = untrimmed
+    out: dict[str, Any] = {
         "patients": n,
         "rows_per_patient": round(len(train) / n, 3),
-        "non_private": {
-            "steps": plain.steps,
-            "wall_s": round(plain_s, 2),
-            "ms_per_patient_epoch": _ms(plain_s, n),
-        },
-        "dp": {
-            "steps": steps,
-            "patients_drawn": sum(drawn),
-            "wall_s": round(dp_s, 2),
-            "ms_per_patient_epoch": _ms(dp_s, sum(drawn)),
-        },
+        "epochs_each": repeats,
     }
+    for name, rs in runs.items():
+        per = [_ms(s, k) for s, k, _ in rs]
+        out[name] = {
+            "steps_per_epoch": rs[0][2],
+            "patients_per_epoch": round(statistics.mean(k for _, k, _ in rs), 1),
+            "ms_per_patient_epoch": round(statistics.median(per), 2),
+            "min_ms_per_patient_epoch": round(min(per), 2),
+        }
+    for kind in ("non_private", "dp"):
+        out[f"{kind}_after_over_before"] = round(
+            out[f"{kind}_after"]["ms_per_patient_epoch"] / out[f"{kind}_before"]["ms_per_patient_epoch"], 3
+        )
+    return out
 
 
 def step_split(model: Any, train: Any, repeats: int) -> dict[str, float]:
@@ -214,6 +231,72 @@ def cell_costs(cfg: RunConfig, epsilon: float, folder: Path) -> dict[str, Any]:
     return out
 
 
+def doc_table(result: dict[str, Any], command: str) -> dict[str, Any]:
+    """The docs table (tools/doc_tables.py's format) of a full run."""
+    import datetime as dt
+    import subprocess
+
+    t = result["train"]
+    rows: list[list[Any]] = [
+        [
+            "ms per patient-epoch, before (batches padded to 57 tokens)",
+            t["non_private_before"]["ms_per_patient_epoch"],
+            t["dp_before"]["ms_per_patient_epoch"],
+        ],
+        [
+            "ms per patient-epoch, after (all-padding columns trimmed)",
+            t["non_private_after"]["ms_per_patient_epoch"],
+            t["dp_after"]["ms_per_patient_epoch"],
+        ],
+        ["after / before", t["non_private_after_over_before"], t["dp_after_over_before"]],
+        [
+            "ms per scored test report (greedy decoding)",
+            result["eval"]["ms_per_report"],
+            result["eval"]["ms_per_report"],
+        ],
+    ]
+    cells = result.get("cells")
+    if cells:
+        eps = next(k for k in cells if k != "inf")
+        rows.append(
+            [
+                f"one central cell on the slice, ms per patient-epoch (all included; ε = {eps} private)",
+                cells["inf"]["ms_per_patient_epoch"],
+                cells[eps]["ms_per_patient_epoch"],
+            ]
+        )
+    g, split = result["grid_estimate"], result["step_split_ms"]
+    rows.append(
+        ["full-scale cell estimate, s (train + scoring)", g["cell_s"]["non_private"], g["cell_s"]["dp"]]
+    )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+    ).stdout.strip()
+    return {
+        "title": "Hospital-scale cost per patient-epoch on this machine (tiny preset, 1 thread)",
+        "source": {
+            "command": command,
+            "commit": commit,
+            "date": dt.date.today().isoformat(),
+            "machine": f"2-core machine shared with other jobs (1-min load {result['load_1min']})",
+            "wall": None,
+        },
+        "columns": ["quantity", "non-private", "DP-SGD"],
+        "rows": rows,
+        "notes": [
+            f"Slice of configs/hospital-scale.toml: sites of {result['slice_site_patients']} patients; "
+            "site0's "
+            f"{t['patients']} train patients, {t['epochs_each']} interleaved epochs per variant (median).",
+            f"Grid of issue 30 at full scale (7,000 train patients, 5 epochs, {g['test_reports_per_cell']} "
+            f"test reports a cell, 60 cells): estimated {g['total_h']} h from the per-unit costs above; "
+            "FedTAR's extra work is not in it (a lower bound for its cells).",
+            "The encoder has LoRA in every block: its visual tokens change with training and are not "
+            f"cached; its frozen prefix (patch and position embedding) is {split['frozen_prefix_ms']} ms "
+            f"of a {split['forward_backward_ms']} ms step of 32 rows.",
+        ],
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -221,17 +304,19 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=0.03, help="slice: each site's size times this")
     parser.add_argument("--cache", type=Path, default=None, help="model cache (default: the config's)")
     parser.add_argument("--pretrain-steps", type=int, default=None, help="base pretraining (default: config)")
-    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=10, help="timed calls per step-split entry")
+    parser.add_argument("--epochs", type=int, default=3, help="timed epochs per training variant")
     parser.add_argument("--eval-rows", type=int, default=96)
     parser.add_argument("--cells", action="store_true", help="also time one real central cell at ∞ and ε")
     parser.add_argument("--epsilon", type=float, default=8.0)
     parser.add_argument("--json-out", type=Path, default=None, help="also write the JSON here")
+    parser.add_argument("--doc-json", type=Path, default=None, help="write the docs table JSON here")
     parser.add_argument("--quick", action="store_true", help="a tiny slice and base (smoke run)")
     args = parser.parse_args()
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     torch.set_num_threads(1)
     if args.quick:
-        args.scale, args.repeats, args.eval_rows = 0.005, 2, 8
+        args.scale, args.repeats, args.eval_rows, args.epochs = 0.005, 2, 8, 1
         args.pretrain_steps = args.pretrain_steps if args.pretrain_steps is not None else 20
     with tempfile.TemporaryDirectory() as tmp:
         cache = args.cache or Path(tmp) / "cache"
@@ -243,7 +328,7 @@ def main() -> None:
         )
         attach_profiles(data, gmm)
         enc = [n for n, p in model.named_parameters() if p.requires_grad and n.startswith("encoder.")]
-        train = train_costs(cfg, model, data.train)
+        train = train_costs(cfg, model, data.train, args.epochs)
         result: dict[str, Any] = {
             "config": str(CONFIG.relative_to(CONFIG.parents[1])),
             "slice_site_patients": cfg.data.synth.site_patients,
@@ -254,12 +339,17 @@ def main() -> None:
             "eval": eval_cost(cfg, model, data.test, args.eval_rows),
             "load_1min": round(os.getloadavg()[0], 2),
         }
-        ms = {k: train[k]["ms_per_patient_epoch"] for k in ("non_private", "dp")}
+        ms = {k: train[f"{k}_after"]["ms_per_patient_epoch"] for k in ("non_private", "dp")}
         result["grid_estimate"] = grid_estimate(
             ms, result["eval"]["ms_per_report"], train["rows_per_patient"]
         )
         if args.cells:
             result["cells"] = cell_costs(cfg, args.epsilon, Path(tmp) / "cells")
+    if args.doc_json is not None:
+        import sys
+
+        command = ".venv/bin/python benchmarks/hospital_cost.py " + " ".join(sys.argv[1:])
+        args.doc_json.write_text(json.dumps(doc_table(result, command), indent=1) + "\n")
     text = json.dumps(result, indent=1)
     if args.json_out is not None:
         args.json_out.parent.mkdir(parents=True, exist_ok=True)
