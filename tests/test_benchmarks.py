@@ -172,8 +172,9 @@ def test_hospital_cost_smoke(cache_dir: Path) -> None:
     estimate built from them (~15 s on an idle machine)."""
     out = _smoke("hospital_cost.py", "--cache", str(cache_dir))
     train = out["train"]
-    assert train["non_private"]["ms_per_patient_epoch"] > 0 and train["dp"]["ms_per_patient_epoch"] > 0
-    assert train["dp"]["patients_drawn"] > 0 and out["eval"]["ms_per_report"] > 0
+    for variant in ("non_private_before", "non_private_after", "dp_before", "dp_after"):
+        assert train[variant]["ms_per_patient_epoch"] > 0 and train[variant]["patients_per_epoch"] > 0
+    assert train["non_private_after_over_before"] > 0 and out["eval"]["ms_per_report"] > 0
     # the encoder carries LoRA in its blocks: its visual tokens are not frozen (no token cache)
     assert out["encoder_trainable"]["lora_in_every_block"]
     grid = out["grid_estimate"]
@@ -184,3 +185,15 @@ def test_hospital_cost_smoke(cache_dir: Path) -> None:
         "central, fedavg, fedtar at 5 finite ε": 45,
     }
     assert grid["total_h"] > 0
+
+
+def test_dp_recipe_smoke(cache_dir: Path) -> None:
+    """benchmarks/dp_recipe.py: C from public per-patient gradient norms, the rate from public site
+    sizes, σ per ε from the sites' own split (~15 s on an idle machine)."""
+    out = _smoke("dp_recipe.py", "--cache", str(cache_dir))
+    choice = out["choice"]
+    assert out["public_patients"] == 8 and out["per_patient_grad_norm"]["median"] > 0
+    assert choice["max_grad_norm"] == float(f"{out['per_patient_grad_norm']['median']:.1g}")
+    assert choice["expected_batch"]["smallest_site"] >= 20
+    sigmas = [out["sigma_by_epsilon"][e]["sigma"] for e in ("1", "2", "4", "8", "16")]
+    assert sigmas == sorted(sigmas, reverse=True) and sigmas[-1] > 0  # less noise at larger ε
