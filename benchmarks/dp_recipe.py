@@ -107,7 +107,9 @@ def main() -> None:
     sizes = cfg.data.synth.site_patients or [cfg.data.synth.patients] * cfg.data.synth.sites
     d = cfg.data
     train = [n - round(n * d.val_fraction) - round(n * d.test_fraction) for n in sizes]
-    rate = next((q for q in RATES if q * min(train) >= args.min_batch), RATES[0])
+    # the most steps a pass (the smallest rate) whose expected batch at the smallest site is large
+    # enough: large batches, but enough steps in the few passes the time budget allows
+    rate = next((q for q in sorted(RATES) if q * min(train) >= args.min_batch), max(RATES))
     epochs = cfg.fed.rounds * cfg.train.local_epochs
     steps = epochs * steps_per_epoch(rate)
     delta = cfg.dp.delta if cfg.dp.delta is not None else default_delta(min(train))
