@@ -197,3 +197,23 @@ def test_dp_recipe_smoke(cache_dir: Path) -> None:
     assert choice["expected_batch"]["smallest_site"] >= 20
     sigmas = [out["sigma_by_epsilon"][e]["sigma"] for e in ("1", "2", "4", "8", "16")]
     assert sigmas == sorted(sigmas, reverse=True) and sigmas[-1] > 0  # less noise at larger ε
+
+
+def test_distributed_cost_smoke(cache_dir: Path) -> None:
+    """benchmarks/distributed_cost.py: one private step per mode and its share of a real SecAgg+
+    sum (float updates in site mode, ring shares in distributed mode) at 5 sites (~30 s loaded)."""
+    out = _smoke("distributed_cost.py", "--cache", str(cache_dir))
+    (row,) = out["results"]
+    # at 5 sites SecAgg+'s graph is complete, so h = K − 1 fits every site's neighbourhood
+    assert row["sites"] == 5 and row["variant"] == "default" and row["honest_min"] == 4
+    assert row["colluders"] == 1 and row["secagg_degree"] == {"site_mode": 4, "distributed": 4}
+    assert out["model"]["trainable"] == row["plan"]["dim"] <= row["plan"]["padded_dim"]
+    for clock in ("cpu", "wall"):
+        timing = row[clock]
+        for part in ("site_step", "distributed_step", "site_sum", "distributed_sum"):
+            assert timing[f"{part}_ms"] > 0
+        # the ratio is the two totals', each a step plus a fifth of its mode's secure sum
+        total = timing["distributed_step_ms"] + timing["distributed_sum_ms"] / 5
+        assert timing["distributed_total_ms"] == pytest.approx(total)
+        assert timing["ratio"] == pytest.approx(timing["distributed_total_ms"] / timing["site_total_ms"])
+    assert out["privacy"]["site_mode_sigma"] > 0 and row["plan"]["share_mu"] > 0
