@@ -34,11 +34,13 @@ def delta(cfg: RunConfig) -> float:
     return cfg.dp.delta if cfg.dp.delta is not None else DEFAULT_DELTA
 
 
-def train_epsilon(cfg: RunConfig) -> float:
-    """The share of the target ε the training steps get; the rest pays for each site's GMM
-    histogram (`dp.gmm_fraction`), as in site mode."""
+def histogram_sigma(cfg: RunConfig) -> float:
+    """σ of each site's GMM histogram: `dp.gmm_fraction` of the target ε, as in site mode; the plan
+    composes it with the rounds, so the ledger's ε of histogram + rounds is the target."""
+    from secure_fed.dp.calibration import calibrate_gaussian
+
     assert cfg.dp.target_epsilon is not None  # the config refuses distributed mode without it
-    return (1.0 - cfg.dp.gmm_fraction) * cfg.dp.target_epsilon
+    return calibrate_gaussian(cfg.dp.gmm_fraction * cfg.dp.target_epsilon, delta(cfg))
 
 
 def round_seed(cfg: RunConfig, round_id: int) -> bytes:
@@ -55,10 +57,13 @@ SITE_BOUND_PATIENTS = 1024
 
 def plan_for(cfg: RunConfig, dim: int, n_sites: int) -> Any:
     """The run's `DistributedPlan`: one DP step a round over `cfg.fed.rounds` rounds at Poisson
-    rate q, calibrated to the training share of the target ε, the ring and granularity sized for
-    `n_sites` sites, shares sized so h − c honest survivors carry the whole noise."""
+    rate q, calibrated so that they and the site's GMM histogram together meet the target ε, the
+    ring and granularity sized for `n_sites` sites, shares sized so h − c honest survivors carry
+    the whole noise."""
+    assert cfg.dp.target_epsilon is not None  # the config refuses distributed mode without it
     return _plan(
-        train_epsilon(cfg),
+        cfg.dp.target_epsilon,
+        histogram_sigma(cfg),
         delta(cfg),
         cfg.dp.sample_rate,
         cfg.fed.rounds,
@@ -74,6 +79,7 @@ def plan_for(cfg: RunConfig, dim: int, n_sites: int) -> Any:
 @functools.lru_cache(maxsize=8)
 def _plan(
     target_epsilon: float,
+    histogram_sigma: float,
     delta: float,
     sample_rate: float,
     steps: int,
@@ -86,6 +92,7 @@ def _plan(
 ) -> Any:
     # calibration bisects an RDP curve: seconds, so one process plans a run once
     from secure_fed.dp.distributed import plan_distributed
+    from secure_fed.dp.histogram import histogram_event
 
     return plan_distributed(
         target_epsilon=target_epsilon,
@@ -99,6 +106,7 @@ def _plan(
         bits=bits,
         max_sites=max_sites,
         site_bound=clip * SITE_BOUND_PATIENTS,
+        fixed_events=(histogram_event(histogram_sigma),),
     )
 
 

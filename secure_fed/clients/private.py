@@ -145,7 +145,9 @@ class SitePrivacy:
             assert target is not None  # the config refuses distributed mode without a target
             # one DP step a round; σ is set from the plan (the released sum's noise over C)
             steps, sigma = 1, float("nan")
-            hist_sigma = calibrate_gaussian(dp.gmm_fraction * target, delta[TRAIN])
+            from secure_fed.distributed_plan import histogram_sigma
+
+            hist_sigma = histogram_sigma(cfg)  # the plan composes it with the rounds
         elif dp.noise_multiplier is not None:
             sigma = dp.noise_multiplier
             hist_sigma = calibrate_gaussian(dp.gmm_fraction * target, delta[TRAIN]) if target else sigma

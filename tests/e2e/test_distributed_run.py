@@ -48,7 +48,7 @@ def test_distributed_run_completes_verifies_and_releases_the_planned_noise(make_
     outcome = run_inprocess(cfg, cfg.out)
     assert outcome.metrics["rounds"] == 2 and len(released) == 2
     for site, eps in outcome.metrics["privacy"]["epsilon"].items():
-        assert 0 < eps["rdp"] <= 8.0 + 1e-9, site
+        assert 8.0 * (1 - 1e-3) <= eps["rdp"] <= 8.0 + 1e-9, site  # histogram + 2 rounds: the target
 
     logs = sorted((cfg.out / "audit").glob("*.jsonl"))
     result = verify_logs(logs, load_public_keys(cfg.out / "keys"))
