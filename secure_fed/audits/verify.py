@@ -599,11 +599,14 @@ class _Checker:
                 for r in state.records.values()
                 if isinstance(r["round"], int) and said and r["round"] > said[0]
             ]
-            # a site that left records no end: a log that holds one was cut after the run went on
+            # a site that left records no end: a log that holds one was cut after the run went on.
+            # Its own signed stop as its last record is how it left (its node was stopped mid-run).
+            own_stop = state.records[max(state.records)] if stop is not None else None
             ended = any(
                 r["event"] in ("run_end", "run_aborted")
                 or (r["event"] == "instruction" and r["payload"].get("phase") in ("evaluate", "finish"))
                 for r in state.records.values()
+                if r is not own_stop
             )
             if said is None or "server" not in self.keys or self.wrong_keys or later or ended:
                 detail = (
