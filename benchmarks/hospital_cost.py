@@ -269,6 +269,7 @@ def doc_table(result: dict[str, Any], command: str) -> dict[str, Any]:
     rows.append(
         ["full-scale cell estimate, s (train + scoring)", g["cell_s"]["non_private"], g["cell_s"]["dp"]]
     )
+    rows.append(["issue 30's grid at full scale, h (60 cells of both kinds)", g["total_h"], "(in the total)"])
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True
     ).stdout.strip()
