@@ -816,8 +816,9 @@ def verify_main(
     if result.ok and result.interruptions:
         console.print(
             f"[bold yellow]VERIFIED, INTERRUPTED[/] (exit {EXIT_INTERRUPTED}): every record verifies and "
-            f"every signature holds; {figures} Not tampering: the run was stopped by a signal and did "
-            "not finish (`secure-fed run --resume` goes on from its last checkpoint):"
+            f"every signature holds; {figures} Not tampering: the run was stopped (a signal, or "
+            "`flwr stop` in a deployment) and did not finish (a `secure-fed run` goes on from its last "
+            "checkpoint with --resume):"
         )
         for stop in result.interruptions:
             console.print(f"  {stop}", markup=False, highlight=False)
