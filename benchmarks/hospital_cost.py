@@ -10,6 +10,9 @@ preset on one torch thread, as a sweep runs it:
   (``after``) and without it (``before``), interleaved epoch by epoch;
 - ``eval_ms_per_report``: greedy decoding and scoring of site0's test reports (a run scores every
   test visit once, at its end);
+- ``decode``: greedy decoding alone of one batch of those reports (up to 64, the evaluation's
+  batch), ms per report with the key/value cache `ReportModel.generate` uses and with the whole
+  prefix recomputed each step, interleaved, median of ``--repeats``; and whether their ids agree;
 - ``step_split_ms``: where a step of 32 rows goes (the encoder's frozen prefix — patch embedding and
   position embedding, the only part of the encoder without LoRA —, the whole encoder, the forward,
   forward + backward);
@@ -175,6 +178,56 @@ def eval_cost(cfg: RunConfig, model: Any, test: Any, rows: int) -> dict[str, Any
     return {"reports": len(part), "wall_s": round(wall, 2), "ms_per_report": _ms(wall, len(part))}
 
 
+def prefix_generate(
+    model: Any, images: torch.Tensor, profiles: torch.Tensor, max_len: int
+) -> list[list[int]]:
+    """Greedy decoding without a cache (the whole prefix through the decoder each step): what
+    `ReportModel.generate` did before it kept keys/values, timed here against it."""
+    model.eval()
+    with torch.no_grad():
+        ids = torch.full((images.shape[0], 1), model.bos_id, dtype=torch.long)
+        done = torch.zeros(images.shape[0], dtype=torch.bool)
+        visual = model.visual_tokens(images)
+        model.ctx.phi = model.proj(profiles) if model.proj is not None else None
+        try:
+            for _ in range(max_len):
+                nxt = model.decoder(input_ids=ids, encoder_hidden_states=visual).logits[:, -1].argmax(-1)
+                nxt = torch.where(done, torch.full_like(nxt, model.pad_id), nxt)
+                ids = torch.cat([ids, nxt[:, None]], dim=1)
+                done |= nxt == model.eos_id
+                if bool(done.all()):
+                    break
+        finally:
+            model.ctx.phi = None
+    return [row[1:].tolist() for row in ids]
+
+
+def decode_cost(cfg: RunConfig, model: Any, test: Any, rows: int, repeats: int) -> dict[str, Any]:
+    part = test.subset(list(range(min(rows, len(test), 64))))
+    images, profiles = part.images, part.profiles
+    max_len = cfg.data.max_report_tokens + 1
+    runs: dict[str, tuple[Any, list[float]]] = {
+        "prefix": (lambda: prefix_generate(model, images, profiles, max_len), []),
+        "kv_cache": (lambda: model.generate(images, profiles, max_len), []),
+    }
+    ids = {name: fn() for name, (fn, _) in runs.items()}  # warm-up, and the ids compared
+    for _ in range(repeats):
+        for fn, times in runs.values():
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    ms = {name: _ms(statistics.median(times), len(part)) for name, (_, times) in runs.items()}
+    eos = model.eos_id
+    lengths = [row.index(eos) + 1 if eos in row else len(row) for row in ids["kv_cache"]]
+    return {
+        "reports": len(part),
+        "mean_tokens": round(statistics.mean(lengths), 1),
+        "same_ids": ids["prefix"] == ids["kv_cache"],
+        "ms_per_report": ms,
+        "kv_cache_over_prefix": round(ms["kv_cache"] / ms["prefix"], 3),
+    }
+
+
 def grid_estimate(train_ms: dict[str, float], eval_ms: float, rows_per_patient: float) -> dict[str, Any]:
     """Issue 30's grid at full scale from per-unit costs: training patient-epochs × cost plus every
     cell's scoring of the test reports. FedTAR's extra work (T copies, α hypergradients) and the
@@ -236,7 +289,7 @@ def doc_table(result: dict[str, Any], command: str) -> dict[str, Any]:
     import datetime as dt
     import subprocess
 
-    t = result["train"]
+    t, dec = result["train"], result["decode"]
     rows: list[list[Any]] = [
         [
             "ms per patient-epoch, before (batches padded to 57 tokens)",
@@ -253,6 +306,17 @@ def doc_table(result: dict[str, Any], command: str) -> dict[str, Any]:
             "ms per scored test report (greedy decoding)",
             result["eval"]["ms_per_report"],
             result["eval"]["ms_per_report"],
+        ],
+        [
+            f"ms per decoded report, whole prefix recomputed each step ({dec['reports']} reports)",
+            dec["ms_per_report"]["prefix"],
+            dec["ms_per_report"]["prefix"],
+        ],
+        [
+            "ms per decoded report, key/value cache (what scoring runs; same ids: "
+            f"{'yes' if dec['same_ids'] else 'NO'})",
+            dec["ms_per_report"]["kv_cache"],
+            dec["ms_per_report"]["kv_cache"],
         ],
     ]
     cells = result.get("cells")
@@ -338,6 +402,7 @@ def main() -> None:
             "train": train,
             "step_split_ms": step_split(model, data.train, args.repeats),
             "eval": eval_cost(cfg, model, data.test, args.eval_rows),
+            "decode": decode_cost(cfg, model, data.test, args.eval_rows, args.repeats),
             "load_1min": round(os.getloadavg()[0], 2),
         }
         ms = {k: train[f"{k}_after"]["ms_per_patient_epoch"] for k in ("non_private", "dp")}

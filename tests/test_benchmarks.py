@@ -177,6 +177,10 @@ def test_hospital_cost_smoke(cache_dir: Path) -> None:
     assert train["non_private_after_over_before"] > 0 and out["eval"]["ms_per_report"] > 0
     # the encoder carries LoRA in its blocks: its visual tokens are not frozen (no token cache)
     assert out["encoder_trainable"]["lora_in_every_block"]
+    # scoring's cached decoding gives the ids of recomputing the prefix, on the same batch
+    decode = out["decode"]
+    assert decode["same_ids"] and decode["reports"] > 0
+    assert all(ms > 0 for ms in decode["ms_per_report"].values())
     grid = out["grid_estimate"]
     assert grid["train_patients"] == 7000 and grid["epochs"] == 5
     assert grid["cells"] == {
