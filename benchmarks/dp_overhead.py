@@ -347,7 +347,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the memory runs")
     args = parser.parse_args()
-    # profiled steps cost ~6x an unprofiled one: 10 of each kind were most of a --quick run
+    # a profiled step costs ~6x an unprofiled one: 10 of each kind were a third of a --quick run
     args.profile_steps = 3 if args.quick else 10
     if args.quick:
         args.warmup, args.repeats, args.repeats_large = 1, 5, 3
