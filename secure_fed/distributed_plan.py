@@ -30,6 +30,34 @@ def honest_min(cfg: RunConfig, n_sites: int) -> int:
     return cfg.dp.honest_min if cfg.dp.honest_min is not None else n_sites - cfg.dp.colluders
 
 
+def neighbourhood(cfg: RunConfig, n_sites: int) -> int:
+    """Sites in one site's SecAgg+ neighbourhood, itself included: all it can see survive, so the
+    most h (dp.honest_min) its unmask rule can ever be met with."""
+    from secure_fed.crypto.secagg_protocol import SecAggSettings, round_params
+
+    settings = SecAggSettings.from_config(cfg.secagg)
+    return round_params(n_sites, 1, settings).degree + 1
+
+
+def check_honest_min(cfg: RunConfig, n_sites: int) -> None:
+    """ValueError (one line, naming the key and the fix) when h cannot work with this many sites."""
+    h, c = honest_min(cfg, n_sites), cfg.dp.colluders
+    if not c < h <= n_sites:
+        raise ValueError(
+            f"dp.honest_min = {h} with dp.colluders = {c} does not fit this run's {n_sites} sites: "
+            "h must exceed c and be at most the sites"
+        )
+    seen = neighbourhood(cfg, n_sites)
+    if seen < h:
+        # a site unmasks only with h survivors in its own view, so with a sparser graph every round
+        # would abort at setup (measured: every round, from 10 sites on, at the defaults)
+        raise ValueError(
+            f"dp.honest_min = {h} needs each site's SecAgg+ neighbourhood to hold {h} sites, but "
+            f"secagg.neighbours gives {seen} of {n_sites}: set secagg.neighbours to {h - 1} or more, "
+            f"or dp.honest_min to {seen} or less"
+        )
+
+
 def delta(cfg: RunConfig) -> float:
     return cfg.dp.delta if cfg.dp.delta is not None else DEFAULT_DELTA
 

@@ -116,3 +116,21 @@ def test_distributed_noise_is_refused_where_it_would_not_be_dp(change, message):
     assert "\n" not in str(err.value)  # one line, naming the keys
     cfg = build_config(_DISTRIBUTED)
     assert cfg.dp.noise == "distributed" and cfg.dp.colluders == 1 and cfg.dp.honest_min is None
+
+
+@pytest.mark.parametrize(("sites", "neighbours", "fits"), [(5, None, True), (10, None, False), (10, 9, True)])
+def test_h_must_fit_a_sites_secagg_neighbourhood(sites, neighbours, fits):
+    """A site unmasks only with h survivors in its own SecAgg+ view: at 10 sites the default sparse
+    graph shows each site 8 of them, so the default h = 9 would abort every round at setup."""
+    from secure_fed.distributed_plan import check_honest_min, honest_min, neighbourhood
+
+    cfg = build_config({**_DISTRIBUTED, "secagg": {"neighbours": neighbours}})
+    assert honest_min(cfg, sites) == sites - 1
+    if fits:
+        check_honest_min(cfg, sites)
+        assert neighbourhood(cfg, sites) >= sites - 1
+    else:
+        with pytest.raises(
+            ValueError, match=r"secagg.neighbours gives \d+ of 10: set secagg.neighbours to 8"
+        ):
+            check_honest_min(cfg, sites)

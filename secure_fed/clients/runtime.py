@@ -260,19 +260,14 @@ class SiteRuntime:
     def _plan_distributed(self) -> None:
         """The run's distributed plan, from this site's own config, the model's size and the sites
         it holds keys for (never from the server)."""
-        from secure_fed.distributed_plan import honest_min, plan_for
+        from secure_fed.distributed_plan import check_honest_min, plan_for
 
         assert self.privacy is not None
         sites = self._provisioned_sites()
         if sites is None:
             raise Refusal("no_keys", "dp.noise = 'distributed' needs the sites' provisioned keys (SecAgg+)")
         dim = sum(p.numel() for p in self._report()[1].parameters() if p.requires_grad)
-        h, c = honest_min(self.cfg, len(sites)), self.cfg.dp.colluders
-        if not c < h <= len(sites):
-            raise ValueError(
-                f"dp.honest_min = {h} with dp.colluders = {c} does not fit this run's {len(sites)} sites: "
-                "h must exceed c and be at most the sites"
-            )
+        check_honest_min(self.cfg, len(sites))
         plan = plan_for(self.cfg, dim, len(sites))
         # its privacy records carry the mode, h, c and the plan, in the site's signed log
         self.privacy.set_distributed(plan)
