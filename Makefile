@@ -10,7 +10,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser test test-deploy demo lint bench clean results
+.PHONY: install browser test test-deploy demo lint bench clean results results-hospital
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,6 +45,13 @@ results: $(STAMP)
 	$(SWEEP) --config configs/iid-sites.toml --methods base,local,central,fedavg --seeds 0,1,2,3,4 --epsilons inf -o runs/results-iid
 	$(SWEEP) --config configs/small-iid-sites.toml --methods base,local,central,fedavg,fedavg-ft,fedtar --seeds 0,1,2,3,4,5,6,7,8,9 --epsilons inf -o runs/results-small-iid
 	$(SWEEP) --config configs/training-noise.toml --methods base,local,central,fedavg --seeds 0,1,2,3,4 --epsilons inf -o runs/results-training-noise
+
+# docs/RESULTS.md's "Hospital scale" grid (issue 30): 10,000 patients over 5 unequal sites; central at
+# a finite ε is DP-SGD on the pooled patients. Resumable like `results` (finished cells are skipped):
+#   nohup make results-hospital > runs/results-hospital.log 2>&1 &
+# Its wall time here is estimated by benchmarks/hospital_cost.py (docs/BENCHMARKS.md).
+results-hospital: $(STAMP)
+	$(SWEEP) --config configs/hospital-scale.toml --methods base,local,central,fedavg,fedtar --seeds 0,1,2 --epsilons inf,16,8,4,2,1 -o runs/results-hospital
 
 # docs/DEPLOYMENT.md's script end to end (examples/deploy-local/deploy.sh all): ~20 min here
 test-deploy: $(STAMP)

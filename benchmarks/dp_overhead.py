@@ -310,9 +310,9 @@ def bench_preset(preset: str, cache: Path, args: argparse.Namespace, modes: list
     out["dp_split"] = phase_split(setup, max(3, repeats // 3), fastest_dp.removeprefix("dp_"))
     if args.profile:
         # one profile of each step serves both fields
-        private = _op_times(steps[fastest_dp], 10)
+        private = _op_times(steps[fastest_dp], args.profile_steps)
         out["dp_profile_top_ops"] = top_ops(private)
-        out["dp_premium"] = premium_ops(_op_times(steps["non_private"], 10), private)
+        out["dp_premium"] = premium_ops(_op_times(steps["non_private"], args.profile_steps), private)
     return out
 
 
@@ -347,6 +347,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer repeats (smoke run)")
     parser.add_argument("--no-memory", dest="memory", action="store_false", help="skip the memory runs")
     args = parser.parse_args()
+    # a profiled step costs ~6x an unprofiled one: 10 of each kind were a third of a --quick run
+    args.profile_steps = 3 if args.quick else 10
     if args.quick:
         args.warmup, args.repeats, args.repeats_large = 1, 5, 3
     torch.set_num_threads(args.threads)

@@ -30,12 +30,14 @@ from secure_fed.config import SecAggConfig, build_config
 from secure_fed.crypto.quantize import ring_dtype
 from secure_fed.crypto.secagg_protocol import SecAggSettings, round_params
 from secure_fed.crypto.transport import LocalTransport
-from secure_fed.crypto.vectors import client_step, sum_vectors
+from secure_fed.crypto.vectors import sum_vectors
 from secure_fed.model.setup import build_report_model
 from secure_fed.model.vectors import flatten
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from secagg import RecordsTransport  # noqa: E402  (the Flower-encoding transport of the SecAgg benchmark)
+# the SecAgg benchmark's Flower-encoding transport, and its signed sites: SecAgg+ refuses a site
+# without an identity, so a round of unsigned sites would measure nothing
+from secagg import RecordsTransport, _identities, _site_step  # noqa: E402
 
 
 def parameter_counts(preset: str, cache: Path) -> dict[str, int]:
@@ -52,7 +54,11 @@ def measured_round(dim: int, sites: int, settings: SecAggSettings | None, flower
     rng = np.random.default_rng(dim)
     # small values: FedTAR deltas are far inside the clipping range; the bytes do not depend on them
     inputs = {node: rng.normal(0.0, 0.01, dim) for node in range(1, sites + 1)}
-    transport = (RecordsTransport if flower else LocalTransport)(inputs, client_step)
+    for x in inputs.values():
+        x.flags.writeable = False  # as SiteRuntime stashes an update (its fingerprint vouches for it)
+    identities = _identities(list(inputs))
+    secrets = {n: (x, identities[n], {}) for n, x in inputs.items()}
+    transport = (RecordsTransport if flower else LocalTransport)(secrets, _site_step)
     result = sum_vectors(transport, list(inputs), dim, settings, round_id=1)
     if transport.errors or len(result.survivors) != sites:
         raise RuntimeError(f"round lost sites: {transport.errors}")

@@ -882,8 +882,9 @@ def audit_verify(
     ] = None,
 ) -> None:
     """Check chains, signatures, completeness and re-derive every ε. Exit 0 only if all hold; 3 if
-    all hold but a site dropped out (its log stops where the server's signed log says it left); 1
-    on any problem.
+    all hold but a site dropped out (its log stops where the server's signed log says it left); 4 if
+    all hold but the run was interrupted (each log ends with its party's signed stop); 1 on any
+    problem.
 
     Example: secure-fed audit verify runs/demo/audit/*.jsonl --keys runs/demo/public-keys
     """
@@ -944,7 +945,9 @@ def audit_empirical(
     rounds: Annotated[int | None, typer.Option(help="federated rounds")] = None,
 ) -> None:
     """One-run privacy audit: plant M gradient canaries in each site's own DP-SGD, measure the lower
-    bound ε̂ and log it beside the stated ε; writes OUT/audit/*.jsonl and OUT/report.html.
+    bound ε̂ and log it beside the stated ε; writes OUT/audit/*.jsonl and OUT/report.html. With
+    dp.noise = "distributed" the canaries are patients of the honest sites in the run plan's rounds
+    and the guesses come from the decoded ring sum.
 
     Example: secure-fed audit empirical --config configs/empirical_audit.toml --canaries 1000 -o runs/audit
     """

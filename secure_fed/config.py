@@ -34,6 +34,11 @@ def cache_base() -> Path:
 class SynthConfig(_Strict):
     sites: int = Field(3, ge=1, le=64)
     patients: int = Field(60, ge=2, description="patients per site")
+    site_patients: list[int] | None = Field(
+        None,
+        description="patients of each site, site0 first (one number per site): unequal sites, as a "
+        "network of one academic and several community hospitals; None = `patients` at every site",
+    )
     visits: int = Field(5, ge=1, le=16, description="maximum visits per patient (T)")
     image_size: int = Field(32, ge=16, le=256)
     seed: int = 0
@@ -59,6 +64,22 @@ class SynthConfig(_Strict):
     age_mix_shift: float = Field(
         1.0, ge=0.0, le=1.0, description="how far each site's mean age is from 58 (0 = all alike)"
     )
+
+    @model_validator(mode="after")
+    def _one_size_per_site(self) -> SynthConfig:
+        sizes = self.site_patients
+        if sizes is not None:
+            if len(sizes) != self.sites:
+                raise ValueError(
+                    f"site_patients has {len(sizes)} size(s) for {self.sites} site(s); give one per site"
+                )
+            if min(sizes) < 2:
+                raise ValueError("site_patients: every site needs at least 2 patients")
+        return self
+
+    def patients_at(self, site: int) -> int:
+        """Patients of site ``site`` (its entry in ``site_patients``, else ``patients``)."""
+        return self.patients if self.site_patients is None else self.site_patients[site]
 
 
 class ImagingConfig(_Strict):
@@ -257,6 +278,25 @@ class DPConfig(_Strict):
         description="site policy: folder of the site's persistent privacy ledgers (one per data set, "
         "kept across runs; a deployed site's default is <out>/ledgers)",
     )
+    noise: Literal["site", "distributed"] = Field(
+        "site",
+        description="site: every site adds the full DP-SGD noise to its update; distributed: a round "
+        "is one DP step over all sites' patients, each site adding an integer share of the noise "
+        "inside SecAgg+ (needs secagg and one local step)",
+    )
+    honest_min: int | None = Field(
+        None,
+        ge=2,
+        description="distributed: h, the fewest surviving sites a site unmasks a sum with; the noise "
+        "shares are sized so h − colluders sites' shares carry the whole noise (None = all sites "
+        "minus the colluders)",
+    )
+    colluders: int = Field(
+        1, ge=0, description="distributed: c, sites that may collude with the server and remove their shares"
+    )
+    ring_bits: int | None = Field(
+        None, ge=16, le=62, description="distributed: bits of the SecAgg+ ring the shares live in; None = 32"
+    )
 
     @model_validator(mode="after")
     def _target(self) -> DPConfig:
@@ -356,6 +396,62 @@ class RunConfig(_Strict):
             if method in ("fm2", "fedrep", "fedbn") and not (isinstance(section, dict) and "kind" in section):
                 data = {**data, "data": {**(section if isinstance(section, dict) else {}), "kind": "imaging"}}
         return data
+
+    @model_validator(mode="after")
+    def _distributed_noise(self) -> RunConfig:
+        if self.dp.noise != "distributed":
+            return self
+        if not self.dp.enabled:
+            raise ValueError(
+                "dp.noise = 'distributed' needs dp.enabled = true (it is a way of adding DP noise)"
+            )
+        if not self.secagg_on:
+            raise ValueError(
+                "dp.noise = 'distributed' needs SecAgg+ (secagg.enabled unset or true): each site's "
+                "share carries only part of the noise, so its update must never be seen alone"
+            )
+        if self.train.local_epochs > 1:
+            raise ValueError(
+                f"train.local_epochs = {self.train.local_epochs} with dp.noise = 'distributed': set it to "
+                "1. A distributed round is one DP step; local multi-step training on partially noised "
+                "gradients is not DP"
+            )
+        if self.dp.target_epsilon is None:
+            raise ValueError(
+                "dp.noise = 'distributed' needs dp.target_epsilon: the noise shares are calibrated to "
+                "it (dp.noise_multiplier is site mode's σ)"
+            )
+        if self.fed.participation < 1:
+            raise ValueError(
+                f"fed.participation = {self.fed.participation:g} with dp.noise = 'distributed' is not yet "
+                "supported: a round is one step over every site's patients, at least h sites; set it to 1"
+            )
+        if self.fed.method != "fedavg":
+            raise ValueError(
+                f"fed.method = {self.fed.method!r} with dp.noise = 'distributed' is not yet supported; "
+                "use fed.method = 'fedavg' or dp.noise = 'site'"
+            )
+        sites = self.expected_sites
+        h, c = self.dp.honest_min, self.dp.colluders
+        if h is not None and h <= c:
+            raise ValueError(
+                f"dp.honest_min = {h} must exceed dp.colluders = {c}: the noise comes from the honest "
+                "survivors, h − c of them"
+            )
+        if h is not None and sites is not None and h > sites:
+            raise ValueError(f"dp.honest_min = {h} exceeds the {sites} sites of this run; lower it")
+        if h is None and sites is not None and sites - c < 1:
+            raise ValueError(f"dp.colluders = {c} leaves no honest site among {sites}; lower it or add sites")
+        return self
+
+    @property
+    def expected_sites(self) -> int | None:
+        """The run's site count where the config fixes it (synthetic or dealt data); None otherwise."""
+        if self.data.deal_sites is not None:
+            return self.data.deal_sites
+        if self.data.kind == "reports" and self.data.source == "synthetic":
+            return self.data.synth.sites
+        return None
 
     @model_validator(mode="after")
     def _method_fits_data(self) -> RunConfig:

@@ -27,6 +27,8 @@ from rich.progress import (
 
 # Flower warns *us* (the code calling it), not the operator, that `run_simulation` is deprecated:
 # the operator can do nothing about it, so the default console leaves it out; --verbose shows it.
+# Why the runner still calls it (Flower 1.42's `flwr run` path cannot keep Ray on 127.0.0.1, the
+# progress or the signed stops): runner.run_simulation's docstring.
 _OUR_DEPRECATION = "`run_simulation` function is deprecated"
 _FORMAT = "%(levelname)s %(name)s: %(message)s"
 

@@ -83,7 +83,10 @@ def run_inprocess(
         outcome = orchestrator.run(resume=resume)
     except KeyboardInterrupt as stop:
         if trail is not None:
-            _hand_over_pending(trail, runtimes.values())
+            sites = [r.trail for r in runtimes.values() if r.trail is not None]
+            for site in sites:
+                site.take_pending()
+            _hand_over_pending(trail, [site.log.path for site in sites])
         logs = [trail.log] if trail else []
         sign_interrupt(signal_name(stop), orchestrator.interrupted_round(), logs, runtimes.values())
         raise
@@ -120,22 +123,20 @@ def sign_interrupt(
         log_.abandon()
 
 
-def _hand_over_pending(trail: ServerTrail, runtimes: Iterable[SiteRuntime]) -> None:
+def _hand_over_pending(trail: ServerTrail, site_logs: Iterable[Path]) -> None:
     """The privacy records the sites signed in the round the stop cut short (charged at admission)
     reach the server with that round's replies, which the stop lost; the server's copies must hold
-    them too, or a check of its log against each site's finds releases only the site shows. In one
-    process every site's log is at hand: what the server has not copied is copied from it now."""
+    them too, or a check of its log against each site's finds releases only the site shows. Where
+    this process runs the server and holds the sites' logs (in-process, or a simulation's stop once
+    Ray's workers are gone), what the server has not copied is copied from them now."""
     try:
         copied = {
             (r["payload"].get("party"), r["payload"].get("seq"))
             for r in map(json.loads, trail.log.path.read_text().splitlines())
             if r.get("event") == "site_record"
         }
-        for runtime in runtimes:
-            if runtime.trail is None:
-                continue
-            runtime.trail.take_pending()
-            for record in map(json.loads, runtime.trail.log.path.read_text().splitlines()):
+        for path in site_logs:
+            for record in map(json.loads, Path(path).read_text().splitlines()):
                 if record.get("event") == "privacy" and (record["party"], record["seq"]) not in copied:
                     trail.copy(record)
     except Exception:  # noqa: BLE001 (the stop goes on; verify then names the gap)
@@ -225,6 +226,73 @@ def _site_gpu_share(cfg: RunConfig, sites: int) -> float:
     return 1.0 / max(sites, 1) if resolve_device(cfg.train.device).type == "cuda" else 0.0
 
 
+def _descendants() -> list[int]:
+    """Every process this one started, and theirs (Ray's GCS and raylet, its agents and workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                # the parent pid is the 2nd field after the command name, which may hold spaces
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    ours, todo = [], list(children.get(os.getpid(), []))
+    while todo:
+        pid = todo.pop()
+        ours.append(pid)
+        todo += children.get(pid, [])
+    return ours
+
+
+def _holds(pid: int, paths: set[str]) -> bool:
+    """Whether process `pid` has one of `paths` open (a zombie holds nothing)."""
+    with contextlib.suppress(OSError):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in paths:
+                    return True
+    return False
+
+
+def _reopen_ray_site_logs(paths: dict[str, Path], keys_dir: Path, run_id: str) -> list[AuditLog]:
+    """The simulation's site logs, taken over from Ray's workers so this process can sign each
+    site's stop: Ray is frozen first (SIGSTOP to every process it runs: no worker writes on, and the
+    raylet sees nothing to report to Flower's threads), then the workers holding a site log are
+    killed, which frees the log's lock, and each log is reopened at the end of its own chain.
+
+    Why this process may sign for the sites: in a simulation every party's signing key sits in the
+    one key folder this process made or was given and holds, and the sites' workers sign with the
+    keys they load from it, as the in-process runner's sites sign with them in this very process.
+    So signing a site's `run_aborted` here is the trust of in-process mode, not the server forging
+    a record: this process holds that key for the whole run either way. It signs only the stop, on
+    the site's own chain, once the site's process is gone. (A deployed site's key never leaves its
+    node; the server signs nothing for it.)"""
+    import signal
+    import time
+
+    from secure_fed.audits.keys import load_private_key
+
+    present = {site: path for site, path in paths.items() if path.exists()}
+    wanted = {str(path.resolve()) for path in present.values()}
+    ours = _descendants()
+    for pid in ours:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGSTOP)
+    holders = [pid for pid in ours if _holds(pid, wanted)]
+    for pid in holders:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10.0
+    while any(_holds(pid, wanted) for pid in holders) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    logs = []
+    for site, path in present.items():
+        try:
+            logs.append(AuditLog(path, site, run_id, load_private_key(keys_dir, site)))
+        except Exception as err:  # noqa: BLE001 (a torn tail, a live writer: verify names the log)
+            log.error("could not reopen %s to sign its run_aborted: %s", path, err)
+    return logs
+
+
 def _exit_and_end_ray(code: int) -> None:
     """Exit with `code` now, then SIGKILL every process this one started and theirs (Ray's GCS and
     raylet, the raylet's agents and workers: the agents outlived a killed raylet by over a minute).
@@ -236,18 +304,7 @@ def _exit_and_end_ray(code: int) -> None:
     import signal
     import time
 
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                # the parent pid is the 2nd field after the command name, which may hold spaces
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry.name))
-    me, ours, todo = os.getpid(), [], list(children.get(os.getpid(), []))
-    while todo:
-        pid = todo.pop()
-        ours.append(pid)
-        todo += children.get(pid, [])
+    me, ours = os.getpid(), _descendants()
     if ours and os.fork() == 0:  # the child: only syscalls, no locks another thread might hold
         while os.getppid() == me:
             time.sleep(0.01)
@@ -260,16 +317,19 @@ def _exit_and_end_ray(code: int) -> None:
 
 @contextlib.contextmanager
 def _stop_promptly_on_interrupt(
-    trail: ServerTrail | None, folder: Path, box: dict[str, Any]
+    trail: ServerTrail | None,
+    folder: Path,
+    box: dict[str, Any],
+    site_logs: Callable[[], list[AuditLog]] = list,
 ) -> Iterator[None]:
     """Ctrl-C ends a simulation now, not after the round (or pretraining) in progress.
 
     Flower runs our ServerApp in a thread of its own and the Ray engine in the main one; a
     KeyboardInterrupt there left the ServerApp thread computing, and the process waited for it (over
     two minutes, measured). So the first Ctrl-C signs `run_aborted` (the signal, the round in
-    progress) in the server's log, leaves it without a head record for `--resume` to go on with,
-    shuts Ray down and exits; the last checkpoint stays. (The sites' logs, in Ray's workers, keep
-    what they wrote.)
+    progress) in the server's log and in each site's (`site_logs` takes them over from Ray's
+    workers), leaves them without a head record for `--resume` to go on with, shuts Ray down and
+    exits; the last checkpoint stays.
     """
     import signal
     import threading
@@ -279,6 +339,8 @@ def _stop_promptly_on_interrupt(
         return
 
     def stop(signum: int, frame: object) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not start a second stop
+            signal.signal(sig, signal.SIG_IGN)
         print(
             f"\n{'terminated' if signum == signal.SIGTERM else 'interrupted'}: stopping now; "
             f"`secure-fed run --resume {folder}` continues from the last checkpoint",
@@ -288,7 +350,10 @@ def _stop_promptly_on_interrupt(
         if trail is not None:
             orchestrator = box.get("orchestrator")
             round_id = orchestrator.interrupted_round() if orchestrator is not None else None
-            sign_interrupt(signal.Signals(signum).name, round_id, [trail.log])
+            with trail.log.held():
+                sites = site_logs()
+                _hand_over_pending(trail, [site.path for site in sites])
+                sign_interrupt(signal.Signals(signum).name, round_id, [trail.log, *sites])
         # Flower's engine threads report every message cut short by the shutdown as an error.
         logging.disable(logging.CRITICAL)
         logging.shutdown()
@@ -325,7 +390,25 @@ def run_simulation(
     progress: Callable[[int, int, RoundResult], None] | None = None,
     on_phase: Callable[[int, str], None] | None = None,
 ) -> RunOutcome:
-    """Flower's simulation engine (Ray), every Ray service on 127.0.0.1."""
+    """Flower's simulation engine (Ray), every Ray service on 127.0.0.1.
+
+    Still Flower's deprecated `flwr.simulation.run_simulation` (its warning is kept off the default
+    console by console.quiet_frameworks). Flower 1.42's supported path is `flwr run` against a local
+    simulation federation, and it cannot keep what this runner guarantees (read from the installed
+    source: flwr/cli/local_superlink.py, flwr/simulation/app.py, flwr/proto/federation_config):
+    - it starts a detached `flower-superlink` on fixed ports (127.0.0.1:39091/39093) that outlives
+      the command, with its state in ~/.flwr, and runs the apps in a `flwr-simulation` process the
+      SuperLink spawns from a FAB of a project folder (an installed `secure-fed` has none);
+    - Ray is started in that process from a SimulationConfig that carries only CPUs, GPUs, logging
+      and num-supernodes: no `_node_ip_address` and no place for `without_ray_dashboard` (whose
+      head asks the cloud metadata IP); loopback would rest only on that process inheriting
+      `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` from secure_fed._env (with it Ray's
+      get_node_ip_address() is 127.0.0.1, without it this machine's outward 192.0.2.2, measured);
+    - the ServerApp runs in that other process: the per-round and per-phase progress callbacks, the
+      run's objects (config, keys folder, run id) and the Ctrl-C handler that signs every party's
+      `run_aborted` (which must stop Ray's workers, children of that process) are out of reach.
+    `flwr.simulation.run_simulation._run_simulation`, the engine both call, has no warning but is
+    private; calling it only to avoid the warning would hide the deprecation, not leave it."""
     from flwr.simulation import run_simulation as flwr_run_simulation
 
     from secure_fed.clients.app import make_client_app
@@ -354,7 +437,12 @@ def run_simulation(
         on_phase=on_phase,
     )
     client_app = make_client_app(cfg, keys_dir=keys_dir, run_id=run_id)
-    with _stop_promptly_on_interrupt(trail, Path(out), box), without_ray_dashboard():
+    paths = {site: Path(out) / "audit" / f"{site}.jsonl" for site in names}
+
+    def site_logs() -> list[AuditLog]:
+        return _reopen_ray_site_logs(paths, keys_dir, run_id) if keys_dir is not None else []
+
+    with _stop_promptly_on_interrupt(trail, Path(out), box, site_logs), without_ray_dashboard():
         flwr_run_simulation(
             server_app=server_app,
             client_app=client_app,
@@ -401,11 +489,18 @@ def preflight(cfg: RunConfig) -> None:
         return
     if d.source == "synthetic":
         need = min_patients(d.val_fraction, d.test_fraction)
-        if d.synth.patients < need:
+        if d.synth.patients < need and d.synth.site_patients is None:
             raise DataValidationError(
                 [
                     f"data.synth.patients: {d.synth.patients} patient(s) per site cannot fill train,"
                     f" validation and test (at least {need} needed); raise data.synth.patients"
+                ]
+            )
+        if d.synth.site_patients is not None and min(d.synth.site_patients) < need:
+            raise DataValidationError(
+                [
+                    f"data.synth.site_patients: a site of {min(d.synth.site_patients)} patient(s) cannot"
+                    f" fill train, validation and test (at least {need} needed); raise its size"
                 ]
             )
         return

@@ -8,8 +8,9 @@ finished cells, so a long sweep can run in the background and resume after an in
 
 Reference points besides the federated methods: ``base`` (the pretrained base, adapters untrained),
 ``local`` (each site trains alone on its own train split for ``rounds × local_epochs`` epochs and is
-scored on its own test split) and ``central`` (the pooled train splits of every site, non-private,
-the same number of epochs: the ceiling). All three are scored exactly as a run's final evaluation:
+scored on its own test split) and ``central`` (the pooled train splits of every site, the same
+number of epochs: the ceiling; at a finite ε it is DP-SGD on the pooled patients, the ceiling of
+private training at that ε). All three are scored exactly as a run's final evaluation:
 each site's test split, pooled with the weights a site releases.
 
 ``<method>-ft`` is the personalised-FL reference (local adaptation of the federated model: each site
@@ -141,8 +142,8 @@ def sweep(
     started = time.monotonic()
     for epsilon in epsilons:
         for method in methods:
-            if method in REFERENCES and epsilon is not None:
-                continue  # the references are non-private; they run once, at ε = ∞
+            if method in (BASE, LOCAL) and epsilon is not None:
+                continue  # non-private references: they run once, at ε = ∞ (central has a private cell)
             for seed in seeds:
                 folder = cell_folder(out, method, epsilon, seed)
                 done = folder / "cell.json"
@@ -185,6 +186,9 @@ def _set_aside_unfinished(folder: Path) -> Path | None:
 def run_cell(base: RunConfig, method: str, epsilon: float | None, seed: int, folder: Path) -> dict[str, Any]:
     cfg = seed_config(base, method, epsilon, seed)
     cell: dict[str, Any] = {"method": method, "epsilon": epsilon, "seed": seed}
+    if method == CENTRAL and epsilon is not None:
+        test, per_site, privacy = evaluate_private_central(cfg, folder)
+        return cell | {"test": test, "per_site": per_site, "alpha": None, "privacy": privacy}
     if method in REFERENCES:
         test, per_site = evaluate_reference(cfg, method, folder)
         return cell | {"test": test, "per_site": per_site, "alpha": None, "privacy": None}
@@ -252,6 +256,23 @@ def evaluate_reference(cfg: RunConfig, method: str, out: Path) -> Scores:
     return _score_sites(cfg, out, state_for, f"{method} reference: no federated training")
 
 
+def evaluate_private_central(
+    cfg: RunConfig, out: Path
+) -> tuple[dict[str, float], dict[str, Any], dict[str, Any]]:
+    """``central`` at a finite ε: DP-SGD on the pooled patients (the ceiling of private training at
+    that ε), scored as ``central`` is, each site's test profiles from the GMM the training used."""
+    from secure_fed.algorithms.fedtar.centralised import train_private_central
+    from secure_fed.model.setup import build_report_model
+
+    trained = train_private_central(cfg, build_report_model(cfg))
+    plain = cfg.model_copy(deep=True)
+    plain.dp.enabled = False  # scoring releases nothing: the sites' runtimes plan no private run
+    test, per_site = _score_sites(
+        plain, out, lambda _train: trained.state, "private central reference", gmms=trained.gmms
+    )
+    return test, per_site, trained.privacy
+
+
 def evaluate_fine_tuned(cfg: RunConfig, federated: Path, out: Path) -> Scores:
     """Each site fine-tunes the final global model of the ``federated`` cell (one round's local
     epochs on its own train split, non-private: the result stays at the site) and scores it."""
@@ -277,11 +298,19 @@ def evaluate_fine_tuned(cfg: RunConfig, federated: Path, out: Path) -> Scores:
     return _score_sites(cfg, out, state_for, "fine-tuned reference: scored at the site")
 
 
-def _score_sites(cfg: RunConfig, out: Path, state_for: Callable[[Any], Any], note: str) -> Scores:
+def _score_sites(
+    cfg: RunConfig,
+    out: Path,
+    state_for: Callable[[Any], Any],
+    note: str,
+    gmms: dict[str, Any] | None = None,
+) -> Scores:
     """Every site scores ``state_for(its train split)`` on its test split, exactly as a run's final
-    evaluation."""
+    evaluation; ``gmms``: each site's patient profiles from these GMMs (the ones a model trained
+    with), not from the site's own fit."""
     from secure_fed.clients.handler import handle
     from secure_fed.clients.runtime import SiteRuntime
+    from secure_fed.clients.site import attach_profiles
     from secure_fed.data.sites import site_names
     from secure_fed.model.vectors import flatten
     from secure_fed.server.orchestrator import pool_scores
@@ -291,6 +320,13 @@ def _score_sites(cfg: RunConfig, out: Path, state_for: Callable[[Any], Any], not
     replies: dict[str, dict[str, Any]] = {}
     for site in site_names(cfg):
         runtime = SiteRuntime.create(cfg, site)
+        # The reference's model was trained (or, for base, deliberately not) outside this runtime's
+        # rounds; without this its guard refuses to score ("evaluate_untrained", a deployed site's
+        # defence against a server) and every reference cell scored NaN.
+        runtime.guard.trained_round(cfg.fed.rounds)
+        runtime.guard.save()  # handle() reads the guard from the site's folder
+        if gmms is not None:
+            attach_profiles(runtime.learner.data, gmms[site])
         vector = flatten(state_for(runtime.learner.data.train)).numpy()
         replies[site] = handle(runtime, "evaluate", {"global": vector, "stopped_early": note}, {})[0]
     per_site = {s: {k: float(r[k]) for k in METRIC_NAMES if k in r} for s, r in replies.items()}

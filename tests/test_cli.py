@@ -559,12 +559,21 @@ def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir, signum, code, word, en
     assert proc.returncode == code, err
     assert word in err and f"--resume {out}" in err and "Traceback" not in err, err
     assert _checkpointed_round(out) == at_signal, "a round ended after the signal"
-    # the simulation's sites are Ray workers, which keep what they wrote
-    for party in ["server"] + (["site0", "site1", "site2"] if engine == "inprocess" else []):
+    # every party's log, the simulation's sites (in Ray's workers) too, ends with its signed stop
+    for party in ("server", "site0", "site1", "site2"):
         last = json.loads((out / "audit" / f"{party}.jsonl").read_text().splitlines()[-1])
         # nothing after it, and no head record: --resume goes on with the chain
         assert last["event"] == "run_aborted", (party, last)
         assert last["payload"] == {"signal": signum, "round": at_signal + 1}, (party, last)
+    # so verify calls it an interruption, not a log cut short
+    from secure_fed.audits.keys import load_public_keys
+    from secure_fed.audits.verify import verify_logs
+
+    result = verify_logs(sorted((out / "audit").glob("*.jsonl")), load_public_keys(out / "keys"))
+    assert result.ok and not result.complete, [str(p) for p in result.problems]
+    assert sorted((i.party, i.signal) for i in result.interruptions) == [
+        (party, signum) for party in ("server", "site0", "site1", "site2")
+    ]
 
 
 def _checkpointed_round(out: Path) -> int:

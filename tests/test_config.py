@@ -87,3 +87,50 @@ def test_no_gmm_ablation_drops_the_hyper_lora(make_config):
     assert any(".hyper." in n for n in full.trainable_state())
     assert not any(".hyper." in n or n.startswith("proj.") for n in ablated.trainable_state())
     assert ablated.proj is None
+
+
+_DISTRIBUTED = {
+    "dp": {"enabled": True, "target_epsilon": 4.0, "noise": "distributed"},
+    "fed": {"method": "fedavg"},
+    "train": {"local_epochs": 1},
+}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"dp": {"enabled": False, "noise": "distributed"}}, "needs dp.enabled"),
+        ({"secagg": {"enabled": False}}, "needs SecAgg\\+"),
+        ({"train": {"local_epochs": 2}}, "local multi-step training on partially noised gradients is not DP"),
+        ({"dp": {"honest_min": 2, "colluders": 2}}, "dp.honest_min = 2 must exceed dp.colluders = 2"),
+        ({"dp": {"honest_min": 4}}, "dp.honest_min = 4 exceeds the 3 sites"),
+        ({"fed": {"method": "fedtar"}}, "'fedtar' with dp.noise = 'distributed' is not yet supported"),
+        ({"fed": {"participation": 0.5}}, "fed.participation = 0.5 with dp.noise = 'distributed'"),
+        ({"dp": {"target_epsilon": None, "noise_multiplier": 1.0}}, "needs dp.target_epsilon"),
+    ],
+)
+def test_distributed_noise_is_refused_where_it_would_not_be_dp(change, message):
+    data = {key: {**_DISTRIBUTED.get(key, {}), **value} for key, value in change.items()}
+    with pytest.raises(ConfigError, match=message) as err:
+        build_config({**_DISTRIBUTED, **data})
+    assert "\n" not in str(err.value)  # one line, naming the keys
+    cfg = build_config(_DISTRIBUTED)
+    assert cfg.dp.noise == "distributed" and cfg.dp.colluders == 1 and cfg.dp.honest_min is None
+
+
+@pytest.mark.parametrize(("sites", "neighbours", "fits"), [(5, None, True), (10, None, False), (10, 9, True)])
+def test_h_must_fit_a_sites_secagg_neighbourhood(sites, neighbours, fits):
+    """A site unmasks only with h survivors in its own SecAgg+ view: at 10 sites the default sparse
+    graph shows each site 8 of them, so the default h = 9 would abort every round at setup."""
+    from secure_fed.distributed_plan import check_honest_min, honest_min, neighbourhood
+
+    cfg = build_config({**_DISTRIBUTED, "secagg": {"neighbours": neighbours}})
+    assert honest_min(cfg, sites) == sites - 1
+    if fits:
+        check_honest_min(cfg, sites)
+        assert neighbourhood(cfg, sites) >= sites - 1
+    else:
+        with pytest.raises(
+            ValueError, match=r"secagg.neighbours gives \d+ of 10: set secagg.neighbours to 8"
+        ):
+            check_honest_min(cfg, sites)

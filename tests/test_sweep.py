@@ -221,7 +221,7 @@ def test_make_results_commands_name_real_methods_and_configs():
     assert default.model_copy(update={"data": embedded.data}) == embedded.model_copy(
         update={"train": default.train, "out": default.out}
     )
-    # session 7's larger-test scenario is the benchmark now; the data-poor one has 8 training patients
+    # the larger-test scenario is the default benchmark now; the data-poor one has 8 training patients
     assert _config("large-test") == default
     assert sizes(small) == (8, 4, 8)
     # IID sites: the shared-wording scenarios with both site-difference knobs at 0, nothing else
@@ -261,11 +261,16 @@ def test_sweep_help_lists_every_method():
 
 
 def test_results_md_sweep_commands_are_valid():
-    """The sweep commands docs/RESULTS.md's issue-14 section shows parse and name real things."""
-    text = (Path(__file__).parents[1] / "docs" / "RESULTS.md").read_text()
-    section = text[text.index("## Benchmark v2") : text.index("## Setting")]
-    commands = [ln.split() for ln in section.splitlines() if ln.startswith("secure-fed sweep")]
+    """The sweep commands docs/RESULTS.md shows, and those its tables' JSON name as their source,
+    parse and name real things."""
+    docs = Path(__file__).parents[1] / "docs"
+    text = (docs / "RESULTS.md").read_text()
+    commands = [ln.split() for ln in text.splitlines() if ln.startswith("secure-fed sweep")]
     assert commands
+    for path in sorted((docs / "results").glob("*.json")):
+        for part in json.loads(path.read_text())["source"]["command"].split(" && "):
+            if part.startswith("secure-fed sweep"):
+                commands.append(part.split())
     for cmd in commands:
         _check_sweep_command(cmd)
 
@@ -363,8 +368,14 @@ def test_an_interrupted_cell_is_set_aside_not_reused(tmp_path: Path, monkeypatch
 
     def fake_cell(base, method, epsilon, seed, cell_dir):
         seen.append(sorted(p.name for p in cell_dir.iterdir()) if cell_dir.exists() else [])
-        return {"method": method, "epsilon": epsilon, "seed": seed,
-                "test": dict.fromkeys(METRIC_NAMES, 1.0), "per_site": None, "privacy": None}
+        return {
+            "method": method,
+            "epsilon": epsilon,
+            "seed": seed,
+            "test": dict.fromkeys(METRIC_NAMES, 1.0),
+            "per_site": None,
+            "privacy": None,
+        }
 
     monkeypatch.setattr(sweep_module, "run_cell", fake_cell)
     lines: list[str] = []
@@ -374,3 +385,45 @@ def test_an_interrupted_cell_is_set_aside_not_reused(tmp_path: Path, monkeypatch
     assert len(kept) == 1 and (kept[0] / "audit" / "server.jsonl").read_bytes() == first_log
     assert any("unfinished attempt kept as" in line for line in lines)
     assert (folder / "cell.json").exists()
+
+
+def test_private_central_is_dp_sgd_on_the_pooled_patients_and_spends_its_target(
+    tmp_path: Path, cache_dir: Path
+):
+    """`central` at a finite ε (issue 30's ceiling of private training): a real cell, not a skip
+    and not the non-private central; ε is the ledger's price of the events that ran (histogram +
+    Poisson-sampled DP-SGD over the pooled train patients), at most the target and near it; `local`
+    still runs only at ε = ∞."""
+    from tests.conftest import small_config
+
+    cfg = small_config(cache_dir, tmp_path / "unused", fed__rounds=1, train__local_epochs=1)
+    out = tmp_path / "sw"
+    results = sweep_module.sweep(cfg, ["local", "central"], [0], [4.0], out, log=lambda _: None)
+    (cell,) = results["runs"]  # local ε=4 does not exist
+    assert (cell["method"], cell["epsilon"]) == ("central", 4.0)
+    privacy = cell["privacy"]
+    spent = privacy["epsilon"]["pooled"]["rdp"]
+    assert 0.9 * 4.0 <= spent <= 4.0 * 1.01
+    assert privacy["noise_multiplier"] > 0 and privacy["histogram_noise_multiplier"] > 0
+    # the pooled population: every site's train patients (3 sites × 8), one Poisson rate over them
+    assert privacy["patients"] == 24 and privacy["steps"] == 4  # 1 epoch of 1/q = 4 steps
+    assert 0.0 <= cell["test"]["CE-F1"] <= 1.0 and cell["test"]["CIDEr"] >= 0.0
+    assert set(cell["per_site"]) == {"site0", "site1", "site2"}
+    row = next(r for r in results["summary"] if r["method"] == "central")
+    assert row["epsilon_spent"] == pytest.approx(spent)
+
+
+def test_make_results_hospital_runs_issue_30s_grid_on_the_hospital_config():
+    """`make results-hospital`: one resumable sweep of the hospital-scale config over issue 30's
+    grid; the config is the 10,000-patient, 5-unequal-site cohort (< 1 s)."""
+    text = (Path(__file__).parents[1] / "Makefile").read_text()
+    (line,) = text.split("\nresults-hospital:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    cmd = line.replace("$(SWEEP)", ".venv/bin/secure-fed sweep").split()
+    _check_sweep_command(cmd)
+    args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
+    assert args["--methods"].split(",") == ["base", "local", "central", "fedavg", "fedtar"]
+    assert args["--epsilons"].split(",") == ["inf", "16", "8", "4", "2", "1"]
+    assert len(args["--seeds"].split(",")) >= 3
+    synth = _config("hospital-scale").data.synth
+    assert synth.site_patients is not None and sum(synth.site_patients) >= 10_000
+    assert synth.sites >= 5 and len(set(synth.site_patients)) == synth.sites and synth.visits == 5

@@ -11,10 +11,12 @@ Events (payload shapes are what the writers send; `privacy` is a contract, see A
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
 import threading
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
@@ -284,6 +286,13 @@ class AuditLog:
             self._closed = True
             self._file.close()
             return head
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """No other thread's record lands while the block runs: a stop handler's last records stay
+        the last ones (the simulation's ServerApp thread may be copying a reply meanwhile)."""
+        with self._lock:
+            yield
 
     def abandon(self) -> None:
         """Release the file without a head record (an unclean stop; verify will report it)."""

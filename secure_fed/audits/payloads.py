@@ -29,6 +29,10 @@ class RunSettings:
     secagg: bool | None
     he: bool | None
     method: str | None
+    # dp.noise ("site" | "distributed") and, distributed, its h (None: all sites but c) and c
+    noise: str | None = None
+    honest_min: int | None = None
+    colluders: int | None = None
 
 
 def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -48,11 +52,16 @@ def run_settings(config: Mapping[str, Any]) -> RunSettings:
         # secure_fed.config: secagg.enabled = None (the default) means "on exactly when DP is on".
         secagg = dp
     method = _section(config, "fed").get("method", config.get("method"))
+    dp_section = _section(config, "dp")
+    noise, h, c = dp_section.get("noise"), dp_section.get("honest_min"), dp_section.get("colluders")
     return RunSettings(
         dp=dp,
         secagg=secagg,
         he=_flag(_section(config, "he")),
         method=method if isinstance(method, str) else None,
+        noise=noise if isinstance(noise, str) else None,
+        honest_min=h if isinstance(h, int) and not isinstance(h, bool) else None,
+        colluders=c if isinstance(c, int) and not isinstance(c, bool) else None,
     )
 
 

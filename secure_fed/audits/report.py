@@ -38,7 +38,7 @@ from secure_fed.audits.report_data import (
     epsilon_series,
     lifetime_epsilon,
 )
-from secure_fed.audits.verify import EXIT_DROPOUT, verify_logs
+from secure_fed.audits.verify import EXIT_DROPOUT, EXIT_INTERRUPTED, verify_logs
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -265,7 +265,15 @@ def _summary(data: ReportData) -> str:
         else "; they hold no privacy figure to recompute"
     )
     dropouts = verdict.get("dropouts") or []
-    if verdict.get("ok") and dropouts:
+    stops = verdict.get("interruptions") or []
+    if verdict.get("ok") and stops:
+        integrity = (
+            "The audit logs were checked: they are unmodified and every entry carries a valid signature of "
+            f"the party that wrote it{recomputed}. They end with each party's signed record of the stop "
+            f"({_e(_stop_words(stops))}): the run was interrupted, not tampered with, and their records up "
+            "to there count."
+        )
+    elif verdict.get("ok") and dropouts:
         gone = ", ".join(f"{d['site']} (round {d['round']})" for d in dropouts)
         integrity = (
             "The audit logs were checked: they are unmodified and every entry carries a valid signature of "
@@ -481,14 +489,32 @@ def _head_cell(log: Mapping[str, Any]) -> str:
         return "yes"
     if log.get("dropped_in") is not None:
         return f"none: dropped out in round {_e(log['dropped_in'])}"
+    if log.get("interrupted_by") is not None:
+        return f"none: interrupted by {_e(log['interrupted_by'])}"
     return "missing"
+
+
+def _stop_words(stops: list[dict[str, Any]]) -> str:
+    """'SIGINT in round 2: server, site0, site1' — who signed which stop."""
+    groups: dict[str, list[str]] = {}
+    for stop in stops:
+        where = f" in round {stop['round']}" if stop.get("round") is not None else ""
+        groups.setdefault(f"{stop['signal']}{where}", []).append(str(stop["party"]))
+    return "; ".join(f"{what}: {', '.join(parties)}" for what, parties in groups.items())
 
 
 def _verification_html(data: ReportData) -> str:
     verdict = data.verification
     rederived = "every ε re-derived" if data.mechanisms else "no privacy record, so no ε to re-derive"
     dropouts = verdict.get("dropouts") or []
-    if verdict.get("ok") and dropouts:
+    stops = verdict.get("interruptions") or []
+    if verdict.get("ok") and stops:
+        head = (
+            f'<p class="verdict ok">Verified, interrupted: logs unmodified, signed; {_e(rederived)}. '
+            f"Each ends with its party's signed record of the stop ({_e(_stop_words(stops))}); the run "
+            "did not finish.</p>"
+        )
+    elif verdict.get("ok") and dropouts:
         gone = "; ".join(
             f"{d['site']} in round {d['round']} ({d['records']} records, then no head record)"
             for d in dropouts
@@ -566,6 +592,17 @@ _ALPHA_SUM: dict[bool | None, str] = {
 def mechanism_words(mechanism: str, settings: Mapping[str, Any] | None) -> str:
     """The mechanism in words, as this run ran it (its logged settings, not the default)."""
     words = MECHANISM_WORDS.get(mechanism, "a noisy release (see the mechanism's parameters)")
+    if mechanism == "dp_sgd" and settings is not None and settings.get("noise") == "distributed":
+        h, c = settings.get("honest_min"), settings.get("colluders")
+        words = (
+            "training of the shared model with distributed noise: each round is one step over every "
+            "site's patients, each sampled with probability q and its gradient clipped to norm C; each "
+            "site added only an integer share of Skellam noise inside SecAgg+, sized so that the honest "
+            f"sites among any h = {'all sites but c' if h is None else h} survivors carry the whole "
+            f"noise even when c = {c} of them collude with the server and remove their own shares; "
+            "sites refuse to unmask a sum with fewer than h survivors (σ: the released sum's noise "
+            "over C)"
+        )
     if mechanism == "alpha_scalars":
         words += _ALPHA_SUM[None if settings is None else settings.get("he")]
     return words
@@ -800,7 +837,8 @@ def report_main(
     paths: Sequence[Path | str], out: Path | str, keys_dir: Path | str | None, console: Console | None = None
 ) -> int:
     """`secure-fed audit report`: writes the report in every case; exits as `audit verify` does (0 the
-    logs verified, 3 they verified but a site dropped out, 1 they did not)."""
+    logs verified, 3 they verified but a site dropped out, 4 they verified but the run was interrupted
+    by a signal, 1 they did not)."""
     console = console or Console(soft_wrap=True)
     ok, public_keys = keys_for_cli(
         keys_dir,
@@ -812,6 +850,12 @@ def report_main(
     html_path, json_path, csv_path = write_report(paths, out, public_keys)
     verdict = json.loads(json_path.read_text(encoding="utf-8"))["verification"]
     console.print(f"Wrote {html_path}, {json_path}, {csv_path}", markup=False, highlight=False)
+    if verdict["ok"] and verdict.get("interruptions"):
+        console.print(
+            f"[yellow]Logs verified, interrupted (exit {EXIT_INTERRUPTED}): the run was stopped by a "
+            f"signal ({escape(_stop_words(verdict['interruptions']))}) and did not finish.[/]"
+        )
+        return EXIT_INTERRUPTED
     if verdict["ok"] and verdict["dropouts"]:
         gone = ", ".join(f"{d['site']} (round {d['round']})" for d in verdict["dropouts"])
         console.print(

@@ -276,6 +276,7 @@ def _verification_json(verification: Verification | None) -> dict[str, Any]:
         "ok": verification.ok,
         "complete": verification.complete,
         "dropouts": [asdict(dropout) for dropout in verification.dropouts],
+        "interruptions": [asdict(stop) for stop in verification.interruptions],
         "keys_checked": verification.keys_checked,
         "problems": [str(problem) for problem in verification.problems],
         "warnings": list(verification.warnings),
@@ -300,6 +301,9 @@ def _settings(configs: list[dict[str, Any]]) -> RunSettings | None:
         secagg=all_on([view.secagg for view in views]),
         he=all_on([view.he for view in views]),
         method=next((view.method for view in views if view.method), None),
+        noise=next((view.noise for view in views if view.noise), None),
+        honest_min=next((view.honest_min for view in views if view.honest_min is not None), None),
+        colluders=next((view.colluders for view in views if view.colluders is not None), None),
     )
 
 
@@ -564,13 +568,16 @@ _ONGOING = frozenset({"run_config", "secagg_round", "privacy", "instruction", "a
 
 def _judge_aborts(data: ReportData, aborts: list[dict[str, Any]], later: dict[str, int]) -> None:
     """An abort whose log goes on with the run (a resume) is an interruption the run recovered from;
-    the last one that nothing follows ended the run. Every party logs an abort: the server's stands."""
+    the last one that nothing follows ended the run. Every party logs an abort: the server's stands.
+    A site that dropped out (the server's signed log says it left) and signed its own stop as it
+    left (its node was stopped) ended its part, not the run."""
+    left = {course.party for course in data.courses if course.dropped_in is not None}
     final = []
     for abort in aborts:
         if later.get(abort["party"], -1) > abort["seq"]:
             if abort["round"] not in {item["round"] for item in data.resumed}:
                 data.resumed.append({k: abort[k] for k in ("party", "round", "signal", "reason")})
-        else:
+        elif abort["party"] not in left:
             final.append(abort)
     if final:
         chosen = next((a for a in final if a["party"] == "server"), final[0])

@@ -101,6 +101,7 @@ class LogSummary:
     privacy_records: int  # own and copied, counted whether or not their signatures verify
     closed: bool  # ends with a valid head record
     dropped_in: int | None = None  # not closed: the round the server's signed log says the site left
+    interrupted_by: str | None = None  # not closed: the signal its party's last, signed record names
 
 
 @dataclass(frozen=True)
@@ -137,11 +138,13 @@ class Verification:
     empirical: dict[str, float] = field(default_factory=dict)
     # logs that stop without a head record where the server's signed log says their site left
     dropouts: list[Dropout] = field(default_factory=list)
+    # logs that end with their party's signed run_aborted naming a stop signal (an interrupted run)
+    interruptions: list[Interruption] = field(default_factory=list)
 
     @property
     def complete(self) -> bool:
-        """Verified, and every log closed: no site dropped out."""
-        return self.ok and not self.dropouts
+        """Verified, and every log closed: no site dropped out, the run was not interrupted."""
+        return self.ok and not self.dropouts and not self.interruptions
 
 
 @dataclass
@@ -149,6 +152,26 @@ class _Privacy:
     line: Line
     record: dict[str, Any]
     label: str  # "" for a record of this log, "embedded site-0 record seq 7: " for a copy
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """A log without a head record that ends with its own party's signed `run_aborted` naming a stop
+    signal (Ctrl-C, a service manager's SIGTERM), in a run whose server log ends the same way: the
+    run was stopped there and may be resumed; nothing after it was cut off."""
+
+    party: str
+    path: str
+    signal: str
+    round: int | None
+    records: int
+
+    def __str__(self) -> str:
+        where = f" in round {self.round}" if self.round is not None else ""
+        return (
+            f"{self.path}: {self.party}'s log ends with its signed run_aborted: the run was "
+            f"interrupted by {self.signal}{where} ({self.records} record(s), no head record)"
+        )
 
 
 @dataclass
@@ -191,6 +214,7 @@ class _Checker:
         self._mismatch: dict[tuple[str, str], tuple[int, str]] = {}  # → (problem index, label)
         self.logged_fingerprints: dict[str, str] = {}
         self.wrong_keys: set[str] = set()  # parties none of whose signatures verify with the key given
+        self.interruptions: list[Interruption] = []
 
     def report(self, path: str, line: Line | None, reason: str, seq: int | None = None) -> None:
         self.problems.append(Problem(path, line.number if line else None, reason, seq))
@@ -536,9 +560,30 @@ class _Checker:
             for state in states
             if state.party == "server" and state.closed and state.path not in problem_paths
         ]
+        # A stop signal ends the run for every party, so a site's signed stop counts only when the
+        # server's intact log of that run ends with one too: a log cut back to an earlier run_aborted
+        # (hiding the rounds of a resume) sits beside a server log that went on and closed.
+        stopped = {
+            state.run_id
+            for state in states
+            if state.party == "server" and state.path not in problem_paths and _signal_stop(state)
+        }
         dropouts = []
         for state in states:
             if state.unfinished is None:
+                continue
+            stop = _signal_stop(state)
+            if (
+                stop is not None
+                and state.path not in problem_paths
+                and state.run_id in stopped
+                and {"server", str(state.party)} <= set(self.keys)
+                and not self.wrong_keys
+            ):
+                signal, round_ = stop
+                self.interruptions.append(
+                    Interruption(str(state.party), state.path, signal, round_, state.count)
+                )
                 continue
             line, why = state.unfinished
             said = next(
@@ -554,11 +599,14 @@ class _Checker:
                 for r in state.records.values()
                 if isinstance(r["round"], int) and said and r["round"] > said[0]
             ]
-            # a site that left records no end: a log that holds one was cut after the run went on
+            # a site that left records no end: a log that holds one was cut after the run went on.
+            # Its own signed stop as its last record is how it left (its node was stopped mid-run).
+            own_stop = state.records[max(state.records)] if stop is not None else None
             ended = any(
                 r["event"] in ("run_end", "run_aborted")
                 or (r["event"] == "instruction" and r["payload"].get("phase") in ("evaluate", "finish"))
                 for r in state.records.values()
+                if r is not own_stop
             )
             if said is None or "server" not in self.keys or self.wrong_keys or later or ended:
                 detail = (
@@ -657,8 +705,18 @@ def verify_logs(
     order = {str(path): index for index, path in enumerate(paths)}
     problems = sorted(checker.problems, key=lambda p: (order.get(p.path, 0), p.line or 0))
     dropped_in = {dropout.path: dropout.round for dropout in dropouts}
+    stopped_by = {stop.path: stop.signal for stop in checker.interruptions}
     logs = [
-        LogSummary(s.path, s.party, s.run_id, s.count, s.privacy_count, s.closed, dropped_in.get(s.path))
+        LogSummary(
+            s.path,
+            s.party,
+            s.run_id,
+            s.count,
+            s.privacy_count,
+            s.closed,
+            dropped_in.get(s.path),
+            stopped_by.get(s.path),
+        )
         for s in states
     ]
     return Verification(
@@ -671,7 +729,22 @@ def verify_logs(
         unsupplied=unsupplied,
         empirical=empirical,
         dropouts=dropouts,
+        interruptions=checker.interruptions,
     )
+
+
+def _signal_stop(state: _LogState) -> tuple[str, int | None] | None:
+    """(signal, round) when the log's last line is its party's `run_aborted` naming a stop signal."""
+    if state.unfinished is None or not state.records:
+        return None
+    line, _ = state.unfinished
+    last = state.records[max(state.records)]
+    if line.record is not last or last["event"] != "run_aborted":
+        return None
+    signal, round_ = last["payload"].get("signal"), last["payload"].get("round")
+    if not isinstance(signal, str) or not signal:
+        return None
+    return signal, round_ if isinstance(round_, int) and not isinstance(round_, bool) else None
 
 
 def _check_empirical_audits(checker: _Checker, states: list[_LogState]) -> dict[str, float]:
@@ -691,15 +764,18 @@ def _check_empirical_audits(checker: _Checker, states: list[_LogState]) -> dict[
 
 # `audit verify` / `audit report` exit codes: 0 every log verifies and is closed; 1 a problem (a
 # record changed, missing, unsigned, a wrong ε, a log cut short); 3 every record verifies but a
-# site's log stops where the server's signed log says that site left the run (a dropout).
+# site's log stops where the server's signed log says that site left the run (a dropout); 4 every
+# record verifies but the run was interrupted by a signal (each log ends with its signed run_aborted).
 EXIT_DROPOUT = 3
+EXIT_INTERRUPTED = 4
 
 
 def verify_main(
     paths: Sequence[Path | str], keys_dir: Path | str | None, console: Console | None = None
 ) -> int:
     """Print a readable verdict for `secure-fed audit verify`: 0 when everything holds, 3 when it
-    holds but a site dropped out (its log stops where the server's log says it left), else 1."""
+    holds but a site dropped out (its log stops where the server's log says it left), 4 when it holds
+    but the run was interrupted by a signal (resumable), else 1."""
     console = console or Console(soft_wrap=True)
     ok, public_keys = keys_for_cli(
         keys_dir,
@@ -723,6 +799,8 @@ def verify_main(
             if log.closed
             else f"[yellow]none: dropped out in round {log.dropped_in}[/]"
             if log.dropped_in is not None
+            else f"[yellow]none: interrupted by {log.interrupted_by}[/]"
+            if log.interrupted_by is not None
             else "[red]missing[/]",
         )
     console.print(table)
@@ -735,6 +813,18 @@ def verify_main(
         if checked
         else "no privacy record in them (no ε to re-derive)."
     )
+    if result.ok and result.interruptions:
+        console.print(
+            f"[bold yellow]VERIFIED, INTERRUPTED[/] (exit {EXIT_INTERRUPTED}): every record verifies and "
+            f"every signature holds; {figures} Not tampering: the run was stopped (a signal, or "
+            "`flwr stop` in a deployment) and did not finish (a `secure-fed run` goes on from its last "
+            "checkpoint with --resume):"
+        )
+        for stop in result.interruptions:
+            console.print(f"  {stop}", markup=False, highlight=False)
+        for dropout in result.dropouts:
+            console.print(f"  {dropout}", markup=False, highlight=False)
+        return EXIT_INTERRUPTED
     if result.ok and result.dropouts:
         console.print(
             f"[bold yellow]VERIFIED, WITH A DROPOUT[/] (exit {EXIT_DROPOUT}): every record verifies and "

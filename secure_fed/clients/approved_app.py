@@ -22,14 +22,18 @@ through Flower's own Runtime-API functions, but never installs or imports anythi
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import json
 import os
 import re
 import shlex
+import signal
 import sys
+import threading
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -212,8 +216,9 @@ def node_path(folder: Path, path: str | None) -> str:
 # -- the runner --------------------------------------------------------------------------------
 
 
-def _site_log(node: dict[str, Any], run_id: str) -> tuple[Any, str] | None:
-    """The site's audit log of this run, opened, and the site; None where the node has none."""
+def _site_log(node: dict[str, Any], run_id: str, existing: bool = False) -> tuple[Any, str] | None:
+    """The site's audit log of this run, opened, and the site; None where the node has none (or,
+    with `existing`, where the site has no log of this run yet)."""
     from secure_fed.audits.keys import load_private_key
     from secure_fed.audits.log import AuditLog
     from secure_fed.config import load_config
@@ -224,6 +229,8 @@ def _site_log(node: dict[str, Any], run_id: str) -> tuple[Any, str] | None:
     site = str(node["site"])
     cfg = load_config(Path(str(node["config-file"])))
     path = run_folder(cfg, run_id) / "audit" / f"{site}.jsonl"
+    if existing and not path.exists():
+        return None
     return AuditLog(path, site, run_id, load_private_key(Path(str(node["keys-dir"])), site)), site
 
 
@@ -250,6 +257,116 @@ def log_code(node: dict[str, Any], run_id: str, event: str, payload: dict[str, A
                 log.close()
     finally:
         log.abandon()  # releases the file (no head): the site's ClientApp continues this log
+
+
+def _round_of(message: Any) -> int | None:
+    """The round a server message is for, as its request names it (None for a run-level phase)."""
+    from secure_fed.wire import from_records
+
+    try:
+        request = from_records(message.content)
+    except Exception:  # noqa: BLE001 (a stop is signed whether or not the message can be read)
+        return None
+    value = request.get("round", request.get("round_id"))
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def sign_site_stop(node: dict[str, Any], run_id: str, reason: str, round_id: int | None) -> bool:
+    """The site's signed `run_aborted` {"signal", "round"} ends its own log of this run; True when
+    one was written. Only a run the site took part in: where it has no log of the run, or its log is
+    closed (a refused FAB, a finished run), nothing is written. No head record: the log shows the run
+    was stopped here, not finished.
+
+    The log this process's ClientApp holds open (its runtime's trail, locked against a second
+    writer) is the one signed; else the site's log of the run is reopened, which continues its chain.
+    """
+    payload = {"signal": reason, "round": round_id}
+    site_app = sys.modules.get("secure_fed.clients.app")
+    runtimes = getattr(site_app, "_RUNTIMES", {}) if site_app is not None else {}
+    held = [
+        runtime.trail.log
+        for key, runtime in list(runtimes.items())
+        if key[-1] == run_id and getattr(runtime, "trail", None) is not None
+    ]
+    if held:
+        signed = False
+        for log_ in held:
+            if not log_.closed:
+                log_.append("run_aborted", payload, round=round_id)
+                signed = True
+            log_.abandon()  # released without a head, as a node's next process would find it
+        return signed
+    opened = _site_log(node, run_id, existing=True)
+    if opened is None:
+        return False
+    log_, _site = opened
+    try:
+        if log_.closed:
+            return False
+        log_.append("run_aborted", payload, round=round_id)
+        return True
+    finally:
+        log_.abandon()
+
+
+class _Stopped(BaseException):
+    """A stop signal, raised where the runner was, so the site's log is signed once the frames that
+    may be writing a record have unwound (they write it in this same thread)."""
+
+    def __init__(self, signum: int, frame: Any) -> None:
+        super().__init__(signum)
+        self.signum, self.frame = signum, frame
+
+
+@contextlib.contextmanager
+def signed_site_stops(task: dict[str, Any]) -> Iterator[None]:
+    """Flower never tells a site's ClientApp that the SuperLink stopped its run; the task's process
+    is stopped by a signal: SIGTERM from the node's service manager (`secure-fed client` ends the
+    node's whole process group), SIGINT from Flower's task heartbeat once the SuperNode ended the
+    task, or from its parent monitor once the SuperExec is gone. On either, the site's log of the run
+    in `task` (its "node", "run_id" and "message", filled in as they are known) ends with the site's
+    own signed `run_aborted` naming the signal, and then Flower's handler goes on (it reports the
+    task's end and exits). The handler only raises: signing inside it could land between a record's
+    write and its chain moving on."""
+    previous: dict[int, Any] = {}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        task["stopped"] = True  # no reply leaves after a stop the site signed
+        raise _Stopped(signum, frame)
+
+    if threading.current_thread() is threading.main_thread():  # signal.signal works there only
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) != signal.SIG_IGN:  # an ignored signal stays ignored
+                previous[sig] = signal.signal(sig, on_signal)
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            if signal.getsignal(sig) in (on_signal, signal.SIG_IGN):
+                signal.signal(sig, handler)
+
+    try:
+        yield
+    except _Stopped as stop:
+        name = signal.Signals(stop.signum).name
+        for sig in previous:  # a second signal must not cut the signing short; the stop is underway
+            signal.signal(sig, signal.SIG_IGN)
+        if "run_id" in task:
+            try:
+                sign_site_stop(task["node"], task["run_id"], name, _round_of(task.get("message")))
+            except Exception as err:  # noqa: BLE001 (the stop goes on; verify then names the gap)
+                print(
+                    f"secure-fed: run {task['run_id']}: stop not signed: {err}", file=sys.stderr, flush=True
+                )
+        restore()
+        handler = previous.get(stop.signum)
+        if callable(handler):
+            handler(stop.signum, stop.frame)  # Flower's: it reports the task's end, then exits
+        else:  # the default action: end the process by that signal
+            signal.signal(stop.signum, signal.SIG_DFL)
+            os.kill(os.getpid(), stop.signum)
+        raise SystemExit(128 + stop.signum) from None
+    finally:
+        restore()
 
 
 def approvals_path(node: dict[str, Any]) -> Path | None:
@@ -349,51 +466,56 @@ def main() -> None:
     register_signal_handlers(
         event_type=EventType.FLWR_CLIENTAPP_RUN_LEAVE, exit_message="Task stopped.", exit_handlers=[on_exit]
     )
-    try:
-        heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
-        heartbeat.start()
-        message, context, run, fab = pull_task_input(client)
-        sha = fab_sha256(fab.content)  # from the bytes; fab.hash_str is what the server says
-        node = dict(context.node_config)
-        run_id = str(run.run_id)
-        why = refusal(node, sha)
-        if why is not None:
-            # An error reply without content: Flower's SuperNode handles one message at a time and
-            # waits for its reply, so a message left unanswered would stall the node for every
-            # later run. The server learns that this site refused this FAB, nothing else.
-            refused_error = Error(
-                code=ErrorCode.LOAD_CLIENT_APP_EXCEPTION,
-                reason=f"FAB sha256 {sha} is not approved by this site",
-            )
-            reply, message = Message(refused_error, reply_to=message), None
-            details = f"refused: {why}"
-            print(f"secure-fed: run {run_id}: {why}", file=sys.stderr, flush=True)
-            try:
-                log_code(node, run_id, "code_refused", {"fab_sha256": sha, "fab_id": run.fab_id}, close=True)
-            except Exception as err:  # noqa: BLE001 (the refusal stands whether or not it is logged)
-                print(f"secure-fed: run {run_id}: refusal not logged: {err}", file=sys.stderr, flush=True)
-            refused = True
-        else:
-            app = load_site_app()
-            code = {"fab_sha256": sha, "package_digest": package_digest(), "version": package_version()}
-            log_code(node, run_id, "code", code, close=False)
-            reply = app(message=message, context=context)
-            sub_status, details = SubStatus.COMPLETED, ""
-    except Exception as ex:  # noqa: BLE001 (reported to the SuperNode as flwr-clientapp does)
-        log(ERROR, "the site's ClientApp raised an exception", exc_info=ex)
-        reason = f"{type(ex)}:<'{ex}'>"
-        sub_status, details = SubStatus.FAILED, reason
-        if message is not None:
-            error = Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason)
-            reply = Message(error, reply_to=message)
-        exit_code = ExitCode.TASK_PROC_EXCEPTION
-    finally:
-        if reply is not None and context is not None:
-            try:
-                push_message(client, reply, context)
-            except Exception as ex:  # noqa: BLE001
-                log(ERROR, "Failed to push reply message", exc_info=ex)
-                exit_code = ExitCode.CLIENTAPP_COMMUNICATION_ERROR
+    task: dict[str, Any] = {}  # what the site's signed stop needs, filled in as it is known
+    with signed_site_stops(task):
+        try:
+            heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+            heartbeat.start()
+            message, context, run, fab = pull_task_input(client)
+            sha = fab_sha256(fab.content)  # from the bytes; fab.hash_str is what the server says
+            node = dict(context.node_config)
+            run_id = str(run.run_id)
+            why = refusal(node, sha)
+            if why is not None:
+                # An error reply without content: Flower's SuperNode handles one message at a time and
+                # waits for its reply, so a message left unanswered would stall the node for every
+                # later run. The server learns that this site refused this FAB, nothing else.
+                refused_error = Error(
+                    code=ErrorCode.LOAD_CLIENT_APP_EXCEPTION,
+                    reason=f"FAB sha256 {sha} is not approved by this site",
+                )
+                reply, message = Message(refused_error, reply_to=message), None
+                details = f"refused: {why}"
+                print(f"secure-fed: run {run_id}: {why}", file=sys.stderr, flush=True)
+                try:
+                    log_code(
+                        node, run_id, "code_refused", {"fab_sha256": sha, "fab_id": run.fab_id}, close=True
+                    )
+                except Exception as err:  # noqa: BLE001 (the refusal stands whether or not it is logged)
+                    print(f"secure-fed: run {run_id}: refusal not logged: {err}", file=sys.stderr, flush=True)
+                refused = True
+            else:
+                task.update(node=node, run_id=run_id, message=message)  # a run this site takes part in
+                app = load_site_app()
+                code = {"fab_sha256": sha, "package_digest": package_digest(), "version": package_version()}
+                log_code(node, run_id, "code", code, close=False)
+                reply = app(message=message, context=context)
+                sub_status, details = SubStatus.COMPLETED, ""
+        except Exception as ex:  # noqa: BLE001 (reported to the SuperNode as flwr-clientapp does)
+            log(ERROR, "the site's ClientApp raised an exception", exc_info=ex)
+            reason = f"{type(ex)}:<'{ex}'>"
+            sub_status, details = SubStatus.FAILED, reason
+            if message is not None:
+                error = Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason)
+                reply = Message(error, reply_to=message)
+            exit_code = ExitCode.TASK_PROC_EXCEPTION
+        finally:
+            if reply is not None and context is not None and not task.get("stopped"):
+                try:
+                    push_message(client, reply, context)
+                except Exception as ex:  # noqa: BLE001
+                    log(ERROR, "Failed to push reply message", exc_info=ex)
+                    exit_code = ExitCode.CLIENTAPP_COMMUNICATION_ERROR
     if refused:  # the task ends FAILED with the one line above, not Flower's "unhandled exception"
         on_exit()
         sys.exit(1)

@@ -43,6 +43,7 @@ from secure_fed.dp.canaries import (
     evaluate,
     likelihood_scores,
 )
+from secure_fed.dp.distributed_audit import DistributedAudit, audit_distributed
 from secure_fed.dp.events import PoissonSampledGaussian
 from secure_fed.dp.histogram import HistogramBins
 from secure_fed.dp.keystream import STREAM_KEY_BYTES, NoiseStream
@@ -113,8 +114,12 @@ class EmpiricalAudit:
     included: np.ndarray
     # the α scalars' and GMM histogram's own audits (`empirical_audit` payloads), if run
     releases: list[dict[str, Any]]
+    # dp.noise = "distributed": the audit of the released ring sum that replaced the DP-SGD one
+    distributed: DistributedAudit | None = None
 
     def payload(self) -> dict[str, Any]:
+        if self.distributed is not None:
+            return {"site": self.site, "population": TRAIN, **self.distributed.payload()}
         return {
             "site": self.site,
             "population": TRAIN,
@@ -236,6 +241,10 @@ def run_empirical_audit(
     runtime = SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=audit_run_id(out))
     privacy = runtime.privacy
     assert privacy is not None
+    if privacy.distributed is not None:
+        return _run_distributed_audit(
+            cfg, runtime, site, canaries, guesses, confidence, support, auditor_seed, started
+        )
     if canaries is None:
         stated = planned_epsilon(privacy, cfg.fed.rounds)
         canaries = default_canaries(stated, privacy.delta[TRAIN], confidence)
@@ -311,6 +320,73 @@ def run_empirical_audit(
         runtime.finish()
     elif runtime.trail is not None:
         runtime.finish(stopped_early=f"the site declined round {trained + 1} (privacy budget)")
+    return result
+
+
+def _run_distributed_audit(
+    cfg: RunConfig,
+    runtime: SiteRuntime,
+    site: str,
+    canaries: int | None,
+    guesses: int | None,
+    confidence: float,
+    support: int,
+    auditor_seed: int | None,
+    started: float,
+) -> EmpiricalAudit:
+    """dp.noise = "distributed": no site trains alone, so the audit runs the run's plan's rounds
+    itself (`secure_fed.dp.distributed_audit`: canaries as patients of the honest sites, guesses
+    from the decoded ring sum without the colluders' shares) and logs the record in this site's
+    log, against the accountant's ε of those rounds."""
+    from secure_fed.distributed_plan import delta as distributed_delta
+    from secure_fed.dp.distributed import distributed_epsilon
+
+    privacy = runtime.privacy
+    assert privacy is not None and privacy.distributed is not None
+    plan = privacy.distributed
+    q, rounds, delta = cfg.dp.sample_rate, cfg.fed.rounds, distributed_delta(cfg)
+    if canaries is None:
+        stated = distributed_epsilon(plan, q, rounds, delta)
+        canaries = default_canaries(stated, delta, confidence)
+        if canaries is None:
+            raise ValueError(
+                f"{site}: at the stated ε = {stated:.3f} no M up to {MAX_CANARIES:,} canaries gives "
+                "the one-run audit a ceiling above ε, so it could only be inconclusive; pass "
+                "--canaries M to run it anyway, or audit a smaller ε"
+            )
+    rng = np.random.default_rng(auditor_seed if auditor_seed is not None else int.from_bytes(os.urandom(16)))
+    audit = audit_distributed(
+        plan,
+        q,
+        rounds,
+        canaries,
+        default_guesses(canaries) if guesses is None else guesses,
+        delta,
+        rng,
+        support=support,
+    )
+    result = EmpiricalAudit(
+        site=site,
+        outcome=audit.outcome,
+        stated_epsilon=audit.stated_epsilon,
+        stated_epsilon_prv=None,
+        site_epsilon=float(privacy.epsilon()[TRAIN]["rdp"]),
+        rounds=rounds,
+        steps=rounds,
+        noise_multiplier=audit.noise_multiplier,
+        sampling_rate=q,
+        seconds=time.monotonic() - started,
+        log=None if runtime.trail is None else runtime.trail.log.path,
+        scores=audit.scores,
+        included=audit.included,
+        releases=[],
+        distributed=audit,
+    )
+    if runtime.trail is not None:
+        runtime.trail.append("empirical_audit", result.payload())
+        runtime.finish(
+            stopped_early="distributed DP: the audit ran the plan's rounds itself, not the site's training"
+        )
     return result
 
 

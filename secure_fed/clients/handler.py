@@ -157,10 +157,16 @@ def _secagg_rules(runtime: SiteRuntime) -> vector_sum.SiteRules:
     scaled for, and its training round (one secure sum per training round, whatever bytes a
     retrained round produces: without DP a global moved by one ulp gives new bytes)."""
     upload_round = runtime.stash.get("upload_round")
+    privacy = getattr(runtime, "privacy", None)
+    plan = getattr(privacy, "distributed", None)
     return vector_sum.SiteRules(
         quantisation=vector_sum.SiteQuantisation(clip=runtime.cfg.secagg.clip, bits=runtime.cfg.secagg.bits),
         members=tuple(str(s) for s in runtime.stash.get("secagg_members", [])),
         upload_id=None if upload_round is None else f"training-round-{int(upload_round)}",
+        # distributed DP: the upload is this site's noise share in its own ring, unmasked only
+        # with at least h sites in its signed view of the survivors
+        ring_bits=None if plan is None else plan.bits,
+        honest_min=None if plan is None else plan.honest_min,
     )
 
 

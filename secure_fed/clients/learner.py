@@ -70,6 +70,13 @@ class Learner(Protocol):
         options: dict[str, Any],
     ) -> LocalUpdate: ...
 
+    def distributed_update(
+        self, round_id: int, global_vec: np.ndarray, privacy: SitePrivacy
+    ) -> tuple[np.ndarray, int, float]:
+        """`dp.noise = "distributed"`: (the site's encoded share of a clipped gradient sum, steps,
+        loss). Only a learner the config admits for distributed noise has one."""
+        ...
+
     def hypergradients(self, final: np.ndarray, directions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """(per validation patient × direction scalars, per-patient validation losses)."""
         ...

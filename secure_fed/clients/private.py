@@ -109,6 +109,9 @@ class SitePrivacy:
     ledger_path: Path | None = None
     # OS randomness mixed into every release key; injectable only so tests can pin values
     entropy: Callable[[int], bytes] = os.urandom
+    # dp.noise = "distributed": the run's DistributedPlan (set once the model's size is known); a
+    # round is then one step whose noise the sites add between them
+    distributed: Any = None
     _streams: dict[tuple[str, int], NoiseStream] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
@@ -126,13 +129,26 @@ class SitePrivacy:
         two). `alpha`: whether the method releases α scalars from the validation patients."""
         dp = cfg.dp
         delta = {}
+        distributed = dp.noise == "distributed"
         for pop, n in ((TRAIN, n_train), (VALIDATION, max(n_val, 1))):
             d = dp.delta if dp.delta is not None else default_delta(n)
+            if distributed and pop == TRAIN:
+                # one δ for the union of every site's patients, the same at each site and the server
+                from secure_fed.distributed_plan import delta as union_delta
+
+                d = union_delta(cfg)
             check_delta(d, n)
             delta[pop] = d
         steps = passes * cfg.train.local_epochs * steps_per_epoch(dp.sample_rate)
         target = dp.target_epsilon
-        if dp.noise_multiplier is not None:
+        if distributed:
+            assert target is not None  # the config refuses distributed mode without a target
+            # one DP step a round; σ is set from the plan (the released sum's noise over C)
+            steps, sigma = 1, float("nan")
+            from secure_fed.distributed_plan import histogram_sigma
+
+            hist_sigma = histogram_sigma(cfg)  # the plan composes it with the rounds
+        elif dp.noise_multiplier is not None:
             sigma = dp.noise_multiplier
             hist_sigma = calibrate_gaussian(dp.gmm_fraction * target, delta[TRAIN]) if target else sigma
         else:
@@ -192,6 +208,14 @@ class SitePrivacy:
         extra: dict[str, Any] = {"population_bucket": size_bucket(self.n_patients[population])}
         if mechanism == "dp_sgd":
             extra.update(clip_norm=self.clip, steps=self.steps)
+        if mechanism == "dp_sgd" and self.distributed is not None:
+            plan = self.distributed
+            extra.update(
+                noise="distributed",
+                honest_min=plan.honest_min,
+                colluders=plan.colluders,
+                plan=plan.to_json(),
+            )
         elif mechanism == "alpha_scalars":
             extra.update(clip_norm=self.alpha_clip)
         budget = self.budget if math.isfinite(self.budget) else None  # JSON has no infinity
@@ -231,7 +255,17 @@ class SitePrivacy:
         self.ledger.record(self.site, TRAIN, 0, "gmm_histogram", event)
         self._log(0, TRAIN, "gmm_histogram", event)
 
+    def set_distributed(self, plan: Any) -> None:
+        """The run's distributed plan: each round charges its event; σ reads as the released
+        sum's noise std over C (what site mode's σ means for its sum)."""
+        self.distributed = plan
+        self.sigma = float(plan.noise_std / self.clip)
+
     def round_events(self) -> dict[str, list[tuple[str, Event]]]:
+        if self.distributed is not None:
+            event = self.distributed.event(self.sampling_rate, 1)
+            # DP-SGD still (one step a round), its noise the Skellam sum the sites' shares add up to
+            return {TRAIN: [("dp_sgd", event)]}  # fedavg only: no α scalars
         events: dict[str, list[tuple[str, Event]]] = {
             TRAIN: [("dp_sgd", PoissonSampledGaussian(self.sampling_rate, self.sigma, self.steps))]
         }

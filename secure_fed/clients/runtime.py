@@ -15,7 +15,7 @@ import torch
 from secure_fed.clients.coarsen import bucket_floor
 from secure_fed.clients.factors import check_factors
 from secure_fed.clients.guard import Refusal, SiteGuard
-from secure_fed.clients.private import SitePrivacy
+from secure_fed.clients.private import TRAIN, SitePrivacy
 from secure_fed.clients.trail import SiteTrail
 from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_client import upload_fingerprint
@@ -165,7 +165,7 @@ class SiteRuntime:
                 "population_sizes",
                 {"train": learner.n_train, "validation": learner.n_val, "test": learner.n_test},
             )
-        return cls(
+        runtime = cls(
             cfg=cfg,
             site=site,
             learner=learner,
@@ -175,6 +175,23 @@ class SiteRuntime:
             run_id=run_id,
             lifetime=lifetime,
         )
+        if privacy is not None and cfg.dp.noise == "distributed":
+            runtime._plan_distributed()
+        return runtime
+
+    def _plan_distributed(self) -> None:
+        """The run's distributed plan, from this site's own config, the model's size and the sites
+        it holds keys for (never from the server)."""
+        from secure_fed.distributed_plan import check_honest_min, plan_for
+
+        assert self.privacy is not None
+        sites = self._provisioned_sites()
+        if sites is None:
+            raise Refusal("no_keys", "dp.noise = 'distributed' needs the sites' provisioned keys (SecAgg+)")
+        check_honest_min(self.cfg, len(sites))
+        plan = plan_for(self.cfg, self.learner.dim(), len(sites))
+        # its privacy records carry the mode, h, c and the plan, in the site's signed log
+        self.privacy.set_distributed(plan)
 
     def log_instruction(
         self, phase: str, round_id: Any, digest: str, outcome: str, code: str | None, detail: str | None
@@ -272,9 +289,15 @@ class SiteRuntime:
                     "budget": self.privacy.budget,
                     "population": self.privacy.refused_population or "",
                 }
-        gradients = (lambda: self.privacy.gradients(round_id)) if self.privacy is not None else None
-        update = self.learner.local_update(round_id, method, global_vec, gradients, options)
-        upload, steps, mean_loss = update.upload * factors.own, update.steps, update.mean_loss
+        if self.privacy is not None and self.privacy.distributed is not None:
+            if scaled:
+                # a factor would weigh this site's noise share, not only its patients' gradients
+                raise Refusal("bad_request", "dp.noise = 'distributed' takes no server-chosen factors")
+            upload, steps, mean_loss = self.learner.distributed_update(round_id, global_vec, self.privacy)
+        else:
+            gradients = (lambda: self.privacy.gradients(round_id)) if self.privacy is not None else None
+            update = self.learner.local_update(round_id, method, global_vec, gradients, options)
+            upload, steps, mean_loss = update.upload * factors.own, update.steps, update.mean_loss
         self._stash_upload(upload)
         self.stash["secagg_context"] = factors.digest
         self.stash["secagg_members"] = list(factors.sites)
@@ -295,6 +318,14 @@ class SiteRuntime:
         }
         if self.privacy is not None:
             reply.update(self.privacy.after_round_summary())
+            if self.privacy.distributed is not None:
+                from secure_fed.distributed_plan import plan_digest
+
+                # the public power-of-two floor of its patients (as its privacy record's range): the
+                # server's divisor for the expected batch, q × Σ floors
+                reply["population_floor"] = bucket_floor(self.privacy.n_patients[TRAIN])
+                # which plan the share was encoded with: a server on another plan would decode noise
+                reply["distributed_plan"] = plan_digest(self.privacy.distributed)
         if self.trail is not None:
             reply["audit_records"] = self.trail.take_pending()
         return reply

@@ -77,11 +77,17 @@ class SiteRules:
     quantisation: its clip and bits. members: the sites its input was scaled for (a factor
     vector's), which must be exactly its signed peers and itself; () = no such vector. upload_id:
     what its update was made for (its training round): one secure sum per id, whatever the bytes.
+    ring_bits: set, its input is already integers mod 2^ring_bits (a distributed-DP noise share),
+    masked as it is, and the round's ring must be exactly that. honest_min: h, the fewest sites
+    (itself included) its signed view of the survivors must hold before it reveals anything that
+    unmasks a sum: its share carries only part of the noise, which h sites' shares complete.
     """
 
     quantisation: SiteQuantisation = field(default_factory=SiteQuantisation)
     members: tuple[str, ...] = ()
     upload_id: str | None = None
+    ring_bits: int | None = None
+    honest_min: int | None = None
 
 
 # Updates this site has sent masked, as "fingerprint@round": carried over every setup, which
@@ -121,6 +127,7 @@ _ROUND_KEYS = frozenset(
         "upload_fingerprint",
         "context",
         "members",
+        "ring_input",
         "upload_id",
         "peers",
         "peer_enc_pk",
@@ -299,10 +306,17 @@ def _setup(
         raise SecAggRefused(f"server expects a {dim}-vector, this client holds shape {np.shape(vector)}")
     if not 8 <= bits <= 40 or not clip > 0:
         raise SecAggRefused(f"quantisation bits={bits}, clip={clip} out of range")
-    _check_quantisation(clip, bits, num_nodes, dim, rules.quantisation)
+    ring_input = _check_ring_input(request, vector, m, rules)
+    if rules.honest_min is not None and len(neighbours) + 1 < rules.honest_min:
+        raise SecAggRefused(
+            f"{len(neighbours) + 1} sites in this node's neighbourhood, fewer than the {rules.honest_min} "
+            "(dp.honest_min) whose noise shares this site's share was sized with"
+        )
+    if not ring_input:
+        _check_quantisation(clip, bits, num_nodes, dim, rules.quantisation)
     if rules.members and identity.site not in rules.members:
         raise SecAggRefused(f"this site ({identity.site!r}) is not among the sites its input was scaled for")
-    if not modulus_bits(num_nodes, bits, max_count=dim) <= m <= 64:
+    if not ring_input and not modulus_bits(num_nodes, bits, max_count=dim) <= m <= 64:
         raise SecAggRefused(f"a {m}-bit modulus could wrap the sum of {num_nodes} clients")
     marks = _masked_uploads(state)
     digest = _digest(vector, fingerprint)
@@ -331,10 +345,33 @@ def _setup(
         "upload_fingerprint": digest,
         "context": context,
         "members": sorted(rules.members),
+        "ring_input": ring_input,
         # absent rather than None: the state travels through the wire codec, which has no None
         **({"upload_id": rules.upload_id} if rules.upload_id is not None else {}),
     }
     return {"enc_pk": enc_pk, "mask_pk": mask_pk, "site": identity.site, "key_sig": signature}, new_state
+
+
+def _check_ring_input(request: Mapping[str, Any], vector: np.ndarray, m: int, rules: SiteRules) -> bool:
+    """Whether this site's input goes into the ring as the integers it is (its own rule, not the
+    server's): then the ring must be the site's, and the integers must be residues of it."""
+    asked = request.get("ring_input", False) is True
+    if rules.ring_bits is None:
+        if asked:
+            raise SecAggRefused("this site sums float updates through the quantiser, not ring integers")
+        return False
+    if not asked:
+        raise SecAggRefused(
+            "this site's input is ring integers (dp.noise = 'distributed'); the server asked to quantise it"
+        )
+    if m != rules.ring_bits:
+        raise SecAggRefused(
+            f"the server's {m}-bit ring is not this site's {rules.ring_bits}-bit ring (dp.ring_bits)"
+        )
+    vec = np.asarray(vector)
+    if vec.dtype.kind != "u" or (m < 64 and vec.size and int(vec.max()) >= 1 << m):
+        raise SecAggRefused(f"this site's input is not a vector of residues mod 2^{m}")
+    return True
 
 
 def _check_identities(
@@ -465,9 +502,14 @@ def masked_input(
     """Quantised vector, plus its clipped count as a last coordinate, plus self and pairwise masks."""
     m = state["modulus_bits"]
     y = np.empty(len(vector) + 1, dtype=ring_dtype(m))
-    # encoded in place into the ring words: no int64 copy, no separate residue pass; the reduction
-    # mod 2^m happens once, after the masks (sums mod 2^w reduce to the same residue mod 2^m)
-    y[-1] = quantise_to_ring(vector, state["clip"], state["bits"], m, rng, y[:-1])
+    if state.get("ring_input"):
+        # already residues of this ring (checked at the setup): masked as they are
+        y[:-1] = np.asarray(vector, dtype=y.dtype)
+        y[-1] = 0
+    else:
+        # encoded in place into the ring words: no int64 copy, no separate residue pass; the reduction
+        # mod 2^m happens once, after the masks (sums mod 2^w reduce to the same residue mod 2^m)
+        y[-1] = quantise_to_ring(vector, state["clip"], state["bits"], m, rng, y[:-1])
     me = state["node_id"]
     # the lower id adds, the higher subtracts, so each pair cancels in the sum
     pairwise = [(key, +1 if me < peer else -1) for peer, key in zip(partners, pair_keys, strict=True)]
@@ -516,7 +558,9 @@ def _masked(
     return {"masked": y}, state
 
 
-def _unmask(request: Mapping[str, Any], state: State) -> tuple[dict[str, Any], State]:
+def _unmask(
+    request: Mapping[str, Any], state: State, honest_min: int | None = None
+) -> tuple[dict[str, Any], State]:
     survived = _ids(request, "survived")
     dropped = _ids(request, "dropped")
     partners, t = state["partners"], state["threshold"]
@@ -526,6 +570,15 @@ def _unmask(request: Mapping[str, Any], state: State) -> tuple[dict[str, Any], S
         )
     if set(survived) | set(dropped) != set(partners):
         raise SecAggRefused("unmask must name each node this client masked with, and only those")
+    if honest_min is not None and len(survived) + 1 < honest_min:
+        # partners are distinct signed sites (checked at the share distribution): this is the
+        # site's own view, whatever the server counts. Below h the shares in the sum may not carry
+        # the noise the accounting assumes, so the server gets no secret that unmasks it.
+        view = sorted([*survived, state["node_id"]])
+        raise SecAggRefused(
+            f"distributed DP: the server says {len(view)} sites survived (nodes {view}, this one "
+            f"included), fewer than h = {honest_min} (dp.honest_min); no unmasking share sent"
+        )
     if len(survived) < t:
         raise SecAggRefused(
             f"only {len(survived)} of this node's partners are said to have survived, {t} needed: "
@@ -581,4 +634,4 @@ def secagg_client_step(
     _check_order(phase, request, state)
     if phase == MASKED:
         return _masked(request, state, vector, entropy, fingerprint, rules.upload_id)
-    return _unmask(request, state)
+    return _unmask(request, state, rules.honest_min)

@@ -65,6 +65,9 @@ class SecAggSettings:
         1/2, and the threshold used is never below `collusion_safe_threshold(k)` whatever it says.
     clip, bits: quantisation range [-clip, clip] and resolution (2^bits quanta per clip); bits None
         = `word_bits(n, dim)`, the finest resolution whose ring still fits 32-bit words.
+    ring_bits: set, the inputs are already integers mod 2^ring_bits (distributed DP's noise shares,
+        encoded by the sites themselves): no quantisation, the ring is Z_{2^ring_bits}, and the sum
+        comes back as residues, for the sites' mechanism to decode.
     Defaults are `secure_fed.config.SecAggConfig`'s.
     """
 
@@ -72,6 +75,7 @@ class SecAggSettings:
     threshold: float = 0.6
     clip: float = 1.0
     bits: int | None = None
+    ring_bits: int | None = None
 
     def __post_init__(self) -> None:
         if self.neighbours is not None and self.neighbours < 2:
@@ -82,6 +86,8 @@ class SecAggSettings:
             raise ValueError("clip must be positive")
         if self.bits is not None and not 8 <= self.bits <= 40:
             raise ValueError("bits must be in [8, 40]")
+        if self.ring_bits is not None and not 8 <= self.ring_bits <= 64:
+            raise ValueError("ring_bits must be in [8, 64]")
 
     @classmethod
     def from_config(cls, cfg: SecAggConfig) -> SecAggSettings:
@@ -122,7 +128,11 @@ def round_params(num_nodes: int, dim: int, settings: SecAggSettings) -> RoundPar
         degree=k,
         threshold=shamir_threshold(k, settings.threshold),
         bits=bits,
-        modulus_bits=modulus_bits(num_nodes, bits, max_count=dim),
+        modulus_bits=(
+            settings.ring_bits
+            if settings.ring_bits is not None
+            else modulus_bits(num_nodes, bits, max_count=dim)
+        ),
     )
 
 

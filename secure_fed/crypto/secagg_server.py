@@ -101,6 +101,7 @@ def plan_setup(
             "bits": params.bits,
             "clip": settings.clip,
             "modulus_bits": params.modulus_bits,
+            **({"ring_input": True} if settings.ring_bits is not None else {}),
         }
         for u, peers in graph.items()
     }
@@ -297,6 +298,15 @@ def run_secagg(
     seed_shares, pair_keys = _collect_unmask_shares(transport, partners, survivors, round_id)
     add_masks(total, _unmasking_keys(partners, survivors, seed_shares, pair_keys, params, round_id))
 
+    if settings.ring_bits is not None:
+        # the sites' own integer encodings: the residues mod 2^m are the result, their mechanism
+        # decodes them (the last coordinate carries no clipped count in this mode)
+        residues = np.asarray(total[:dim], dtype=np.uint64) & np.uint64((1 << params.modulus_bits) - 1)
+        return VectorSum(
+            total=residues,
+            survivors=survivors,
+            dropped=sorted(set(nodes) - set(survivors)),
+        )
     signed = from_ring(total, params.modulus_bits)
     return VectorSum(
         total=dequantise(signed[:dim], settings.clip, params.bits),

@@ -23,9 +23,11 @@ def cohort_manifest(cfg: RunConfig) -> Path:
     # every generator knob, named once (by Knobs): a new one reaches the key and the call unasked
     knobs = {f.name: getattr(s, f.name) for f in dataclasses.fields(Knobs)}
     tags = "".join(f"-{name}{value:g}" for name, value in knobs.items())
+    # unequal sites: every site's count in the name (a cohort of other sizes is another cohort)
+    sizes = f"p{s.patients}" if s.site_patients is None else "p" + "_".join(map(str, s.site_patients))
     folder = (
         Path(cfg.model.cache_dir)
-        / f"cohort-s{s.sites}-p{s.patients}-v{s.visits}-i{s.image_size}-seed{s.seed}-g2{tags}"
+        / f"cohort-s{s.sites}-{sizes}-v{s.visits}-i{s.image_size}-seed{s.seed}-g2{tags}"
     )
     return made_once(
         folder,
@@ -36,6 +38,7 @@ def cohort_manifest(cfg: RunConfig) -> Path:
             visits=s.visits,
             seed=s.seed,
             image_size=s.image_size,
+            site_patients=s.site_patients,
             **knobs,
         ),
     )

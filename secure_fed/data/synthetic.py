@@ -53,6 +53,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -494,10 +495,12 @@ def synthesize(
     site_wording: float = 1.0,
     scanner_shift: float = 1.0,
     age_mix_shift: float = 1.0,
+    site_patients: Sequence[int] | None = None,
 ) -> Path:
     """Write ``manifest.jsonl``, ``labels.jsonl`` and ``images/`` under ``out_dir``; return the manifest.
 
-    ``patients`` is per site and ``visits`` the most visits a patient has (T). The knobs are
+    ``patients`` is per site (``site_patients``: each site's own count, site 0 first; a patient is
+    the same whatever the counts) and ``visits`` the most visits a patient has (T). The knobs are
     described in the module docstring (0 = off). ``domain="public"`` writes the public pretraining
     cohort (``sites`` of it, all in the public domain, knobs ignored). The same arguments always
     give byte-identical files.
@@ -507,11 +510,13 @@ def synthesize(
     manifest, labels = out / "manifest.jsonl", out / "labels.jsonl"
     all_records: list[dict] = []
     all_labels: list[dict] = []
+    if site_patients is not None and len(site_patients) != sites:
+        raise ValueError(f"site_patients has {len(site_patients)} sizes for {sites} sites")
     for site in range(sites):
         (out / "images" / ("public" if domain == "public" else f"site{site}")).mkdir(
             parents=True, exist_ok=True
         )
-        for index in range(patients):
+        for index in range(patients if site_patients is None else site_patients[site]):
             recs, labs = _patient(seed, site, index, visits, image_size, out, knobs, domain)
             all_records += recs
             all_labels += labs

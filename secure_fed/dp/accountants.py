@@ -27,9 +27,12 @@ from opacus.accountants.analysis.prv import (
 )
 
 from secure_fed.dp import analytic_gaussian
-from secure_fed.dp.events import Event, PoissonSampledGaussian, leaves
+from secure_fed.dp.events import Event, PoissonSampledGaussian, SkellamSum, leaves
 
 DEFAULT_ORDERS: tuple[float, ...] = tuple(float(a) for a in RDPAccountant.DEFAULT_ALPHAS)
+# A history with a Skellam sum is priced on Opacus' orders plus every integer order up to 256 (the
+# Skellam amplification bound exists at integer orders only; it is +inf at the fractional ones).
+SKELLAM_ORDERS: tuple[float, ...] = tuple(sorted(set(DEFAULT_ORDERS) | {float(a) for a in range(2, 257)}))
 PRV_EPS_ERROR = 0.01
 # The discretised PRV mesh grows with the number of composed steps; past this many points the FFT
 # needs gigabytes, so we report "not computable" instead of exhausting a hospital's machine.
@@ -48,6 +51,8 @@ def schedule(events: Event | Iterable[Event]) -> list[tuple[float, float, int]]:
     """
     merged: dict[tuple[float, float], int] = {}
     for event in leaves(events):
+        if isinstance(event, SkellamSum):
+            raise ValueError("a Skellam sum has no (q, sigma) schedule; price it with epsilon_rdp")
         rate = event.sampling_rate if isinstance(event, PoissonSampledGaussian) else 1.0
         if rate == 0 or event.count == 0:
             continue
@@ -63,20 +68,54 @@ def _rdp_one_step(rate: float, sigma: float, orders: tuple[float, ...]) -> np.nd
     return curve
 
 
+def _split(events: Event | Iterable[Event]) -> tuple[list[Event], list[SkellamSum]]:
+    gaussian: list[Event] = []
+    skellam: list[SkellamSum] = []
+    for event in leaves(events):
+        (skellam if isinstance(event, SkellamSum) else gaussian).append(event)
+    return gaussian, skellam
+
+
+def _skellam_one_step(event: SkellamSum, orders: tuple[float, ...]) -> np.ndarray:
+    from secure_fed.dp.distributed import ORDERS, skellam_subsampled_curve
+
+    curve = skellam_subsampled_curve(
+        event.sampling_rate, event.l1_sensitivity, event.l2_sensitivity, event.mu_total
+    )
+    at = dict(zip(ORDERS, curve, strict=True))
+    # RDP at a fractional order is not bounded by the integer-order analysis: +inf drops that order
+    return np.array([at.get(int(a), math.inf) if float(a).is_integer() else math.inf for a in orders])
+
+
 def rdp_curve(events: Event | Iterable[Event], orders: Sequence[float] = DEFAULT_ORDERS) -> np.ndarray:
     """RDP ε(α) of the composition at each order (additive over events, linear in the count)."""
     orders = tuple(float(order) for order in orders)
+    gaussian, skellam = _split(events)
     total = np.zeros(len(orders))
-    for rate, sigma, count in schedule(events):
+    for rate, sigma, count in schedule(gaussian):
         total = total + _rdp_one_step(rate, sigma, orders) * count
+    # a ledger holds one event per round: identical steps are merged, as schedule() merges Gaussians
+    merged: dict[tuple[float, float, float, float], tuple[SkellamSum, int]] = {}
+    for event in skellam:
+        if event.count and event.sampling_rate:
+            key = (event.sampling_rate, event.l1_sensitivity, event.l2_sensitivity, event.mu_total)
+            first, count = merged.get(key, (event, 0))
+            merged[key] = (first, count + event.count)
+    for event, count in merged.values():
+        total = total + _skellam_one_step(event, orders) * count
     return total
 
 
 def epsilon_rdp(
     events: Event | Iterable[Event], delta: float, orders: Sequence[float] = DEFAULT_ORDERS
 ) -> float:
-    """ε at `delta` via Opacus' RDP analysis and its RDP→(ε, δ) conversion (Balle et al. 2020)."""
+    """ε at `delta` via Opacus' RDP analysis and its RDP→(ε, δ) conversion (Balle et al. 2020).
+
+    A history holding a Skellam sum is priced on SKELLAM_ORDERS when `orders` is the default."""
     _check_delta(delta)
+    events = list(leaves(events))  # a generator would be spent by the first pass
+    if orders is DEFAULT_ORDERS and _split(events)[1]:
+        orders = SKELLAM_ORDERS
     curve = rdp_curve(events, orders)
     if not np.any(curve):
         return 0.0
@@ -110,7 +149,10 @@ def prv_epsilon(
     The PRV value is the accountant's upper estimate (estimate + eps_error), as in Opacus.
     """
     _check_delta(delta)
-    triples = schedule(events)
+    gaussian, skellam = _split(events)
+    if any(e.count and e.sampling_rate for e in skellam):
+        return PrvResult(None, "none", "no PRV accountant for the Skellam sum; use the RDP value")
+    triples = schedule(gaussian)
     if not triples:
         return PrvResult(0.0, "trivial")
     if any(sigma == 0 for _, sigma, _ in triples):

@@ -92,6 +92,96 @@ class Gaussian(_FromJson):
         return {"type": "gaussian", "noise_multiplier": self.noise_multiplier, "count": self.count}
 
 
+# Float64 rotation error is far below one integer unit at the granularities dp.distributed allows;
+# one whole unit of slack in Δ₂ covers it (see dp/distributed.py).
+ROUNDING_FLOAT_SLACK = 1.0
+
+
+def rounded_sensitivities(clip: float, gamma: float, padded_dim: int) -> tuple[float, float]:
+    """(Δ₂, Δ₁) of one patient in the integer sum after scaling by 1/γ, rotation and randomised
+    rounding of a site's sum: coupling the roundings of neighbouring sums through the same
+    uniforms, each coordinate moves by less than its exact change plus one, so
+    Δ₂ = C/γ + √D (+ float slack) and, for an integer vector, Δ₁ ≤ min(√D·Δ₂, Δ₂²), D being the
+    number of rounded coordinates (the share's length)."""
+    l2 = clip / gamma + math.sqrt(padded_dim) + ROUNDING_FLOAT_SLACK
+    return l2, min(math.sqrt(padded_dim) * l2, l2 * l2)
+
+
+def _positive(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise EventFormatError(f"{name} must be a number, got {value!r}")
+    number = float(value)
+    if not (math.isfinite(number) and number > 0):
+        raise EventFormatError(f"{name} must be finite and > 0, got {value!r}")
+    return number
+
+
+_SKELLAM_FIELDS = (
+    "sampling_rate",
+    "count",
+    "clip",
+    "gamma",
+    "dim",
+    "padded_dim",
+    "mu_total",
+    "l2_sensitivity",
+    "l1_sensitivity",
+    "bits",
+    "honest_min",
+    "colluders",
+)
+
+
+@dataclass(frozen=True)
+class SkellamSum(_FromJson):
+    """`count` rounds of the distributed Skellam sum (dp/distributed.py) on a Poisson sample of
+    the patients of all sites (each in with probability q).
+
+    Priced from (q, count, mu_total, Δ₁, Δ₂): mu_total is the Skellam variance per coordinate the
+    honest survivors' shares carry (integer units), Δ₁/Δ₂ one patient's sensitivities after
+    scaling by 1/gamma, rotation to padded_dim coordinates and rounding; they must be the ones
+    `rounded_sensitivities(clip, gamma, padded_dim)` gives. bits, honest_min and colluders are the
+    ring and the trust assumption the noise was sized for (logged, not priced).
+    """
+
+    sampling_rate: float
+    count: int
+    clip: float
+    gamma: float
+    dim: int
+    padded_dim: int
+    mu_total: float
+    l2_sensitivity: float
+    l1_sensitivity: float
+    bits: int
+    honest_min: int
+    colluders: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sampling_rate", _check_rate(self.sampling_rate))
+        object.__setattr__(self, "count", _check_count(self.count))
+        for name in ("clip", "gamma", "mu_total", "l2_sensitivity", "l1_sensitivity"):
+            object.__setattr__(self, name, _positive(getattr(self, name), name))
+        for name in ("dim", "padded_dim", "bits", "honest_min", "colluders"):
+            _check_count(getattr(self, name))
+        if self.padded_dim < max(self.dim, 1):
+            raise EventFormatError(f"padded_dim {self.padded_dim} is below dim {self.dim}")
+        if self.honest_min <= self.colluders:
+            raise EventFormatError(f"honest_min {self.honest_min} must exceed colluders {self.colluders}")
+        l2, l1 = rounded_sensitivities(self.clip, self.gamma, self.padded_dim)
+        if not (
+            math.isclose(l2, self.l2_sensitivity, rel_tol=1e-12)
+            and math.isclose(l1, self.l1_sensitivity, rel_tol=1e-12)
+        ):
+            raise EventFormatError(
+                f"skellam_sum: l2_sensitivity {self.l2_sensitivity!r} / l1_sensitivity "
+                f"{self.l1_sensitivity!r} do not follow from clip, gamma and padded_dim ({l2!r}, {l1!r})"
+            )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"type": "skellam_sum", **{name: getattr(self, name) for name in _SKELLAM_FIELDS}}
+
+
 @dataclass(frozen=True)
 class Composed(_FromJson):
     """Sequential composition of events (order is kept for the log; the cost does not depend on it)."""
@@ -101,7 +191,7 @@ class Composed(_FromJson):
     def __post_init__(self) -> None:
         events = tuple(self.events)
         for event in events:
-            if not isinstance(event, PoissonSampledGaussian | Gaussian | Composed):
+            if not isinstance(event, PoissonSampledGaussian | Gaussian | SkellamSum | Composed):
                 raise EventFormatError(f"not a privacy event: {event!r}")
         object.__setattr__(self, "events", events)
 
@@ -109,8 +199,8 @@ class Composed(_FromJson):
         return {"type": "composed", "events": [event.to_json() for event in self.events]}
 
 
-Event = PoissonSampledGaussian | Gaussian | Composed
-LeafEvent = PoissonSampledGaussian | Gaussian
+Event = PoissonSampledGaussian | Gaussian | SkellamSum | Composed
+LeafEvent = PoissonSampledGaussian | Gaussian | SkellamSum
 
 
 def leaves(events: Event | Iterable[Event]) -> Iterator[LeafEvent]:
@@ -121,7 +211,7 @@ def leaves(events: Event | Iterable[Event]) -> Iterator[LeafEvent]:
         event = stack.pop()
         if isinstance(event, Composed):
             stack.extend(reversed(event.events))
-        elif isinstance(event, PoissonSampledGaussian | Gaussian):
+        elif isinstance(event, PoissonSampledGaussian | Gaussian | SkellamSum):
             yield event
         else:
             raise EventFormatError(f"not a privacy event: {event!r}")
@@ -131,6 +221,7 @@ _FIELDS: dict[str, set[str]] = {
     "poisson_sampled_gaussian": {"type", "sampling_rate", "noise_multiplier", "count"},
     "gaussian": {"type", "noise_multiplier", "count"},
     "composed": {"type", "events"},
+    "skellam_sum": {"type", *_SKELLAM_FIELDS},
 }
 
 
@@ -151,6 +242,8 @@ def from_json(data: Mapping[str, Any]) -> Event:
         return PoissonSampledGaussian(data["sampling_rate"], data["noise_multiplier"], data["count"])
     if kind == "gaussian":
         return Gaussian(data["noise_multiplier"], data["count"])
+    if kind == "skellam_sum":
+        return SkellamSum(**{name: data[name] for name in _SKELLAM_FIELDS})
     if not isinstance(data["events"], list):
         raise EventFormatError("composed event: 'events' must be a list")
     return Composed(tuple(from_json(item) for item in data["events"]))

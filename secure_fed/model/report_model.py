@@ -21,6 +21,17 @@ class PatientContext:
     phi: torch.Tensor | None = None
 
 
+def trim_padding(input_ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """The batch without its trailing all-padding columns. Reports are padded to the longest one
+    allowed (57 tokens) while a batch's longest is about 42 (mean 27), and the decoder's cost grows
+    with the columns. Each row's loss is unchanged: the decoder is causal, so no logit at a real
+    token reads a later column, and padded targets are masked out of the loss."""
+    real = (input_ids != pad_id).any(0).nonzero()
+    if real.numel() == 0:
+        return input_ids
+    return input_ids[:, : int(real.max()) + 1]
+
+
 class ReportModel(nn.Module):
     """images (B, 2V, H, W) = [current, prior] per view → report tokens, personalised by q_p (B, K)."""
 
@@ -101,7 +112,7 @@ class ReportModel(nn.Module):
 
     def forward(self, images: torch.Tensor, input_ids: torch.Tensor, profiles: torch.Tensor) -> torch.Tensor:
         """Per-row mean token cross-entropy (B,): callers sum it for per-patient DP gradients."""
-        input_ids = input_ids.to(self.device)
+        input_ids = trim_padding(input_ids.to(self.device), self.pad_id)
         logits = self.logits(images, input_ids, profiles)
         targets = input_ids[:, 1:]
         mask = (targets != self.pad_id).float()
@@ -121,26 +132,39 @@ class ReportModel(nn.Module):
 
     @torch.no_grad()
     def generate(self, images: torch.Tensor, profiles: torch.Tensor, max_len: int) -> list[list[int]]:
-        """Greedy decoding; short reports make recomputing the prefix cheaper than a KV cache."""
+        """Greedy decoding with a key/value cache: each step feeds only the newest token, and the
+        cross-attention keys/values of the visual tokens are computed once. Its token ids equal
+        those of recomputing the whole prefix each step (tests/model/test_generate_cache.py); with
+        64 visual tokens and reports up to 57 tokens the cache is the cheaper of the two
+        (benchmarks/hospital_cost.py's ``decode`` figures). Rows that emitted EOS get pad after it."""
         was_training = self.training
         self.eval()
         images, profiles = images.to(self.device), profiles.to(self.device)
         batch = images.shape[0]
-        ids = torch.full((batch, 1), self.bos_id, dtype=torch.long, device=images.device)
+        nxt = torch.full((batch,), self.bos_id, dtype=torch.long, device=images.device)
         done = torch.zeros(batch, dtype=torch.bool, device=images.device)
         visual = self.visual_tokens(images)
+        # φ is per row and constant over the sequence, so the cached keys/values (computed under
+        # the same φ) stay valid: every step sets it again for the layers that run.
         phi = self.proj(profiles) if self.proj is not None else None
-        for _ in range(max_len):
-            self.ctx.phi = phi
-            try:
-                logits = self.decoder(input_ids=ids, encoder_hidden_states=visual).logits[:, -1]
-            finally:
-                self.ctx.phi = None
-            nxt = logits.argmax(-1)
-            nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
-            ids = torch.cat([ids, nxt[:, None]], dim=1)
-            done |= nxt == self.eos_id
-            if bool(done.all()):
-                break
-        self.train(was_training)
-        return [row[1:].tolist() for row in ids]
+        cache = None
+        out: list[torch.Tensor] = []
+        try:
+            for _ in range(max_len):
+                self.ctx.phi = phi
+                step = self.decoder(
+                    input_ids=nxt[:, None], encoder_hidden_states=visual, cache=cache, use_cache=True
+                )
+                cache = step.cache
+                nxt = step.logits[:, -1].argmax(-1)
+                nxt = torch.where(done, torch.full_like(nxt, self.pad_id), nxt)
+                out.append(nxt)
+                done |= nxt == self.eos_id
+                if bool(done.all()):
+                    break
+        finally:
+            self.ctx.phi = None
+            self.train(was_training)
+        if not out:
+            return [[] for _ in range(batch)]
+        return torch.stack(out, dim=1).tolist()

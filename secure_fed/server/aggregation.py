@@ -30,6 +30,13 @@ class AggregationSettings:
     @classmethod
     def from_config(cls, cfg: RunConfig) -> AggregationSettings:
         secagg = SecAggSettings.from_config(cfg.secagg) if cfg.secagg_on else None
+        if secagg is not None and cfg.dp.enabled and cfg.dp.noise == "distributed":
+            from dataclasses import replace
+
+            from secure_fed.distributed_plan import ring_bits
+
+            # the sites' noise shares are residues of their own ring, summed as they are
+            secagg = replace(secagg, ring_bits=ring_bits(cfg))
         he = None
         if cfg.he.enabled:
             if cfg.he.keys_dir is None:

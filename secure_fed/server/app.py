@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +63,81 @@ def deployment_trail(cfg: RunConfig, out: Path, run_id: str) -> ServerTrail | No
     return trail
 
 
+# How the SuperLink's refusal of a stopped run reads in the log: the operator's `flwr stop` is the
+# one way a live ServerApp's run stops running other than by its own end
+FLWR_STOP = "flwr stop"
+
+
+class _Stopped(BaseException):
+    """A stop signal, raised where the ServerApp was, so the log is signed once its frames (a record
+    half written among them) have unwound."""
+
+    def __init__(self, signum: int, frame: Any) -> None:
+        super().__init__(signum)
+        self.signum, self.frame = signum, frame
+
+
+@contextlib.contextmanager
+def signed_stops(trail: ServerTrail | None, orchestrator: Orchestrator) -> Iterator[None]:
+    """Under `flwr run` the ServerApp is its own process (flwr-serverapp). A stop reaches it as
+    SIGTERM / SIGINT (a service manager, Ctrl-C, or Flower's heartbeat once `flwr stop` ended the
+    run), on which Flower's handler exits with SystemExit mid-round, or as the SuperLink refusing the
+    next message of a stopped run (RunNotRunningException). Neither is an Exception, so the
+    orchestrator's abort never ran and the server's log stopped without a closing record: it read as
+    cut short. Here the stop is signed first, `run_aborted` naming the signal (or `flwr stop`) and
+    the round cut short, as `secure-fed run` does; then Flower's own handler goes on (it reports
+    the task's end and exits). The sites' logs are theirs to sign, on their own nodes.
+
+    The handler only raises: signing inside it could land between a record's write and its
+    sequence number moving on (the orchestrator writes the log in this same thread)."""
+    if trail is None:
+        yield
+        return
+    from flwr.supercore.run import RunNotRunningException
+
+    def sign(name: str) -> None:
+        # the record runner.sign_interrupt writes, without importing the runner from here
+        round_id = orchestrator.interrupted_round()
+        try:
+            if not trail.log.closed:
+                trail.log.append("run_aborted", {"signal": name, "round": round_id}, round=round_id)
+        finally:
+            trail.log.abandon()  # no head record: a resume goes on with the chain
+
+    previous: dict[int, Any] = {}
+
+    def on_signal(signum: int, frame: Any) -> None:
+        raise _Stopped(signum, frame)
+
+    if threading.current_thread() is threading.main_thread():  # signal.signal works there only
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(sig) != signal.SIG_IGN:  # an ignored signal stays ignored
+                previous[sig] = signal.signal(sig, on_signal)
+
+    def restore() -> None:
+        for sig, handler in previous.items():
+            if signal.getsignal(sig) is on_signal:
+                signal.signal(sig, handler)
+
+    try:
+        yield
+    except _Stopped as stop:
+        sign(signal.Signals(stop.signum).name)
+        restore()
+        handler = previous.get(stop.signum)
+        if callable(handler):
+            handler(stop.signum, stop.frame)  # Flower's: it reports the task's end, then exits
+        else:  # the default action: end the process by that signal
+            signal.signal(stop.signum, signal.SIG_DFL)
+            os.kill(os.getpid(), stop.signum)
+        raise SystemExit(128 + stop.signum) from None
+    except RunNotRunningException:
+        sign(FLWR_STOP)
+        raise
+    finally:
+        restore()
+
+
 def make_server_app(
     cfg: RunConfig | None = None,
     out: Path | None = None,
@@ -99,7 +178,8 @@ def make_server_app(
         if result is not None:  # the simulation's stop handler signs the round in progress
             result["orchestrator"] = orchestrator
         try:
-            outcome = orchestrator.run(resume=resume)
+            with signed_stops(trail, orchestrator):
+                outcome = orchestrator.run(resume=resume)
         except Exception as err:
             if trail is not None and orchestrator.aborted:
                 trail.log.close()  # it ends with the orchestrator's signed `run_aborted` record

@@ -23,6 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secure_fed.crypto import secagg_channel as channel
 from secure_fed.crypto.masking import add_masks
 from secure_fed.crypto.quantize import dequantise, from_ring, ring_dtype
+from secure_fed.crypto.secagg_client import SiteRules
 from secure_fed.crypto.secagg_identity import SecAggIdentity, key_statement
 from secure_fed.crypto.secagg_protocol import MASKED, SETUP, SHARES, SecAggRefused, SecAggSettings
 from secure_fed.crypto.secagg_server import SetupPlan, plan_setup
@@ -58,6 +59,7 @@ class Site:
     vector: np.ndarray
     honest: bool = True
     fingerprint: str | None = None  # made once per update by the caller, as SiteRuntime does
+    rules: SiteRules | None = None  # what the site sets itself (ring input, h), as SiteRuntime does
     _state: bytes = field(default_factory=lambda: encode_payload({}))
 
     def send(self, phase: str, request: Payload) -> Payload:
@@ -70,6 +72,7 @@ class Site:
             self.vector,
             identity=self.identity,
             fingerprint=self.fingerprint,
+            rules=self.rules,
         )
         self._state = encode_payload(state)
         return decode_payload(encode_payload(reply))
@@ -162,10 +165,12 @@ def honest_until_unmask(
     round_id: int | str = 1,
     seed: int = 0,
     withhold: Iterable[tuple[int, int]] = (),
+    settings: SecAggSettings = SETTINGS,
 ) -> Transcript:
     """Setup, share distribution and masked input as our server runs them, except that the shares
     in `withhold` ((sender, recipient) pairs) are not delivered."""
-    plan = plan_setup(sorted(sites), DIM, SETTINGS, round_id, random.Random(seed))
+    dim = len(next(iter(sites.values())).vector)
+    plan = plan_setup(sorted(sites), dim, settings, round_id, random.Random(seed))
     keys = {n: site.send(SETUP, plan.requests[n]) for n, site in sites.items()}
     shares = {n: site.send(SHARES, keys_request(round_id, plan.graph[n], keys)) for n, site in sites.items()}
     held_back = set(withhold)

@@ -25,7 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secure_fed.audits.keys import load_public_keys, write_key_pair
 from secure_fed.audits.log import AuditLog
 from secure_fed.audits.report import report_main, write_report
-from secure_fed.audits.verify import EXIT_DROPOUT, verify_main
+from secure_fed.audits.verify import EXIT_DROPOUT, EXIT_INTERRUPTED, verify_main
 
 from .conftest import DELTA, instruction, mechanism_json, opacus_epsilon
 from .tamper import read_records
@@ -43,8 +43,10 @@ class Scenario:
     rounds: int = 3
     stop_after: int | None = None  # every log stops after this round: no end, no head (Ctrl-C, kill)
     signal: str | None = None  # with stop_after: each party first signs run_aborted {"signal", "round"}
+    site_signal: str | None = None  # with signal: what the sites' own run_aborted names (a deployment)
     resume: bool = False  # with stop_after: the run is resumed there and finishes
     drop: str | None = None  # this site dies in round 2's secure sum after its training reply
+    drop_signal: str | None = None  # with drop: the dropped site's node was stopped and signed its stop
     lifetime_start: float | None = None  # ε earlier runs spent on the same data (a site ledger)
 
 
@@ -123,6 +125,8 @@ def write_run(root: Path, s: Scenario) -> Written:
         )
         for site in dropped:
             alive.remove(site)
+            if s.drop_signal is not None:
+                logs[site].append("run_aborted", {"signal": s.drop_signal, "round": round_}, round=round_)
             logs[site].abandon()  # killed: its log stops here, no head record
         server.append("alpha", {"alpha": [0.5, 0.3, 0.2]}, round=round_)
 
@@ -132,8 +136,9 @@ def write_run(root: Path, s: Scenario) -> Written:
         for round_ in range(1, s.stop_after + 1):
             train(round_)
         if s.signal is not None:
-            for log in logs.values():
-                log.append("run_aborted", {"signal": s.signal, "round": s.stop_after}, round=s.stop_after)
+            for party, log in logs.items():
+                said = s.signal if party == "server" or s.site_signal is None else s.site_signal
+                log.append("run_aborted", {"signal": said, "round": s.stop_after}, round=s.stop_after)
         if not s.resume:
             for log in logs.values():
                 log.abandon()
@@ -300,11 +305,62 @@ def test_interrupted_run(tmp_path: Path) -> None:
     assert not data["verification"]["ok"]  # a log cut short that no server record explains
 
 
-def test_run_interrupted_by_a_signal(tmp_path: Path) -> None:
-    page, _, written = _report(tmp_path, Scenario(stop_after=1, signal="SIGINT"))
+def test_run_interrupted_by_a_signal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page, data, written = _report(tmp_path, Scenario(stop_after=1, signal="SIGINT"))
     text = claims_hold(page, written.paths)
     assert "The run was interrupted by SIGINT in round 1 and did not finish" in text
     assert "test-set scores of" not in text and "the run finished" not in text
+    # each log ends with its own party's signed run_aborted naming the signal: an interruption, its
+    # own verdict and exit code, not "truncated" (it read as tampering: "cannot be relied on")
+    verdict = data["verification"]
+    assert verdict["ok"] and not verdict["complete"], verdict["problems"]
+    assert sorted((i["party"], i["signal"], i["round"]) for i in verdict["interruptions"]) == [
+        (party, "SIGINT", 1) for party in ("server", *SITES)
+    ]
+    assert "cannot be relied on" not in text and "Verified, interrupted" in page
+    assert verify_main(written.paths, written.keys) == EXIT_INTERRUPTED
+    out = " ".join(capsys.readouterr().out.split())
+    assert "VERIFIED, INTERRUPTED" in out and "by SIGINT in round 1" in out
+    assert report_main(written.paths, tmp_path / "r2.html", written.keys) == EXIT_INTERRUPTED
+
+
+def test_deployment_stopped_by_flwr_stop(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A deployment stopped with `flwr stop`: the ServerApp signs "flwr stop", each site's runner
+    signs its own stop (SIGTERM from its node's service manager): an interruption, not tampering."""
+    written = write_run(tmp_path, Scenario(stop_after=1, signal="flwr stop", site_signal="SIGTERM"))
+    assert verify_main(written.paths, written.keys) == EXIT_INTERRUPTED
+    out = " ".join(capsys.readouterr().out.split())
+    assert "VERIFIED, INTERRUPTED" in out and "interrupted by flwr stop in round 1" in out
+    for site in SITES:
+        assert f"{site}'s log ends with its signed run_aborted: the run was interrupted by SIGTERM" in out
+
+
+def test_a_dropped_site_that_signed_its_stop_is_a_dropout(tmp_path: Path) -> None:
+    """A site whose node was stopped mid-run (SIGTERM: its runner signs run_aborted) while the run
+    went on without it: the server's signed log says it left in that round, so it is a dropout
+    (exit 3), not a log cut after the run went on."""
+    page, data, written = _report(tmp_path, Scenario(drop="site2", drop_signal="SIGTERM"))
+    assert [(d["site"], d["round"]) for d in data["verification"]["dropouts"]] == [("site2", 2)]
+    assert verify_main(written.paths, written.keys) == EXIT_DROPOUT
+    # the site's own stop ended its part, not the run: the report must not say the run was interrupted
+    text = summary_text(page)
+    assert "site2 dropped out in round 2" in text and "the run finished" in text
+    assert "interrupted" not in text and "did not finish" not in text
+
+
+def test_a_resumed_log_cut_back_to_its_run_aborted_is_not_an_interruption(tmp_path: Path) -> None:
+    """Attack: hide the rounds a site ran after a resume by cutting its log back to its signed
+    run_aborted. The server's log went on and closed, so the site's log cannot end in an interruption."""
+    from secure_fed.audits.verify import verify_logs
+
+    written = write_run(tmp_path, Scenario(stop_after=1, signal="SIGINT", resume=True))
+    site0 = written.paths[1]
+    lines = site0.read_text().splitlines(keepends=True)
+    cut = max(i for i, line in enumerate(lines) if '"event":"run_aborted"' in line)
+    site0.write_text("".join(lines[: cut + 1]))
+    result = verify_logs(written.paths, load_public_keys(written.keys))
+    assert not result.ok and not result.interruptions
+    assert any(problem.path == str(site0) and "truncated" in str(problem) for problem in result.problems)
 
 
 def test_resumed_run(tmp_path: Path) -> None:

@@ -177,3 +177,29 @@ def test_a_survivor_silent_at_unmask_with_a_dropped_partner_ends_the_round():
     b = plan_setup(sorted(inputs), DIM, settings, 1, random.Random(0)).graph[a][0]  # run_round's graph
     with pytest.raises(SecAggAbort, match=f"node {b} did not reveal its mask with dropped node {a}"):
         run_round(inputs, settings, dropouts={MASKED: [a], UNMASK: [b]})
+
+
+def test_ring_input_sums_residues_exactly_and_survives_a_dropout():
+    """Distributed DP's shares are integers mod 2^m already: masked as they are, and the sum comes
+    back as the exact residue sum of the survivors (wrapping mod 2^m, as the mechanism expects)."""
+    from secure_fed.crypto.secagg_client import SiteRules
+
+    m = 32
+    rng = np.random.default_rng(5)
+    inputs = {n: rng.integers(0, 2**m, 300, dtype=np.uint64).astype(np.uint32) for n in range(1, 6)}
+    rules = SiteRules(ring_bits=m, honest_min=4)
+
+    def step(phase, request, state, secret):
+        vector, identity = secret
+        return client_step(phase, request, state, vector, identity=identity, rules=rules)
+
+    transport = LocalTransport(with_identities(inputs), step, dropouts={MASKED: [5]})
+    settings = SecAggSettings(clip=8.0, bits=24, ring_bits=m)
+    result = sum_vectors(transport, list(inputs), 300, settings, 1, rng=random.Random(0))
+    expected = np.sum([inputs[u].astype(np.uint64) for u in (1, 2, 3, 4)], axis=0) % 2**m
+    assert result.survivors == [1, 2, 3, 4] and result.dropped == [5]
+    np.testing.assert_array_equal(result.total, expected)
+    # a site whose rules expect ring input refuses a server that would quantise it, and the reverse
+    wrong = SecAggSettings(clip=8.0, bits=24)
+    with pytest.raises(SecAggAbort):
+        sum_vectors(LocalTransport(with_identities(inputs), step), list(inputs), 300, wrong, 2)

@@ -281,3 +281,29 @@ def test_default_cohort_is_pinned(tmp_path):
     site-difference knobs, commit 2b4034a)."""
     synthesize(tmp_path, sites=4, patients=12, visits=5, seed=3, image_size=16)
     assert _cohort_digest(tmp_path) == PINNED_COHORT
+
+
+def test_unequal_site_sizes_keep_each_patient_and_are_validated(tmp_path):
+    """`site_patients`: each site its own count; a patient is the same one whatever the counts (the
+    generator keys on (seed, site, patient)), and a config whose sizes do not match its sites is
+    refused when it loads."""
+    from secure_fed.config import ConfigError, build_config
+    from secure_fed.data.sites import cohort_manifest
+
+    uneven = _rows(
+        synthesize(
+            tmp_path / "u", sites=3, patients=2, visits=3, seed=5, image_size=16, site_patients=[5, 3, 2]
+        )
+    )
+    even = _rows(synthesize(tmp_path / "e", sites=3, patients=5, visits=3, seed=5, image_size=16))
+    per_site = Counter(r["site"] for r in {r["patient_id"]: r for r in uneven}.values())
+    assert per_site == {"site0": 5, "site1": 3, "site2": 2}
+    assert uneven == [r for r in even if r["patient_id"] in {u["patient_id"] for u in uneven}]
+    with pytest.raises(ConfigError, match="site_patients has 2 size"):
+        build_config({"data": {"synth": {"sites": 3, "site_patients": [5, 3]}}})
+    cfg = build_config(
+        {"model": {"cache_dir": str(tmp_path)}, "data": {"synth": {"sites": 2, "site_patients": [7, 4]}}}
+    )
+    other = cfg.model_copy(deep=True)
+    other.data.synth.site_patients = [4, 7]
+    assert cohort_manifest(cfg).parent != cohort_manifest(other).parent  # cached apart

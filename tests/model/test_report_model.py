@@ -252,3 +252,38 @@ def test_a_base_pretrained_on_other_public_data_is_not_loaded(config: RunConfig)
     recipes = {pretraining_recipe(c) for c in (config, longer)}
     paths = {build_module.base_cache_path(config.model, 100, 32, 0, recipe=r) for r in recipes}
     assert len(recipes) == 2 and len(paths) == 2
+
+
+def test_trimmed_padding_leaves_every_row_loss_and_gradient_as_it_was(config: RunConfig) -> None:
+    """`forward` drops the batch's all-padding columns (the decoder's cost grows with them): each
+    row's loss and the adapters' gradients are those of the full padded batch, computed here the
+    way `forward` did before the trim."""
+    import torch.nn.functional as F
+
+    model = build(config)
+    model.train()
+    images, ids = inputs(config, 4)
+    wide = torch.cat([ids, torch.full((4, 20), model.pad_id)], dim=1)  # 20 more columns of padding
+    wide[0, 5:] = model.pad_id  # rows of unequal length: a short row's padding stays inside
+    wide[0, 4] = model.eos_id
+    profiles = demographic_profiles(config.model.gmm_components).repeat(2, 1)
+
+    def full_loss() -> torch.Tensor:
+        logits = model.logits(images, wide, profiles)
+        targets = wide[:, 1:]
+        mask = (targets != model.pad_id).float()
+        nll = F.cross_entropy(logits[:, :-1].transpose(1, 2), targets, reduction="none")
+        return (nll * mask).sum(1) / mask.sum(1).clamp_min(1.0)
+
+    from secure_fed.model.report_model import trim_padding
+
+    assert trim_padding(wide, model.pad_id).shape[1] == ids.shape[1] - 2  # the trim does happen
+    params = [p for p in model.parameters() if p.requires_grad]
+    reference = full_loss()
+    ref_grads = torch.autograd.grad(reference.sum(), params)
+    trimmed = model(images, wide, profiles)
+    grads = torch.autograd.grad(trimmed.sum(), params)
+    torch.testing.assert_close(trimmed, reference, rtol=1e-5, atol=1e-6)
+    for g, r in zip(grads, ref_grads, strict=True):
+        torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
+    assert any(float(g.abs().max()) > 0 for g in grads)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,8 @@ from secure_fed.dp.site_ledger import SiteLedger
 from secure_fed.model.report_model import ReportModel
 from secure_fed.model.setup import build_report_model
 from secure_fed.model.vectors import flatten, unflatten
+
+log = logging.getLogger(__name__)
 
 POOLED = {"fedavg", "fedprox", "fedadam", "scaffold", "drfa"}
 ALPHA_METHODS = {"fedtar", "fedtar-no-gmm"}  # the methods whose server asks for α hypergradients
@@ -202,6 +205,32 @@ class ReportLearner:
             self.scaffold_c = new_c
             parts.append(weights[0] * control_delta)
         return LocalUpdate(torch.cat(parts).numpy(), result.steps, result.mean_loss)
+
+    def distributed_update(
+        self, round_id: int, global_vec: np.ndarray, privacy: SitePrivacy
+    ) -> tuple[np.ndarray, int, float]:
+        """One distributed-DP step: this site's clipped gradient sum over its Poisson-sampled
+        patients, encoded with its noise share into the ring (its keystream draws the sample, the
+        rounding and the noise); the server decodes only the sum over the survivors."""
+        from secure_fed.clients.distributed import clipped_gradient_sum
+        from secure_fed.distributed_plan import round_seed
+        from secure_fed.dp.distributed import encode_share
+
+        assert privacy.distributed is not None
+        model = self._model()
+        start = unflatten(torch.tensor(global_vec), model.trainable_state())
+        stream = privacy.noise_stream("distributed_dp", round_id)
+        clipped, sampled = clipped_gradient_sum(
+            model, start, self.data.train, privacy.clip, privacy.sampling_rate,
+            privacy.n_patients[TRAIN], stream,
+        )  # fmt: skip
+        # the share's rounding and Skellam noise from a generator keyed by the release's keystream
+        seed = np.empty(4, dtype=np.uint64)
+        stream.fill(seed)
+        rng = np.random.default_rng(seed)
+        share = encode_share(clipped, privacy.distributed, round_seed(self.cfg, round_id), rng)
+        log.debug("site %s round %d: %d patients sampled", self.data.name, round_id, sampled)
+        return share, 1, float("nan")
 
     def hypergradients(self, final: np.ndarray, directions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         if len(self.data.val) == 0:

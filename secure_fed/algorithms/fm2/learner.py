@@ -34,6 +34,7 @@ from secure_fed.algorithms.fm2.site import (
     training_only,
 )
 from secure_fed.clients.learner import LocalUpdate, SiteStart
+from secure_fed.clients.private import SitePrivacy
 from secure_fed.clients.training import PatientGradients
 from secure_fed.config import RunConfig
 from secure_fed.data.multimodal import CLASSES, MODALITIES
@@ -148,6 +149,11 @@ class ImagingLearner:
 
     def start(self, setup: SiteStart) -> None:
         pass  # model and data are ready at create; no release of its own before training
+
+    def distributed_update(
+        self, round_id: int, global_vec: np.ndarray, privacy: SitePrivacy
+    ) -> tuple[np.ndarray, int, float]:
+        raise NotImplementedError("dp.noise = 'distributed' runs only fed.method = 'fedavg' on report data")
 
     def hypergradients(self, final: np.ndarray, directions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError("the imaging methods release no α scalars")

@@ -31,6 +31,11 @@ def make_strategy(method: str, dim: int, t_max: int, cfg: object) -> Strategy:
     from secure_fed.config import RunConfig
 
     assert isinstance(cfg, RunConfig)
+    if cfg.dp.enabled and cfg.dp.noise == "distributed":
+        # the config admits only fedavg here: one private step a round, taken by the server
+        from secure_fed.server.strategies.distributed import DistributedFedAvg
+
+        return DistributedFedAvg(dim, cfg)
     table = {
         "fedavg": FedAvg,
         "fedprox": FedProx,

@@ -107,6 +107,8 @@ class Strategy(ABC):
         setups = {n: embed_setup(plan.requests[n]) if plan else {} for n in ctx.nodes}
         replies = ctx.transport.exchange("train", {n: {**request, **setups[n]} for n in ctx.nodes})
         participants, declined, eps = [], {}, {}
+        floors: dict[int, int] = {}  # distributed DP: each site's public power-of-two patient floor
+        plans: dict[int, str] = {}  # distributed DP: the digest of the plan each site encoded with
         for node in ctx.nodes:
             reply = replies.get(node)
             site = ctx.sites[node]
@@ -127,6 +129,10 @@ class Strategy(ABC):
                     )
             else:
                 participants.append(node)
+                if "population_floor" in reply:
+                    floors[node] = int(reply["population_floor"])
+                if "distributed_plan" in reply:
+                    plans[node] = str(reply["distributed_plan"])
                 for record in reply.get("audit_records", []):
                     ctx.copy_site_record(json.loads(record))
                 if "epsilon_rdp" in reply:
@@ -149,6 +155,8 @@ class Strategy(ABC):
             {
                 "epsilon": eps,
                 "train_loss": float(np.nanmean(train_losses)) if not all(np.isnan(train_losses)) else None,
+                "population_floors": floors,
+                "distributed_plans": plans,
             },
         )
 

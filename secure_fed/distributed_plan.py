@@ -1,0 +1,143 @@
+"""The distributed-DP plan of a run (`dp.noise = "distributed"`), derived from the config alone.
+
+The sites and the server each derive it themselves, with the same function and the same public
+inputs (config, model size, site count), so no party takes another's word for the noise shares, the
+ring or h: a site sizes its own share, and a server that assumed another plan would decode noise.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from typing import Any
+
+from secure_fed.config import RunConfig
+
+DEFAULT_RING_BITS = 32
+# the union of the sites' patients has no exact public size, so distributed mode's δ is one public
+# number for every site (dp.delta, else this); each site still checks it against its own count
+DEFAULT_DELTA = 1e-5
+
+
+def ring_bits(cfg: RunConfig) -> int:
+    """Bits of the SecAgg+ ring the shares live in (dp.ring_bits, else 32: one word per value)."""
+    return cfg.dp.ring_bits or DEFAULT_RING_BITS
+
+
+def honest_min(cfg: RunConfig, n_sites: int) -> int:
+    """h: dp.honest_min, else every site but the tolerated colluders."""
+    return cfg.dp.honest_min if cfg.dp.honest_min is not None else n_sites - cfg.dp.colluders
+
+
+def neighbourhood(cfg: RunConfig, n_sites: int) -> int:
+    """Sites in one site's SecAgg+ neighbourhood, itself included: all it can see survive, so the
+    most h (dp.honest_min) its unmask rule can ever be met with."""
+    from secure_fed.crypto.secagg_protocol import SecAggSettings, round_params
+
+    settings = SecAggSettings.from_config(cfg.secagg)
+    return round_params(n_sites, 1, settings).degree + 1
+
+
+def check_honest_min(cfg: RunConfig, n_sites: int) -> None:
+    """ValueError (one line, naming the key and the fix) when h cannot work with this many sites."""
+    h, c = honest_min(cfg, n_sites), cfg.dp.colluders
+    if not c < h <= n_sites:
+        raise ValueError(
+            f"dp.honest_min = {h} with dp.colluders = {c} does not fit this run's {n_sites} sites: "
+            "h must exceed c and be at most the sites"
+        )
+    seen = neighbourhood(cfg, n_sites)
+    if seen < h:
+        # a site unmasks only with h survivors in its own view, so with a sparser graph every round
+        # would abort at setup (measured: every round, from 10 sites on, at the defaults)
+        raise ValueError(
+            f"dp.honest_min = {h} needs each site's SecAgg+ neighbourhood to hold {h} sites, but "
+            f"secagg.neighbours gives {seen} of {n_sites}: set secagg.neighbours to {h - 1} or more, "
+            f"or dp.honest_min to {seen} or less"
+        )
+
+
+def delta(cfg: RunConfig) -> float:
+    return cfg.dp.delta if cfg.dp.delta is not None else DEFAULT_DELTA
+
+
+def histogram_sigma(cfg: RunConfig) -> float:
+    """σ of each site's GMM histogram: `dp.gmm_fraction` of the target ε, as in site mode; the plan
+    composes it with the rounds, so the ledger's ε of histogram + rounds is the target."""
+    from secure_fed.dp.calibration import calibrate_gaussian
+
+    assert cfg.dp.target_epsilon is not None  # the config refuses distributed mode without it
+    return calibrate_gaussian(cfg.dp.gmm_fraction * cfg.dp.target_epsilon, delta(cfg))
+
+
+def round_seed(cfg: RunConfig, round_id: int) -> bytes:
+    """The round's public seed (the Hadamard signs every site and the server must share): a hash of
+    the run's seed and the round, chosen by nobody and recomputed by everybody."""
+    return hashlib.sha256(f"secure_fed/distributed-dp/round|{cfg.seed}|{round_id}".encode()).digest()
+
+
+# A site's sum of clipped gradients is projected onto this many patients' worth of norm before it is
+# encoded (public: every party sizes the ring with it). The projection is 1-Lipschitz, so it costs no
+# privacy; a larger bound only makes the ring's unit coarser.
+SITE_BOUND_PATIENTS = 1024
+
+
+def plan_for(cfg: RunConfig, dim: int, n_sites: int) -> Any:
+    """The run's `DistributedPlan`: one DP step a round over `cfg.fed.rounds` rounds at Poisson
+    rate q, calibrated so that they and the site's GMM histogram together meet the target ε, the
+    ring and granularity sized for `n_sites` sites, shares sized so h − c honest survivors carry
+    the whole noise."""
+    assert cfg.dp.target_epsilon is not None  # the config refuses distributed mode without it
+    return _plan(
+        cfg.dp.target_epsilon,
+        histogram_sigma(cfg),
+        delta(cfg),
+        cfg.dp.sample_rate,
+        cfg.fed.rounds,
+        cfg.dp.max_grad_norm,
+        dim,
+        honest_min(cfg, n_sites),
+        cfg.dp.colluders,
+        ring_bits(cfg),
+        n_sites,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _plan(
+    target_epsilon: float,
+    histogram_sigma: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    clip: float,
+    dim: int,
+    honest_min: int,
+    colluders: int,
+    bits: int,
+    max_sites: int,
+) -> Any:
+    # calibration bisects an RDP curve: seconds, so one process plans a run once
+    from secure_fed.dp.distributed import plan_distributed
+    from secure_fed.dp.histogram import histogram_event
+
+    return plan_distributed(
+        target_epsilon=target_epsilon,
+        delta=delta,
+        sample_rate=sample_rate,
+        steps=steps,
+        clip=clip,
+        dim=dim,
+        honest_min=honest_min,
+        colluders=colluders,
+        bits=bits,
+        max_sites=max_sites,
+        site_bound=clip * SITE_BOUND_PATIENTS,
+        fixed_events=(histogram_event(histogram_sigma),),
+    )
+
+
+def plan_digest(plan: Any) -> str:
+    """SHA-256 of the plan's JSON: what a site and the server compare before a sum is decoded."""
+    return hashlib.sha256(json.dumps(plan.to_json(), sort_keys=True).encode()).hexdigest()

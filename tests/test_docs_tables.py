@@ -1,0 +1,212 @@
+"""The docs' tables and figures are the committed JSON's (tools/doc_tables.py), and the project
+carries no writing-period labels. Each test reads files only and takes well under a second; the
+sweep round trip also imports secure_fed.sweep (torch, Flower: about 30 s alone on a loaded
+2-core machine, already paid by tests/test_sweep.py in a suite run)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("doc_tables", ROOT / "tools" / "doc_tables.py")
+assert _spec is not None and _spec.loader is not None
+doc_tables = importlib.util.module_from_spec(_spec)
+sys.modules["doc_tables"] = doc_tables
+_spec.loader.exec_module(doc_tables)
+
+# Built from parts so this file does not match its own pattern.
+_WORD = "[Ss]" + "ession"
+LABEL = re.compile(rf"\b{_WORD} \d+|\b{_WORD}s? \d+[–-]\d+")
+LABEL_PATHS = ("docs", "configs", "secure_fed", "tests", "benchmarks", "examples", "README.md", "Makefile")
+
+
+def _table_json(
+    path: Path, cells: list[list[str | float]], command: str = "secure-fed sweep -o runs/x"
+) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        json.dumps(
+            {
+                "title": "A table",
+                "source": {
+                    "command": command,
+                    "commit": "0123456789abcdef",
+                    "date": "2026-12-01",
+                    "machine": "2-core CPU",
+                    "wall": "3 min",
+                },
+                "columns": ["method", "CIDEr"],
+                "rows": cells,
+                "notes": ["a note"],
+            }
+        ),
+        encoding="utf-8",
+    )
+
+
+def test_every_block_in_the_docs_matches_its_json():
+    stale = doc_tables.check(doc_tables.doc_files())
+    assert not stale, "stale blocks (fix: python tools/doc_tables.py --write):\n" + "\n".join(map(str, stale))
+
+
+def test_every_json_the_docs_name_exists_and_gives_its_command():
+    refs = {
+        ref for f in doc_tables.doc_files() for ref in doc_tables.references(f.read_text(encoding="utf-8"))
+    }
+    for ref in refs:
+        data = doc_tables.load_table(doc_tables.DOCS / ref)  # raises on a missing file or field
+        assert data["source"]["command"].strip(), ref
+    # RESULTS.md's tables are all backed by JSON (the other docs adopt blocks as they are rewritten)
+    results_md = (doc_tables.DOCS / "RESULTS.md").read_text(encoding="utf-8")
+    assert doc_tables.references(results_md), "docs/RESULTS.md has no table block"
+
+
+def test_results_md_has_no_hand_typed_table():
+    """Every markdown table in RESULTS.md is rendered from JSON: a hand-typed one could drift."""
+    text = (doc_tables.DOCS / "RESULTS.md").read_text(encoding="utf-8")
+    outside = doc_tables.TABLE_RE.sub("", text)
+    hand = [ln for ln in outside.splitlines() if re.match(r"\|\s*-{3}", ln.strip())]
+    assert not hand, f"hand-typed tables in docs/RESULTS.md: {len(hand)}"
+
+
+def test_an_edited_cell_is_found_and_rewritten(tmp_path):
+    docs = tmp_path / "docs"
+    _table_json(docs / "results" / "t.json", [["fedavg", "0.123 ± 0.004"], ["fedtar", 0.5]])
+    doc = docs / "X.md"
+    doc.write_text(
+        "# X\n\n<!-- table: results/t.json -->\n<!-- /table -->\n\n"
+        "FedTAR reaches <!-- figure: results/t.json#row=fedtar,col=CIDEr --><!-- /figure --> CIDEr.\n",
+        encoding="utf-8",
+    )
+    assert len(doc_tables.write([doc], docs)) == 2
+    assert doc_tables.check([doc], docs) == []
+    text = doc.read_text(encoding="utf-8")
+    assert "| fedavg | 0.123 ± 0.004 |" in text and "| fedtar | 0.5 |" in text
+    assert "--><!-- /figure --> " not in text and "-->0.5<!-- /figure -->" in text
+    assert "`secure-fed sweep -o runs/x`" in text and "- a note" in text
+
+    doc.write_text(text.replace("0.123 ± 0.004", "0.125 ± 0.004"), encoding="utf-8")
+    stale = doc_tables.check([doc], docs)
+    assert [(s.kind, s.json_path, s.line) for s in stale] == [("table", "results/t.json", 3)]
+    doc.write_text(text.replace("-->0.5<", "-->0.6<"), encoding="utf-8")
+    assert [s.kind for s in doc_tables.check([doc], docs)] == ["figure"]
+    doc_tables.write([doc], docs)
+    assert doc.read_text(encoding="utf-8") == text
+
+
+def test_a_real_doc_with_a_changed_figure_fails_the_check(tmp_path):
+    results_md = (doc_tables.DOCS / "RESULTS.md").read_text(encoding="utf-8")
+    m = doc_tables.TABLE_RE.search(results_md)
+    assert m is not None
+    rows = [ln for ln in m["body"].splitlines() if ln.startswith("| ") and "---" not in ln]
+    first_data = rows[1]
+    edited = first_data.replace(" | ", " | 9", 1)
+    copy = tmp_path / "RESULTS.md"
+    copy.write_text(results_md.replace(first_data, edited, 1), encoding="utf-8")
+    assert doc_tables.check([copy]) and not doc_tables.check([doc_tables.DOCS / "RESULTS.md"])
+
+
+def test_a_bare_block_holds_the_table_alone_and_a_malformed_block_is_refused(tmp_path):
+    docs = tmp_path / "docs"
+    _table_json(docs / "results" / "t.json", [["fedavg", "0.1"]])
+    doc = docs / "X.md"
+    doc.write_text("<!-- table: results/t.json bare -->\n<!-- /table -->\n", encoding="utf-8")
+    doc_tables.write([doc], docs)
+    assert doc.read_text(encoding="utf-8") == (
+        "<!-- table: results/t.json bare -->\n"
+        "| method | CIDEr |\n| --- | --- |\n| fedavg | 0.1 |\n<!-- /table -->\n"
+    )
+    # no closing marker: the block would otherwise be skipped and never checked
+    doc.write_text("<!-- table: results/t.json -->\n| method | CIDEr |\n", encoding="utf-8")
+    with pytest.raises(doc_tables.TableError, match="malformed"):
+        doc_tables.check([doc], docs)
+    doc.write_text(
+        "<!-- figure: results/t.json#row=nobody,col=CIDEr -->x<!-- /figure -->\n", encoding="utf-8"
+    )
+    with pytest.raises(doc_tables.TableError, match="no row 'nobody'"):
+        doc_tables.check([doc], docs)
+    _table_json(docs / "results" / "t.json", [["fedavg", "0.1"], ["fedavg", "0.2"]])
+    doc.write_text(
+        "<!-- figure: results/t.json#row=fedavg,col=CIDEr -->x<!-- /figure -->\n", encoding="utf-8"
+    )
+    with pytest.raises(doc_tables.TableError, match="names 2 rows"):
+        doc_tables.check([doc], docs)
+    doc.write_text("<!-- figure: results/t.json#row=1,col=1 -->x<!-- /figure -->\n", encoding="utf-8")
+    doc_tables.write([doc], docs)
+    assert (
+        doc.read_text(encoding="utf-8") == "<!-- figure: results/t.json#row=1,col=1 -->0.2<!-- /figure -->\n"
+    )
+
+
+def test_check_cli_names_the_stale_block_and_the_fix(tmp_path):
+    docs = tmp_path / "docs"
+    _table_json(docs / "results" / "t.json", [["fedavg", "0.1"]])
+    doc = docs / "X.md"
+    doc.write_text("<!-- table: results/t.json -->\n| old |\n<!-- /table -->\n", encoding="utf-8")
+    run = [sys.executable, str(ROOT / "tools" / "doc_tables.py"), "--docs", str(docs)]
+    out = subprocess.run([*run, "--check", str(doc)], capture_output=True, text=True)
+    assert out.returncode == 1
+    assert "X.md:1: table from results/t.json" in out.stdout
+    assert "python tools/doc_tables.py --write" in out.stdout
+    assert subprocess.run([*run, "--write", str(doc)], capture_output=True).returncode == 0
+    assert subprocess.run([*run, "--check", str(doc)], capture_output=True).returncode == 0
+
+
+def test_a_json_without_its_command_or_a_missing_json_is_refused(tmp_path):
+    docs = tmp_path / "docs"
+    _table_json(docs / "results" / "t.json", [["fedavg", "0.1"]], command="")
+    doc = docs / "X.md"
+    doc.write_text("<!-- table: results/t.json -->\n<!-- /table -->\n", encoding="utf-8")
+    with pytest.raises(doc_tables.TableError, match="source.command"):
+        doc_tables.check([doc], docs)
+    doc.write_text("<!-- table: results/gone.json -->\n<!-- /table -->\n", encoding="utf-8")
+    with pytest.raises(doc_tables.TableError, match="gone.json: no such file"):
+        doc_tables.check([doc], docs)
+
+
+def test_from_sweep_renders_the_sweeps_own_table(tmp_path):
+    from secure_fed import sweep as sw
+
+    runs = [
+        {"method": m, "epsilon": None, "seed": s, "test": {"CIDEr": v + s / 100}, "wall_s": 60.0}
+        for m, v in (("base", 0.1), ("fedavg", 0.3), ("fedtar", 0.4))
+        for s in range(3)
+    ]
+    rows = sw.summarise(runs)
+    paired = sw.paired_differences(runs, "fedtar")
+    results = {"runs": runs, "summary": rows, "paired": paired, "wall_s_all_cells": 540.0}
+    (tmp_path / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    data = doc_tables.from_sweep(tmp_path, "summary", "T", "make results", "laptop", only=["fedtar"])
+    assert data["columns"][:4] == ["method", "ε", "ε spent", "n"]
+    assert data["rows"] == [["fedtar", "∞", "—", "3", "0.410 ± 0.010", "—", "—", "—", "—", "—"]]
+    assert data["source"]["wall"].startswith("9.0 min")
+    table = doc_tables.from_sweep(tmp_path, "paired", "T", "make results", "laptop")
+    assert [r[0] for r in table["rows"]] == ["base ε=∞", "fedavg ε=∞"]
+    assert table["rows"][1][2].startswith("-0.100 [")
+
+
+def test_no_writing_period_labels_in_the_project():
+    files = subprocess.run(
+        ["git", "ls-files", "--", *LABEL_PATHS], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    hits = []
+    for name in files:
+        path = ROOT / name
+        if not path.is_file():
+            continue
+        raw = path.read_bytes()
+        if b"\0" in raw:
+            continue
+        for i, line in enumerate(raw.decode("utf-8", errors="replace").splitlines(), 1):
+            if LABEL.search(line):
+                hits.append(f"{name}:{i}: {line.strip()[:80]}")
+    assert not hits, f"{len(hits)} writing-period label(s); give a date or commit instead:\n" + "\n".join(
+        hits[:40]
+    )

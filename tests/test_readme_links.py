@@ -1,0 +1,45 @@
+"""README.md's links reach what they name: a file of the repository and, for `file.md#anchor`, a
+heading of that file (GitHub's anchor for it). Reads files only (well under a second)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LINK = re.compile(r"\]\((?!https?://)(?P<path>[^)#\s]+)(?:#(?P<anchor>[^)\s]+))?\)")
+
+
+def github_anchor(heading: str) -> str:
+    """GitHub's id for a heading: lower case, punctuation dropped, spaces as hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(doc: Path) -> set[str]:
+    text = re.sub(r"```.*?```", "", doc.read_text(encoding="utf-8"), flags=re.DOTALL)
+    return {github_anchor(m[1]) for m in re.finditer(r"^#{1,6} (.+)$", text, flags=re.MULTILINE)}
+
+
+def test_github_anchor_matches_known_ids():
+    assert github_anchor("FedTAR vs FedAvg") == "fedtar-vs-fedavg"
+    assert github_anchor("Privacy–utility (ε sweep)") == "privacyutility-ε-sweep"
+    heading = "Upload bytes — `benchmarks/upload_bytes.py`"
+    assert github_anchor(heading) == "upload-bytes--benchmarksupload_bytespy"
+
+
+def test_readme_links_reach_their_file_and_heading():
+    links = list(LINK.finditer((ROOT / "README.md").read_text(encoding="utf-8")))
+    assert any(m["anchor"] for m in links)  # the results at a glance link into RESULTS and BENCHMARKS
+    for m in links:
+        target = ROOT / m["path"]
+        assert target.exists(), f"README.md links to {m['path']}, which does not exist"
+        if m["anchor"]:
+            assert m["anchor"] in anchors(target), f"README.md: {m[0]}: no such heading in {m['path']}"
+
+
+def test_a_renamed_heading_breaks_the_link(tmp_path):
+    doc = tmp_path / "d.md"
+    doc.write_text("# Title\n\n## FedTAR vs FedAvg\n\n```\n## not a heading\n```\n", encoding="utf-8")
+    assert "fedtar-vs-fedavg" in anchors(doc) and "not-a-heading" not in anchors(doc)
+    doc.write_text("# Title\n\n## FedTAR against FedAvg\n", encoding="utf-8")
+    assert "fedtar-vs-fedavg" not in anchors(doc)

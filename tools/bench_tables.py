@@ -1,0 +1,400 @@
+"""A benchmark's JSON output (benchmarks/*.py prints one object) shaped into the table docs/BENCHMARKS.md
+renders (docs/results/bench-NAME.json, the format of tools/doc_tables.py).
+
+    .venv/bin/python benchmarks/upload_bytes.py > out.json
+    python tools/bench_tables.py upload-bytes out.json \\
+        --command ".venv/bin/python benchmarks/upload_bytes.py" --machine "..." --wall "40 s"
+    python tools/doc_tables.py --write
+
+Several outputs of one command are several runs: each cell is the median over them (round_time.py,
+ckks.py), or each run is a column (threads.py). secagg.py and dp_overhead.py have no shaper yet:
+their tables in the docs were transcribed, and their notes say how they were combined.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import importlib.metadata
+import json
+import statistics
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "docs" / "results"
+
+UPLOAD_CASES = {"pooled_adapters": "pooled adapters", "full_model_fedavg": "full-model FedAvg"}
+UPLOAD_COLUMNS = [
+    "preset",
+    "upload",
+    "values",
+    "plain float64 (bytes)",
+    "SecAgg+ (uint32, bytes)",
+    "plain wire, Flower (bytes)",
+    "SecAgg+ wire, Flower (bytes)",
+    "plain / full-model FedAvg",
+]
+TOKENIZER_COLUMNS = [
+    "tokenizer (`data.tokenizer`)",
+    "vocab",
+    "real-looking: `<unk>`",
+    "tokens/report mean (max)",
+    "synthetic: `<unk>`",
+    "tokens/report mean (max)",
+]
+
+
+def _int(n: int) -> str:
+    return f"{n:,}"
+
+
+def upload_rows(out: dict[str, Any]) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    for result in out["results"]:
+        for key, case in result["methods"].items():
+            # fedtar_T<n>, one per --T value, in the script's order
+            label = UPLOAD_CASES.get(key) or f"FedTAR, T = {key.removeprefix('fedtar_T')}"
+            rows.append(
+                [
+                    result["preset"],
+                    label,
+                    _int(case["values"]),
+                    _int(case["plain"]["payload_bytes"]),
+                    _int(case["secagg"]["payload_bytes"]),
+                    _int(case["plain"]["flower_records"]["wire_bytes_sent_per_site"]),
+                    _int(case["secagg"]["flower_records"]["wire_bytes_sent_per_site"]),
+                    f"{case['plain_over_full_model_plain']:.2f}",
+                ]
+            )
+    return rows
+
+
+def upload_notes(out: dict[str, Any]) -> list[str]:
+    notes = []
+    for result in out["results"]:
+        p = result["parameters"]
+        share = 100 * p["adapters"] / p["total"]
+        notes.append(
+            f"{result['preset']}: {_int(p['total'])} parameters, {_int(p['adapters'])} trainable per "
+            f"adapter copy ({share:.1f} %)."
+        )
+        received = result["methods"]["pooled_adapters"]["secagg"]["codec"]["wire_bytes_received_per_site"]
+        notes.append(
+            f"{result['preset']}: a SecAgg+ site also receives {_int(received)} bytes of keys and "
+            f"shares (pooled adapters, byte codec, {out['sites']} sites)."
+        )
+    return notes
+
+
+def _pct(rate: float) -> str:
+    return "0 %" if rate == 0 else f"{100 * rate:.1f} %"
+
+
+def tokenizer_rows(out: dict[str, Any]) -> list[list[Any]]:
+    rows = []
+    for kind, real in out["real_looking"].items():
+        if not isinstance(real, dict):  # "reports": how many were measured
+            continue
+        synth = out["synthetic"][kind]
+        rows.append(
+            [
+                f"`{kind}`",
+                real["vocab_size"],
+                _pct(real["unk_rate"]),
+                f"{real['tokens_per_report_mean']:.1f} ({real['tokens_per_report_max']})",
+                _pct(synth["unk_rate"]),
+                f"{synth['tokens_per_report_mean']:.1f} ({synth['tokens_per_report_max']})",
+            ]
+        )
+    return rows
+
+
+def _one(outs: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    if len(outs) != 1:
+        raise ValueError(f"this table is one run's output; {len(outs)} given")
+    return outs[0]
+
+
+def _cell_label(t: int, sites: int) -> str:
+    return f"T = {t}, {sites} sites"
+
+
+def _round_cells(outs: Sequence[dict[str, Any]]) -> dict[tuple[int, int, str], list[float]]:
+    # every run of every output, pooled per (T, sites, mode): several outputs are more runs per cell
+    cells: dict[tuple[int, int, str], list[float]] = {}
+    for out in outs:
+        for r in out["results"]:
+            cells.setdefault((r["T"], r["sites"], r["mode"]), []).extend(r["round_s"])
+    return cells
+
+
+def round_time_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    cells = _round_cells(outs)
+    rows = []
+    for t, sites in sorted({(t, s) for t, s, _ in cells}):
+        row: list[Any] = [_cell_label(t, sites)]
+        for mode in ("plain", "dp"):
+            runs = cells.get((t, sites, mode))
+            median = statistics.median(runs) if runs else None
+            row += [f"{median:.2f}", f"{median / sites:.2f}"] if median is not None else ["—", "—"]
+        rows.append(row)
+    return rows
+
+
+def round_time_secagg_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    cells = _round_cells(outs)
+    rows = []
+    for t, sites in sorted({(t, s) for t, s, m in cells if m == "secagg"}):
+        plain = statistics.median(cells[(t, sites, "plain")])
+        secagg = statistics.median(cells[(t, sites, "secagg")])
+        rows.append([_cell_label(t, sites), f"{plain:.2f} → {secagg:.2f}", f"{secagg / plain:.2f}"])
+    return rows
+
+
+def round_he_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    cells = _round_cells(outs)
+    rows = []
+    for t, sites in sorted({(t, s) for t, s, m in cells if m == "secagg_he"}):
+        plain = cells[(t, sites, "plain")]
+        medians = {m: statistics.median(cells[(t, sites, m)]) for m in ("plain", "secagg", "secagg_he")}
+        rows.append(
+            [
+                _cell_label(t, sites),
+                f"{medians['plain']:.3f} ({min(plain):.2f}–{max(plain):.2f})",
+                f"{medians['secagg']:.3f}",
+                f"{medians['secagg_he']:.3f}",
+                f"{medians['secagg_he'] / medians['plain']:.2f}",
+            ]
+        )
+    return rows
+
+
+def threads_columns(outs: Sequence[dict[str, Any]]) -> list[str]:
+    runs = [f"median s/step (run {i}, {out['steps']} steps)" for i, out in enumerate(outs, 1)]
+    return ["busy cores", "threads", *runs]
+
+
+def threads_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    per_run = [{(c["busy_cores"], c["threads"]): c["median_s"] for c in out["cells"]} for out in outs]
+    return [[b, n, *(f"{run[(b, n)]:.3f}" for run in per_run)] for b, n in per_run[0]]
+
+
+def _sci(x: float) -> str:
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def ckks_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    # several outputs with the same --sites are runs of one cell: each figure is their median
+    cells: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for out in outs:
+        for row in out["per_t"]:
+            cells.setdefault((out["sites"], row["T"]), []).append(row)
+    rows = []
+    for (sites, t), runs in sorted(cells.items()):
+
+        def med(get: Callable[[dict[str, Any]], float], runs: list[dict[str, Any]] = runs) -> float:
+            return statistics.median(get(r) for r in runs)
+
+        def client(phase: str, runs: list[dict[str, Any]] = runs) -> float:
+            return statistics.median(r["round_he"]["client_ms"][phase]["median"] for r in runs)
+
+        rows.append(
+            [
+                sites,
+                t,
+                f"{med(lambda r: r['encrypt_ms']):.1f}",
+                f"{med(lambda r: r['add_ms_per_ciphertext']):.2f}",
+                f"{med(lambda r: r['decrypt_ms']):.2f}",
+                f"{med(lambda r: r['round_he']['wall_ms']):.1f}",
+                f"{med(lambda r: r['round_plain']['wall_ms']):.2f}",
+                f"{client('he_keys'):.2f}",
+                f"{client('he_encrypt'):.1f}",
+                f"{client('he_decrypt'):.1f}",
+                _int(int(med(lambda r: r["round_he"]["bytes_sent_per_site"]))),
+                _int(int(med(lambda r: r["round_he"]["bytes_received_by_decryptor"]))),
+                _sci(med(lambda r: r["round_he"]["max_abs_error"])),
+            ]
+        )
+    return rows
+
+
+def ckks_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
+    first = outs[0]
+    params = first["params"]
+    sizes = sorted(row["ciphertext_bytes"] for out in outs for row in out["per_t"])
+    return [
+        f"Contexts: poly modulus degree {params['poly_modulus_degree']}, coefficient moduli "
+        f"{params['coeff_mod_bit_sizes']}, scale 2^{params['scale_bits']}; public context "
+        f"{_int(first['public_context_bytes'])} bytes, secret context {_int(first['secret_context_bytes'])}.",
+        f"Ciphertext {_int(sizes[0])}–{_int(sizes[-1])} bytes whatever T; {len(outs)} output(s) combined.",
+    ]
+
+
+CKKS_COLUMNS = [
+    "sites",
+    "T",
+    "encrypt (ms)",
+    "add (ms / ct)",
+    "decrypt (ms)",
+    "HE round (ms)",
+    "plain round (ms)",
+    "client `he_keys` (ms)",
+    "client `he_encrypt` (ms)",
+    "client `he_decrypt` (ms)",
+    "bytes sent / site",
+    "bytes received by the decryptor",
+    "max abs error",
+]
+
+
+def _first_dim(outs: Sequence[dict[str, Any]]) -> int:
+    return next(cell["dim"] for cells in _one(outs)["results"].values() for cell in cells)
+
+
+def secagg_flower_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    results = _one(outs)["results"]
+    try:
+        flower = f"Flower {importlib.metadata.version('flwr').rsplit('.', 1)[0]}"
+    except importlib.metadata.PackageNotFoundError:
+        flower = "Flower"
+    parts = [
+        (flower, "FedAvg round (`SecAggPlusWorkflow`)", "flower", "round"),
+        ("ours", "broadcast + secure sum", "ours", "round"),
+        ("ours", "secure sum after the broadcast", "ours", "sum"),
+    ]
+    rows = []
+    for label, what, name, kind in parts:
+        for cell in results.get(name, []):
+            plain, secagg = cell[f"plain_{kind}_s_median"], cell[f"secagg_{kind}_s_median"]
+            rows.append(
+                [label, what, cell["sites"], f"{plain:.3f} → {secagg:.3f}", f"{cell[f'{kind}_ratio']:.1f}"]
+            )
+    return rows
+
+
+Outs = Sequence[dict[str, Any]]
+# name -> (title, columns (or a function of the outputs), rows, notes)
+SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[Outs], list[str]]]] = {
+    "upload-bytes": (
+        "Upload per site per round: values and bytes",
+        UPLOAD_COLUMNS,
+        lambda outs: upload_rows(_one(outs)),
+        lambda outs: upload_notes(_one(outs)),
+    ),
+    "tokenizer-coverage": (
+        "Tokenizers on real-looking and synthetic reports",
+        TOKENIZER_COLUMNS,
+        lambda outs: tokenizer_rows(_one(outs)),
+        lambda outs: [],
+    ),
+    "round-time": (
+        "FedTAR round time (s), tiny preset, plain vs DP-SGD + SecAgg+",
+        ["T, sites", "plain round (s)", "per site (s)", "DP + SecAgg+ round (s)", "per site (s)"],
+        round_time_rows,
+        lambda outs: ["Median over the runs per cell (`round_s`), after a discarded warm-up run."],
+    ),
+    "round-time-secagg": (
+        "FedTAR round time (s), tiny preset, plain vs SecAgg+ (DP off)",
+        ["T, sites", "plain → SecAgg+ (s)", "ratio"],
+        round_time_secagg_rows,
+        lambda outs: ["Medians over the runs per cell (`round_s`); ratio of medians."],
+    ),
+    "round-he": (
+        "A FedTAR round with SecAgg+ and CKKS against a plain round (tiny preset)",
+        [
+            "T, sites",
+            "plain round (s, median (range))",
+            "SecAgg+ (s)",
+            "SecAgg+ + CKKS (s)",
+            "SecAgg+ + CKKS / plain",
+        ],
+        round_he_rows,
+        lambda outs: ["Medians over the runs per mode (`round_s`); ratio of medians."],
+    ),
+    "threads": (
+        "One training step of the tiny model on 1 and 2 torch threads, with a core busy or not",
+        threads_columns,
+        threads_rows,
+        lambda outs: [],
+    ),
+    "secagg-flower": (
+        "SecAgg+ in Flower's simulation runtime, ours and Flower's own (medians of the timed pairs)",
+        ["implementation", "what is timed", "sites", "plain → SecAgg+ (s)", "ratio"],
+        secagg_flower_rows,
+        lambda outs: [f"{_one(outs)['runtime']}; {_int(_first_dim(outs))} float32 values."],
+    ),
+    "ckks": (
+        "CKKS sum of the α scalars (masked protocol, signed mask keys), per round",
+        CKKS_COLUMNS,
+        ckks_rows,
+        ckks_notes,
+    ),
+}
+
+
+def shape(
+    name: str,
+    outs: dict[str, Any] | Sequence[dict[str, Any]],
+    command: str,
+    machine: str,
+    wall: str | None,
+    commit: str | None = None,
+) -> dict[str, Any]:
+    """docs/results/bench-NAME.json from one benchmark output (or several runs of it)."""
+    runs = [outs] if isinstance(outs, dict) else list(outs)
+    title, columns, rows, notes = SHAPERS[name]
+    return {
+        "title": title,
+        "source": {
+            "command": command,
+            "commit": commit or _git_head(),
+            "date": dt.date.today().isoformat(),
+            "machine": machine,
+            "wall": wall,
+        },
+        "columns": columns(runs) if callable(columns) else columns,
+        "rows": rows(runs),
+        "notes": notes(runs),
+    }
+
+
+def _git_head() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("benchmark", choices=sorted(SHAPERS))
+    p.add_argument("outputs", type=Path, nargs="+", help="the benchmark's JSON output (several: runs)")
+    p.add_argument("--command", required=True, help="the exact command that printed it")
+    p.add_argument("--machine", required=True, help="the machine it ran on")
+    p.add_argument("--wall", default=None, help="its wall time")
+    p.add_argument("--commit", default=None, help="the commit it ran at (default: HEAD)")
+    p.add_argument("--results", type=Path, default=RESULTS, help="where bench-NAME.json is written")
+    args = p.parse_args(argv)
+    try:
+        outs = [json.loads(path.read_text(encoding="utf-8")) for path in args.outputs]
+        data = shape(args.benchmark, outs, args.command, args.machine, args.wall, args.commit)
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        names = " ".join(map(str, args.outputs))
+        print(f"{names}: not {args.benchmark}'s output ({exc!r}); rerun the benchmark", file=sys.stderr)
+        return 1
+    target = args.results / f"bench-{args.benchmark}.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {target}; then: python tools/doc_tables.py --write")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

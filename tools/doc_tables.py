@@ -1,0 +1,382 @@
+"""Tables and figures in the docs, rendered from committed JSON so text and data cannot drift.
+
+In README.md and docs/*.md a block
+
+    <!-- table: results/NAME.json -->
+    ...
+    <!-- /table -->
+
+holds the markdown rendered from docs/results/NAME.json (the path is relative to docs/, from any
+document), and an inline ``<!-- figure: results/NAME.json#row=LABEL,col=COLUMN -->value<!-- /figure -->``
+holds one cell of it. The JSON:
+
+    {"title": str,
+     "source": {"command": str, "commit": str, "date": "YYYY-MM-DD", "machine": str, "wall": str | null},
+     "columns": [str, ...], "rows": [[cell, ...], ...], "notes": [str, ...]}
+
+Cells are strings or numbers, rendered as given (store "0.123 ± 0.004" as a string).
+
+    python tools/doc_tables.py --check     # exit 1, naming each stale block, when a doc and its JSON differ
+    python tools/doc_tables.py --write     # rewrite the stale blocks from their JSON
+    python tools/doc_tables.py --from-sweep runs/results --table summary --name NAME \\
+        --command "secure-fed sweep ..." --machine "..."   # docs/results/NAME.json from a sweep folder
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import re
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCS = ROOT / "docs"
+
+TABLE_RE = re.compile(
+    r"(?P<open><!-- table: (?P<path>[^\s#]+\.json)(?P<bare> bare)? -->)\n"
+    r"(?P<body>.*?)(?P<close><!-- /table -->)",
+    re.DOTALL,
+)
+FIGURE_RE = re.compile(
+    r"(?P<open><!-- figure: (?P<path>[^\s#]+\.json)#row=(?P<row>.+?),col=(?P<col>[^>]+?) -->)"
+    r"(?P<body>.*?)(?P<close><!-- /figure -->)",
+    re.DOTALL,
+)
+SOURCE_KEYS = ("command", "commit", "date", "machine", "wall")
+
+
+class TableError(ValueError):
+    """A JSON file or a block that cannot be rendered; the message names the file and the fix."""
+
+
+@dataclass
+class Stale:
+    doc: Path
+    line: int
+    json_path: str
+    kind: str  # "table" or "figure"
+
+    def __str__(self) -> str:
+        rel = self.doc.relative_to(ROOT) if self.doc.is_relative_to(ROOT) else self.doc
+        return f"{rel}:{self.line}: {self.kind} from {self.json_path} differs from its JSON"
+
+
+def doc_files(root: Path = ROOT) -> list[Path]:
+    """The documents whose blocks are rendered: README.md and every docs/*.md."""
+    return [p for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.is_file()]
+
+
+def load_table(path: Path) -> dict[str, Any]:
+    """The JSON at ``path``, checked for the fields a doc needs (a table without its command is
+    a figure nobody can reproduce)."""
+    if not path.is_file():
+        raise TableError(f"{path}: no such file; write it (python tools/doc_tables.py --from-sweep ...)")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise TableError(f"{path}: not valid JSON ({exc}); fix the file") from exc
+    if not isinstance(data, dict):
+        raise TableError(f"{path}: the top level must be an object with title, source, columns, rows")
+    for key, kind in (("title", str), ("source", dict), ("columns", list), ("rows", list)):
+        if not isinstance(data.get(key), kind):
+            raise TableError(f"{path}: key '{key}' missing or not a {kind.__name__}; add it")
+    source = data["source"]
+    if not isinstance(source.get("command"), str) or not source["command"].strip():
+        raise TableError(f"{path}: source.command missing; give the command that produced these figures")
+    for key in SOURCE_KEYS[1:]:
+        if key not in source:
+            raise TableError(f"{path}: source.{key} missing; add it (wall may be null)")
+    if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", str(source["date"])):
+        raise TableError(f"{path}: source.date must be YYYY-MM-DD")
+    width = len(data["columns"])
+    for i, row in enumerate(data["rows"]):
+        if not isinstance(row, list) or len(row) != width:
+            raise TableError(f"{path}: row {i} must be a list of {width} cells, one per column")
+        for cell in row:
+            if not isinstance(cell, str | int | float) or isinstance(cell, bool):
+                raise TableError(f"{path}: row {i} has a cell that is neither a string nor a number")
+    notes = data.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        raise TableError(f"{path}: notes must be a list of strings")
+    return data
+
+
+def format_cell(cell: str | int | float) -> str:
+    # json.dumps keeps a number as JSON wrote it (1.0 stays 1.0); a pipe would split the cell
+    text = cell if isinstance(cell, str) else json.dumps(cell)
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def render_source(source: dict[str, Any]) -> str:
+    commit = str(source["commit"])[:10]
+    wall = source.get("wall")
+    parts = [f"`{source['command']}`", f"commit {commit} ({source['date']})", str(source["machine"])]
+    if wall:
+        parts.append(f"wall time {wall}")
+    return "Source: " + "; ".join(parts) + "."
+
+
+def render_table(data: dict[str, Any], bare: bool = False) -> str:
+    """The markdown for one table block (without its markers): caption, table, source, notes."""
+    cols = [format_cell(c) for c in data["columns"]]
+    lines = ["| " + " | ".join(cols) + " |", "|" + " --- |" * len(cols)]
+    lines += ["| " + " | ".join(format_cell(c) for c in row) + " |" for row in data["rows"]]
+    if bare:
+        return "\n".join(lines) + "\n"
+    out = [f"**{data['title']}**", "", *lines, "", render_source(data["source"])]
+    notes = data.get("notes") or []
+    if notes:
+        out.append("")
+        out += [f"- {n}" for n in notes]
+    return "\n".join(out) + "\n"
+
+
+def lookup(data: dict[str, Any], row: str, col: str, where: str = "") -> str:
+    """One cell: ``row`` is the text of a row's first cell (or its 0-based index), ``col`` a
+    column's name (or its 0-based index); both may be %-encoded."""
+    row, col = unquote(row), unquote(col)
+    labels = [str(r[0]) for r in data["rows"]]
+    if labels.count(row) > 1:
+        raise TableError(f"{where}row '{row}' names {labels.count(row)} rows; give its 0-based index as row=")
+    if row in labels:
+        r = labels.index(row)
+    elif row.isdigit() and int(row) < len(labels):
+        r = int(row)
+    else:
+        raise TableError(f"{where}no row '{row}' (rows: {', '.join(labels)}); fix the figure's row=")
+    names = [str(c) for c in data["columns"]]
+    if col in names:
+        c = names.index(col)
+    elif col.isdigit() and int(col) < len(names):
+        c = int(col)
+    else:
+        raise TableError(f"{where}no column '{col}' (columns: {', '.join(names)}); fix the figure's col=")
+    cell = data["rows"][r][c]
+    return cell if isinstance(cell, str) else json.dumps(cell)
+
+
+def _json_for(ref: str, docs: Path, cache: dict[Path, dict[str, Any]], where: str) -> dict[str, Any]:
+    path = (docs / ref).resolve()
+    if path not in cache:
+        try:
+            cache[path] = load_table(path)
+        except TableError as exc:
+            raise TableError(f"{where}{exc}") from exc
+    return cache[path]
+
+
+def update_text(text: str, doc: Path, docs: Path = DOCS) -> tuple[str, list[Stale]]:
+    """``text`` with every block re-rendered from its JSON, and the blocks that changed."""
+    cache: dict[Path, dict[str, Any]] = {}
+    stale: list[Stale] = []
+    for marker, pattern in (("<!-- table:", TABLE_RE), ("<!-- figure:", FIGURE_RE)):
+        # a marker the pattern does not match would be skipped silently, and its figure could drift
+        if text.count(marker) != len(pattern.findall(text)):
+            raise TableError(
+                f"{doc}: a '{marker} ...' block is malformed; write it as in tools/doc_tables.py's docstring"
+            )
+
+    def figure(m: re.Match[str]) -> str:
+        line = text.count("\n", 0, m.start()) + 1
+        value = lookup(
+            _json_for(m["path"], docs, cache, f"{doc}:{line}: "), m["row"], m["col"], f"{doc}:{line}: "
+        )
+        if value != m["body"]:
+            stale.append(Stale(doc, line, m["path"], "figure"))
+        return f"{m['open']}{value}{m['close']}"
+
+    # figures first, on the text as written (a figure holds no newline, so no line moves)
+    with_figures = FIGURE_RE.sub(figure, text)
+
+    def table(m: re.Match[str]) -> str:
+        line = with_figures.count("\n", 0, m.start()) + 1
+        body = render_table(_json_for(m["path"], docs, cache, f"{doc}:{line}: "), bare=bool(m["bare"]))
+        if body != m["body"]:
+            stale.append(Stale(doc, line, m["path"], "table"))
+        return f"{m['open']}\n{body}{m['close']}"
+
+    new = TABLE_RE.sub(table, with_figures)
+    stale.sort(key=lambda s: s.line)
+    return new, stale
+
+
+def references(text: str) -> list[str]:
+    """Every JSON path (relative to docs/) a document's blocks name."""
+    return [m["path"] for m in TABLE_RE.finditer(text)] + [m["path"] for m in FIGURE_RE.finditer(text)]
+
+
+def check(files: Sequence[Path], docs: Path = DOCS) -> list[Stale]:
+    stale: list[Stale] = []
+    for f in files:
+        stale += update_text(f.read_text(encoding="utf-8"), f, docs)[1]
+    return stale
+
+
+def write(files: Sequence[Path], docs: Path = DOCS) -> list[Stale]:
+    changed: list[Stale] = []
+    for f in files:
+        text = f.read_text(encoding="utf-8")
+        new, stale = update_text(text, f, docs)
+        if stale:
+            f.write_text(new, encoding="utf-8")
+            changed += stale
+    return changed
+
+
+# --- from a sweep folder -------------------------------------------------------------------------
+
+SWEEP_TABLES = (
+    "summary",
+    "paired",
+    "paired-base",
+    "paired-local",
+    "cider-per-site",
+    "ce-f1-per-site",
+    "ce-f1-micro-per-site",
+    "privacy-utility",
+)
+
+
+def _parse_markdown(md: str) -> tuple[list[str], list[list[str]]]:
+    lines = [ln.strip() for ln in md.strip().splitlines() if ln.strip().startswith("|")]
+    split = [[c.strip() for c in ln.strip("|").split(" | ")] for ln in lines]
+    return split[0], split[2:]
+
+
+def sweep_markdown(results: dict[str, Any], table: str) -> str:
+    """The markdown the sweep itself renders for ``table`` (secure_fed/sweep.py, write_outputs),
+    from the results.json it wrote: the doc's table is the sweep's, never retyped."""
+    from secure_fed import sweep as sw
+
+    render = {
+        "summary": lambda: sw.markdown_table(results["summary"], sw.TABLE_METRICS),
+        "paired": lambda: sw.paired_table(results["paired"]),
+        "paired-base": lambda: sw.paired_table(results["paired_vs_base"]),
+        "paired-local": lambda: sw.paired_table(results["paired_vs_local"]),
+        "cider-per-site": lambda: sw.per_site_table(results["runs"]),
+        "ce-f1-per-site": lambda: sw.per_site_table(results["runs"], "CE-F1"),
+        "ce-f1-micro-per-site": lambda: sw.per_site_table(results["runs"], "CE-F1-micro"),
+        "privacy-utility": lambda: sw.privacy_table(results["privacy_utility"]),
+    }
+    return render[table]()
+
+
+def _git_head() -> str:
+    try:
+        return subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def from_sweep(
+    folder: Path,
+    table: str,
+    title: str,
+    command: str,
+    machine: str,
+    only: Sequence[str] = (),
+    notes: Sequence[str] = (),
+) -> dict[str, Any]:
+    """The doc JSON for one of the sweep's tables; ``only`` keeps the rows whose first cell is
+    listed, in the sweep's order."""
+    path = folder / "results.json"
+    if not path.is_file():
+        raise TableError(f"{path}: no such file; run the sweep into {folder} first")
+    results = json.loads(path.read_text(encoding="utf-8"))
+    md = sweep_markdown(results, table)
+    if not md:
+        raise TableError(f"{path}: the sweep has no '{table}' table (no such cells in {folder})")
+    columns, rows = _parse_markdown(md)
+    if only:
+        missing = [o for o in only if o not in {r[0] for r in rows}]
+        if missing:
+            raise TableError(f"{path}: no row {', '.join(missing)} in '{table}'; fix --only")
+        rows = [r for r in rows if r[0] in only]
+    wall_s = results.get("wall_s_all_cells")
+    return {
+        "title": title,
+        "source": {
+            "command": command,
+            "commit": _git_head(),
+            "date": dt.date.today().isoformat(),
+            "machine": machine,
+            "wall": None if not wall_s else f"{wall_s / 60:.1f} min (all cells in {folder.name})",
+        },
+        "columns": columns,
+        "rows": rows,
+        "notes": list(notes),
+    }
+
+
+def dump_table(data: dict[str, Any]) -> str:
+    """The JSON as committed: one row per line, so a changed figure is a one-line diff."""
+    head = {k: v for k, v in data.items() if k != "rows"}
+    text = json.dumps(head, indent=1, ensure_ascii=False)
+    rows = ",\n".join("  " + json.dumps(r, ensure_ascii=False) for r in data["rows"])
+    return text[:-2] + ',\n "rows": [\n' + rows + "\n ]\n}\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--check", action="store_true", help="exit 1 when a block differs from its JSON")
+    mode.add_argument("--write", action="store_true", help="rewrite every stale block from its JSON")
+    mode.add_argument("--from-sweep", type=Path, metavar="FOLDER", help="a sweep folder (results.json)")
+    p.add_argument("--table", choices=SWEEP_TABLES, help="with --from-sweep: which of the sweep's tables")
+    p.add_argument("--name", help="with --from-sweep: writes docs/results/NAME.json")
+    p.add_argument("--title", default="", help="with --from-sweep: the table's caption")
+    p.add_argument("--command", default="", help="with --from-sweep: the command that ran the sweep")
+    p.add_argument("--machine", default="", help="with --from-sweep: the machine it ran on")
+    p.add_argument("--only", default="", help="with --from-sweep: comma-separated first cells to keep")
+    p.add_argument("--note", action="append", default=[], help="with --from-sweep: a note (repeatable)")
+    p.add_argument("--docs", type=Path, default=DOCS, help="the folder block paths are relative to")
+    p.add_argument("files", nargs="*", type=Path, help="documents (default: README.md and docs/*.md)")
+    args = p.parse_args(argv)
+    try:
+        if args.from_sweep is not None:
+            for key in ("table", "name", "command", "machine"):
+                if not getattr(args, key):
+                    print(f"--from-sweep needs --{key}", file=sys.stderr)
+                    return 2
+            data = from_sweep(
+                args.from_sweep,
+                args.table,
+                args.title or f"{args.table} ({args.from_sweep.name})",
+                args.command,
+                args.machine,
+                [o.strip() for o in args.only.split(",") if o.strip()],
+                args.note,
+            )
+            out = args.docs / "results" / f"{args.name}.json"
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(dump_table(data), encoding="utf-8")
+            print(f"wrote {out}; then: python tools/doc_tables.py --write")
+            return 0
+        files = args.files or doc_files()
+        if args.check:
+            stale = check(files, args.docs)
+            for s in stale:
+                print(s)
+            if stale:
+                print(f"{len(stale)} stale block(s); fix: python tools/doc_tables.py --write")
+                return 1
+            return 0
+        for s in write(files, args.docs):
+            print(f"rewrote {s}")
+        return 0
+    except TableError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
