@@ -7,8 +7,14 @@ renders (docs/results/bench-NAME.json, the format of tools/doc_tables.py).
     python tools/doc_tables.py --write
 
 Several outputs of one command are several runs: each cell is the median over them (round_time.py,
-ckks.py), or each run is a column (threads.py). secagg.py and dp_overhead.py have no shaper yet:
-their tables in the docs were transcribed, and their notes say how they were combined.
+ckks.py), or each run is a column (threads.py). A committed raw output (docs/results/distributed-*.json:
+the script's object under "output", beside its "source") is shaped as it stands, and its source
+gives the command, commit, date and machine unless flags override them:
+
+    python tools/bench_tables.py distributed-noise docs/results/distributed-noise.json
+
+secagg.py and dp_overhead.py have no shaper yet: their tables in the docs were
+transcribed, and their notes say how they were combined.
 """
 
 from __future__ import annotations
@@ -277,6 +283,103 @@ def secagg_flower_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
     return rows
 
 
+def _output(out: dict[str, Any]) -> dict[str, Any]:
+    # docs/results/distributed-*.json commit the script's output under "output", beside the
+    # "source" it was run with; either form shapes alike
+    inner = out.get("output")
+    return inner if isinstance(inner, dict) and "source" in out else out
+
+
+def distributed_noise_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    out = _output(_one(outs))
+    rows = []
+    for cell in out["noise"]:
+        for c in ("c0", "c1"):
+            run = cell[c]
+            rows.append(
+                [
+                    f"h = {cell['h']}, c = {c[1:]}",
+                    f"{cell['site_mode_std']:.3f}",
+                    f"{run['std']:.3f}",
+                    f"{run['ratio']:.3f}",
+                    f"{cell['goal_ratio']:.3f}",
+                    "yes" if run["ratio_le_goal"] else "no",
+                    f"{run['epsilon']:.3f}",
+                ]
+            )
+    return rows
+
+
+def distributed_noise_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
+    out = _output(_one(outs))
+    t = out["target"]
+    runs = [cell[c] for cell in out["noise"] for c in ("c0", "c1")]
+    multipliers = sorted({f"{r['skellam_noise_multiplier']:.4f}" for r in runs})
+    inflation = max(r["rounding_inflation"] for r in runs)
+    wraps = sorted(r["wrap_bound_sites"] for r in runs)
+    ms = out["timing_ms"]
+    return [
+        f"Both modes calibrated to ε = {t['epsilon']}, δ = {t['delta']}, q = {t['sample_rate']}, "
+        f"{t['steps']} steps, C = {t['clip']}: site mode's Gaussian σ = {out['site_mode_sigma']:.4f} "
+        f"(Opacus' RDP accountant), the Skellam plan's noise multiplier {' / '.join(multipliers)}.",
+        "Std per coordinate of (released sum − true sum) over the coordinates, measured on h sites' "
+        "encoded vectors; c = 1 sizes each share for h − 1 honest sites.",
+        f"Ring of {out['bits']} bits, d = {_int(out['dim'])} (padded to {_int(out['padded_dim'])} for "
+        f"the rotation); the rounding inflates the sensitivity by at most {100 * inflation:.3f} % "
+        f"(in the accounting); each plan's sum stays inside the ring up to {wraps[0]}–{_int(wraps[-1])} "
+        "sites.",
+        f"Noise stage alone at d = {_int(out['timing_dim'])}, medians of {out['repeats']} interleaved "
+        f"repeats: encode_share {ms['encode_share']:.2f} ms (rotation {ms['rotation']:.2f}, rounding "
+        f"{ms['rounding']:.2f}, Skellam draw {ms['skellam_noise']:.2f}) vs site mode's Gaussian noise "
+        f"{ms['site_noise']:.2f} ms ({out['encode_over_site_noise']:.1f}×).",
+    ]
+
+
+DISTRIBUTED_GRAPHS = {
+    "default": "default graph",
+    "complete_graph": "complete graph",
+    "secagg_plus_graph": "SecAgg+ graph",
+}
+
+
+def distributed_cost_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    out = _output(_one(outs))
+    rows = []
+    for r in out["results"]:
+        cpu, wall, degree = r["cpu"], r["wall"], r["secagg_degree"]
+        graph = DISTRIBUTED_GRAPHS.get(r["variant"], r["variant"].replace("_", " "))
+        rows.append(
+            [
+                f"{r['sites']} sites, {graph}",
+                f"{r['honest_min']} ({r['colluders']})",
+                f"{degree['site_mode']} / {degree['distributed']}",
+                f"{cpu['site_total_ms']:.1f}",
+                f"{cpu['distributed_total_ms']:.1f}",
+                f"{r['ratio_cpu']:.2f}",
+                f"{r['ratio_wall']:.2f}",
+                f"{cpu['round_setup_ms']:.1f}",
+                f"{cpu['ratio_with_round_setup']:.2f}",
+                f"{wall['ratio_with_round_setup']:.2f}",
+            ]
+        )
+    return rows
+
+
+def distributed_cost_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
+    out = _output(_one(outs))
+    m, b, p = out["model"], out["batch"], out["privacy"]
+    return [
+        f"Target: ratio ≤ {out['target_ratio']}. A step is {m['preset']} preset, {m['method']} "
+        f"({_int(m['trainable'])} trainable values), one fixed batch of {b['patients']} patients "
+        f"({b['rows']} rows); site mode's σ = {p['site_mode_sigma']:.4f} for ε = {p['epsilon']}, "
+        f"δ = {p['delta']}, q = {p['sample_rate']}, {p['rounds']} rounds.",
+        f"Per site: step + the SecAgg+ round's time / sites; medians of {out['repeats']} interleaved "
+        f"repeats, {out['torch_threads']} torch thread; ratios on process CPU time and on wall time.",
+        "Round setup: the model copy and engine a distributed site builds every round (its one "
+        "step); the last two columns charge it to the distributed step.",
+    ]
+
+
 Outs = Sequence[dict[str, Any]]
 # name -> (title, columns (or a function of the outputs), rows, notes)
 SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[Outs], list[str]]]] = {
@@ -334,6 +437,38 @@ SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[
         ckks_rows,
         ckks_notes,
     ),
+    "distributed-noise": (
+        "Noise std per coordinate of the released sum, distributed DP (Skellam shares) vs site mode, "
+        "same (ε, δ)",
+        [
+            "h, c",
+            "site mode std",
+            "distributed std",
+            "distributed / site",
+            "goal 1/√h",
+            "goal met",
+            "ε (distributed, accounted)",
+        ],
+        distributed_noise_rows,
+        distributed_noise_notes,
+    ),
+    "distributed-cost": (
+        "One private step plus its share of a SecAgg+ sum: distributed DP vs site mode (tiny preset)",
+        [
+            "sites, masking graph",
+            "h (c)",
+            "SecAgg+ degree (site / distributed)",
+            "site mode (CPU ms)",
+            "distributed (CPU ms)",
+            "ratio, CPU",
+            "ratio, wall",
+            "round setup (CPU ms)",
+            "ratio with setup, CPU",
+            "ratio with setup, wall",
+        ],
+        distributed_cost_rows,
+        distributed_cost_notes,
+    ),
 }
 
 
@@ -344,6 +479,7 @@ def shape(
     machine: str,
     wall: str | None,
     commit: str | None = None,
+    date: str | None = None,
 ) -> dict[str, Any]:
     """docs/results/bench-NAME.json from one benchmark output (or several runs of it)."""
     runs = [outs] if isinstance(outs, dict) else list(outs)
@@ -353,7 +489,7 @@ def shape(
         "source": {
             "command": command,
             "commit": commit or _git_head(),
-            "date": dt.date.today().isoformat(),
+            "date": date or dt.date.today().isoformat(),
             "machine": machine,
             "wall": wall,
         },
@@ -376,16 +512,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("benchmark", choices=sorted(SHAPERS))
     p.add_argument("outputs", type=Path, nargs="+", help="the benchmark's JSON output (several: runs)")
-    p.add_argument("--command", required=True, help="the exact command that printed it")
-    p.add_argument("--machine", required=True, help="the machine it ran on")
+    # a committed raw output ({"source": ..., "output": ...}) states these itself
+    p.add_argument("--command", default=None, help="the exact command that printed it")
+    p.add_argument("--machine", default=None, help="the machine it ran on")
     p.add_argument("--wall", default=None, help="its wall time")
     p.add_argument("--commit", default=None, help="the commit it ran at (default: HEAD)")
     p.add_argument("--results", type=Path, default=RESULTS, help="where bench-NAME.json is written")
     args = p.parse_args(argv)
     try:
         outs = [json.loads(path.read_text(encoding="utf-8")) for path in args.outputs]
-        data = shape(args.benchmark, outs, args.command, args.machine, args.wall, args.commit)
-    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        stated = outs[0].get("source") if len(outs) == 1 and isinstance(outs[0].get("source"), dict) else {}
+        command, machine = args.command or stated.get("command"), args.machine or stated.get("machine")
+        if not command or not machine:
+            print(
+                f"{args.outputs[0]}: states no command or machine; give --command and --machine",
+                file=sys.stderr,
+            )
+            return 2
+        data = shape(
+            args.benchmark,
+            outs,
+            command,
+            machine,
+            args.wall or stated.get("wall"),
+            args.commit or stated.get("commit"),
+            stated.get("date"),
+        )
+    except (AttributeError, OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
         names = " ".join(map(str, args.outputs))
         print(f"{names}: not {args.benchmark}'s output ({exc!r}); rerun the benchmark", file=sys.stderr)
         return 1

@@ -29,9 +29,7 @@ import json
 import os
 import re
 import shlex
-import signal
 import sys
-import threading
 import zipfile
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,6 +38,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 import secure_fed
+from secure_fed.stops import signed_on_stop
 
 LAUNCHER = "flwr-clientapp"  # the name Flower's SuperExec starts (TASK_TYPE_TO_COMMAND)
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
@@ -309,15 +308,6 @@ def sign_site_stop(node: dict[str, Any], run_id: str, reason: str, round_id: int
         log_.abandon()
 
 
-class _Stopped(BaseException):
-    """A stop signal, raised where the runner was, so the site's log is signed once the frames that
-    may be writing a record have unwound (they write it in this same thread)."""
-
-    def __init__(self, signum: int, frame: Any) -> None:
-        super().__init__(signum)
-        self.signum, self.frame = signum, frame
-
-
 @contextlib.contextmanager
 def signed_site_stops(task: dict[str, Any]) -> Iterator[None]:
     """Flower never tells a site's ClientApp that the SuperLink stopped its run; the task's process
@@ -328,45 +318,20 @@ def signed_site_stops(task: dict[str, Any]) -> Iterator[None]:
     own signed `run_aborted` naming the signal, and then Flower's handler goes on (it reports the
     task's end and exits). The handler only raises: signing inside it could land between a record's
     write and its chain moving on."""
-    previous: dict[int, Any] = {}
 
-    def on_signal(signum: int, frame: Any) -> None:
+    def sign(name: str) -> None:
+        if "run_id" not in task:
+            return
+        try:
+            sign_site_stop(task["node"], task["run_id"], name, _round_of(task.get("message")))
+        except Exception as err:  # noqa: BLE001 (the stop goes on; verify then names the gap)
+            print(f"secure-fed: run {task['run_id']}: stop not signed: {err}", file=sys.stderr, flush=True)
+
+    def stopped() -> None:
         task["stopped"] = True  # no reply leaves after a stop the site signed
-        raise _Stopped(signum, frame)
 
-    if threading.current_thread() is threading.main_thread():  # signal.signal works there only
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            if signal.getsignal(sig) != signal.SIG_IGN:  # an ignored signal stays ignored
-                previous[sig] = signal.signal(sig, on_signal)
-
-    def restore() -> None:
-        for sig, handler in previous.items():
-            if signal.getsignal(sig) in (on_signal, signal.SIG_IGN):
-                signal.signal(sig, handler)
-
-    try:
+    with signed_on_stop(sign, on_signal=stopped):
         yield
-    except _Stopped as stop:
-        name = signal.Signals(stop.signum).name
-        for sig in previous:  # a second signal must not cut the signing short; the stop is underway
-            signal.signal(sig, signal.SIG_IGN)
-        if "run_id" in task:
-            try:
-                sign_site_stop(task["node"], task["run_id"], name, _round_of(task.get("message")))
-            except Exception as err:  # noqa: BLE001 (the stop goes on; verify then names the gap)
-                print(
-                    f"secure-fed: run {task['run_id']}: stop not signed: {err}", file=sys.stderr, flush=True
-                )
-        restore()
-        handler = previous.get(stop.signum)
-        if callable(handler):
-            handler(stop.signum, stop.frame)  # Flower's: it reports the task's end, then exits
-        else:  # the default action: end the process by that signal
-            signal.signal(stop.signum, signal.SIG_DFL)
-            os.kill(os.getpid(), stop.signum)
-        raise SystemExit(128 + stop.signum) from None
-    finally:
-        restore()
 
 
 def approvals_path(node: dict[str, Any]) -> Path | None:

@@ -74,7 +74,6 @@ def plan_summary(plan: Any) -> dict[str, Any]:
         "dim",
         "gamma",
         "bits",
-        "beta",
         "honest_min",
         "colluders",
         "mu_total",

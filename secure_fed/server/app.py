@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,6 +16,7 @@ from secure_fed.config import RunConfig
 from secure_fed.server.orchestrator import EventSink, Orchestrator
 from secure_fed.server.trail import ServerTrail
 from secure_fed.server.transports import GridTransport
+from secure_fed.stops import signed_on_stop
 
 log = logging.getLogger(__name__)
 
@@ -68,15 +66,6 @@ def deployment_trail(cfg: RunConfig, out: Path, run_id: str) -> ServerTrail | No
 FLWR_STOP = "flwr stop"
 
 
-class _Stopped(BaseException):
-    """A stop signal, raised where the ServerApp was, so the log is signed once its frames (a record
-    half written among them) have unwound."""
-
-    def __init__(self, signum: int, frame: Any) -> None:
-        super().__init__(signum)
-        self.signum, self.frame = signum, frame
-
-
 @contextlib.contextmanager
 def signed_stops(trail: ServerTrail | None, orchestrator: Orchestrator) -> Iterator[None]:
     """Under `flwr run` the ServerApp is its own process (flwr-serverapp). A stop reaches it as
@@ -104,38 +93,12 @@ def signed_stops(trail: ServerTrail | None, orchestrator: Orchestrator) -> Itera
         finally:
             trail.log.abandon()  # no head record: a resume goes on with the chain
 
-    previous: dict[int, Any] = {}
-
-    def on_signal(signum: int, frame: Any) -> None:
-        raise _Stopped(signum, frame)
-
-    if threading.current_thread() is threading.main_thread():  # signal.signal works there only
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            if signal.getsignal(sig) != signal.SIG_IGN:  # an ignored signal stays ignored
-                previous[sig] = signal.signal(sig, on_signal)
-
-    def restore() -> None:
-        for sig, handler in previous.items():
-            if signal.getsignal(sig) is on_signal:
-                signal.signal(sig, handler)
-
     try:
-        yield
-    except _Stopped as stop:
-        sign(signal.Signals(stop.signum).name)
-        restore()
-        handler = previous.get(stop.signum)
-        if callable(handler):
-            handler(stop.signum, stop.frame)  # Flower's: it reports the task's end, then exits
-        else:  # the default action: end the process by that signal
-            signal.signal(stop.signum, signal.SIG_DFL)
-            os.kill(os.getpid(), stop.signum)
-        raise SystemExit(128 + stop.signum) from None
+        with signed_on_stop(sign):
+            yield
     except RunNotRunningException:
         sign(FLWR_STOP)
         raise
-    finally:
-        restore()
 
 
 def make_server_app(

@@ -8,23 +8,38 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.verify import verify_logs
+from secure_fed.config import RunConfig
 from secure_fed.dp.ledger import PrivacyLedger
 from secure_fed.runner import run_inprocess
+from secure_fed.server.orchestrator import RunOutcome
+from tests.conftest import small_config
+
+# One straight 3-round DP run serves two tests: the first asserts on it, the resume test compares a
+# killed-and-resumed run's ε with it (each ran its own before, a 2-round and a 3-round run alike).
+DP_RUN = {"dp__enabled": True, "dp__target_epsilon": 8.0, "dp__sample_rate": 0.5, "fed__rounds": 3}
+
+
+@pytest.fixture(scope="module")
+def straight_dp_run(
+    cache_dir: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[RunConfig, RunOutcome]:
+    cfg = small_config(cache_dir, tmp_path_factory.mktemp("straight") / "run", **DP_RUN)
+    return cfg, run_inprocess(cfg, cfg.out)
 
 
 def _ledger(out, site):
     return PrivacyLedger.from_json(json.loads((out / "sites" / site / "ledger.json").read_text()))
 
 
-def test_dp_run_reports_epsilon_within_target_and_logs_verify(make_config):
-    cfg = make_config(dp__enabled=True, dp__target_epsilon=8.0, dp__sample_rate=0.5)
-    outcome = run_inprocess(cfg, cfg.out)
+def test_dp_run_reports_epsilon_within_target_and_logs_verify(straight_dp_run):
+    cfg, outcome = straight_dp_run
     metrics = outcome.metrics
     assert metrics["secure_aggregation"] == "secagg+"  # on with DP by default
     privacy = metrics["privacy"]
@@ -33,14 +48,14 @@ def test_dp_run_reports_epsilon_within_target_and_logs_verify(make_config):
     for site, eps in privacy["epsilon"].items():
         assert 0 < eps["rdp"] <= 8.0 + 1e-9, site
         assert eps["prv"] is None or eps["prv"] <= eps["rdp"] + 1e-9
-    assert [r["round"] for r in privacy["per_round"]] == [1, 2]
+    assert [r["round"] for r in privacy["per_round"]] == [1, 2, 3]
     # ε grows round over round.
-    first, second = privacy["per_round"]
-    assert all(second["epsilon"][s]["rdp"] > first["epsilon"][s]["rdp"] for s in first["epsilon"])
+    for first, second in zip(privacy["per_round"][:-1], privacy["per_round"][1:], strict=True):
+        assert all(second["epsilon"][s]["rdp"] > first["epsilon"][s]["rdp"] for s in first["epsilon"])
     logs = sorted((cfg.out / "audit").glob("*.jsonl"))
     result = verify_logs(logs, load_public_keys(cfg.out / "keys"))
     assert result.ok, [str(p) for p in result.problems]
-    assert len(result.rederived) >= 3 * (1 + 2 * 2)  # GMM + (DP-SGD, α) per round, per site
+    assert len(result.rederived) >= 3 * (1 + 2 * 3)  # GMM + (DP-SGD, α) per round, per site
 
 
 def test_a_method_without_alpha_charges_no_alpha_and_refuses_to_release_it(make_config):
@@ -99,8 +114,8 @@ def _wait_for_round(meta, round_id, proc, timeout=300):
     raise AssertionError("no checkpoint in time")
 
 
-def test_resume_after_kill_does_not_double_count(make_config, tmp_path):
-    cfg = make_config(dp__enabled=True, dp__target_epsilon=8.0, dp__sample_rate=0.5, fed__rounds=3)
+def test_resume_after_kill_does_not_double_count(make_config, tmp_path, straight_dp_run):
+    cfg = make_config(**DP_RUN)
     config_file = tmp_path / "run.toml"
     import tomli_w
 
@@ -128,7 +143,7 @@ def test_resume_after_kill_does_not_double_count(make_config, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     resumed = json.loads((out / "metrics.json").read_text())
     assert resumed["rounds"] == 3 and [r["round"] for r in resumed["per_round"]] == [1, 2, 3]
-    straight = run_inprocess(cfg, tmp_path / "straight").metrics
+    straight = straight_dp_run[1].metrics
     for site, eps in straight["privacy"]["epsilon"].items():
         assert resumed["privacy"]["epsilon"][site]["rdp"] == eps["rdp"], site
     logs = sorted((out / "audit").glob("*.jsonl"))
