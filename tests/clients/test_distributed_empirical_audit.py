@@ -12,48 +12,22 @@ import pytest
 from typer.testing import CliRunner
 
 from secure_fed.cli import app
+from tests.clients.test_empirical_audit import _config
 
 runner = CliRunner()
-
-
-def _config(cache_dir: Path, tmp_path: Path) -> Path:
-    path = tmp_path / "audit.toml"
-    path.write_text(
-        f"""
-seed = 0
-[data]
-max_visits = 3
-val_fraction = 0.25
-test_fraction = 0.25
-[data.synth]
-sites = 3
-patients = 16
-visits = 3
-[model]
-cache_dir = "{cache_dir}"
-pretrain_steps = 150
-[train]
-batch_size = 8
-threads = 1
-local_epochs = 1
-[fed]
-rounds = 2
-method = "fedavg"
-[dp]
-enabled = true
-target_epsilon = 2.0
-sample_rate = 0.5
-noise = "distributed"
-honest_min = 3
-"""
-    )
-    return path
 
 
 @pytest.mark.usefixtures("one_torch_thread")
 def test_distributed_audit_logs_a_record_that_verifies(cache_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "audit"
-    args = ["audit", "empirical", "--config", str(_config(cache_dir, tmp_path)), "--canaries", "1000"]
+    args = [
+        "audit",
+        "empirical",
+        "--config",
+        str(_config(cache_dir, tmp_path, distributed=True)),
+        "--canaries",
+        "1000",
+    ]
     result = runner.invoke(app, [*args, "--site", "site0", "-o", str(out)])
     assert result.exit_code == 0, result.output
     records = [json.loads(line) for line in (out / "audit" / "site0.jsonl").read_text().splitlines()]

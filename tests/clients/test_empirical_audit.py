@@ -15,7 +15,15 @@ from secure_fed.dp.canaries import default_guesses
 runner = CliRunner()
 
 
-def _config(cache_dir: Path, tmp_path: Path, dp: bool = True) -> Path:
+def _config(cache_dir: Path, tmp_path: Path, dp: bool = True, distributed: bool = False) -> Path:
+    """The audit's small run; `distributed`: FedAvg's one-step rounds with distributed noise, h = 3."""
+    train = "local_epochs = 1\n" if distributed else ""
+    fed = 'method = "fedavg"\n' if distributed else ""
+    privacy = (
+        'enabled = true\ntarget_epsilon = 2.0\nsample_rate = 0.5\nnoise = "distributed"\nhonest_min = 3\n'
+        if distributed
+        else f"enabled = {'true' if dp else 'false'}\ntarget_epsilon = 4.0\n"
+    )
     path = tmp_path / "audit.toml"
     path.write_text(
         f"""
@@ -34,12 +42,10 @@ pretrain_steps = 150
 [train]
 batch_size = 8
 threads = 1
-[fed]
+{train}[fed]
 rounds = 2
-[dp]
-enabled = {"true" if dp else "false"}
-target_epsilon = 4.0
-"""
+{fed}[dp]
+{privacy}"""
     )
     return path
 
