@@ -79,6 +79,23 @@ def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
+def _plan(args: argparse.Namespace, *, honest_min: int, colluders: int, max_sites: int) -> DistributedPlan:
+    """The benchmark's plan at its (ε, δ, q, steps, C, d, bits): only h, c and the ring's site count vary."""
+    return plan_distributed(
+        target_epsilon=args.epsilon,
+        delta=args.delta,
+        sample_rate=args.sample_rate,
+        steps=args.steps,
+        clip=args.clip,
+        dim=args.dim,
+        honest_min=honest_min,
+        colluders=colluders,
+        bits=args.bits,
+        max_sites=max_sites,
+        site_bound=args.site_norm,
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epsilon", type=float, default=2.0)
@@ -109,19 +126,7 @@ def main() -> None:
             "goal_ratio": 1 / math.sqrt(h),
         }
         for colluders in (0, 1):
-            plan = plan_distributed(
-                target_epsilon=args.epsilon,
-                delta=args.delta,
-                sample_rate=args.sample_rate,
-                steps=args.steps,
-                clip=args.clip,
-                dim=args.dim,
-                honest_min=h,
-                colluders=colluders,
-                bits=args.bits,
-                max_sites=h,
-                site_bound=args.site_norm,
-            )
+            plan = _plan(args, honest_min=h, colluders=colluders, max_sites=h)
             measured = _distributed_std(vectors, plan)
             row[f"c{colluders}"] = {
                 "std": measured,
@@ -138,19 +143,7 @@ def main() -> None:
         rows.append(row)
 
     # timing at d coordinates: distributed encoding vs site mode's noise addition
-    timing_plan = plan_distributed(
-        target_epsilon=args.epsilon,
-        delta=args.delta,
-        sample_rate=args.sample_rate,
-        steps=args.steps,
-        clip=args.clip,
-        dim=args.dim,
-        honest_min=3,
-        colluders=1,
-        bits=args.bits,
-        max_sites=50,
-        site_bound=args.site_norm,
-    )
+    timing_plan = _plan(args, honest_min=3, colluders=1, max_sites=50)
     vector = _vectors(1, args.dim, args.site_norm, rng)[0]
     generator = np.random.Generator(np.random.Philox(key=12345))
 
