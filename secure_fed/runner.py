@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from secure_fed.audits.log import AuditLog
+from secure_fed.audits.log import AuditLog, AuditLogError
 from secure_fed.clients.handler import handle
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
@@ -273,23 +273,40 @@ def _reopen_ray_site_logs(paths: dict[str, Path], keys_dir: Path, run_id: str) -
 
     present = {site: path for site, path in paths.items() if path.exists()}
     wanted = {str(path.resolve()) for path in present.values()}
-    ours = _descendants()
-    for pid in ours:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGSTOP)
-    holders = [pid for pid in ours if _holds(pid, wanted)]
-    for pid in holders:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 10.0
-    while any(_holds(pid, wanted) for pid in holders) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    # Again until no process of ours holds a site log: a worker the raylet forked while the first
+    # pass froze the others is frozen and killed by the next, and a killed worker stuck in a disk
+    # wait (an fsync on a loaded machine) is waited for, not taken for gone (CI lost site0's stop).
+    frozen: set[int] = set()
+    deadline = time.monotonic() + 30.0
+    while True:
+        ours = _descendants()
+        for pid in set(ours) - frozen:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGSTOP)
+            frozen.add(pid)
+        holders = [pid for pid in ours if _holds(pid, wanted)]
+        if not holders or time.monotonic() > deadline:
+            break
+        for pid in holders:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
     logs = []
     for site, path in present.items():
-        try:
-            logs.append(AuditLog(path, site, run_id, load_private_key(keys_dir, site)))
-        except Exception as err:  # noqa: BLE001 (a torn tail, a live writer: verify names the log)
-            log.error("could not reopen %s to sign its run_aborted: %s", path, err)
+        while True:
+            try:
+                logs.append(AuditLog(path, site, run_id, load_private_key(keys_dir, site)))
+                break
+            except AuditLogError as err:
+                # the lock outlives a killed worker until the kernel has closed its files
+                if "another process" in str(err) and time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                log.error("could not reopen %s to sign its run_aborted: %s", path, err)
+                break
+            except Exception as err:  # noqa: BLE001 (verify names the log)
+                log.error("could not reopen %s to sign its run_aborted: %s", path, err)
+                break
     return logs
 
 

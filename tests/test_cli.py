@@ -563,8 +563,8 @@ def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir, signum, code, word, en
     for party in ("server", "site0", "site1", "site2"):
         last = json.loads((out / "audit" / f"{party}.jsonl").read_text().splitlines()[-1])
         # nothing after it, and no head record: --resume goes on with the chain
-        assert last["event"] == "run_aborted", (party, last)
-        assert last["payload"] == {"signal": signum, "round": at_signal + 1}, (party, last)
+        assert last["event"] == "run_aborted", (party, last, err[-3000:])
+        assert last["payload"] == {"signal": signum, "round": at_signal + 1}, (party, last, err[-3000:])
     # so verify calls it an interruption, not a log cut short
     from secure_fed.audits.keys import load_public_keys
     from secure_fed.audits.verify import verify_logs
