@@ -402,6 +402,9 @@ def sweep(
 
     Example: secure-fed sweep --methods base,fedtar,fedavg --seeds 0,1,2 --epsilons inf,8,4,1 -o runs/sweep
     """
+    from secure_fed.console import quiet_frameworks
+
+    quiet_frameworks()  # a sweep trains and scores as `run` does: the operator's console, not the libraries'
     from secure_fed.sweep import sweep as run_sweep
 
     cfg = _config(config, {"fed.rounds": rounds, "fed.engine": "inprocess"})
@@ -424,7 +427,6 @@ def sweep(
         console.print(
             "lifetime ledger: none (synthetic benchmark, [dp] ledger_dir unset): each cell's ε is its own"
         )
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         results = run_sweep(
             cfg, [m.strip() for m in methods.split(",")], seed_list, eps, out, log=console.print

@@ -337,6 +337,30 @@ def test_output_paths_no_command_foresaw_are_one_message(tmp_path):
     _one_error(runner.invoke(app, ["audit", "report", *logs, "-o", str(folder)]), str(folder), "file name")
 
 
+def test_a_sweep_keeps_the_libraries_advice_off_the_operators_console(tmp_path, monkeypatch):
+    """A sweep trains and scores as `run` does: transformers' "pass an attention_mask" (advice to
+    library authors) reached a hospital-scale sweep's console, the run's quieting was not applied."""
+    import transformers
+
+    import secure_fed.sweep
+
+    before = transformers.logging.get_verbosity()
+    seen: dict[str, int] = {}
+
+    def cells(*args, **kwargs):
+        seen["verbosity"] = transformers.logging.get_verbosity()
+        raise ValueError("stop before any cell")
+
+    monkeypatch.setattr(secure_fed.sweep, "sweep", cells)
+    transformers.logging.set_verbosity_warning()
+    try:
+        result = runner.invoke(app, ["sweep", "--methods", "base", "--seeds", "0", "-o", str(tmp_path / "s")])
+    finally:
+        transformers.logging.set_verbosity(before)
+    _one_error(result, "stop before any cell")
+    assert seen["verbosity"] == transformers.logging.ERROR
+
+
 def test_arguments_that_would_mislead_or_lose_data_are_refused(tmp_path):
     # an ε that is no budget is refused before the sweep's earlier cells spend hours
     out = tmp_path / "sw"
