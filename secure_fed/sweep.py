@@ -495,12 +495,13 @@ def per_site_table(runs: list[dict[str, Any]], metric: str = "CIDEr") -> str:
 
 
 def privacy_utility(rows: list[dict[str, Any]], metric: str = "CIDEr") -> list[dict[str, Any]]:
-    """Share of the non-private gain over ``base`` kept at each ε, per federated method."""
+    """Share of the non-private gain over ``base`` kept at each ε, per federated method and for
+    ``central`` (at a finite ε the pooled private ceiling: what any private method could keep)."""
     base = next((r for r in rows if r["method"] == BASE), None)
     if base is None:
         return []
     out = []
-    for method in {r["method"] for r in rows if r["method"] in FEDERATED}:
+    for method in {r["method"] for r in rows if r["method"] in (*FEDERATED, CENTRAL)}:
         plain = next((r for r in rows if r["method"] == method and r["epsilon"] is None), None)
         if plain is None:
             continue
@@ -595,6 +596,7 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     # "does federating beat training alone": the question a site asks before it joins
     paired_local = paired_differences(runs, LOCAL)
     pu = privacy_utility(rows)
+    pu_ce = privacy_utility(rows, "CE-F1")
     png = out / "privacy_utility.png"
     has_plot = plot_privacy_utility(rows, png)
     total_wall = sum(r.get("wall_s", 0.0) for r in runs)
@@ -605,6 +607,7 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
         "paired_vs_base": paired_base,
         "paired_vs_local": paired_local,
         "privacy_utility": pu,
+        "privacy_utility_ce_f1": pu_ce,
         "wall_s_this_call": round(wall_s, 1),
         "wall_s_all_cells": round(total_wall, 1),
     }
@@ -618,6 +621,7 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
         ("CE-F1 per site", per_site_table(runs, "CE-F1")),
         ("CE-F1-micro per site", per_site_table(runs, "CE-F1-micro")),
         ("Privacy–utility: share of the non-private CIDEr gain over base kept", privacy_table(pu)),
+        ("Privacy–utility: share of the non-private CE-F1 gain", privacy_table(pu_ce, "CE-F1")),
     ]
     md = "".join(f"### {title}\n\n{table}\n" for title, table in sections if table)
     md += (
@@ -642,16 +646,16 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     return results
 
 
-def privacy_table(pu: list[dict[str, Any]]) -> str:
+def privacy_table(pu: list[dict[str, Any]], metric: str = "CIDEr") -> str:
     if not pu:
         return ""
-    head = "| method | ε target | ε spent | CIDEr | share of gain kept |\n| --- | --- | --- | --- | --- |\n"
+    head = f"| method | ε target | ε spent | {metric} | share of gain kept |\n" + "| --- " * 5 + "|\n"
     lines = []
     for r in pu:
         eps = "∞" if r["epsilon"] is None else f"{r['epsilon']:g}"
         spent = "—" if r["epsilon_spent"] is None else f"{r['epsilon_spent']:.3f}"
         kept = "—" if math.isnan(r["kept"]) else f"{100 * r['kept']:.0f} %"
-        lines.append(f"| {r['method']} | {eps} | {spent} | {_cell(*r['CIDEr'])} | {kept} |")
+        lines.append(f"| {r['method']} | {eps} | {spent} | {_cell(*r[metric])} | {kept} |")
     return head + "\n".join(lines) + "\n"
 
 

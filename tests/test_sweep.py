@@ -19,6 +19,7 @@ from secure_fed.data.sites import split_seed
 from secure_fed.sweep import (
     markdown_table,
     paired_differences,
+    privacy_table,
     privacy_utility,
     summarise,
     t975,
@@ -92,6 +93,12 @@ def test_share_of_gain_kept():
     runs = [_run("base", None, 1.0), _run("fedtar", None, 3.0), _run("fedtar", 4.0, 2.5)]
     kept = {r["epsilon"]: r["kept"] for r in privacy_utility(summarise(runs))}
     assert kept == pytest.approx({None: 1.0, 4.0: 0.75})
+    # the pooled private central is the ceiling a federated method's share is read against
+    runs += [_run("central", None, 5.0), _run("central", 4.0, 4.0)]
+    shares = {(r["method"], r["epsilon"]): r["kept"] for r in privacy_utility(summarise(runs))}
+    assert shares[("central", 4.0)] == pytest.approx(0.75) and shares[("fedtar", 4.0)] == pytest.approx(0.75)
+    ce_f1 = privacy_table(privacy_utility(summarise(runs), "CE-F1"), "CE-F1")
+    assert "| CE-F1 | share of gain kept |" in ce_f1
 
 
 def test_sweep_resumes_and_writes_plot_and_html(tmp_path: Path, monkeypatch):
