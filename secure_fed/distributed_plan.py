@@ -10,6 +10,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import logging
+import math
+from dataclasses import dataclass
 from typing import Any
 
 from secure_fed.config import RunConfig
@@ -18,6 +21,11 @@ DEFAULT_RING_BITS = 32
 # the union of the sites' patients has no exact public size, so distributed mode's δ is one public
 # number for every site (dp.delta, else this); each site still checks it against its own count
 DEFAULT_DELTA = 1e-5
+
+log = logging.getLogger(__name__)
+# the warnings this process has printed: every site and the server plan the same run, and in one
+# process (the in-process engine) the operator must see the line once, not once per party
+_WARNED: set[str] = set()
 
 
 def ring_bits(cfg: RunConfig) -> int:
@@ -89,7 +97,7 @@ def plan_for(cfg: RunConfig, dim: int, n_sites: int) -> Any:
     ring and granularity sized for `n_sites` sites, shares sized so h − c honest survivors carry
     the whole noise."""
     assert cfg.dp.target_epsilon is not None  # the config refuses distributed mode without it
-    return _plan(
+    plan = _plan(
         cfg.dp.target_epsilon,
         histogram_sigma(cfg),
         delta(cfg),
@@ -101,6 +109,96 @@ def plan_for(cfg: RunConfig, dim: int, n_sites: int) -> Any:
         cfg.dp.colluders,
         ring_bits(cfg),
         n_sites,
+    )
+    warning = site_mode_warning(cfg, plan)
+    if warning is not None and warning not in _WARNED:
+        _WARNED.add(warning)
+        log.warning("%s", warning)
+    return plan
+
+
+@dataclass(frozen=True)
+class NoiseComparison:
+    """The noise in the released sum, distributed mode against site mode at the same (ε, δ, q, steps).
+
+    Site mode: each of m surviving sites adds N(0, (σC)²) per coordinate, so the sum carries std
+    √m·σ·C. Distributed mode: each of the m adds a share of variance mu_total/(h − c) (integer units
+    of γ), so the sum carries γ·√(m·mu_total/(h − c)). m cancels: the ratio is the same for any
+    number of survivors, and is z/(σ·√(h − c)) with z the plan's noise multiplier (std over C)."""
+
+    site_sigma: float  # site mode's DP-SGD noise multiplier, Opacus' accountant
+    distributed_multiplier: float  # the plan's std from h − c honest shares, over C
+    honest_min: int  # h
+    colluders: int  # c
+    ratio: float  # released noise std, distributed / site
+
+    @property
+    def distributed_loses(self) -> bool:
+        return self.ratio > 1.0
+
+
+def site_mode_sigma(cfg: RunConfig) -> float:
+    """σ site mode would use for this run's releases: the same GMM histogram share of ε and the same
+    q and steps (one a round, as distributed mode takes), at the same δ, by the project's calibration
+    (dp.calibration.split_budget, the accountant `dp.accountant` names)."""
+    assert cfg.dp.target_epsilon is not None  # the config refuses distributed mode without it
+    return _site_sigma(
+        cfg.dp.target_epsilon,
+        delta(cfg),
+        cfg.dp.sample_rate,
+        cfg.fed.rounds,
+        cfg.dp.gmm_fraction,
+        cfg.dp.accountant,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _site_sigma(
+    target_epsilon: float, delta: float, sample_rate: float, steps: int, gmm_fraction: float, accountant: str
+) -> float:
+    from secure_fed.dp.calibration import split_budget
+
+    split = split_budget(
+        target_epsilon,
+        delta,
+        sampling_rate=sample_rate,
+        rounds=steps,
+        steps_per_round=1,
+        gmm_fraction=gmm_fraction,
+        accountant=accountant,  # type: ignore[arg-type]
+        # 1 % (the default) would leave σ up to that much high and flatter distributed mode
+        tolerance=1e-4,
+    )
+    return split.dpsgd_noise_multiplier
+
+
+def compare_noise(cfg: RunConfig, plan: Any) -> NoiseComparison:
+    """Released-sum noise of `plan` (this run's distributed plan) against site mode's."""
+    sigma = site_mode_sigma(cfg)
+    multiplier = plan.noise_std / plan.clip
+    shares = plan.honest_min - plan.colluders
+    return NoiseComparison(
+        site_sigma=sigma,
+        distributed_multiplier=multiplier,
+        honest_min=plan.honest_min,
+        colluders=plan.colluders,
+        ratio=multiplier / (math.sqrt(shares) * sigma),
+    )
+
+
+def site_mode_warning(cfg: RunConfig, plan: Any) -> str | None:
+    """One line when distributed mode releases more noise than site mode would at these settings,
+    else None. Site mode is the stronger guarantee (each site's update is private on its own, even
+    if SecAgg+ failed); distributed mode's one gain is less noise in the sum."""
+    found = compare_noise(cfg, plan)
+    if not found.distributed_loses:
+        return None
+    return (
+        f"dp.noise = 'distributed' releases {found.ratio:.2f}x the noise std that site mode would at "
+        f"dp.target_epsilon = {cfg.dp.target_epsilon:g}, dp.sample_rate = {cfg.dp.sample_rate:g} "
+        f"({cfg.fed.rounds} rounds, h = {found.honest_min}, c = {found.colluders}): site mode releases "
+        "less noise here and keeps each site's update private even if SecAgg+ fails; set dp.noise = "
+        "'site' (distributed mode pays at larger ε or smaller q: docs/THREAT_MODEL.md, 'Distributed DP')"
     )
 
 
