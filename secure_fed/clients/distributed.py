@@ -30,6 +30,42 @@ from secure_fed.dp.keystream import NoiseStream
 from secure_fed.model.report_model import ReportModel
 
 
+class ClippedSum:
+    """A site's work copy of its model and the clipping engine around it, built once and reused
+    every round: the copy and the engine cost as much as a third of the round's one step on the
+    tiny preset (docs/BENCHMARKS.md, "Distributed DP"), and a distributed round is only that step.
+
+    What a round may leave behind is reset before every round, not after, so that a round that
+    failed half way leaks nothing either: the start state is loaded into the copy, its gradients
+    and per-row gradients are cleared, and the engine draws from the round's own keystream (the
+    clipped sum takes no noise from it, but the bytes it draws set where the share's rounding and
+    noise begin). The frozen base is the model's as it was when the copy was made; the learner
+    never changes it, and a caller that did would build a new ClippedSum.
+    """
+
+    def __init__(self, model: ReportModel, clip: float) -> None:
+        self.source = model
+        self.clip = float(clip)
+        self.work = copy.deepcopy(model)
+        # built at the first round, around that round's stream: no engine ever holds a stream of
+        # its own making
+        self.engine: PatientDPSGD | None = None
+
+    def serves(self, model: ReportModel, clip: float) -> bool:
+        return model is self.source and float(clip) == self.clip
+
+    def prepare(self, start: OrderedDict[str, torch.Tensor], stream: NoiseStream) -> PatientDPSGD:
+        """The engine, ready for this round's step from `start` with this round's `stream`."""
+        self.work.load_trainable_state(start)
+        self.work.train()
+        if self.engine is None:
+            self.engine = PatientDPSGD([self.work], self.clip, 0.0, 1.0, stream)
+        else:
+            self.engine.zero_grad()
+            self.engine.noise = stream
+        return self.engine
+
+
 def clipped_gradient_sum(
     model: ReportModel,
     start: OrderedDict[str, torch.Tensor],
@@ -38,21 +74,25 @@ def clipped_gradient_sum(
     sampling_rate: float,
     n_patients: int,
     stream: NoiseStream,
+    work: ClippedSum | None = None,
 ) -> tuple[np.ndarray, int]:
     """Σ over the Poisson-sampled patients of their joint gradient clipped to `clip`, flattened in
     `trainable_state()` order (float64), and how many patients were sampled. No noise: the noise
-    comes from the sites' shares inside the ring."""
-    work = copy.deepcopy(model)
-    work.load_trainable_state(start)
-    work.train()
-    # noise_multiplier 0 and divisor 1: the engine's clipping and per-patient sum, nothing else
-    engine = PatientDPSGD([work], clip, 0.0, 1.0, stream)
+    comes from the sites' shares inside the ring. `work`: the site's ClippedSum for `model`, kept
+    across rounds (without it a copy is made for this call); `model` itself is never changed."""
+    if work is None:
+        work = ClippedSum(model, clip)
+    elif not work.serves(model, clip):
+        raise ValueError("this ClippedSum was built for another model or clip; build one for this model")
+    engine = work.prepare(start, stream)
     chosen = poisson_sample(n_patients, sampling_rate, stream)
     member = torch.zeros(max(n_patients, 1), dtype=torch.bool)
     member[chosen] = True
     rows = torch.nonzero(member[examples.patient_slot]).flatten() if len(examples) else chosen[:0]
-    params = [p for _, p in work.named_parameters() if p.requires_grad]
-    if rows.numel():
+    params = engine.trainable_parameters[0]
+    try:
+        if not rows.numel():
+            return np.zeros(sum(p.numel() for p in params), dtype=np.float64), int(chosen.numel())
         assert examples.profiles is not None
         loss = engine.forward_modules[0](
             examples.images[rows], examples.input_ids[rows], examples.profiles[rows]
@@ -60,10 +100,10 @@ def clipped_gradient_sum(
         loss.sum().backward()
         engine.privatize([examples.patient_slot[rows]], n_patients)
         flat = torch.cat([p.grad.detach().reshape(-1).double().cpu() for p in params])  # type: ignore[union-attr]
-    else:
-        flat = torch.zeros(sum(p.numel() for p in params), dtype=torch.float64)
-    engine.zero_grad()
-    return flat.numpy(), int(chosen.numel())
+        return flat.numpy(), int(chosen.numel())
+    finally:
+        # the gradients are the sum of this round's patients: not kept in the copy until the next
+        engine.zero_grad()
 
 
 def plan_summary(plan: Any) -> dict[str, Any]:

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -35,6 +35,9 @@ from secure_fed.dp.site_ledger import SiteLedger
 from secure_fed.model.report_model import ReportModel
 from secure_fed.model.setup import build_report_model
 from secure_fed.model.vectors import flatten, unflatten
+
+if TYPE_CHECKING:
+    from secure_fed.clients.distributed import ClippedSum
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +98,8 @@ class ReportLearner:
     model: ReportModel | None = None  # built in `start`, after the GMM (q_p) is fitted
     scaffold_c: dict[str, torch.Tensor] | None = None
     _scaffold_memory: np.ndarray | None = field(default=None, repr=False)
+    # distributed DP: the work copy and engine of the site's one step per round, built once
+    _clipped_sum: ClippedSum | None = field(default=None, repr=False)
 
     @classmethod
     def create(cls, cfg: RunConfig, site: str, folder: Path, site_key: bytes | None = None) -> ReportLearner:
@@ -212,7 +217,7 @@ class ReportLearner:
         """One distributed-DP step: this site's clipped gradient sum over its Poisson-sampled
         patients, encoded with its noise share into the ring (its keystream draws the sample, the
         rounding and the noise); the server decodes only the sum over the survivors."""
-        from secure_fed.clients.distributed import clipped_gradient_sum
+        from secure_fed.clients.distributed import ClippedSum, clipped_gradient_sum
         from secure_fed.distributed_plan import round_seed
         from secure_fed.dp.distributed import encode_share
 
@@ -220,9 +225,11 @@ class ReportLearner:
         model = self._model()
         start = unflatten(torch.tensor(global_vec), model.trainable_state())
         stream = privacy.noise_stream("distributed_dp", round_id)
+        if self._clipped_sum is None or not self._clipped_sum.serves(model, privacy.clip):
+            self._clipped_sum = ClippedSum(model, privacy.clip)
         clipped, sampled = clipped_gradient_sum(
             model, start, self.data.train, privacy.clip, privacy.sampling_rate,
-            privacy.n_patients[TRAIN], stream,
+            privacy.n_patients[TRAIN], stream, work=self._clipped_sum,
         )  # fmt: skip
         # the share's rounding and Skellam noise from a generator keyed by the release's keystream
         seed = np.empty(4, dtype=np.uint64)
