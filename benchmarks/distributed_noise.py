@@ -14,8 +14,8 @@ whose share is not counted on, so each share is mu_total/(h − 1)).
 Accounting ("accounting" in the JSON: pure math, seconds): where the gap to 1/√h comes from. For
 the benchmark's point and for the hospital-scale recipe (configs/hospital-scale.toml: q = 0.1,
 δ = 1e-5, C = 9, 5 sites, run here as 50 distributed rounds, one step each, with its GMM histogram
-at dp.gmm_fraction of ε) at ε ∈ {1, 2, 4, 8}, three noise multipliers at the same (ε, δ, q,
-steps): site mode's Gaussian σ (Opacus' sampled-Gaussian RDP; for the hospital rows the one
+at dp.gmm_fraction of ε) at ε ∈ {1, 2, 4, 8}, and its 5 passes at q = 0.05, 0.02, 0.01 (5/q
+steps) at ε ∈ {1, 2} (not with --quick): three noise multipliers at the same (ε, δ, q, steps): site mode's Gaussian σ (Opacus' sampled-Gaussian RDP; for the hospital rows the one
 `distributed_plan.site_mode_sigma` gives, the figure the run's warning uses), a Gaussian curve
 α/(2z²) pushed through the same Poisson-subsampling bound the Skellam plan is accounted with
 (Zhu & Wang 2019, Thm. 6), and the Skellam plan's own (released std / C, from `plan_distributed`,
@@ -66,6 +66,10 @@ HOSPITAL_CONFIG = Path(__file__).resolve().parent.parent / "configs" / "hospital
 HOSPITAL_SITES = 5
 HOSPITAL_STEPS = 50  # the recipe's 50 DP steps (5 passes at q = 0.1), one a distributed round
 HOSPITAL_EPSILONS = (1.0, 2.0, 4.0, 8.0)
+# option (c), smaller q: the recipe's 5 passes over the patients at other Poisson rates (5/q steps),
+# at the ε where the recipe's own rate loses
+HOSPITAL_OTHER_RATES = ((0.05, 100), (0.02, 250), (0.01, 500))
+HOSPITAL_OTHER_EPSILONS = (1.0, 2.0)
 
 
 def _vectors(sites: int, dim: int, norm: float, rng: np.random.Generator) -> list[np.ndarray]:
@@ -185,17 +189,20 @@ def accounting(args: argparse.Namespace, sigma: float) -> list[dict[str, Any]]:
             epsilon_accounted=distributed_epsilon(plan, args.sample_rate, args.steps, args.delta),
         )
     ]
-    for epsilon in HOSPITAL_EPSILONS:
-        cfg = load_config(
-            HOSPITAL_CONFIG,
-            {
-                "dp.enabled": True,
-                "dp.noise": "distributed",
-                "dp.target_epsilon": epsilon,
-                "fed.method": "fedavg",
-                "fed.rounds": HOSPITAL_STEPS,
-            },
-        )
+    cells = [(epsilon, None, HOSPITAL_STEPS) for epsilon in HOSPITAL_EPSILONS]
+    if not args.quick:
+        cells += [(e, q, n) for q, n in HOSPITAL_OTHER_RATES for e in HOSPITAL_OTHER_EPSILONS]
+    for epsilon, rate, steps in cells:
+        overrides: dict[str, Any] = {
+            "dp.enabled": True,
+            "dp.noise": "distributed",
+            "dp.target_epsilon": epsilon,
+            "fed.method": "fedavg",
+            "fed.rounds": steps,
+        }
+        if rate is not None:
+            overrides["dp.sample_rate"] = rate
+        cfg = load_config(HOSPITAL_CONFIG, overrides)
         run_plan = plan_for(cfg, args.dim, HOSPITAL_SITES)
         found = compare_noise(cfg, run_plan)
         fixed = rdp_curve([histogram_event(histogram_sigma(cfg))], [float(a) for a in ORDERS])

@@ -198,7 +198,7 @@ def site_mode_warning(cfg: RunConfig, plan: Any) -> str | None:
         f"dp.target_epsilon = {cfg.dp.target_epsilon:g}, dp.sample_rate = {cfg.dp.sample_rate:g} "
         f"({cfg.fed.rounds} rounds, h = {found.honest_min}, c = {found.colluders}): site mode releases "
         "less noise here and keeps each site's update private even if SecAgg+ fails; set dp.noise = "
-        "'site' (distributed mode pays at larger ε or smaller q: docs/THREAT_MODEL.md, 'Distributed DP')"
+        "'site' (where distributed mode pays: docs/THREAT_MODEL.md, 'Distributed DP')"
     )
 
 
