@@ -137,6 +137,17 @@ def test_a_round_that_failed_half_way_leaves_nothing_behind(
     assert after_failure == _run(model, examples, n, start, _stream(3), None)
 
 
+def test_a_round_restores_the_modes_train_sets(site: tuple[ReportModel, Examples, int]) -> None:
+    """The modes are set once and checked each round (ReportModel.train() costs most of a round's
+    setup); a copy switched to eval in between is back in training mode for the step."""
+    model, _, _ = site
+    work = ClippedSum(model, CLIP)
+    expected = [m.training for m in copy.deepcopy(model).train().modules()]
+    work.work.eval()
+    work.prepare(_start(model, 1), _stream(1))
+    assert [m.training for m in work.work.modules()] == expected and any(expected)
+
+
 def test_a_copy_serves_only_the_model_and_clip_it_was_made_for(
     site: tuple[ReportModel, Examples, int],
 ) -> None:
