@@ -10,10 +10,11 @@ distributed mode trains), on one fixed batch of patients so that both modes do t
 - site mode: forward, backward, `PatientDPSGD.privatize` with the calibrated σ (per-patient
   clipping, sum, Gaussian noise from a NoiseStream, divided by q·n), the gradients flattened to the
   float64 update vector;
-- distributed: the same forward and backward, `privatize` with σ = 0 and divisor 1 (the clipped
-  sum, as `secure_fed.clients.distributed.clipped_gradient_sum` runs it), flattened, then
-  `encode_share` (projection, scaling, rotation, rounding, Skellam share) with the run's plan
-  (`secure_fed.distributed_plan.plan_for`: h = K − 1, c = 1, a 32-bit ring sized for K sites).
+- distributed: the same forward and backward on the engine of the site's kept work copy
+  (`secure_fed.clients.distributed.ClippedSum`, as `clipped_gradient_sum` runs it: σ = 0 and
+  divisor 1, the clipped sum), flattened, then `encode_share` (projection, scaling, rotation,
+  rounding, Skellam share) with the run's plan (`secure_fed.distributed_plan.plan_for`: h = K − 1,
+  c = 1, a 32-bit ring sized for K sites).
 
 Neither includes an optimiser step (site mode's local AdamW step, distributed mode's server-side
 Adam step): the comparison is of what the issue names.
@@ -29,9 +30,14 @@ time over K is a site's share of it. The distributed sum is checked to be the ex
 Times are medians over interleaved repeats of both wall time and process CPU time (one torch
 thread; CPU time is far less disturbed by other jobs on a shared machine); the ratio per K is
 (distributed step + sum/K) / (site step + sum/K), on CPU time and on wall time.
-`round_setup_ms` times what `clipped_gradient_sum` does before its step every round (a copy of the
-model and a new engine); `ratio_with_round_setup` charges it to the distributed step, since a
-distributed round is one step while site mode spreads its own setup over its local steps.
+A distributed round is one step, so what a site does before it every round counts too:
+`round_setup_ms` times `ClippedSum.prepare` (the start state loaded into the kept copy, gradients
+cleared, the round's keystream handed to the engine) and `ratio_with_round_setup` charges it to the
+distributed step. `build_ms` is the copy and engine `ClippedSum` builds once, in a site's first
+round (until they were kept, every round paid it). Site mode rebuilds per round too
+(`secure_fed.clients.training.train_copies`: a copy of the model, a new engine, an AdamW),
+`site_round_setup_ms`, but spreads it over its ⌈1/q⌉ local steps; `ratio_with_both_setups` charges
+each mode its own per-step share of its round's setup.
 """
 
 from __future__ import annotations
@@ -53,6 +59,8 @@ import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from secure_fed.algorithms.fedtar.profile import fit_gmm
+from secure_fed.clients.distributed import ClippedSum
+from secure_fed.clients.private import steps_per_epoch
 from secure_fed.clients.site import attach_profiles, load_site, patient_profiles
 from secure_fed.config import RunConfig, SecAggConfig, build_config
 from secure_fed.crypto.secagg_identity import SecAggIdentity
@@ -127,9 +135,12 @@ class PrivateSteps:
         self.sigma = calibrate_noise(train_epsilon, delta(cfg), q, cfg.fed.rounds, tolerance=1e-4)
         # fixed keys: the benchmark times the draws, it releases nothing
         self.site_engine = self._engine(self.sigma, q * self.n_patients, NoiseStream(bytes(32)))
-        # as clipped_gradient_sum: σ = 0 and divisor 1, the engine's clipping and per-patient sum only
-        self.sum_engine = self._engine(0.0, 1.0, NoiseStream(bytes(range(32))))
+        # the distributed site's kept copy, as the learner holds it across rounds
+        self.sum_work = ClippedSum(self.model, self.clip)
+        self.start = self.model.trainable_state()
         self.share_rng = np.random.default_rng(12345)
+        # site mode's local steps per round (train.local_epochs = 1), over which it spreads its setup
+        self.site_steps_per_round = steps_per_epoch(q)
 
     def _engine(self, sigma: float, divisor: float, noise: NoiseStream) -> PatientDPSGD:
         work = copy.deepcopy(self.model)
@@ -147,20 +158,30 @@ class PrivateSteps:
         engine.zero_grad()
         return flat.numpy()
 
-    def round_setup(self) -> PatientDPSGD:
-        """What `clipped_gradient_sum` does before its step, every round: a fresh copy of the model
-        at the round's start and a new engine around it."""
-        start = self.model.trainable_state()
+    def round_setup(self, stream: NoiseStream) -> PatientDPSGD:
+        """What `clipped_gradient_sum` does before its step every round: the kept copy and engine
+        made ready for the round's start and stream."""
+        return self.sum_work.prepare(self.start, stream)
+
+    def build(self, stream: NoiseStream) -> PatientDPSGD:
+        """What a site's first round adds: the copy of the model and the engine, built once."""
+        return ClippedSum(self.model, self.clip).prepare(self.start, stream)
+
+    def site_round_setup(self) -> torch.optim.Optimizer:
+        """What site mode's `train_copies` does before its local steps every round (FedAvg: one
+        copy): a copy of the model at the start, a new engine around it, an AdamW over it."""
         work = copy.deepcopy(self.model)
-        work.load_trainable_state(start)
+        work.load_trainable_state(self.start)
         work.train()
-        return PatientDPSGD([work], self.clip, 0.0, 1.0, NoiseStream(bytes(32)))
+        divisor = self.cfg.dp.sample_rate * self.n_patients
+        engine = PatientDPSGD([work], self.clip, self.sigma, divisor, NoiseStream(bytes(32)))
+        return torch.optim.AdamW(engine.trainable_parameters[0], lr=self.cfg.train.lr)
 
     def site_step(self) -> np.ndarray:
         return self._gradient(self.site_engine)
 
-    def distributed_step(self, plan: DistributedPlan, seed: bytes) -> np.ndarray:
-        return encode_share(self._gradient(self.sum_engine), plan, seed, self.share_rng)
+    def distributed_step(self, engine: PatientDPSGD, plan: DistributedPlan, seed: bytes) -> np.ndarray:
+        return encode_share(self._gradient(engine), plan, seed, self.share_rng)
 
 
 def _identities(nodes: list[int]) -> dict[int, SecAggIdentity]:
@@ -229,15 +250,26 @@ def bench_sites(
     # the other sites' inputs: site mode's float updates (within the quantiser's clip, as count_scale
     # keeps them) and distributed shares of clipped sums encoded with the same plan
     site_inputs = {n: rng.normal(0.0, base.clip / 10, steps.dim + 1) for n in range(1, sites + 1)}
-    times: dict[str, list[float]] = {
-        k: [] for k in ("site_step", "distributed_step", "site_sum", "distributed_sum", "round_setup")
-    }
+    parts = (
+        "site_step",
+        "distributed_step",
+        "site_sum",
+        "distributed_sum",
+        "round_setup",
+        "build",
+        "site_round_setup",
+    )
+    times: dict[str, list[float]] = {k: [] for k in parts}
     cpu: dict[str, list[float]] = {k: [] for k in times}
     for repeat in range(args.warmup + args.repeats):
         seed = round_seed(cfg, repeat + 1)
-        w_setup, c_setup, _ = _timed(steps.round_setup)
+        # fixed keys: the benchmark times the draws, it releases nothing
+        w_build, c_build, _ = _timed(lambda: steps.build(NoiseStream(bytes(32))))
+        w_ssetup, c_ssetup, _ = _timed(steps.site_round_setup)
+        stream = NoiseStream(bytes([repeat % 256]) * 32)
+        w_setup, c_setup, engine = _timed(lambda st=stream: steps.round_setup(st))
         w_site, c_site, _ = _timed(steps.site_step)
-        w_dist, c_dist, share = _timed(lambda s=seed: steps.distributed_step(plan, s))
+        w_dist, c_dist, share = _timed(lambda s=seed, e=engine: steps.distributed_step(e, plan, s))
         shares = {1: share} | {
             n: encode_share(rng.normal(0.0, 1.0, steps.dim), plan, seed, rng) for n in range(2, sites + 1)
         }
@@ -256,6 +288,8 @@ def bench_sites(
             ("site_sum", w_ssum, c_ssum),
             ("distributed_sum", w_dsum, c_dsum),
             ("round_setup", w_setup, c_setup),
+            ("build", w_build, c_build),
+            ("site_round_setup", w_ssetup, c_ssetup),
         ):
             times[key].append(w)
             cpu[key].append(c)
@@ -274,6 +308,9 @@ def bench_sites(
             # a distributed round is one step, so it pays the round's setup every step; site mode
             # spreads its own over its local steps (not charged to it here)
             "ratio_with_round_setup": (dist + med["round_setup"]) / site,
+            "site_round_setup_per_step_ms": 1e3 * med["site_round_setup"] / steps.site_steps_per_round,
+            "ratio_with_both_setups": (dist + med["round_setup"])
+            / (site + med["site_round_setup"] / steps.site_steps_per_round),
         }
 
     cpu_summary, wall_summary = summary(cpu), summary(times)
@@ -341,6 +378,7 @@ def main() -> None:
                     "sample_rate": args.sample_rate,
                     "rounds": args.rounds,
                     "site_mode_sigma": steps.sigma,
+                    "site_mode_steps_per_round": steps.site_steps_per_round,
                 },
                 "repeats": args.repeats,
                 "results": results,
