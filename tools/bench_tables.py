@@ -385,10 +385,12 @@ def distributed_accounting_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
     ]
     if hospital:
         first = hospital[0]
+        passes = sorted({round(r["steps"] * r["sample_rate"], 6) for r in hospital})
         notes.append(
-            f"Hospital rows: configs/hospital-scale.toml in distributed mode, {first['steps']} rounds "
-            f"(its {first['steps']} DP steps at q = {first['sample_rate']:g}, one a round), "
-            f"C = {first['clip']:g}, δ = {out['target']['delta']:g}, its GMM histogram at "
+            f"Hospital rows: configs/hospital-scale.toml in distributed mode, one DP step a round: its "
+            f"{first['steps']} steps at q = {first['sample_rate']:g} and the same "
+            f"{' / '.join(f'{p:g}' for p in passes)} passes over the patients at other rates (steps = "
+            f"passes / q), C = {first['clip']:g}, δ = {out['target']['delta']:g}, its GMM histogram at "
             f"{100 * first['gmm_fraction']:g} % of ε composed in all three columns, "
             f"d = {_int(out['accounting_dim'])}; site mode's σ is `distributed_plan.site_mode_sigma`, "
             "the figure the run's warning compares with. Benchmark row: the first table's point, "
