@@ -15,13 +15,14 @@ Accounting ("accounting" in the JSON: pure math, seconds): where the gap to 1/�
 the benchmark's point and for the hospital-scale recipe (configs/hospital-scale.toml: q = 0.1,
 δ = 1e-5, C = 9, 5 sites, run here as 50 distributed rounds, one step each, with its GMM histogram
 at dp.gmm_fraction of ε) at ε ∈ {1, 2, 4, 8}, and its 5 passes at q = 0.05, 0.02, 0.01 (5/q
-steps) at ε ∈ {1, 2} (not with --quick): three noise multipliers at the same (ε, δ, q, steps): site mode's Gaussian σ (Opacus' sampled-Gaussian RDP; for the hospital rows the one
-`distributed_plan.site_mode_sigma` gives, the figure the run's warning uses), a Gaussian curve
-α/(2z²) pushed through the same Poisson-subsampling bound the Skellam plan is accounted with
-(Zhu & Wang 2019, Thm. 6), and the Skellam plan's own (released std / C, from `plan_distributed`,
-and for the hospital rows from the run's `distributed_plan.plan_for`). The penalty is Zhu–Wang
-Gaussian / exact; the released-noise ratio distributed / site for 5 sites at the config defaults
-(h = 5 − c, c = 1) is `distributed_plan.compare_noise`'s z / (σ·√(h − c)).
+steps) at ε ∈ {1, 2}: three noise multipliers at the same (ε, δ, q, steps). Site mode's Gaussian
+σ (Opacus' sampled-Gaussian RDP; for the hospital rows the one `distributed_plan.site_mode_sigma`
+gives, the figure the run's warning uses); a Gaussian curve α/(2z²) pushed through the same
+Poisson-subsampling bound the Skellam plan is accounted with (Zhu & Wang 2019, Thm. 6); and the
+Skellam plan's own (released std / C, from `plan_distributed`, and for the hospital rows from the
+run's `distributed_plan.plan_for`). The penalty is Zhu–Wang Gaussian / exact; the released-noise
+ratio distributed / site for 5 sites at the config defaults (h = 5 − c, c = 1) is
+`distributed_plan.compare_noise`'s z / (σ·√(h − c)). --quick computes the hospital's ε = 1 only.
 
 Time (d coordinates, medians of interleaved repeats): `encode_share` (rotation + rounding + noise,
 with its parts timed alone) against site mode's noise addition (Gaussian draws from a NoiseStream,
@@ -190,8 +191,9 @@ def accounting(args: argparse.Namespace, sigma: float) -> list[dict[str, Any]]:
         )
     ]
     cells = [(epsilon, None, HOSPITAL_STEPS) for epsilon in HOSPITAL_EPSILONS]
-    if not args.quick:
-        cells += [(e, q, n) for q, n in HOSPITAL_OTHER_RATES for e in HOSPITAL_OTHER_EPSILONS]
+    cells += [(e, q, n) for q, n in HOSPITAL_OTHER_RATES for e in HOSPITAL_OTHER_EPSILONS]
+    if args.quick:  # a smoke run: one hospital plan is enough to exercise the path
+        cells = cells[:1]
     for epsilon, rate, steps in cells:
         overrides: dict[str, Any] = {
             "dp.enabled": True,
