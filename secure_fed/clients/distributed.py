@@ -41,7 +41,8 @@ class ClippedSum:
     set, and the engine draws from the round's own keystream (the clipped sum takes no noise from
     it, but the bytes it draws set where the share's rounding and noise begin). The frozen base is
     the model's as it was when the copy was made; the learner never changes it, and a caller that
-    did would build a new ClippedSum.
+    did would build a new ClippedSum. The copy stays in memory between rounds: one more model at
+    the site for the run, the size of the one a copy per round would hold at each round's peak.
     """
 
     def __init__(self, model: ReportModel, clip: float) -> None:
