@@ -1,16 +1,23 @@
 """tools/bench_tables.py's distributed-DP shapers on the committed raw outputs
-(docs/results/distributed-*.json): the docs' tables are those files shaped, figure for figure.
-Files only, no benchmark run: well under a second in all."""
+(docs/results/distributed-*.json): the docs' tables are those files shaped, figure for figure, and
+the accounting table's two multipliers are each the smallest that meets ε (rechecked with the
+project's accountants). Files and two RDP curves, no benchmark run: well under a second in all."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
+
+from secure_fed.dp.accountants import epsilon_rdp
+from secure_fed.dp.distributed import ORDERS, _subsampled_curve, rdp_to_epsilon
+from secure_fed.dp.events import PoissonSampledGaussian
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -61,14 +68,21 @@ def test_distributed_cost_rows_are_the_cpu_and_wall_ratios() -> None:
     assert table["rows"][2][cols.index("ratio, wall")] == f"{sparse['ratio_wall']:.2f}"
 
 
-@pytest.mark.parametrize("name", ["distributed-noise", "distributed-cost"])
-def test_committed_table_is_the_raw_output_shaped_with_its_source(name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [
+        ("distributed-noise", "distributed-noise"),
+        ("distributed-noise-accounting", "distributed-noise"),
+        ("distributed-cost", "distributed-cost"),
+    ],
+)
+def test_committed_table_is_the_raw_output_shaped_with_its_source(name: str, raw: str, tmp_path: Path):
     # the CLI, given only the raw file, takes command, commit, date and machine from it
-    assert bench_tables.main([name, str(RESULTS / f"{name}.json"), "--results", str(tmp_path)]) == 0
+    assert bench_tables.main([name, str(RESULTS / f"{raw}.json"), "--results", str(tmp_path)]) == 0
     fresh = json.loads((tmp_path / f"bench-{name}.json").read_text(encoding="utf-8"))
     committed = json.loads((RESULTS / f"bench-{name}.json").read_text(encoding="utf-8"))
     assert fresh == committed
-    raw_source = _raw(name)["source"]
+    raw_source = _raw(raw)["source"]
     for key in ("command", "commit", "date", "machine"):
         assert committed["source"][key] == raw_source[key]
 
@@ -78,3 +92,45 @@ def test_an_output_that_states_no_command_is_refused(tmp_path: Path) -> None:
     bare.write_text(json.dumps(_raw("distributed-cost")["output"]), encoding="utf-8")
     assert bench_tables.main(["distributed-cost", str(bare), "--results", str(tmp_path)]) == 2
     assert not (tmp_path / "bench-distributed-cost.json").exists()
+
+
+def test_columns_follow_from_the_raw_fields() -> None:
+    raw = _raw("distributed-noise")
+    rows = raw["output"]["accounting"]
+    table = bench_tables.shape("distributed-noise-accounting", raw, "cmd", "machine", None, "0" * 40)
+    assert [r[0] for r in table["rows"]] == [r["setting"] for r in rows]
+    for row, shaped in zip(rows, table["rows"], strict=True):
+        assert row["penalty"] == row["gaussian_zhu_wang"] / row["site_sigma_exact"]
+        honest = math.sqrt(row["h"] - row["c"])
+        assert math.isclose(row["ratio"], row["skellam_plan"] / (honest * row["site_sigma_exact"]))
+        assert shaped[5] == f"{row['ratio']:.3f}"
+        assert shaped[7] == ("more noise" if row["ratio"] >= 1 else "less noise")
+    verdict = {r[0]: r[7] for r in table["rows"]}
+    # the recipe's own rate: distributed mode loses at ε = 1 and 2 and wins at 4 and 8
+    assert [verdict[f"hospital: ε = {e}, q = 0.1, 50 steps"] for e in (1, 2, 4, 8)] == [
+        "more noise",
+        "more noise",
+        "less noise",
+        "less noise",
+    ]
+
+
+def test_the_benchmark_rows_multipliers_are_each_the_smallest_meeting_epsilon() -> None:
+    row = _raw("distributed-noise")["output"]["accounting"][0]
+    assert not row["histogram"]
+    eps, q, steps, delta = (
+        row["epsilon"],
+        row["sample_rate"],
+        row["steps"],
+        _raw("distributed-noise")["output"]["target"]["delta"],
+    )
+    orders = np.asarray(ORDERS, dtype=np.float64)
+
+    def zhu_wang(z: float) -> float:
+        return rdp_to_epsilon(orders, _subsampled_curve(q, orders / (2 * z * z)) * steps, delta)
+
+    def exact(sigma: float) -> float:
+        return epsilon_rdp([PoissonSampledGaussian(q, sigma, steps)], delta)
+
+    for epsilon_of, z in ((zhu_wang, row["gaussian_zhu_wang"]), (exact, row["site_sigma_exact"])):
+        assert epsilon_of(z) <= eps < epsilon_of(0.999 * z)
