@@ -22,11 +22,13 @@ adapters never leave the site, so the cell's ε is its federated cell's.
 from __future__ import annotations
 
 import base64
+import contextlib
+import fcntl
 import html
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -152,19 +154,49 @@ def sweep(
                     if (folder / "audit").is_dir() and not (folder / "report.html").exists():
                         write_cell_report(seed_config(base, method, epsilon, seed), folder)
                     continue
-                set_aside = _set_aside_unfinished(folder)
-                if set_aside is not None:
-                    label = run_label(method, epsilon)
-                    log(f"{label} seed {seed}: an unfinished attempt kept as {set_aside}")
-                log(f"{run_label(method, epsilon)} seed {seed} → {folder}")
-                t0 = time.monotonic()
-                cell = run_cell(base, method, epsilon, seed, folder)
-                cell["wall_s"] = round(time.monotonic() - t0, 1)
-                folder.mkdir(parents=True, exist_ok=True)
-                tmp = done.with_suffix(".tmp")
-                tmp.write_text(json.dumps(cell, indent=1))
-                tmp.replace(done)
+                with _cell_held(folder) as ours:
+                    if not ours:
+                        log(
+                            f"{run_label(method, epsilon)} seed {seed}: another sweep is running it "
+                            f"({folder}); left to that sweep"
+                        )
+                        continue
+                    set_aside = _set_aside_unfinished(folder)
+                    if set_aside is not None:
+                        label = run_label(method, epsilon)
+                        log(f"{label} seed {seed}: an unfinished attempt kept as {set_aside}")
+                    log(f"{run_label(method, epsilon)} seed {seed} → {folder}")
+                    t0 = time.monotonic()
+                    cell = run_cell(base, method, epsilon, seed, folder)
+                    cell["wall_s"] = round(time.monotonic() - t0, 1)
+                    folder.mkdir(parents=True, exist_ok=True)
+                    tmp = done.with_suffix(".tmp")
+                    tmp.write_text(json.dumps(cell, indent=1))
+                    tmp.replace(done)
     return write_outputs(out, time.monotonic() - started)
+
+
+def cell_lock(folder: Path) -> Path:
+    """The lock a sweep holds while it runs the cell in ``folder``: beside the folder, not in it (an
+    interrupted folder is renamed; its lock must not go with it)."""
+    return folder.with_name(f".{folder.name}.lock")
+
+
+@contextlib.contextmanager
+def _cell_held(folder: Path) -> Iterator[bool]:
+    """Whether this sweep holds the cell: False while another process runs it. Without this a second
+    sweep on the folder took a running cell for an interrupted one and renamed it away, signed logs
+    and all, under the process writing them. The kernel drops the lock when its holder dies, so a
+    killed sweep's cell is free again at once."""
+    path = cell_lock(folder)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
 
 
 def _set_aside_unfinished(folder: Path) -> Path | None:

@@ -101,6 +101,37 @@ def test_share_of_gain_kept():
     assert "| CE-F1 | share of gain kept |" in ce_f1
 
 
+def test_a_second_sweep_leaves_a_cell_another_sweep_is_running(tmp_path: Path, monkeypatch):
+    """Two sweeps on one folder (a second terminal, a resumed `make results` while the first still
+    runs): the second took the first's running cell for an interrupted one and renamed its folder
+    away under the running process, its signed logs included. Now it leaves that cell alone."""
+    import fcntl
+
+    calls: list[tuple] = []
+
+    def fake_cell(base, method, epsilon, seed, folder):
+        calls.append((method, seed))
+        return {"method": method, "epsilon": epsilon, "seed": seed, "test": dict.fromkeys(METRIC_NAMES, 1.0)}
+
+    monkeypatch.setattr(sweep_module, "run_cell", fake_cell)
+    cfg, out = RunConfig(), tmp_path / "sw"
+    out.mkdir()
+    running = sweep_module.cell_folder(out, "base", None, 0)
+    (running / "audit").mkdir(parents=True)
+    (running / "audit" / "server.jsonl").write_text("{}\n")  # the first sweep's cell, under way
+    with open(sweep_module.cell_lock(running), "a") as held:  # as the first sweep holds it
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        said: list[str] = []
+        sweep_module.sweep(cfg, ["base"], [0, 1], [None], out, log=said.append)
+    assert calls == [("base", 1)]
+    assert (running / "audit" / "server.jsonl").read_text() == "{}\n"
+    assert not list(out.glob("*.interrupted-*"))
+    assert any("another sweep" in line and str(running) in line for line in said), said
+    # once the first sweep is gone, its cell is an interrupted attempt like any other
+    sweep_module.sweep(cfg, ["base"], [0, 1], [None], out, log=lambda _: None)
+    assert calls == [("base", 1), ("base", 0)] and len(list(out.glob("*.interrupted-*"))) == 1
+
+
 def test_sweep_resumes_and_writes_plot_and_html(tmp_path: Path, monkeypatch):
     calls: list[tuple] = []
 
