@@ -526,6 +526,23 @@ def per_site_table(runs: list[dict[str, Any]], metric: str = "CIDEr") -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def wall_table(runs: list[dict[str, Any]]) -> str:
+    """Wall time of a cell, in minutes, per (method, ε): what the grid costs on the machine that
+    ran it (a cell's own time; cells that ran side by side shared the machine)."""
+    per: dict[str, list[float]] = {}
+    for run in sorted(runs, key=lambda r: _order(r["method"], r["epsilon"])):
+        if run.get("wall_s"):
+            per.setdefault(labelled(run["method"], run["epsilon"]), []).append(run["wall_s"] / 60)
+    if not per:
+        return ""
+    head = "| method | cells | min per cell | longest |\n| --- | --- | --- | --- |\n"
+    lines = [
+        f"| {label} | {len(walls)} | {_cell(*_mean_std(walls))} | {max(walls):.1f} |"
+        for label, walls in per.items()
+    ]
+    return head + "\n".join(lines) + "\n"
+
+
 def privacy_utility(rows: list[dict[str, Any]], metric: str = "CIDEr") -> list[dict[str, Any]]:
     """Share of the non-private gain over ``base`` kept at each ε, per federated method and for
     ``central`` (at a finite ε the pooled private ceiling: what any private method could keep)."""
@@ -654,6 +671,7 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
         ("CE-F1-micro per site", per_site_table(runs, "CE-F1-micro")),
         ("Privacy–utility: share of the non-private CIDEr gain over base kept", privacy_table(pu)),
         ("Privacy–utility: share of the non-private CE-F1 gain", privacy_table(pu_ce, "CE-F1")),
+        ("Wall time per cell", wall_table(runs)),
     ]
     md = "".join(f"### {title}\n\n{table}\n" for title, table in sections if table)
     md += (

@@ -23,6 +23,7 @@ from secure_fed.sweep import (
     privacy_utility,
     summarise,
     t975,
+    wall_table,
 )
 
 
@@ -87,6 +88,16 @@ def test_paired_interval_uses_per_seed_differences():
     half = t975(3) * d.std(ddof=1) / 2
     assert mean == pytest.approx(d.mean()) and (lo, hi) == pytest.approx((d.mean() - half, d.mean() + half))
     assert lo > 0
+
+
+def test_wall_table_is_minutes_per_cell_per_method_and_epsilon():
+    runs = [_run("base", None, 1.0, seed=s) | {"wall_s": 60.0} for s in (0, 1)]
+    runs += [_run("fedavg", 8.0, 2.0, seed=s) | {"wall_s": w} for s, w in ((0, 600.0), (1, 840.0))]
+    runs.append(_run("fedavg", None, 2.0))  # a cell from before wall times were kept: not counted
+    table = wall_table(runs)
+    assert "| base ε=∞ | 2 | 1.000 ± 0.000 | 1.0 |" in table
+    assert "| fedavg ε=8 | 2 | 12.000 ± 2.828 | 14.0 |" in table
+    assert "fedavg ε=∞" not in table
 
 
 def test_share_of_gain_kept():

@@ -242,6 +242,7 @@ SWEEP_TABLES = (
     "ce-f1-micro-per-site",
     "privacy-utility",
     "privacy-utility-ce-f1",
+    "wall",
 )
 
 
@@ -265,6 +266,7 @@ def sweep_markdown(results: dict[str, Any], table: str) -> str:
         "ce-f1-per-site": lambda: sw.per_site_table(results["runs"], "CE-F1"),
         "ce-f1-micro-per-site": lambda: sw.per_site_table(results["runs"], "CE-F1-micro"),
         "privacy-utility": lambda: sw.privacy_table(results["privacy_utility"]),
+        "wall": lambda: sw.wall_table(results["runs"]),
         # older sweep folders lack it: computed from their summary as the sweep would
         "privacy-utility-ce-f1": lambda: sw.privacy_table(
             results.get("privacy_utility_ce_f1") or sw.privacy_utility(results["summary"], "CE-F1"), "CE-F1"
