@@ -543,31 +543,39 @@ def wall_table(runs: list[dict[str, Any]]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def privacy_utility(rows: list[dict[str, Any]], metric: str = "CIDEr") -> list[dict[str, Any]]:
+def privacy_utility(runs: list[dict[str, Any]], metric: str = "CIDEr") -> list[dict[str, Any]]:
     """Share of the non-private gain over ``base`` kept at each ε, per federated method and for
-    ``central`` (at a finite ε the pooled private ceiling: what any private method could keep)."""
-    base = next((r for r in rows if r["method"] == BASE), None)
-    if base is None:
-        return []
+    ``central`` (at a finite ε the pooled private ceiling: what any private method could keep).
+
+    Paired: each share is taken over the seeds that base, the method without DP and the method at
+    that ε all have (a partial grid's means over different seeds would compare different cohorts);
+    ``n`` says how many."""
+    seeds: dict[tuple[str, float | None], set[int]] = {}
+    for run in runs:
+        seeds.setdefault((run["method"], run["epsilon"]), set()).add(run["seed"])
     out = []
-    for method in {r["method"] for r in rows if r["method"] in (*FEDERATED, CENTRAL)}:
-        plain = next((r for r in rows if r["method"] == method and r["epsilon"] is None), None)
-        if plain is None:
+    for method, epsilon in sorted(seeds, key=lambda k: (k[0], -(k[1] or math.inf))):
+        if method not in (*FEDERATED, CENTRAL):
             continue
+        common = seeds.get((BASE, None), set()) & seeds.get((method, None), set()) & seeds[(method, epsilon)]
+        if not common:
+            continue
+        keys = {(BASE, None), (method, None), (method, epsilon)}
+        paired = [r for r in runs if r["seed"] in common and (r["method"], r["epsilon"]) in keys]
+        rows = {(r["method"], r["epsilon"]): r for r in summarise(paired)}
+        base, plain, row = rows[(BASE, None)], rows[(method, None)], rows[(method, epsilon)]
         gain = plain[metric][0] - base[metric][0]
-        for r in rows:
-            if r["method"] == method:
-                kept = (r[metric][0] - base[metric][0]) / gain if gain > 0 else math.nan
-                out.append(
-                    {
-                        "method": method,
-                        "epsilon": r["epsilon"],
-                        "epsilon_spent": r["epsilon_spent"],
-                        metric: r[metric],
-                        "kept": kept,
-                    }
-                )
-    return sorted(out, key=lambda x: (x["method"], -(x["epsilon"] or math.inf)))
+        out.append(
+            {
+                "method": method,
+                "epsilon": epsilon,
+                "epsilon_spent": row["epsilon_spent"],
+                "n": len(common),
+                metric: row[metric],
+                "kept": (row[metric][0] - base[metric][0]) / gain if gain > 0 else math.nan,
+            }
+        )
+    return out
 
 
 def plot_privacy_utility(rows: list[dict[str, Any]], path: Path, metric: str = "CIDEr") -> bool:
@@ -644,8 +652,8 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     paired_base = paired_differences(runs, BASE) if against != BASE else []
     # "does federating beat training alone": the question a site asks before it joins
     paired_local = paired_differences(runs, LOCAL)
-    pu = privacy_utility(rows)
-    pu_ce = privacy_utility(rows, "CE-F1")
+    pu = privacy_utility(runs)
+    pu_ce = privacy_utility(runs, "CE-F1")
     png = out / "privacy_utility.png"
     has_plot = plot_privacy_utility(rows, png)
     total_wall = sum(r.get("wall_s", 0.0) for r in runs)
@@ -699,13 +707,14 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
 def privacy_table(pu: list[dict[str, Any]], metric: str = "CIDEr") -> str:
     if not pu:
         return ""
-    head = f"| method | ε target | ε spent | {metric} | share of gain kept |\n" + "| --- " * 5 + "|\n"
+    head = f"| method | ε target | ε spent | seeds | {metric} | share of gain kept |\n" + "| --- " * 6 + "|\n"
     lines = []
     for r in pu:
         eps = "∞" if r["epsilon"] is None else f"{r['epsilon']:g}"
         spent = "—" if r["epsilon_spent"] is None else f"{r['epsilon_spent']:.3f}"
         kept = "—" if math.isnan(r["kept"]) else f"{100 * r['kept']:.0f} %"
-        lines.append(f"| {r['method']} | {eps} | {spent} | {_cell(*r[metric])} | {kept} |")
+        seeds = r.get("n", "—")
+        lines.append(f"| {r['method']} | {eps} | {spent} | {seeds} | {_cell(*r[metric])} | {kept} |")
     return head + "\n".join(lines) + "\n"
 
 

@@ -102,14 +102,27 @@ def test_wall_table_is_minutes_per_cell_per_method_and_epsilon():
 
 def test_share_of_gain_kept():
     runs = [_run("base", None, 1.0), _run("fedtar", None, 3.0), _run("fedtar", 4.0, 2.5)]
-    kept = {r["epsilon"]: r["kept"] for r in privacy_utility(summarise(runs))}
+    kept = {r["epsilon"]: r["kept"] for r in privacy_utility(runs)}
     assert kept == pytest.approx({None: 1.0, 4.0: 0.75})
     # the pooled private central is the ceiling a federated method's share is read against
     runs += [_run("central", None, 5.0), _run("central", 4.0, 4.0)]
-    shares = {(r["method"], r["epsilon"]): r["kept"] for r in privacy_utility(summarise(runs))}
+    shares = {(r["method"], r["epsilon"]): r["kept"] for r in privacy_utility(runs)}
     assert shares[("central", 4.0)] == pytest.approx(0.75) and shares[("fedtar", 4.0)] == pytest.approx(0.75)
-    ce_f1 = privacy_table(privacy_utility(summarise(runs), "CE-F1"), "CE-F1")
-    assert "| CE-F1 | share of gain kept |" in ce_f1
+    ce_f1 = privacy_table(privacy_utility(runs, "CE-F1"), "CE-F1")
+    assert "| seeds | CE-F1 | share of gain kept |" in ce_f1
+
+
+def test_share_of_gain_kept_is_paired_on_the_seeds_every_cell_has():
+    """A partial grid: base on seeds 0-2, FedAvg without DP on 0-1, at ε = 8 on seed 0 only. Means
+    over each cell's own seeds (1.0 vs 3.5 vs 2.0) would call the share 40 %; on seed 0, the
+    cohort all three share, it is 50 %."""
+    runs = [_run("base", None, v, seed=s) for s, v in enumerate((1.0, 0.0, 2.0))]
+    runs += [_run("fedavg", None, v, seed=s) for s, v in enumerate((3.0, 4.0))]
+    runs.append(_run("fedavg", 8.0, 2.0, seed=0))
+    (private,) = [r for r in privacy_utility(runs) if r["epsilon"] == 8.0]
+    assert private["n"] == 1 and private["kept"] == pytest.approx(0.5)
+    (plain,) = [r for r in privacy_utility(runs) if r["epsilon"] is None]
+    assert plain["n"] == 2 and plain["kept"] == pytest.approx(1.0)
 
 
 def test_a_second_sweep_leaves_a_cell_another_sweep_is_running(tmp_path: Path, monkeypatch):

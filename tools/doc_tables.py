@@ -269,7 +269,7 @@ def sweep_markdown(results: dict[str, Any], table: str) -> str:
         "wall": lambda: sw.wall_table(results["runs"]),
         # older sweep folders lack it: computed from their summary as the sweep would
         "privacy-utility-ce-f1": lambda: sw.privacy_table(
-            results.get("privacy_utility_ce_f1") or sw.privacy_utility(results["summary"], "CE-F1"), "CE-F1"
+            results.get("privacy_utility_ce_f1") or sw.privacy_utility(results["runs"], "CE-F1"), "CE-F1"
         ),
     }
     return render[table]()
