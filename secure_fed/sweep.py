@@ -451,17 +451,59 @@ def paired_differences(
             "n": len(seeds),
         }
         for name in metrics:
-            d = np.array([tests[s].get(name, math.nan) - reference[s].get(name, math.nan) for s in seeds])
-            d = d[~np.isnan(d)]
-            if len(d) == 0:
-                row[name] = (math.nan, None)
-            elif len(d) == 1:
-                row[name] = (float(d[0]), None)
-            else:
-                half = t975(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
-                row[name] = (float(d.mean()), (float(d.mean()) - half, float(d.mean()) + half))
+            row[name] = _paired_mean_ci(
+                [tests[s].get(name, math.nan) - reference[s].get(name, math.nan) for s in seeds]
+            )
         rows.append(row)
     return rows
+
+
+def paired_between(
+    runs: list[dict[str, Any]],
+    reference: list[dict[str, Any]],
+    names: tuple[str, str],
+    metrics: Sequence[str] = PAIRED_METRICS,
+) -> list[dict[str, Any]]:
+    """Each (method, ε) of ``runs`` minus the same (method, ε) of ``reference``, two sweeps of one
+    cohort run two ways (distributed DP against site mode): mean per-seed difference and its 95 %
+    t interval over the seeds both have. ``names`` are the two ways, for the table's labels."""
+    theirs: dict[tuple[str, float | None], dict[int, dict[str, float]]] = {}
+    for run in reference:
+        theirs.setdefault((run["method"], run["epsilon"]), {})[run["seed"]] = run["test"]
+    rows = []
+    ours: dict[tuple[str, float | None], dict[int, dict[str, float]]] = {}
+    for run in runs:
+        ours.setdefault((run["method"], run["epsilon"]), {})[run["seed"]] = run["test"]
+    for (method, epsilon), tests in sorted(ours.items(), key=lambda item: _order(*item[0])):
+        other = theirs.get((method, epsilon))
+        if other is None:
+            continue
+        seeds = sorted(set(tests) & set(other))
+        row: dict[str, Any] = {
+            "method": method,
+            "epsilon": epsilon,
+            "label": f"{labelled(method, epsilon)}: {names[0]} − {names[1]}",
+            "against": names[1],
+            "heading": f"{names[0]} − {names[1]}, same method and ε",
+            "n": len(seeds),
+        }
+        for name in metrics:
+            row[name] = _paired_mean_ci(
+                [tests[s].get(name, math.nan) - other[s].get(name, math.nan) for s in seeds]
+            )
+        rows.append(row)
+    return rows
+
+
+def _paired_mean_ci(differences: list[float]) -> tuple[float, tuple[float, float] | None]:
+    d = np.array(differences, dtype=np.float64)
+    d = d[~np.isnan(d)]
+    if len(d) == 0:
+        return (math.nan, None)
+    if len(d) == 1:
+        return (float(d[0]), None)
+    half = t975(len(d) - 1) * float(d.std(ddof=1)) / math.sqrt(len(d))
+    return (float(d.mean()), (float(d.mean()) - half, float(d.mean()) + half))
 
 
 def _cell(mean: float, std: float | None) -> str:
@@ -487,8 +529,8 @@ def markdown_table(rows: list[dict[str, Any]], metrics: Sequence[str] = METRIC_N
 def paired_table(rows: list[dict[str, Any]], metrics: Sequence[str] = PAIRED_METRICS) -> str:
     if not rows:
         return ""
-    against = rows[0]["against"]
-    head = f"| method (ε) − {against} ε=∞ | n | " + " | ".join(f"Δ {m} [95 % CI]" for m in metrics) + " |\n"
+    heading = rows[0].get("heading", f"method (ε) − {rows[0]['against']} ε=∞")
+    head = f"| {heading} | n | " + " | ".join(f"Δ {m} [95 % CI]" for m in metrics) + " |\n"
     head += "|" + " --- |" * (2 + len(metrics)) + "\n"
     lines = []
     for row in rows:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -190,6 +191,32 @@ def test_from_sweep_renders_the_sweeps_own_table(tmp_path):
     table = doc_tables.from_sweep(tmp_path, "paired", "T", "make results", "laptop")
     assert [r[0] for r in table["rows"]] == ["base ε=∞", "fedavg ε=∞"]
     assert table["rows"][1][2].startswith("-0.100 [")
+
+
+def test_paired_between_sets_one_sweep_against_another_seed_by_seed(tmp_path):
+    """Distributed DP against site mode: two sweep folders of one cohort, the same (method, ε)
+    paired on the seeds both have (seed 2 ran in one only), its interval from those differences."""
+    from secure_fed import sweep as sw
+
+    def sweep_folder(name: str, values: dict[int, float]) -> Path:
+        cells = values.items()
+        runs = [{"method": "fedavg", "epsilon": 8.0, "seed": s, "test": {"CIDEr": v}} for s, v in cells]
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "results.json").write_text(json.dumps({"runs": runs}), encoding="utf-8")
+        return folder
+
+    ours = sweep_folder("distributed", {0: 3.0, 1: 3.5, 2: 9.0})
+    theirs = sweep_folder("site", {0: 2.0, 1: 2.0})
+    names = ("d", "s")
+    data = doc_tables.from_sweep(ours, "paired-between", "T", "cmd", "laptop", against=theirs, names=names)
+    assert data["columns"][:2] == ["d − s, same method and ε", "n"]
+    ((label, n, cider, *_),) = data["rows"]
+    half = sw.t975(1) * float(np.std([1.0, 1.5], ddof=1)) / np.sqrt(2)
+    assert (label, n) == ("fedavg ε=8: d − s", "2")
+    assert cider == f"+1.250 [{1.25 - half:+.3f}, {1.25 + half:+.3f}]"
+    with pytest.raises(doc_tables.TableError, match="--against"):
+        doc_tables.from_sweep(ours, "paired-between", "T", "cmd", "laptop")
 
 
 def test_no_writing_period_labels_in_the_project():

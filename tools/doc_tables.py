@@ -243,6 +243,7 @@ SWEEP_TABLES = (
     "privacy-utility",
     "privacy-utility-ce-f1",
     "wall",
+    "paired-between",
 )
 
 
@@ -252,11 +253,21 @@ def _parse_markdown(md: str) -> tuple[list[str], list[list[str]]]:
     return split[0], split[2:]
 
 
-def sweep_markdown(results: dict[str, Any], table: str) -> str:
+def sweep_markdown(
+    results: dict[str, Any],
+    table: str,
+    against: dict[str, Any] | None = None,
+    names: tuple[str, str] = ("this sweep", "the other"),
+) -> str:
     """The markdown the sweep itself renders for ``table`` (secure_fed/sweep.py, write_outputs),
-    from the results.json it wrote: the doc's table is the sweep's, never retyped."""
+    from the results.json it wrote: the doc's table is the sweep's, never retyped. ``paired-between``
+    sets each cell group against the same (method, ε) of a second sweep's results (``against``)."""
     from secure_fed import sweep as sw
 
+    if table == "paired-between":
+        if against is None:
+            raise TableError("--table paired-between needs --against FOLDER (the second sweep)")
+        return sw.paired_table(sw.paired_between(results["runs"], against["runs"], names))
     render = {
         "summary": lambda: sw.markdown_table(results["summary"], sw.TABLE_METRICS),
         "paired": lambda: sw.paired_table(results["paired"]),
@@ -292,14 +303,21 @@ def from_sweep(
     machine: str,
     only: Sequence[str] = (),
     notes: Sequence[str] = (),
+    against: Path | None = None,
+    names: tuple[str, str] = ("this sweep", "the other"),
 ) -> dict[str, Any]:
     """The doc JSON for one of the sweep's tables; ``only`` keeps the rows whose first cell is
     listed, in the sweep's order."""
+    folders = [folder] if against is None else [folder, against]
+    loaded = []
+    for one in folders:
+        path = one / "results.json"
+        if not path.is_file():
+            raise TableError(f"{path}: no such file; run the sweep into {one} first")
+        loaded.append(json.loads(path.read_text(encoding="utf-8")))
+    results, other = loaded[0], (loaded[1] if against is not None else None)
     path = folder / "results.json"
-    if not path.is_file():
-        raise TableError(f"{path}: no such file; run the sweep into {folder} first")
-    results = json.loads(path.read_text(encoding="utf-8"))
-    md = sweep_markdown(results, table)
+    md = sweep_markdown(results, table, other, names)
     if not md:
         raise TableError(f"{path}: the sweep has no '{table}' table (no such cells in {folder})")
     columns, rows = _parse_markdown(md)
@@ -324,6 +342,13 @@ def from_sweep(
     }
 
 
+def _names(given: str, folder: Path, against: Path | None) -> tuple[str, str]:
+    parts = [p.strip() for p in given.split(",") if p.strip()]
+    if len(parts) == 2:
+        return parts[0], parts[1]
+    return folder.name, (against.name if against is not None else "the other")
+
+
 def dump_table(data: dict[str, Any]) -> str:
     """The JSON as committed: one row per line, so a changed figure is a one-line diff."""
     head = {k: v for k, v in data.items() if k != "rows"}
@@ -345,6 +370,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--machine", default="", help="with --from-sweep: the machine it ran on")
     p.add_argument("--only", default="", help="with --from-sweep: comma-separated first cells to keep")
     p.add_argument("--note", action="append", default=[], help="with --from-sweep: a note (repeatable)")
+    p.add_argument("--against", type=Path, help="with --table paired-between: the second sweep's folder")
+    p.add_argument(
+        "--names", default="", help="with --table paired-between: the two sweeps' names, 'ours,theirs'"
+    )
     p.add_argument("--docs", type=Path, default=DOCS, help="the folder block paths are relative to")
     p.add_argument("files", nargs="*", type=Path, help="documents (default: README.md and docs/*.md)")
     args = p.parse_args(argv)
@@ -362,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.machine,
                 [o.strip() for o in args.only.split(",") if o.strip()],
                 args.note,
+                args.against,
+                _names(args.names, args.from_sweep, args.against),
             )
             out = args.docs / "results" / f"{args.name}.json"
             out.parent.mkdir(parents=True, exist_ok=True)
