@@ -432,9 +432,7 @@ def paired_differences(
     """For every other (method, ε) cell group, private ones included: mean per-seed difference
     (method − non-private ``against``) and its 95 % t interval over the seeds both have (None
     where fewer than 2). Seeds pair across ε too: seed s fixes the cohort and split."""
-    by: dict[tuple[str, float | None], dict[int, dict[str, float]]] = {}
-    for run in runs:
-        by.setdefault((run["method"], run["epsilon"]), {})[run["seed"]] = run["test"]
+    by = _tests_by_cell(runs)
     reference = by.get((against, None))
     if reference is None:
         return []
@@ -442,19 +440,8 @@ def paired_differences(
     for (method, epsilon), tests in sorted(by.items(), key=lambda item: _order(*item[0])):
         if (method, epsilon) == (against, None):
             continue
-        seeds = sorted(set(tests) & set(reference))
-        row: dict[str, Any] = {
-            "method": method,
-            "epsilon": epsilon,
-            "label": labelled(method, epsilon),
-            "against": against,
-            "n": len(seeds),
-        }
-        for name in metrics:
-            row[name] = _paired_mean_ci(
-                [tests[s].get(name, math.nan) - reference[s].get(name, math.nan) for s in seeds]
-            )
-        rows.append(row)
+        row = {"method": method, "epsilon": epsilon, "label": labelled(method, epsilon), "against": against}
+        rows.append(row | _differences(tests, reference, metrics))
     return rows
 
 
@@ -467,32 +454,42 @@ def paired_between(
     """Each (method, ε) of ``runs`` minus the same (method, ε) of ``reference``, two sweeps of one
     cohort run two ways (distributed DP against site mode): mean per-seed difference and its 95 %
     t interval over the seeds both have. ``names`` are the two ways, for the table's labels."""
-    theirs: dict[tuple[str, float | None], dict[int, dict[str, float]]] = {}
-    for run in reference:
-        theirs.setdefault((run["method"], run["epsilon"]), {})[run["seed"]] = run["test"]
+    theirs = _tests_by_cell(reference)
     rows = []
-    ours: dict[tuple[str, float | None], dict[int, dict[str, float]]] = {}
-    for run in runs:
-        ours.setdefault((run["method"], run["epsilon"]), {})[run["seed"]] = run["test"]
-    for (method, epsilon), tests in sorted(ours.items(), key=lambda item: _order(*item[0])):
+    for (method, epsilon), tests in sorted(_tests_by_cell(runs).items(), key=lambda item: _order(*item[0])):
         other = theirs.get((method, epsilon))
         if other is None:
             continue
-        seeds = sorted(set(tests) & set(other))
-        row: dict[str, Any] = {
+        row = {
             "method": method,
             "epsilon": epsilon,
             "label": f"{labelled(method, epsilon)}: {names[0]} − {names[1]}",
             "against": names[1],
             "heading": f"{names[0]} − {names[1]}, same method and ε",
-            "n": len(seeds),
         }
-        for name in metrics:
-            row[name] = _paired_mean_ci(
-                [tests[s].get(name, math.nan) - other[s].get(name, math.nan) for s in seeds]
-            )
-        rows.append(row)
+        rows.append(row | _differences(tests, other, metrics))
     return rows
+
+
+def _tests_by_cell(runs: list[dict[str, Any]]) -> dict[tuple[str, float | None], dict[int, dict[str, float]]]:
+    """(method, ε) → seed → that cell's test scores."""
+    by: dict[tuple[str, float | None], dict[int, dict[str, float]]] = {}
+    for run in runs:
+        by.setdefault((run["method"], run["epsilon"]), {})[run["seed"]] = run["test"]
+    return by
+
+
+def _differences(
+    tests: dict[int, dict[str, float]], reference: dict[int, dict[str, float]], metrics: Sequence[str]
+) -> dict[str, Any]:
+    """n, and per metric the mean per-seed difference with its 95 % t interval, over shared seeds."""
+    seeds = sorted(set(tests) & set(reference))
+    out: dict[str, Any] = {"n": len(seeds)}
+    for name in metrics:
+        out[name] = _paired_mean_ci(
+            [tests[s].get(name, math.nan) - reference[s].get(name, math.nan) for s in seeds]
+        )
+    return out
 
 
 def _paired_mean_ci(differences: list[float]) -> tuple[float, tuple[float, float] | None]:
@@ -706,7 +703,6 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
         "paired_vs_base": paired_base,
         "paired_vs_local": paired_local,
         "privacy_utility": pu,
-        "privacy_utility_ce_f1": pu_ce,
         "wall_s_this_call": round(wall_s, 1),
         "wall_s_all_cells": round(total_wall, 1),
     }

@@ -278,9 +278,9 @@ def sweep_markdown(
         "ce-f1-micro-per-site": lambda: sw.per_site_table(results["runs"], "CE-F1-micro"),
         "privacy-utility": lambda: sw.privacy_table(results["privacy_utility"]),
         "wall": lambda: sw.wall_table(results["runs"]),
-        # older sweep folders lack it: computed from their summary as the sweep would
+        # from the cells, as the sweep computes it: a folder from before the table has them too
         "privacy-utility-ce-f1": lambda: sw.privacy_table(
-            results.get("privacy_utility_ce_f1") or sw.privacy_utility(results["runs"], "CE-F1"), "CE-F1"
+            sw.privacy_utility(results["runs"], "CE-F1"), "CE-F1"
         ),
     }
     return render[table]()
@@ -308,15 +308,9 @@ def from_sweep(
 ) -> dict[str, Any]:
     """The doc JSON for one of the sweep's tables; ``only`` keeps the rows whose first cell is
     listed, in the sweep's order."""
-    folders = [folder] if against is None else [folder, against]
-    loaded = []
-    for one in folders:
-        path = one / "results.json"
-        if not path.is_file():
-            raise TableError(f"{path}: no such file; run the sweep into {one} first")
-        loaded.append(json.loads(path.read_text(encoding="utf-8")))
-    results, other = loaded[0], (loaded[1] if against is not None else None)
     path = folder / "results.json"
+    results = _sweep_results(folder)
+    other = _sweep_results(against) if against is not None else None
     md = sweep_markdown(results, table, other, names)
     if not md:
         raise TableError(f"{path}: the sweep has no '{table}' table (no such cells in {folder})")
@@ -340,6 +334,13 @@ def from_sweep(
         "rows": rows,
         "notes": list(notes),
     }
+
+
+def _sweep_results(folder: Path) -> dict[str, Any]:
+    path = folder / "results.json"
+    if not path.is_file():
+        raise TableError(f"{path}: no such file; run the sweep into {folder} first")
+    return json.loads(path.read_text(encoding="utf-8"))
 
 
 def _names(given: str, folder: Path, against: Path | None) -> tuple[str, str]:
