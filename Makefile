@@ -50,10 +50,11 @@ results: $(STAMP)
 # a finite ε is DP-SGD on the pooled patients. Resumable like `results` (finished cells are skipped):
 #   nohup make results-hospital > runs/results-hospital.log 2>&1 &
 # Its wall time here is estimated by benchmarks/hospital_cost.py (docs/BENCHMARKS.md). The second
-# sweep is issue 31's comparison: FedAvg with distributed DP on the same patients and DP recipe.
+# sweep is issue 31's comparison: FedAvg and FedTAR with distributed DP on the same patients and DP
+# recipe.
 results-hospital: $(STAMP)
 	$(SWEEP) --config configs/hospital-scale.toml --methods base,local,central,fedavg,fedtar --seeds 0,1,2 --epsilons inf,16,8,4,2,1 -o runs/results-hospital
-	$(SWEEP) --config configs/hospital-scale-distributed.toml --methods fedavg --seeds 0,1,2 --epsilons 8,4,2,1 -o runs/results-hospital-distributed
+	$(SWEEP) --config configs/hospital-scale-distributed.toml --methods fedavg,fedtar --seeds 0,1,2 --epsilons 8,4,2,1 -o runs/results-hospital-distributed
 
 # docs/DEPLOYMENT.md's script end to end (examples/deploy-local/deploy.sh all): ~20 min here
 test-deploy: $(STAMP)

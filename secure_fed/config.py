@@ -225,6 +225,8 @@ METHODS_FOR: dict[str, tuple[str, ...]] = {
     "reports": _METHODS[:8],  # FedTAR, its ablations and the pooled baselines
     "imaging": ("fm2", "fedavg", "fedprox", "fedrep", "fedbn"),
 }
+# dp.noise = "distributed": one private step a round, which the server takes on the decoded sum
+DISTRIBUTED_METHODS: tuple[str, ...] = ("fedavg", "fedtar", "fedtar-no-gmm", "fedtar-no-temporal")
 
 
 class FedConfig(_Strict):
@@ -426,10 +428,10 @@ class RunConfig(_Strict):
                 f"fed.participation = {self.fed.participation:g} with dp.noise = 'distributed' is not yet "
                 "supported: a round is one step over every site's patients, at least h sites; set it to 1"
             )
-        if self.fed.method != "fedavg":
+        if self.fed.method not in DISTRIBUTED_METHODS:
             raise ValueError(
                 f"fed.method = {self.fed.method!r} with dp.noise = 'distributed' is not yet supported; "
-                "use fed.method = 'fedavg' or dp.noise = 'site'"
+                f"use fed.method = one of {', '.join(DISTRIBUTED_METHODS)} or dp.noise = 'site'"
             )
         sites = self.expected_sites
         h, c = self.dp.honest_min, self.dp.colluders

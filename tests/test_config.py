@@ -104,7 +104,7 @@ _DISTRIBUTED = {
         ({"train": {"local_epochs": 2}}, "local multi-step training on partially noised gradients is not DP"),
         ({"dp": {"honest_min": 2, "colluders": 2}}, "dp.honest_min = 2 must exceed dp.colluders = 2"),
         ({"dp": {"honest_min": 4}}, "dp.honest_min = 4 exceeds the 3 sites"),
-        ({"fed": {"method": "fedtar"}}, "'fedtar' with dp.noise = 'distributed' is not yet supported"),
+        ({"fed": {"method": "fedprox"}}, "'fedprox' with dp.noise = 'distributed' is not yet supported"),
         ({"fed": {"participation": 0.5}}, "fed.participation = 0.5 with dp.noise = 'distributed'"),
         ({"dp": {"target_epsilon": None, "noise_multiplier": 1.0}}, "needs dp.target_epsilon"),
     ],

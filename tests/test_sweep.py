@@ -489,12 +489,12 @@ def test_make_results_hospital_runs_issue_30s_grid_on_the_hospital_config():
     synth = _config("hospital-scale").data.synth
     assert synth.site_patients is not None and sum(synth.site_patients) >= 10_000
     assert synth.sites >= 5 and len(set(synth.site_patients)) == synth.sites and synth.visits == 5
-    # issue 31 at this scale: FedAvg with distributed DP on the same patients and recipe, its 50
+    # issue 31 at this scale: FedAvg and FedTAR with distributed DP on the same patients and recipe, its 50
     # one-step rounds the same 50 private steps as site mode's 5 rounds of 1/q steps
     cmd = distributed.replace("$(SWEEP)", ".venv/bin/secure-fed sweep").split()
     _check_sweep_command(cmd)
     args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
-    assert args["--methods"] == "fedavg" and "inf" not in args["--epsilons"].split(",")
+    assert args["--methods"].split(",") == ["fedavg", "fedtar"] and "inf" not in args["--epsilons"].split(",")
     site, dist = _config("hospital-scale"), _config("hospital-scale-distributed")
     assert dist.dp.noise == "distributed" and site.dp.noise == "site"
     assert dist.data == site.data and dist.model == site.model

@@ -2,7 +2,8 @@
 the sites' patients, whose noise the sites add between them inside SecAgg+.
 
 The site Poisson-samples its training patients (rate q, from its keystream), sums their joint
-gradients (all rows of a patient together) clipped to C, with no noise, and hands the sum to the
+gradients (all rows of a patient together, over every copy of the adapters the method trains:
+FedTAR's one per visit index) clipped to C, with no noise, and hands the sum to the
 mechanism (`secure_fed.dp.distributed.encode_share`): scaled, rotated with the round's public
 Hadamard signs, rounded into the ring, plus this site's noise share drawn from its keystream. What
 leaves the site is that integer vector, masked by SecAgg+; the server unmasks only the sum over the
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import copy
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -41,32 +43,43 @@ class ClippedSum:
     set, and the engine draws from the round's own keystream (the clipped sum takes no noise from
     it, but the bytes it draws set where the share's rounding and noise begin). The frozen base is
     the model's as it was when the copy was made; the learner never changes it, and a caller that
-    did would build a new ClippedSum. The copy stays in memory between rounds: one more model at
-    the site for the run, the size of the one a copy per round would hold at each round's peak.
+    did would build a new ClippedSum. The copies stay in memory between rounds: `copies` more
+    models at the site for the run, the size of the ones a copy per round would hold at its peak.
+
+    `copies`: the adapter copies a step trains from the same start, each on its own rows (FedTAR:
+    one per visit index); a patient's gradient over all of them is clipped as one vector.
     """
 
-    def __init__(self, model: ReportModel, clip: float) -> None:
+    def __init__(self, model: ReportModel, clip: float, copies: int = 1) -> None:
+        if copies < 1:
+            raise ValueError(f"copies must be at least 1, got {copies}")
         self.source = model
         self.clip = float(clip)
-        self.work = copy.deepcopy(model)
-        self.work.train()
+        self.works = [copy.deepcopy(model) for _ in range(copies)]
+        for work in self.works:
+            work.train()
         # ReportModel.train() walks every module's parameters (4 ms of a 5 ms round setup on the
-        # tiny preset); the copy is this object's alone, so the modes are set once and only checked
-        self._modes = [m.training for m in self.work.modules()]
+        # tiny preset); the copies are this object's alone, so the modes are set once and only checked
+        self._modes = [[m.training for m in work.modules()] for work in self.works]
         # built at the first round, around that round's stream: no engine ever holds a stream of
         # its own making
         self.engine: PatientDPSGD | None = None
 
-    def serves(self, model: ReportModel, clip: float) -> bool:
-        return model is self.source and float(clip) == self.clip
+    @property
+    def copies(self) -> int:
+        return len(self.works)
+
+    def serves(self, model: ReportModel, clip: float, copies: int = 1) -> bool:
+        return model is self.source and float(clip) == self.clip and copies == self.copies
 
     def prepare(self, start: OrderedDict[str, torch.Tensor], stream: NoiseStream) -> PatientDPSGD:
         """The engine, ready for this round's step from `start` with this round's `stream`."""
-        self.work.load_trainable_state(start)
-        if [m.training for m in self.work.modules()] != self._modes:
-            self.work.train()
+        for work, modes in zip(self.works, self._modes, strict=True):
+            work.load_trainable_state(start)
+            if [m.training for m in work.modules()] != modes:
+                work.train()
         if self.engine is None:
-            self.engine = PatientDPSGD([self.work], self.clip, 0.0, 1.0, stream)
+            self.engine = PatientDPSGD(self.works, self.clip, 0.0, 1.0, stream)
         else:
             self.engine.zero_grad()
             self.engine.noise = stream
@@ -76,7 +89,7 @@ class ClippedSum:
 def clipped_gradient_sum(
     model: ReportModel,
     start: OrderedDict[str, torch.Tensor],
-    examples: Examples,
+    examples: Examples | Sequence[Examples],
     clip: float,
     sampling_rate: float,
     n_patients: int,
@@ -85,28 +98,47 @@ def clipped_gradient_sum(
 ) -> tuple[np.ndarray, int]:
     """Σ over the Poisson-sampled patients of their joint gradient clipped to `clip`, flattened in
     `trainable_state()` order (float64), and how many patients were sampled. No noise: the noise
-    comes from the sites' shares inside the ring. `work`: the site's ClippedSum for `model`, kept
-    across rounds (without it a copy is made for this call); `model` itself is never changed."""
+    comes from the sites' shares inside the ring. `examples`: one set of rows, or one per adapter
+    copy (each copy starts at `start` and sees only its rows; the result is the copies' gradients
+    one after the other, and a patient's rows in all of them are clipped together). `work`: the
+    site's ClippedSum for `model`, kept across rounds (without it one is made for this call);
+    `model` itself is never changed."""
+    groups = [examples] if isinstance(examples, Examples) else list(examples)
     if work is None:
-        work = ClippedSum(model, clip)
-    elif not work.serves(model, clip):
-        raise ValueError("this ClippedSum was built for another model or clip; build one for this model")
+        work = ClippedSum(model, clip, copies=len(groups))
+    elif not work.serves(model, clip, copies=len(groups)):
+        raise ValueError(
+            "this ClippedSum was built for another model or clip (or number of copies); build one for "
+            "this model"
+        )
     engine = work.prepare(start, stream)
     chosen = poisson_sample(n_patients, sampling_rate, stream)
     member = torch.zeros(max(n_patients, 1), dtype=torch.bool)
     member[chosen] = True
-    rows = torch.nonzero(member[examples.patient_slot]).flatten() if len(examples) else chosen[:0]
-    params = engine.trainable_parameters[0]
+    params = [p for group in engine.trainable_parameters for p in group]
     try:
-        if not rows.numel():
+        live, index = [], []
+        for module, group in zip(engine.forward_modules, groups, strict=True):
+            rows = torch.nonzero(member[group.patient_slot]).flatten() if len(group) else chosen[:0]
+            if not rows.numel():
+                index.append(None)
+                continue
+            assert group.profiles is not None
+            live.append(module(group.images[rows], group.input_ids[rows], group.profiles[rows]).sum())
+            index.append(group.patient_slot[rows])
+        if not live:
             return np.zeros(sum(p.numel() for p in params), dtype=np.float64), int(chosen.numel())
-        assert examples.profiles is not None
-        loss = engine.forward_modules[0](
-            examples.images[rows], examples.input_ids[rows], examples.profiles[rows]
+        sum(live).backward()  # type: ignore[union-attr]
+        engine.privatize(index, n_patients)
+        # a copy that saw no sampled row has no gradient: its block of the sum is zero
+        flat = torch.cat(
+            [
+                torch.zeros(p.numel(), dtype=torch.float64)
+                if p.grad is None
+                else p.grad.detach().reshape(-1).double().cpu()
+                for p in params
+            ]
         )
-        loss.sum().backward()
-        engine.privatize([examples.patient_slot[rows]], n_patients)
-        flat = torch.cat([p.grad.detach().reshape(-1).double().cpu() for p in params])  # type: ignore[union-attr]
         return flat.numpy(), int(chosen.numel())
     finally:
         # the gradients are the sum of this round's patients: not kept in the copy until the next

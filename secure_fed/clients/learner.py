@@ -70,8 +70,13 @@ class Learner(Protocol):
         options: dict[str, Any],
     ) -> LocalUpdate: ...
 
+    def distributed_dim(self, method: str) -> int:
+        """`dp.noise = "distributed"`: the length of `method`'s one private step, the vector the
+        sites' noise shares cover (the trainable adapters times the copies the method trains)."""
+        ...
+
     def distributed_update(
-        self, round_id: int, global_vec: np.ndarray, privacy: SitePrivacy
+        self, round_id: int, method: str, global_vec: np.ndarray, privacy: SitePrivacy
     ) -> tuple[np.ndarray, int, float]:
         """`dp.noise = "distributed"`: (the site's encoded share of a clipped gradient sum, steps,
         loss). Only a learner the config admits for distributed noise has one."""

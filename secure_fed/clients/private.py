@@ -262,14 +262,16 @@ class SitePrivacy:
         self.sigma = float(plan.noise_std / self.clip)
 
     def round_events(self) -> dict[str, list[tuple[str, Event]]]:
-        if self.distributed is not None:
-            event = self.distributed.event(self.sampling_rate, 1)
-            # DP-SGD still (one step a round), its noise the Skellam sum the sites' shares add up to
-            return {TRAIN: [("dp_sgd", event)]}  # fedavg only: no α scalars
         events: dict[str, list[tuple[str, Event]]] = {
-            TRAIN: [("dp_sgd", PoissonSampledGaussian(self.sampling_rate, self.sigma, self.steps))]
+            TRAIN: [
+                # DP-SGD still (one step a round), its noise the Skellam sum the sites' shares add up to
+                ("dp_sgd", self.distributed.event(self.sampling_rate, 1))
+                if self.distributed is not None
+                else ("dp_sgd", PoissonSampledGaussian(self.sampling_rate, self.sigma, self.steps))
+            ]
         }
         if self.releases_alpha:
+            # in either mode the α scalars are the site's own Gaussian release, summed under CKKS
             events[VALIDATION] = [("alpha_scalars", clipped_sum_event(self.alpha_sigma))]
         return events
 

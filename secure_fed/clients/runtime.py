@@ -189,7 +189,7 @@ class SiteRuntime:
         if sites is None:
             raise Refusal("no_keys", "dp.noise = 'distributed' needs the sites' provisioned keys (SecAgg+)")
         check_honest_min(self.cfg, len(sites))
-        plan = plan_for(self.cfg, self.learner.dim(), len(sites))
+        plan = plan_for(self.cfg, self.learner.distributed_dim(self.cfg.fed.method), len(sites))
         # its privacy records carry the mode, h, c and the plan, in the site's signed log
         self.privacy.set_distributed(plan)
 
@@ -236,6 +236,11 @@ class SiteRuntime:
         factors = check_factors(
             options, self.site, cfg.fed.factor_floor, self._provisioned_sites() if scaled else None
         )
+        if self.privacy is not None and self.privacy.distributed is not None and method != cfg.fed.method:
+            # the plan (ring, noise, the step's length) is this site's, for its own method
+            raise Refusal(
+                "bad_request", f"dp.noise = 'distributed' was planned for {cfg.fed.method}, not {method}"
+            )
         self.guard.check_training(round_id)
         self.guard.save()
         released = self.folder / f"release-r{round_id}.npy"
@@ -293,7 +298,9 @@ class SiteRuntime:
             if scaled:
                 # a factor would weigh this site's noise share, not only its patients' gradients
                 raise Refusal("bad_request", "dp.noise = 'distributed' takes no server-chosen factors")
-            upload, steps, mean_loss = self.learner.distributed_update(round_id, global_vec, self.privacy)
+            upload, steps, mean_loss = self.learner.distributed_update(
+                round_id, method, global_vec, self.privacy
+            )
         else:
             gradients = (lambda: self.privacy.gradients(round_id)) if self.privacy is not None else None
             update = self.learner.local_update(round_id, method, global_vec, gradients, options)

@@ -143,9 +143,9 @@ def test_a_round_restores_the_modes_train_sets(site: tuple[ReportModel, Examples
     model, _, _ = site
     work = ClippedSum(model, CLIP)
     expected = [m.training for m in copy.deepcopy(model).train().modules()]
-    work.work.eval()
+    work.works[0].eval()
     work.prepare(_start(model, 1), _stream(1))
-    assert [m.training for m in work.work.modules()] == expected and any(expected)
+    assert [m.training for m in work.works[0].modules()] == expected and any(expected)
 
 
 def test_a_copy_serves_only_the_model_and_clip_it_was_made_for(
@@ -161,15 +161,18 @@ def test_a_copy_serves_only_the_model_and_clip_it_was_made_for(
             clipped_gradient_sum(other, _start(model, 1), examples, clip, 0.5, n, _stream(1), work=work)
 
 
+@pytest.mark.parametrize("method", ["fedavg", "fedtar"])
 def test_the_learner_keeps_one_copy_and_shares_as_a_fresh_one_would(
-    prepared: tuple[RunConfig, SiteData, ReportModel],
+    prepared: tuple[RunConfig, SiteData, ReportModel], method: str
 ) -> None:
     """The caller: `ReportLearner.distributed_update` builds its ClippedSum in its first round and
     reuses it; its round-2 share (the clipped sum encoded with the keystream's rounding and noise)
     is the one a learner without a kept copy sends from the same start and stream."""
     cfg, data, model = prepared
     n = 1 + int(data.train.patient_slot.max())
-    dim = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    dim = ReportLearner(cfg, data, model=model).distributed_dim(method)
+    adapters = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    assert dim == adapters * (cfg.data.max_visits if method == "fedtar" else 1)
     # a plan made by hand: the encoding is under test, not the calibration (plan_for: 5 s CPU)
     padded, gamma = padded_size(dim), 1e-5
     l2, l1 = rounded_sensitivities(CLIP, gamma, padded)
@@ -186,13 +189,43 @@ def test_the_learner_keeps_one_copy_and_shares_as_a_fresh_one_would(
         noise_stream=lambda purpose, round_id: _stream(round_id),
     )
     kept = ReportLearner(cfg, data, model=model)
-    kept.distributed_update(1, flatten(_start(model, 1)).numpy(), privacy)  # type: ignore[arg-type]
+    kept.distributed_update(1, method, flatten(_start(model, 1)).numpy(), privacy)  # type: ignore[arg-type]
     work = kept._clipped_sum
-    assert work is not None and work.serves(model, CLIP)
+    assert work is not None and work.serves(model, CLIP, cfg.data.max_visits if method == "fedtar" else 1)
     global_vec = flatten(_start(model, 2)).numpy()
     torch.manual_seed(0)
-    share, steps, _ = kept.distributed_update(2, global_vec, privacy)  # type: ignore[arg-type]
+    share, steps, _ = kept.distributed_update(2, method, global_vec, privacy)  # type: ignore[arg-type]
     assert kept._clipped_sum is work and steps == 1
     torch.manual_seed(0)
-    fresh, _, _ = ReportLearner(cfg, data, model=model).distributed_update(2, global_vec, privacy)  # type: ignore[arg-type]
-    assert share.tobytes() == fresh.tobytes()
+    fresh, _, _ = ReportLearner(cfg, data, model=model).distributed_update(2, method, global_vec, privacy)  # type: ignore[arg-type]
+    assert share.size == padded and share.tobytes() == fresh.tobytes()
+
+
+def test_fedtars_step_clips_a_patients_visits_together(site: tuple[ReportModel, Examples, int]) -> None:
+    """FedTAR's distributed step trains one copy per visit index. Clipped copy by copy, a patient
+    with T visits would add up to C·√T to the sum, above the sensitivity C the plan's noise is
+    calibrated to. Each patient's contribution over all copies has norm ≤ C, several copies carry
+    it, and the step's sum is the sum of the patients' contributions."""
+    model, examples, n = site
+    visits = sorted({int(v) for v in examples.visit_index})
+    groups = [examples.at_visit(t) for t in visits]
+    assert len(groups) >= 2
+    start = _start(model, 1)
+    dim = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    work = ClippedSum(model, CLIP, copies=len(groups))
+
+    def alone(slot: int) -> np.ndarray:
+        mine = [g.subset(torch.nonzero(g.patient_slot == slot).flatten()) for g in groups]
+        total, sampled = clipped_gradient_sum(model, start, mine, CLIP, 1.0, n, _stream(1), work=work)
+        assert sampled == n  # q = 1: everyone is sampled; only `slot` has rows
+        return total
+
+    many = [s for s in range(n) if sum(int((g.patient_slot == s).sum()) > 0 for g in groups) >= 2]
+    assert many, "no patient with two visits: the test would not see joint clipping"
+    contributions = {s: alone(s) for s in range(n)}
+    for s in many:
+        blocks = contributions[s].reshape(len(groups), dim)
+        assert (np.linalg.norm(blocks, axis=1) > 0).sum() >= 2
+        assert np.linalg.norm(contributions[s]) <= CLIP * (1 + 1e-5)
+    together, _ = clipped_gradient_sum(model, start, groups, CLIP, 1.0, n, _stream(1), work=work)
+    np.testing.assert_allclose(together, np.sum(list(contributions.values()), axis=0), atol=1e-6 * CLIP)

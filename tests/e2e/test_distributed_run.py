@@ -1,13 +1,16 @@
-"""A distributed-DP run end to end (dp.noise = "distributed", in-process engine, 3 sites, 2 rounds):
-it completes, its logs verify with every ε re-derived, each privacy record names the mode, h, c and
-the plan, the compliance report says so in words, and the noise in the sum the server released is
-what the plan says (measured: the decoded sum minus the sites' own clipped sums, every coordinate)."""
+"""A distributed-DP run end to end (dp.noise = "distributed", in-process engine, 3 sites, 2 rounds),
+FedAvg and FedTAR (whose one step a round covers every visit index's copy, and whose α still takes
+its step on the sites' scalars): it completes, its logs verify with every ε re-derived, each
+privacy record names the mode, h, c and the plan, the compliance report says so in words, and the
+noise in the sum the server released is what the plan says (measured: the decoded sum minus the
+sites' own clipped sums, every coordinate)."""
 
 from __future__ import annotations
 
 import json
 
 import numpy as np
+import pytest
 
 from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.report import write_report
@@ -15,7 +18,8 @@ from secure_fed.audits.verify import verify_logs
 from secure_fed.runner import run_inprocess
 
 
-def test_distributed_run_completes_verifies_and_releases_the_planned_noise(make_config, monkeypatch):
+@pytest.mark.parametrize("method", ["fedavg", "fedtar"])
+def test_distributed_run_completes_verifies_and_releases_the_planned_noise(make_config, monkeypatch, method):
     import secure_fed.clients.distributed as site_side
     import secure_fed.dp.distributed as mechanism
 
@@ -42,7 +46,7 @@ def test_distributed_run_completes_verifies_and_releases_the_planned_noise(make_
         dp__sample_rate=0.5,
         dp__noise="distributed",
         dp__honest_min=3,
-        fed__method="fedavg",
+        fed__method=method,
         train__local_epochs=1,
     )
     outcome = run_inprocess(cfg, cfg.out)
@@ -61,6 +65,16 @@ def test_distributed_run_completes_verifies_and_releases_the_planned_noise(make_
     assert all(
         s["honest_min"] == 3 and s["colluders"] == 1 and s["event"]["type"] == "skellam_sum" for s in steps
     )
+
+    if method == "fedtar":
+        # one step over all visit indices a round, α's scalars the sites' own Gaussian releases
+        # (charged to the validation patients), summed and stepped on every round
+        privacy = [r["payload"] for r in records if r["event"] == "privacy"]
+        alpha_steps = [p for p in privacy if p["mechanism"] == "alpha_scalars"]
+        assert len(alpha_steps) == 2 and all(a["population"] == "validation" for a in alpha_steps)
+        alphas = [row["alpha"] for row in outcome.metrics["per_round"]]
+        assert len(alphas) == 2 and all(abs(sum(a) - 1) < 1e-9 for a in alphas)
+        assert alphas[1] != alphas[0] and not np.allclose(alphas[1], 1 / len(alphas[1]))
 
     html, _, _ = write_report(logs, cfg.out / "report.html", load_public_keys(cfg.out / "keys"))
     words = html.read_text()

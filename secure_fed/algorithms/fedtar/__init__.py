@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from secure_fed import registry
+from secure_fed.algorithms.fedtar.distributed import DistributedFedTAR
 from secure_fed.algorithms.fedtar.hyper_lora import add_patient_head
 from secure_fed.algorithms.fedtar.learner import ReportLearner
 from secure_fed.algorithms.fedtar.strategy import FedTAR
@@ -23,7 +24,12 @@ def initial_report_state(cfg: RunConfig) -> np.ndarray:
 
 
 def _strategy(name: str) -> registry.StrategyFactory:
-    return lambda dim, t_max, cfg: FedTAR(dim, t_max, cfg, temporal=name != "fedtar-no-temporal", name=name)
+    def make(dim: int, t_max: int, cfg: RunConfig) -> FedTAR:
+        # one private step a round, taken on the decoded sum of the sites' noise shares
+        kind = DistributedFedTAR if cfg.dp.enabled and cfg.dp.noise == "distributed" else FedTAR
+        return kind(dim, t_max, cfg, temporal=name != "fedtar-no-temporal", name=name)
+
+    return make
 
 
 for _name in ("fedtar", "fedtar-no-gmm", "fedtar-no-temporal"):

@@ -29,6 +29,7 @@ from secure_fed.clients.site import SiteData, attach_profiles, load_site, patien
 from secure_fed.clients.trail import SiteTrail
 from secure_fed.clients.training import LocalTrainSettings, PatientGradients, train_copies
 from secure_fed.config import RunConfig
+from secure_fed.data.batching import Examples
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.dp.histogram import histogram_event
 from secure_fed.dp.site_ledger import SiteLedger
@@ -165,12 +166,10 @@ class ReportLearner:
     ) -> LocalUpdate:
         """The report model's local round (FedTAR's per-visit-index copies, or one pooled copy):
         the upload before the server's factor, the steps taken and the mean training loss."""
-        cfg, data, model = self.cfg, self.data, self._model()
+        cfg, model = self.cfg, self._model()
         template = model.trainable_state()
         start = unflatten(torch.tensor(global_vec), template)
-        t_max = cfg.data.max_visits
-        visits = visit_groups(method, t_max)
-        groups = [data.train] if visits is None else [data.train.at_visit(t) for t in visits]
+        groups = self._groups(method)
         settings = LocalTrainSettings(
             lr=cfg.train.lr,
             epochs=cfg.train.local_epochs,
@@ -211,12 +210,24 @@ class ReportLearner:
             parts.append(weights[0] * control_delta)
         return LocalUpdate(torch.cat(parts).numpy(), result.steps, result.mean_loss)
 
+    def _groups(self, method: str) -> list[Examples]:
+        """The training rows of each adapter copy `method` trains: one per visit index, or all."""
+        visits = visit_groups(method, self.cfg.data.max_visits)
+        train = self.data.train
+        return [train] if visits is None else [train.at_visit(t) for t in visits]
+
+    def distributed_dim(self, method: str) -> int:
+        copies = visit_groups(method, self.cfg.data.max_visits)
+        return self.dim() * (1 if copies is None else len(copies))
+
     def distributed_update(
-        self, round_id: int, global_vec: np.ndarray, privacy: SitePrivacy
+        self, round_id: int, method: str, global_vec: np.ndarray, privacy: SitePrivacy
     ) -> tuple[np.ndarray, int, float]:
         """One distributed-DP step: this site's clipped gradient sum over its Poisson-sampled
         patients, encoded with its noise share into the ring (its keystream draws the sample, the
-        rounding and the noise); the server decodes only the sum over the survivors."""
+        rounding and the noise); the server decodes only the sum over the survivors. FedTAR's step
+        is one over all its per-visit-index copies at once: a patient's gradients in every copy are
+        clipped together, so the step's sensitivity is C whatever visits the patient has."""
         from secure_fed.clients.distributed import ClippedSum, clipped_gradient_sum
         from secure_fed.distributed_plan import round_seed
         from secure_fed.dp.distributed import encode_share
@@ -224,11 +235,12 @@ class ReportLearner:
         assert privacy.distributed is not None
         model = self._model()
         start = unflatten(torch.tensor(global_vec), model.trainable_state())
+        groups = self._groups(method)
         stream = privacy.noise_stream("distributed_dp", round_id)
-        if self._clipped_sum is None or not self._clipped_sum.serves(model, privacy.clip):
-            self._clipped_sum = ClippedSum(model, privacy.clip)
+        if self._clipped_sum is None or not self._clipped_sum.serves(model, privacy.clip, len(groups)):
+            self._clipped_sum = ClippedSum(model, privacy.clip, copies=len(groups))
         clipped, sampled = clipped_gradient_sum(
-            model, start, self.data.train, privacy.clip, privacy.sampling_rate,
+            model, start, groups, privacy.clip, privacy.sampling_rate,
             privacy.n_patients[TRAIN], stream, work=self._clipped_sum,
         )  # fmt: skip
         # the share's rounding and Skellam noise from a generator keyed by the release's keystream

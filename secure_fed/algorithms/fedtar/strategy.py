@@ -50,8 +50,22 @@ class FedTAR(Strategy):
         per_t = total.reshape(self.t_max, self.dim + 1)
         counts = per_t[:, self.dim]
         snapshots = weighted_snapshots(global_state, per_t[:, : self.dim], counts)
+        return self.combine(ctx, global_state, snapshots, counts > 0, summed, declined, info)
+
+    def combine(
+        self,
+        ctx: RoundContext,
+        global_state: np.ndarray,
+        snapshots: np.ndarray,
+        present: np.ndarray,
+        summed: Any,
+        declined: dict[str, str],
+        info: dict[str, Any],
+    ) -> RoundResult:
+        """Phases (c)–(f) from the round's snapshots w̄^(1..T): the residual chain, the survivors'
+        α hypergradient sum and ψ's step."""
         alpha = self.alpha()
-        chain = residual_chain(global_state, snapshots, alpha, present=counts > 0)
+        chain = residual_chain(global_state, snapshots, alpha, present=present)
         val_loss = None
         if self.temporal:
             request = {"round": ctx.round, "final": chain.final, "directions": chain.directions}

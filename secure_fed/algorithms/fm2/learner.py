@@ -150,10 +150,13 @@ class ImagingLearner:
     def start(self, setup: SiteStart) -> None:
         pass  # model and data are ready at create; no release of its own before training
 
+    def distributed_dim(self, method: str) -> int:
+        raise NotImplementedError("dp.noise = 'distributed' runs only FedAvg and FedTAR on report data")
+
     def distributed_update(
-        self, round_id: int, global_vec: np.ndarray, privacy: SitePrivacy
+        self, round_id: int, method: str, global_vec: np.ndarray, privacy: SitePrivacy
     ) -> tuple[np.ndarray, int, float]:
-        raise NotImplementedError("dp.noise = 'distributed' runs only fed.method = 'fedavg' on report data")
+        raise NotImplementedError("dp.noise = 'distributed' runs only FedAvg and FedTAR on report data")
 
     def hypergradients(self, final: np.ndarray, directions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError("the imaging methods release no α scalars")

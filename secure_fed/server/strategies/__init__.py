@@ -31,8 +31,8 @@ def make_strategy(method: str, dim: int, t_max: int, cfg: object) -> Strategy:
     from secure_fed.config import RunConfig
 
     assert isinstance(cfg, RunConfig)
-    if cfg.dp.enabled and cfg.dp.noise == "distributed":
-        # the config admits only fedavg here: one private step a round, taken by the server
+    if cfg.dp.enabled and cfg.dp.noise == "distributed" and method == "fedavg":
+        # one private step a round, taken by the server (an algorithm's own strategy knows its mode)
         from secure_fed.server.strategies.distributed import DistributedFedAvg
 
         return DistributedFedAvg(dim, cfg)

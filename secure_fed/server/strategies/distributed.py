@@ -7,7 +7,8 @@ the released noisy sum of clipped gradients; it decodes it with the plan it deri
 config (the same function the sites use), divides by the expected batch q × Σ_k floor_k, where
 floor_k is site k's public power-of-two patient floor (the same range its privacy record gives; the
 exact counts never leave a site), and takes an Adam step at `train.lr`. Everything after the
-unmasked sum is post-processing.
+unmasked sum is post-processing. `noisy_gradient` and `Adam` are the parts an algorithm's own
+distributed strategy reuses.
 """
 
 from __future__ import annotations
@@ -21,17 +22,64 @@ from secure_fed.distributed_plan import plan_digest, plan_for, round_seed
 from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy
 
 
+class Adam:
+    """The server's optimiser over the decoded gradients (any shape), its moments kept across rounds."""
+
+    def __init__(self, shape: tuple[int, ...], lr: float, beta1: float = 0.9, beta2: float = 0.999,
+                 eps: float = 1e-8) -> None:  # fmt: skip
+        self.lr, self.beta1, self.beta2, self.eps = lr, beta1, beta2, eps
+        self.m = np.zeros(shape)
+        self.v = np.zeros(shape)
+        self.steps = 0
+
+    def step(self, state: np.ndarray, gradient: np.ndarray) -> np.ndarray:
+        self.steps += 1
+        self.m = self.beta1 * self.m + (1 - self.beta1) * gradient
+        self.v = self.beta2 * self.v + (1 - self.beta2) * gradient**2
+        m_hat = self.m / (1 - self.beta1**self.steps)
+        v_hat = self.v / (1 - self.beta2**self.steps)
+        return state - self.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"m": self.m, "v": self.v, "steps": np.asarray(self.steps)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.m, self.v = np.asarray(state["m"]), np.asarray(state["v"])
+        self.steps = int(np.asarray(state["steps"]))
+
+
+def noisy_gradient(
+    strategy: Strategy, ctx: RoundContext, participants: list[int], info: dict[str, Any], step_dim: int
+) -> tuple[np.ndarray, Any]:
+    """The round's released step: the survivors' decoded noisy sum of clipped gradients over the
+    expected batch (length `step_dim`), and the secure sum's outcome. Refuses, before any sum, a
+    round in which a site encoded with another plan than the server derives."""
+    from secure_fed.dp.distributed import decode_sum, padded_size
+
+    plan = plan_for(strategy.cfg, step_dim, len(ctx.sites))
+    mine = plan_digest(plan)
+    other = sorted(ctx.sites[n] for n in participants if info["distributed_plans"].get(n) != mine)
+    if other:
+        # their shares are on another ring, granularity or noise: the sum would decode to noise
+        raise ValueError(
+            f"round {ctx.round}: {', '.join(other)} encoded with another distributed-DP plan than the "
+            f"server's ({len(ctx.sites)} sites, this config): every site and the server need the same "
+            "[dp] settings and the same provisioned sites"
+        )
+    total, summed = strategy.sum_uploads(ctx, participants, padded_size(step_dim))
+    noisy_sum = decode_sum(total, plan, round_seed(strategy.cfg, ctx.round))
+    floors = info.get("population_floors", {})
+    patients = sum(floors.get(n, 0) for n in summed.survivors)
+    expected_batch = max(strategy.cfg.dp.sample_rate * patients, 1.0)
+    return noisy_sum / expected_batch, summed
+
+
 class DistributedFedAvg(Strategy):
     name = "fedavg"
 
-    def __init__(
-        self, dim: int, cfg: RunConfig, beta1: float = 0.9, beta2: float = 0.999, eps: float = 1e-8
-    ) -> None:
+    def __init__(self, dim: int, cfg: RunConfig) -> None:
         super().__init__(dim, cfg)
-        self.beta1, self.beta2, self.eps = beta1, beta2, eps
-        self.m = np.zeros(dim)
-        self.v = np.zeros(dim)
-        self.steps = 0
+        self.adam = Adam((dim,), cfg.train.lr)
 
     def upload_dim(self) -> int:
         """The shares' length: the update padded for the mechanism's blockwise Hadamard rotation."""
@@ -41,38 +89,11 @@ class DistributedFedAvg(Strategy):
 
     def run_round(self, ctx: RoundContext, global_state: np.ndarray) -> RoundResult:
         participants, declined, info = self.train_phase(ctx, global_state)
-        plan = plan_for(self.cfg, self.dim, len(ctx.sites))
-        mine = plan_digest(plan)
-        other = sorted(ctx.sites[n] for n in participants if info["distributed_plans"].get(n) != mine)
-        if other:
-            # their shares are on another ring, granularity or noise: the sum would decode to noise
-            raise ValueError(
-                f"round {ctx.round}: {', '.join(other)} encoded with another distributed-DP plan than the "
-                f"server's ({len(ctx.sites)} sites, this config): every site and the server need the same "
-                "[dp] settings and the same provisioned sites"
-            )
-        total, summed = self.sum_uploads(ctx, participants, self.upload_dim())
-        from secure_fed.dp.distributed import decode_sum
-
-        noisy_sum = decode_sum(total, plan, round_seed(self.cfg, ctx.round))
-        floors = info.get("population_floors", {})
-        patients = sum(floors.get(n, 0) for n in summed.survivors)
-        expected_batch = max(self.cfg.dp.sample_rate * patients, 1.0)
-        gradient = noisy_sum / expected_batch
-        new_state = self._adam(global_state, gradient)
-        return self.result(new_state, summed, declined, info)
-
-    def _adam(self, state: np.ndarray, gradient: np.ndarray) -> np.ndarray:
-        self.steps += 1
-        self.m = self.beta1 * self.m + (1 - self.beta1) * gradient
-        self.v = self.beta2 * self.v + (1 - self.beta2) * gradient**2
-        m_hat = self.m / (1 - self.beta1**self.steps)
-        v_hat = self.v / (1 - self.beta2**self.steps)
-        return state - self.cfg.train.lr * m_hat / (np.sqrt(v_hat) + self.eps)
+        gradient, summed = noisy_gradient(self, ctx, participants, info, self.dim)
+        return self.result(self.adam.step(global_state, gradient), summed, declined, info)
 
     def state_dict(self) -> dict[str, Any]:
-        return {"m": self.m, "v": self.v, "steps": np.asarray(self.steps)}
+        return self.adam.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.m, self.v = np.asarray(state["m"]), np.asarray(state["v"])
-        self.steps = int(np.asarray(state["steps"]))
+        self.adam.load_state_dict(state)

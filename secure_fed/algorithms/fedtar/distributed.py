@@ -1,0 +1,53 @@
+"""FedTAR under distributed DP (`dp.noise = "distributed"`): a round is one DP step over the union
+of the sites' patients, taken by the server, for every visit index at once.
+
+Each site's share covers its clipped gradient sum over all T per-visit-index copies of the adapters,
+each copy starting at the global state and seeing only its visit's rows; a patient's gradients in
+every copy are clipped together to C (secure_fed.clients.distributed), so one step costs one
+sampled-Gaussian-like event whatever visits a patient has. The server decodes the survivors' sum
+(secure_fed.server.strategies.distributed.noisy_gradient), takes one Adam step per visit index from
+the global state (the snapshots w̄^(t)), and goes on as FedTAR does: the residual chain, the α
+hypergradient scalars (each site's own Gaussian release, summed under CKKS) and ψ's step.
+
+Every visit index counts as present: which ones a site's sample touched is not released (site
+mode's per-index row counts are not DP), so an index no sampled patient reached moves by noise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from secure_fed.algorithms.fedtar.strategy import FedTAR
+from secure_fed.config import RunConfig
+from secure_fed.server.strategies.base import RoundContext, RoundResult
+from secure_fed.server.strategies.distributed import Adam, noisy_gradient
+
+
+class DistributedFedTAR(FedTAR):
+    def __init__(
+        self, dim: int, t_max: int, cfg: RunConfig, temporal: bool = True, name: str = "fedtar"
+    ) -> None:
+        super().__init__(dim, t_max, cfg, temporal=temporal, name=name)
+        self.adam = Adam((t_max, dim), cfg.train.lr)
+
+    def upload_dim(self) -> int:
+        from secure_fed.dp.distributed import padded_size
+
+        return padded_size(self.t_max * self.dim)
+
+    def run_round(self, ctx: RoundContext, global_state: np.ndarray) -> RoundResult:
+        participants, declined, info = self.train_phase(ctx, global_state)
+        gradient, summed = noisy_gradient(self, ctx, participants, info, self.t_max * self.dim)
+        start = np.broadcast_to(global_state, (self.t_max, self.dim))
+        snapshots = self.adam.step(start, gradient.reshape(self.t_max, self.dim))
+        present = np.ones(self.t_max, dtype=bool)
+        return self.combine(ctx, global_state, snapshots, present, summed, declined, info)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {**super().state_dict(), **{f"adam.{k}": v for k, v in self.adam.state_dict().items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.adam.load_state_dict({k[5:]: v for k, v in state.items() if k.startswith("adam.")})
