@@ -102,6 +102,19 @@ def test_an_edited_cell_is_found_and_rewritten(tmp_path):
     assert doc.read_text(encoding="utf-8") == text
 
 
+def test_a_figure_names_a_repeated_method_by_its_first_two_cells():
+    """A sweep's summary repeats the method once per ε: a figure names its row "method | ε", which
+    stays on its row when rows are added above it (an index would move to another)."""
+    data = {"columns": ["method", "ε", "CIDEr"], "rows": [["fedavg", "∞", 3.7], ["fedavg", "8", 2.5]]}
+    assert doc_tables.lookup(data, "fedavg | 8", "CIDEr") == "2.5"
+    grown = {**data, "rows": [["base", "∞", 0.8], *data["rows"]]}
+    assert doc_tables.lookup(grown, "fedavg | 8", "CIDEr") == "2.5"
+    with pytest.raises(doc_tables.TableError, match="names 2 rows.*first two cells"):
+        doc_tables.lookup(data, "fedavg", "CIDEr")
+    with pytest.raises(doc_tables.TableError, match="no row 'fedavg | 16'"):
+        doc_tables.lookup(data, "fedavg | 16", "CIDEr")
+
+
 def test_a_real_doc_with_a_changed_figure_fails_the_check(tmp_path):
     results_md = (doc_tables.DOCS / "RESULTS.md").read_text(encoding="utf-8")
     m = doc_tables.TABLE_RE.search(results_md)

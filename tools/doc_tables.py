@@ -139,14 +139,22 @@ def render_table(data: dict[str, Any], bare: bool = False) -> str:
 
 
 def lookup(data: dict[str, Any], row: str, col: str, where: str = "") -> str:
-    """One cell: ``row`` is the text of a row's first cell (or its 0-based index), ``col`` a
-    column's name (or its 0-based index); both may be %-encoded."""
+    """One cell: ``row`` is the text of a row's first cell, or of its first two joined by " | "
+    (``fedavg | 8`` where the first cell repeats), or its 0-based index; ``col`` a column's name
+    (or its 0-based index); both may be %-encoded. A label stays on its row when rows are added
+    above it, an index does not."""
     row, col = unquote(row), unquote(col)
     labels = [str(r[0]) for r in data["rows"]]
+    pairs = [f"{r[0]} | {r[1]}" if len(r) > 1 else str(r[0]) for r in data["rows"]]
     if labels.count(row) > 1:
-        raise TableError(f"{where}row '{row}' names {labels.count(row)} rows; give its 0-based index as row=")
+        raise TableError(
+            f"{where}row '{row}' names {labels.count(row)} rows; name it by its first two cells "
+            "('first | second') or give its 0-based index as row="
+        )
     if row in labels:
         r = labels.index(row)
+    elif pairs.count(row) == 1:
+        r = pairs.index(row)
     elif row.isdigit() and int(row) < len(labels):
         r = int(row)
     else:
