@@ -427,6 +427,7 @@ def sweep(
         console.print(
             "lifetime ledger: none (synthetic benchmark, [dp] ledger_dir unset): each cell's ε is its own"
         )
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         results = run_sweep(
             cfg, [m.strip() for m in methods.split(",")], seed_list, eps, out, log=console.print
@@ -434,6 +435,18 @@ def sweep(
     except ValueError as err:
         _fail(str(err))
         raise
+    except KeyboardInterrupt as err:
+        stopped = "terminated" if isinstance(err, _Terminated) else "interrupted"
+        console.print(
+            f"{stopped}; the cells finished so far are kept in {out}. The same `secure-fed sweep` "
+            "command goes on: finished cells are skipped, the one that was running is set aside and "
+            "run again",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(128 + (signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT)) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     # Plain stdout, not rich: a markdown table wider than the terminal must not be re-wrapped.
     sys.stdout.write((out / "results.md").read_text())
     console.print(
@@ -1078,7 +1091,8 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:
-        console.print("interrupted; `secure-fed run --resume DIR` continues from the last checkpoint")
+        # `run` and `sweep` say how to go on themselves; any other command has nothing to resume
+        console.print("interrupted")
         sys.exit(130)
 
 
