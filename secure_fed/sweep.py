@@ -565,6 +565,40 @@ def per_site_table(runs: list[dict[str, Any]], metric: str = "CIDEr") -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def per_site_vs(runs: list[dict[str, Any]], against: str, metric: str = "CIDEr") -> str:
+    """Per site, each (method, ε) minus the non-private ``against`` cell (``local``: the site
+    training alone), paired by seed: the mean difference and its 95 % t interval over the seeds
+    both have. The question a site asks before it joins: does federating beat what it has alone."""
+    per: dict[tuple[str, float | None], dict[int, dict[str, float]]] = {}
+    for run in runs:
+        if run.get("per_site"):
+            scores = {site: float(v[metric]) for site, v in run["per_site"].items() if metric in v}
+            per.setdefault((run["method"], run["epsilon"]), {})[run["seed"]] = scores
+    reference = per.get((against, None))
+    if not reference:
+        return ""
+    sites = sorted({site for by_seed in per.values() for scores in by_seed.values() for site in scores})
+    head = f"| method (Δ {metric} vs {against}) | n | " + " | ".join(sites) + " |\n"
+    head += "|" + " --- |" * (2 + len(sites)) + "\n"
+    lines = []
+    for (method, epsilon), by_seed in sorted(per.items(), key=lambda item: _order(*item[0])):
+        if (method, epsilon) == (against, None):
+            continue
+        seeds = sorted(set(by_seed) & set(reference))
+        cells = []
+        for site in sites:
+            mean, ci = _paired_mean_ci(
+                [by_seed[s].get(site, math.nan) - reference[s].get(site, math.nan) for s in seeds]
+            )
+            cells.append(
+                "—"
+                if math.isnan(mean)
+                else f"{mean:+.3f}" + ("" if ci is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]")
+            )
+        lines.append(f"| {labelled(method, epsilon)} | {len(seeds)} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"
+
+
 def wall_table(runs: list[dict[str, Any]]) -> str:
     """Wall time of a cell, in minutes, per (method, ε): what the grid costs on the machine that
     ran it (a cell's own time; cells that ran side by side shared the machine)."""
@@ -715,6 +749,8 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
         ("CIDEr per site", per_site_table(runs)),
         ("CE-F1 per site", per_site_table(runs, "CE-F1")),
         ("CE-F1-micro per site", per_site_table(runs, "CE-F1-micro")),
+        ("CIDEr per site minus local, paired by seed", per_site_vs(runs, LOCAL)),
+        ("CE-F1 per site minus local, paired by seed", per_site_vs(runs, LOCAL, "CE-F1")),
         ("Privacy–utility: share of the non-private CIDEr gain over base kept", privacy_table(pu)),
         ("Privacy–utility: share of the non-private CE-F1 gain", privacy_table(pu_ce, "CE-F1")),
         ("Wall time per cell", wall_table(runs)),

@@ -392,6 +392,33 @@ def test_private_cells_are_in_the_paired_and_per_site_tables_labelled_by_epsilon
     assert "| base ε=∞ |" in sites and "| fedtar ε=∞ |" in sites and "| fedtar ε=8 | 1.550 ± 0.071 |" in sites
 
 
+def test_per_site_gains_over_local_are_paired_by_seed_with_intervals():
+    """Item 5 of issue 30: each site's gain over training alone, seed by seed. site1's gain is
+    +1.0 on both seeds (interval of width 0), site0's +0.5 and +1.5 (mean +1.0, t interval with
+    12.706 × 0.707 / √2); a cell missing a site shows "—", and local is not compared with itself."""
+
+    def cell(method: str, seed: int, site0: float, site1: float | None, eps: float | None = None) -> dict:
+        run = _run(method, eps, site0, seed=seed)
+        run["per_site"] = {"site0": {"CIDEr": site0}} | ({} if site1 is None else {"site1": {"CIDEr": site1}})
+        return run
+
+    runs = [
+        cell("local", 0, 2.0, 1.0),
+        cell("local", 1, 2.0, 2.0),
+        cell("fedavg", 0, 2.5, 2.0),
+        cell("fedavg", 1, 3.5, 3.0),
+        cell("fedavg", 0, 2.0, None, eps=8.0),
+    ]
+    table = sweep_module.per_site_vs(runs, "local")
+    rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
+    assert set(rows) == {"fedavg ε=∞", "fedavg ε=8"}
+    half = 12.706 * 0.5**0.5 / 2**0.5  # t(1) × sample std of (0.5, 1.5) / √(2 seeds)
+    expected = f"| 2 | +1.000 [{1 - half:+.3f}, {1 + half:+.3f}] | +1.000 [+1.000, +1.000] |"
+    assert expected in rows["fedavg ε=∞"]
+    assert rows["fedavg ε=8"].endswith("| 1 | +0.000 | — |")
+    assert sweep_module.per_site_vs([r for r in runs if r["method"] != "local"], "local") == ""
+
+
 def test_a_sweep_without_private_cells_still_plots(tmp_path: Path, monkeypatch):
     def fake_cell(base, method, epsilon, seed, folder):
         value = {"base": 1.0, "fedtar": 2.0}[method] + 0.1 * seed

@@ -248,6 +248,8 @@ SWEEP_TABLES = (
     "cider-per-site",
     "ce-f1-per-site",
     "ce-f1-micro-per-site",
+    "cider-per-site-vs-local",
+    "ce-f1-per-site-vs-local",
     "privacy-utility",
     "privacy-utility-ce-f1",
     "wall",
@@ -284,6 +286,8 @@ def sweep_markdown(
         "cider-per-site": lambda: sw.per_site_table(results["runs"]),
         "ce-f1-per-site": lambda: sw.per_site_table(results["runs"], "CE-F1"),
         "ce-f1-micro-per-site": lambda: sw.per_site_table(results["runs"], "CE-F1-micro"),
+        "cider-per-site-vs-local": lambda: sw.per_site_vs(results["runs"], sw.LOCAL),
+        "ce-f1-per-site-vs-local": lambda: sw.per_site_vs(results["runs"], sw.LOCAL, "CE-F1"),
         "privacy-utility": lambda: sw.privacy_table(results["privacy_utility"]),
         "wall": lambda: sw.wall_table(results["runs"]),
         # from the cells, as the sweep computes it: a folder from before the table has them too
