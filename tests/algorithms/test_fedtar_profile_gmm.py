@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import warnings
 
 import numpy as np
 import pytest
@@ -154,3 +155,21 @@ def test_responsibilities_depend_on_demographics() -> None:
     young_f = gmm.responsibilities(profile_vector("A", 20, "F", KEY_A))
     old_m = gmm.responsibilities(profile_vector("A", 85, "M", KEY_A))
     assert np.abs(young_f - old_m).sum() > 1.0
+
+
+def test_an_unconverged_fit_is_quiet_and_says_so() -> None:
+    """A site's GMM fit that EM leaves unconverged at its iteration cap puts no sklearn warning on the
+    operator's console (it printed on every private FedTAR cell of the hospital sweep); the fit is
+    EM's last iterate either way, and `converged` says which it was."""
+    rng = np.random.default_rng(0)
+    samples = rng.random((400, 3))
+    gmm = PatientGMM(n_components=16, seed=0)
+    gmm._gmm.max_iter = 1  # one EM step: never converged
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any warning fails the test
+        gmm.fit(samples)
+    assert gmm.fitted and not gmm.converged
+    assert gmm.responsibilities(samples[:2]).shape == (2, 16)
+    converged = PatientGMM(n_components=2, seed=0)
+    converged.fit(np.vstack([rng.normal(0, 0.01, (50, 3)), rng.normal(1, 0.01, (50, 3))]))
+    assert converged.converged

@@ -8,8 +8,14 @@ W_proj sees comparable inputs everywhere.
 
 from __future__ import annotations
 
+import logging
+import warnings
+
 import numpy as np
+from sklearn.exceptions import ConvergenceWarning
 from sklearn.mixture import GaussianMixture
+
+log = logging.getLogger(__name__)
 
 
 def prior_components(n_components: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -54,10 +60,21 @@ class PatientGMM:
         self._gmm.precisions_cholesky_ = 1.0 / np.sqrt(variances)
         self._gmm.weights_ = weights
         self.fitted = False
+        self.converged = False
 
     def fit(self, samples: np.ndarray) -> PatientGMM:
         if len(samples) >= self.n_components:
-            self._gmm.fit(samples)
+            # EM's last iterate is the fit either way; sklearn's warning on the console of every
+            # site and sweep cell names nothing an operator can change, so it is kept as a fact
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always", ConvergenceWarning)
+                self._gmm.fit(samples)
+            self.converged = not any(issubclass(w.category, ConvergenceWarning) for w in caught)
+            for w in caught:
+                if not issubclass(w.category, ConvergenceWarning):
+                    warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+            if not self.converged:
+                log.debug("patient GMM: EM stopped at max_iter = %d before converging", self._gmm.max_iter)
             self.fitted = True
         return self
 
