@@ -471,6 +471,28 @@ def paired_between(
     return rows
 
 
+def paired_methods(
+    runs: list[dict[str, Any]], method: str, against: str, metrics: Sequence[str] = PAIRED_METRICS
+) -> list[dict[str, Any]]:
+    """``method`` minus ``against`` at the same ε, for every ε both ran (FedTAR against FedAvg,
+    private and not): mean per-seed difference and its 95 % t interval over the seeds both have."""
+    by = _tests_by_cell(runs)
+    rows = []
+    for (name, epsilon), tests in sorted(by.items(), key=lambda item: _order(*item[0])):
+        other = by.get((against, epsilon))
+        if name != method or other is None:
+            continue
+        row = {
+            "method": method,
+            "epsilon": epsilon,
+            "label": f"{method} − {against}, ε={'∞' if epsilon is None else f'{epsilon:g}'}",
+            "against": against,
+            "heading": f"{method} − {against}, same ε",
+        }
+        rows.append(row | _differences(tests, other, metrics))
+    return rows
+
+
 def _tests_by_cell(runs: list[dict[str, Any]]) -> dict[tuple[str, float | None], dict[int, dict[str, float]]]:
     """(method, ε) → seed → that cell's test scores."""
     by: dict[tuple[str, float | None], dict[int, dict[str, float]]] = {}

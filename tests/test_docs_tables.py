@@ -232,6 +232,26 @@ def test_paired_between_sets_one_sweep_against_another_seed_by_seed(tmp_path):
         doc_tables.from_sweep(ours, "paired-between", "T", "cmd", "laptop")
 
 
+def test_paired_methods_compares_two_methods_of_one_sweep_at_each_epsilon(tmp_path):
+    """FedTAR against FedAvg: at each ε both ran, paired on the seeds both have; an ε only one ran
+    has no row, and a method the sweep did not run is refused naming the ones it did."""
+    from secure_fed import sweep as sw
+
+    cells = [("fedtar", None, 0, 3.0), ("fedtar", None, 1, 3.2), ("fedavg", None, 0, 2.0),
+             ("fedavg", None, 1, 2.6), ("fedtar", 8.0, 0, 1.5), ("fedavg", 8.0, 0, 2.5),
+             ("fedavg", 4.0, 0, 2.0)]  # fmt: skip
+    runs = [{"method": m, "epsilon": e, "seed": s, "test": {"CIDEr": v}} for m, e, s, v in cells]
+    (tmp_path / "results.json").write_text(json.dumps({"runs": runs}), encoding="utf-8")
+    data = doc_tables.from_sweep(tmp_path, "paired-methods", "T", "cmd", "laptop", names=("fedtar", "fedavg"))
+    assert data["columns"][:2] == ["fedtar − fedavg, same ε", "n"]
+    assert [r[:2] for r in data["rows"]] == [["fedtar − fedavg, ε=∞", "2"], ["fedtar − fedavg, ε=8", "1"]]
+    half = sw.t975(1) * float(np.std([1.0, 0.6], ddof=1)) / np.sqrt(2)
+    assert data["rows"][0][2] == f"+0.800 [{0.8 - half:+.3f}, {0.8 + half:+.3f}]"
+    assert data["rows"][1][2] == "-1.000"
+    with pytest.raises(doc_tables.TableError, match="two methods of the sweep.*fedavg, fedtar"):
+        doc_tables.from_sweep(tmp_path, "paired-methods", "T", "cmd", "laptop", names=("fedtar", "drfa"))
+
+
 def test_no_writing_period_labels_in_the_project():
     files = subprocess.run(
         ["git", "ls-files", "--", *LABEL_PATHS], cwd=ROOT, capture_output=True, text=True, check=True

@@ -254,6 +254,7 @@ SWEEP_TABLES = (
     "privacy-utility-ce-f1",
     "wall",
     "paired-between",
+    "paired-methods",
 )
 
 
@@ -278,6 +279,15 @@ def sweep_markdown(
         if against is None:
             raise TableError("--table paired-between needs --against FOLDER (the second sweep)")
         return sw.paired_table(sw.paired_between(results["runs"], against["runs"], names))
+    if table == "paired-methods":
+        # --names METHOD,AGAINST: the two methods of this sweep, compared at each ε both ran
+        ran = {r["method"] for r in results["runs"]}
+        if not set(names) <= ran:
+            raise TableError(
+                f"--table paired-methods needs --names METHOD,AGAINST, two methods of the sweep "
+                f"({', '.join(sorted(ran))}); got {','.join(names)}"
+            )
+        return sw.paired_table(sw.paired_methods(results["runs"], *names))
     render = {
         "summary": lambda: sw.markdown_table(results["summary"], sw.TABLE_METRICS),
         "paired": lambda: sw.paired_table(results["paired"]),
@@ -385,7 +395,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--note", action="append", default=[], help="with --from-sweep: a note (repeatable)")
     p.add_argument("--against", type=Path, help="with --table paired-between: the second sweep's folder")
     p.add_argument(
-        "--names", default="", help="with --table paired-between: the two sweeps' names, 'ours,theirs'"
+        "--names",
+        default="",
+        help="with --table paired-between: the two sweeps' names, 'ours,theirs'; with paired-methods: "
+        "the two methods, 'fedtar,fedavg'",
     )
     p.add_argument("--docs", type=Path, default=DOCS, help="the folder block paths are relative to")
     p.add_argument("files", nargs="*", type=Path, help="documents (default: README.md and docs/*.md)")
