@@ -531,6 +531,12 @@ def _cell(mean: float, std: float | None) -> str:
     return f"{mean:.3f}" if std is None else f"{mean:.3f} ± {std:.3f}"
 
 
+def _difference_cell(mean: float, ci: tuple[float, float] | None) -> str:
+    if math.isnan(mean):
+        return "—"
+    return f"{mean:+.3f}" + ("" if ci is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]")
+
+
 def markdown_table(rows: list[dict[str, Any]], metrics: Sequence[str] = METRIC_NAMES) -> str:
     """Mean ± sample std; n = 1 shows the value alone (a std of one run does not exist)."""
     head = "| method | ε | ε spent | n | " + " | ".join(metrics) + " |\n"
@@ -553,14 +559,7 @@ def paired_table(rows: list[dict[str, Any]], metrics: Sequence[str] = PAIRED_MET
     head += "|" + " --- |" * (2 + len(metrics)) + "\n"
     lines = []
     for row in rows:
-        cells = []
-        for m in metrics:
-            mean, ci = row[m]
-            cells.append(
-                "—"
-                if math.isnan(mean)
-                else f"{mean:+.3f}" + ("" if ci is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]")
-            )
+        cells = [_difference_cell(*row[m]) for m in metrics]
         label = row.get("label", row["method"])
         lines.append(f"| {label} | {row['n']} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"
@@ -607,16 +606,14 @@ def per_site_vs(runs: list[dict[str, Any]], against: str, metric: str = "CIDEr")
         if (method, epsilon) == (against, None):
             continue
         seeds = sorted(set(by_seed) & set(reference))
-        cells = []
-        for site in sites:
-            mean, ci = _paired_mean_ci(
-                [by_seed[s].get(site, math.nan) - reference[s].get(site, math.nan) for s in seeds]
+        cells = [
+            _difference_cell(
+                *_paired_mean_ci(
+                    [by_seed[s].get(site, math.nan) - reference[s].get(site, math.nan) for s in seeds]
+                )
             )
-            cells.append(
-                "—"
-                if math.isnan(mean)
-                else f"{mean:+.3f}" + ("" if ci is None else f" [{ci[0]:+.3f}, {ci[1]:+.3f}]")
-            )
+            for site in sites
+        ]
         lines.append(f"| {labelled(method, epsilon)} | {len(seeds)} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"
 
