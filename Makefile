@@ -53,7 +53,7 @@ results: $(STAMP)
 # sweep is issue 31's comparison: FedAvg and FedTAR with distributed DP on the same patients and DP
 # recipe.
 results-hospital: $(STAMP)
-	$(SWEEP) --config configs/hospital-scale.toml --methods base,local,central,fedavg,fedtar --seeds 0,1,2 --epsilons inf,16,8,4,2,1 -o runs/results-hospital
+	$(SWEEP) --config configs/hospital-scale.toml --methods base,local,central,fedavg,fedtar,fedavg-ft,fedtar-ft --seeds 0,1,2 --epsilons inf,16,8,4,2,1 -o runs/results-hospital
 	$(SWEEP) --config configs/hospital-scale-distributed.toml --methods fedavg,fedtar --seeds 0,1,2 --epsilons 8,4,2,1 -o runs/results-hospital-distributed
 
 # docs/DEPLOYMENT.md's script end to end (examples/deploy-local/deploy.sh all): ~20 min here

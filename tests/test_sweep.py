@@ -510,7 +510,15 @@ def test_make_results_hospital_runs_issue_30s_grid_on_the_hospital_config():
     cmd = line.replace("$(SWEEP)", ".venv/bin/secure-fed sweep").split()
     _check_sweep_command(cmd)
     args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
-    assert args["--methods"].split(",") == ["base", "local", "central", "fedavg", "fedtar"]
+    assert args["--methods"].split(",") == [
+        "base",
+        "local",
+        "central",
+        "fedavg",
+        "fedtar",
+        "fedavg-ft",
+        "fedtar-ft",
+    ]
     assert args["--epsilons"].split(",") == ["inf", "16", "8", "4", "2", "1"]
     assert len(args["--seeds"].split(",")) >= 3
     synth = _config("hospital-scale").data.synth
