@@ -636,8 +636,10 @@ def wall_table(runs: list[dict[str, Any]]) -> str:
 
 
 def privacy_utility(runs: list[dict[str, Any]], metric: str = "CIDEr") -> list[dict[str, Any]]:
-    """Share of the non-private gain over ``base`` kept at each ε, per federated method and for
-    ``central`` (at a finite ε the pooled private ceiling: what any private method could keep).
+    """Share of the non-private gain over ``base`` kept at each ε, per federated method, its
+    site-fine-tuned variant (``fedavg-ft``: the private federated model, then each site's own
+    epochs on its own patients, a model that never leaves the site) and ``central`` (at a finite ε
+    the pooled private ceiling: what any private method could keep).
 
     Paired: each share is taken over the seeds that base, the method without DP and the method at
     that ε all have (a partial grid's means over different seeds would compare different cohorts);
@@ -647,7 +649,7 @@ def privacy_utility(runs: list[dict[str, Any]], metric: str = "CIDEr") -> list[d
         seeds.setdefault((run["method"], run["epsilon"]), set()).add(run["seed"])
     out = []
     for method, epsilon in sorted(seeds, key=lambda k: (k[0], -(k[1] or math.inf))):
-        if method not in (*FEDERATED, CENTRAL):
+        if method not in (*FEDERATED, *FINE_TUNED, CENTRAL):
             continue
         common = seeds.get((BASE, None), set()) & seeds.get((method, None), set()) & seeds[(method, epsilon)]
         if not common:

@@ -110,6 +110,10 @@ def test_share_of_gain_kept():
     assert shares[("central", 4.0)] == pytest.approx(0.75) and shares[("fedtar", 4.0)] == pytest.approx(0.75)
     ce_f1 = privacy_table(privacy_utility(runs, "CE-F1"), "CE-F1")
     assert "| seeds | CE-F1 | share of gain kept |" in ce_f1
+    # the site-fine-tuned variant's share: against its own non-private cell
+    runs += [_run("fedavg-ft", None, 5.0), _run("fedavg-ft", 4.0, 4.6)]
+    shares = {(r["method"], r["epsilon"]): r["kept"] for r in privacy_utility(runs)}
+    assert shares[("fedavg-ft", 4.0)] == pytest.approx(0.9)
 
 
 def test_share_of_gain_kept_is_paired_on_the_seeds_every_cell_has():
