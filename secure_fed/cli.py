@@ -9,7 +9,7 @@ import shutil
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import click
 import typer
@@ -155,6 +155,15 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise _Terminated
 
 
+def _stopped(err: KeyboardInterrupt, how_to_go_on: str) -> NoReturn:
+    """Ctrl-C or SIGTERM: what stopped the command and how to go on, then its signal's exit code."""
+    terminated = isinstance(err, _Terminated)
+    console.print(
+        f"{'terminated' if terminated else 'interrupted'}; {how_to_go_on}", highlight=False, soft_wrap=True
+    )
+    raise typer.Exit(128 + (signal.SIGTERM if terminated else signal.SIGINT)) from None
+
+
 @app.command()
 def run(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML file (RunConfig tree)")] = None,
@@ -293,13 +302,7 @@ def run(
         raise
     except KeyboardInterrupt as err:
         # Click would swallow it with a bare newline; say what happened and how to go on.
-        stopped = "terminated" if isinstance(err, _Terminated) else "interrupted"
-        console.print(
-            f"{stopped}; `secure-fed run --resume {folder}` continues from the last checkpoint",
-            highlight=False,
-            soft_wrap=True,
-        )
-        raise typer.Exit(128 + (signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT)) from None
+        _stopped(err, f"`secure-fed run --resume {folder}` continues from the last checkpoint")
     finally:
         signal.signal(signal.SIGTERM, previous)
     _print_metrics(outcome.metrics)
@@ -436,15 +439,11 @@ def sweep(
         _fail(str(err))
         raise
     except KeyboardInterrupt as err:
-        stopped = "terminated" if isinstance(err, _Terminated) else "interrupted"
-        console.print(
-            f"{stopped}; the cells finished so far are kept in {out}. The same `secure-fed sweep` "
-            "command goes on: finished cells are skipped, the one that was running is set aside and "
-            "run again",
-            highlight=False,
-            soft_wrap=True,
+        _stopped(
+            err,
+            f"the cells finished so far are kept in {out}. The same `secure-fed sweep` command goes on: "
+            "finished cells are skipped, the one that was running is set aside and run again",
         )
-        raise typer.Exit(128 + (signal.SIGTERM if isinstance(err, _Terminated) else signal.SIGINT)) from None
     finally:
         signal.signal(signal.SIGTERM, previous)
     # Plain stdout, not rich: a markdown table wider than the terminal must not be re-wrapped.
