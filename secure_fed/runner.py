@@ -243,13 +243,29 @@ def _descendants() -> list[int]:
     return ours
 
 
+def _own_processes() -> list[int]:
+    """Every process of this user but this one (another user's fds cannot be read, nor signalled)."""
+    me, uid = os.getpid(), os.getuid()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != me:
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid == uid:
+                    pids.append(int(entry.name))
+    return pids
+
+
 def _holds(pid: int, paths: set[str]) -> bool:
-    """Whether process `pid` has one of `paths` open (a zombie holds nothing)."""
+    """Whether process `pid` has one of `paths` open for writing, as a log's writer (and the lock's
+    holder) does; a reader (an operator's `tail -f`) is left alone, and a zombie holds nothing."""
     with contextlib.suppress(OSError):
         for fd in os.listdir(f"/proc/{pid}/fd"):
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError, ValueError, IndexError):
                 if os.readlink(f"/proc/{pid}/fd/{fd}") in paths:
-                    return True
+                    info = Path(f"/proc/{pid}/fdinfo/{fd}").read_text()
+                    flags = int(info.split("flags:", 1)[1].split()[0], 8)
+                    if flags & os.O_ACCMODE != os.O_RDONLY:
+                        return True
     return False
 
 
@@ -273,18 +289,21 @@ def _reopen_ray_site_logs(paths: dict[str, Path], keys_dir: Path, run_id: str) -
 
     present = {site: path for site, path in paths.items() if path.exists()}
     wanted = {str(path.resolve()) for path in present.values()}
-    # Again until no process of ours holds a site log: a worker the raylet forked while the first
+    # Again until no process at all holds a site log: a worker the raylet forked while the first
     # pass froze the others is frozen and killed by the next, and a killed worker stuck in a disk
     # wait (an fsync on a loaded machine) is waited for, not taken for gone (CI lost site0's stop).
+    # The holders are looked for among all of this user's processes, not only our descendants: a
+    # worker killed while it forked leaves its child an orphan outside our tree, still holding the
+    # log's lock (a fresh-clone suite hung on it). Holding this run's own site log makes a process
+    # one of the run's workers, whoever its parent now is.
     frozen: set[int] = set()
     deadline = time.monotonic() + 30.0
     while True:
-        ours = _descendants()
-        for pid in set(ours) - frozen:
+        for pid in set(_descendants()) - frozen:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGSTOP)
             frozen.add(pid)
-        holders = [pid for pid in ours if _holds(pid, wanted)]
+        holders = [pid for pid in _own_processes() if _holds(pid, wanted)]
         if not holders or time.monotonic() > deadline:
             break
         for pid in holders:

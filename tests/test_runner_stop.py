@@ -5,9 +5,13 @@ log's lock, and when it lets go."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -51,18 +55,82 @@ for log in logs:
 """
 
 
-def test_the_stop_takes_a_site_log_from_every_process_holding_it(tmp_path):
+# A worker whose holder has left the run's process tree before the stop: its child forks a
+# grandchild and exits, so the grandchild (holding the log) is an orphan, as a worker's fork is when
+# the stop kills its parent mid-fork. It writes its pid, so the test can end it should the stop not.
+ORPHANING_WORKER = """
+import os, sys, time
+from pathlib import Path
+from secure_fed.audits.keys import load_private_key
+from secure_fed.audits.log import AuditLog
+path, keys = Path(sys.argv[1]), Path(sys.argv[2])
+log = AuditLog(path, "site0", "run1", load_private_key(keys, "site0"))
+log.append("alpha", {"note": "a record of the round"})
+read, write = os.pipe()
+if os.fork() == 0:
+    if os.fork() == 0:
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        (path.parent / "orphan.pid").write_text(str(os.getpid()))
+        os.write(write, b"x")
+        time.sleep(600)
+    os._exit(0)
+os.read(read, 1)
+print("ready", flush=True)
+time.sleep(600)
+"""
+
+
+def _stop(tmp_path, worker: str) -> tuple[subprocess.CompletedProcess, Path]:
     keys = tmp_path / "keys"
     write_key_pair(keys, "site0", Ed25519PrivateKey.generate())
     path = tmp_path / "audit" / "site0.jsonl"
     done = subprocess.run(
-        [sys.executable, "-c", DRIVER, WORKER, str(path), str(keys)],
+        [sys.executable, "-c", DRIVER, worker, str(path), str(keys)],
         capture_output=True,
         text=True,
         timeout=120,
     )
+    return done, path
+
+
+def test_the_stop_takes_a_site_log_from_every_process_holding_it(tmp_path):
+    done, path = _stop(tmp_path, WORKER)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["site0"], done.stdout  # site1 never wrote a log: nothing to sign there
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["event"] for r in records] == ["alpha", "run_aborted"]
     assert records[1]["prev_hash"] == records[0]["hash"]  # on the site's own chain
+
+
+def test_the_stop_takes_a_site_log_from_a_holder_outside_the_process_tree(tmp_path):
+    path = tmp_path / "audit" / "site0.jsonl"
+    path.parent.mkdir(parents=True)
+    path.touch()
+    # an operator's reader of the log (as `tail -f`): not a writer, so the stop must leave it be
+    reader = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; f = open(sys.argv[1]); print('ready', flush=True); time.sleep(600)",
+            str(path),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert reader.stdout.readline().strip() == "ready"
+        done, path = _stop(tmp_path, ORPHANING_WORKER)
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == ["site0"], done.stderr
+        records = [json.loads(line) for line in path.read_text().splitlines()]
+        assert [r["event"] for r in records] == ["alpha", "run_aborted"]
+        assert reader.poll() is None, "the stop killed a process that only read the log"
+    finally:
+        reader.kill()
+        reader.wait()
+        pid_file = tmp_path / "audit" / "orphan.pid"
+        if pid_file.exists():  # the orphan is this test's own process: end it if the stop did not
+            with contextlib.suppress(OSError):
+                os.kill(int(pid_file.read_text()), signal.SIGKILL)
