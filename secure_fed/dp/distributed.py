@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 
 from secure_fed.dp.events import ROUNDING_FLOAT_SLACK, Event, SkellamSum, rounded_sensitivities
+from secure_fed.dp.keystream import NoiseStream
 
 # Rotation float error stays far below one integer unit while the site's scaled norm is below
 # this (see the module docstring); a finer γ would buy nothing the accounting can use.
@@ -561,15 +562,19 @@ def unrotate(y: np.ndarray, round_seed: bytes, dim: int) -> np.ndarray:
 
 
 def encode_share(
-    clipped_sum: np.ndarray, plan: DistributedPlan, round_seed: bytes, rng: np.random.Generator
+    clipped_sum: np.ndarray, plan: DistributedPlan, round_seed: bytes, noise: NoiseStream
 ) -> np.ndarray:
     """A site's share of the round, as uint64 residues in [0, 2^bits) of length plan.padded_dim.
 
     clipped_sum: the site's sum of clipped per-patient updates (length plan.dim). It is projected
     onto the ball of radius plan.site_bound, scaled by 1/γ, rotated with the round's public signs,
-    rounded at random and given Skellam(share_mu) noise. `rng` must be secret to the site (a
-    keystream-seeded generator): it draws the rounding uniforms first, then the noise.
+    rounded at random and given Skellam(share_mu) noise. `noise` is the release's keystream, secret
+    to the site: the rounding uniforms and then the Poisson pairs come from its ChaCha20 generator
+    (`NoiseStream.cipher_generator`), never from a seeded statistical one.
     """
+    if not isinstance(noise, NoiseStream):
+        raise TypeError(f"DP noise must come from a NoiseStream (keystream), got {type(noise).__name__}")
+    rng = noise.cipher_generator()
     x = np.asarray(clipped_sum, dtype=np.float64)
     if x.ndim != 1 or x.shape[0] != plan.dim:
         raise ValueError(f"clipped_sum must be a vector of length {plan.dim}, got shape {x.shape}")

@@ -47,6 +47,7 @@ from secure_fed.dp.canaries import (
 )
 from secure_fed.dp.clipped_sum import clip_rows
 from secure_fed.dp.distributed import DistributedPlan, decode_sum, distributed_epsilon, encode_share
+from secure_fed.dp.keystream import STREAM_KEY_BYTES, NoiseStream
 from secure_fed.dp.one_run_audit import DEFAULT_CONFIDENCE, verdict
 
 CANARY = "white-box gradient canary held by a site as a patient: norm 4C (clipped to C), random direction"
@@ -97,8 +98,8 @@ def _audit_round_seed(round_id: int) -> bytes:
     return hashlib.sha256(f"secure_fed/distributed-dp/audit-round|{round_id}".encode()).digest()
 
 
-def _os_generator(_site: int) -> np.random.Generator:
-    return np.random.default_rng(int.from_bytes(os.urandom(16), "little"))
+def _os_stream(_site: int) -> NoiseStream:
+    return NoiseStream(os.urandom(STREAM_KEY_BYTES))
 
 
 def audit_distributed(
@@ -116,14 +117,14 @@ def audit_distributed(
     support: int = DEFAULT_SUPPORT,
     confidence: float = DEFAULT_CONFIDENCE,
     mechanism: DistributedPlan | None = None,
-    site_generator: Callable[[int], np.random.Generator] = _os_generator,
+    site_stream: Callable[[int], NoiseStream] = _os_stream,
 ) -> DistributedAudit:
     """Run `rounds` rounds of the distributed mechanism with `canaries` patient canaries and bound ε.
 
     sites: parties to the sum (default h = plan.honest_min), the first plan.colluders of them
     colluding with the server; canaries sit at the next `canary_sites` (honest) sites, `others`
     further patients at every site. mechanism: the plan the sites encode with (default `plan`).
-    site_generator(k): site k's secret generator (default: fresh OS entropy, as a real release).
+    site_stream(k): site k's secret keystream (default: a fresh OS key, as a real release).
     """
     run = plan if mechanism is None else mechanism
     if run.dim != plan.dim or run.gamma != plan.gamma or run.bits != plan.bits:
@@ -143,14 +144,14 @@ def audit_distributed(
     patients = [
         auditor.normal(size=(others, plan.dim)) * (clip / math.sqrt(plan.dim)) for _ in range(n_sites)
     ]
-    generators = [site_generator(k) for k in range(n_sites)]
+    streams = [site_stream(k) for k in range(n_sites)]
     mask = np.uint64((1 << plan.bits) - 1)
     projections = []
     for round_id in range(1, rounds + 1):
         seed = _audit_round_seed(round_id)
         view = np.zeros(plan.padded_dim, dtype=np.uint64)
-        for k, rng in enumerate(generators):
-            # the site's Poisson sample over its patients and the canaries it holds, from its own generator
+        for k, rng in enumerate(streams):
+            # the site's Poisson sample over its patients and the canaries it holds, from its own keystream
             own = patients[k][rng.random(others) < sampling_rate]
             mine = np.flatnonzero(drawn.included & (holder == k))
             chosen = mine[rng.random(len(mine)) < sampling_rate]

@@ -205,6 +205,20 @@ class NoiseStream:
         picked = population[index].reshape(shape)
         return picked.item() if size is None else picked
 
+    # -- draws numpy samples and this class does not ------------------------------------------
+    def cipher_generator(self) -> np.random.Generator:
+        """A numpy Generator over the ChaCha20 keystream (RFC 8439's block function, counter 0)
+        under a 256-bit key read from this stream: for draws numpy implements and this class does
+        not (distributed DP's Poisson pairs), with a cipher's output still behind every bit, not a
+        statistical generator's. numpy's samplers may reject and redraw, so the bytes they consume
+        (and their time) depend on the values: unlike `NoiseStream`'s own draws, a split request
+        gives other draws, and the timing is seen only by whoever watches the site's own CPU."""
+        from randomgen import ChaCha
+
+        key = np.empty(4, dtype=_WORD)
+        self.fill(key)
+        return np.random.Generator(ChaCha(key=key, counter=0, rounds=20))
+
     # -- Gaussians ----------------------------------------------------------------------------
     def _gaussians(self, count: int) -> np.ndarray:
         """`count` standard Gaussians: Box–Muller on consecutive pairs of uniforms, pair i giving

@@ -22,6 +22,7 @@ from secure_fed.crypto.transport import LocalTransport
 from secure_fed.crypto.vectors import client_step, sum_vectors
 from secure_fed.dp.distributed import DistributedPlan, decode_sum, encode_share, padded_size
 from secure_fed.dp.events import rounded_sensitivities
+from secure_fed.dp.keystream import NoiseStream
 from tests.adversarial.harness_secagg import (
     Pki,
     Site,
@@ -143,7 +144,7 @@ def _clipped_sums(sites: int, dim: int) -> dict[int, np.ndarray]:
 
 
 def _shares(plan: DistributedPlan, clipped: dict[int, np.ndarray]) -> dict[int, np.ndarray]:
-    return {k: encode_share(x, plan, SEED, np.random.default_rng(100 + k)) for k, x in clipped.items()}
+    return {k: encode_share(x, plan, SEED, NoiseStream(bytes([100 + k]) * 32)) for k, x in clipped.items()}
 
 
 def test_b_a_single_masked_upload_looks_uniform_and_carries_its_noise_share() -> None:

@@ -27,6 +27,7 @@ from secure_fed.dp.distributed import (
     unrotate,
 )
 from secure_fed.dp.events import EventFormatError, SkellamSum, from_json, rounded_sensitivities
+from secure_fed.dp.keystream import NoiseStream
 
 SEED = bytes(range(32))
 Q, STEPS, DELTA = 0.02, 200, 1e-5
@@ -88,7 +89,7 @@ def test_the_sum_of_k_shares_decodes_to_the_sum_within_the_rounding_error(plan: 
     vectors = [rng.normal(size=plan.dim) for _ in range(k)]
     vectors = [v * (3.0 / np.linalg.norm(v)) for v in vectors]
     quiet = dataclasses.replace(plan, share_mu=0.0)
-    shares = [encode_share(v, quiet, SEED, np.random.default_rng(10 + i)) for i, v in enumerate(vectors)]
+    shares = [encode_share(v, quiet, SEED, NoiseStream(bytes([10 + i]) * 32)) for i, v in enumerate(vectors)]
     assert all(s.dtype == np.uint64 and s.shape == (plan.padded_dim,) for s in shares)
     assert all(int(s.max()) < 2**plan.bits for s in shares)
     error = decode_sum(_ring_sum(shares, plan.bits), quiet, SEED) - sum(vectors)
@@ -97,7 +98,7 @@ def test_the_sum_of_k_shares_decodes_to_the_sum_within_the_rounding_error(plan: 
     # ... and is unbiased: the error is far below its worst case
     assert float(np.linalg.norm(error)) < 0.2 * k * math.sqrt(plan.padded_dim) * plan.gamma
     # with the noise, the decoded sum carries k shares' Skellam variance per coordinate
-    noisy = [encode_share(v, plan, SEED, np.random.default_rng(20 + i)) for i, v in enumerate(vectors)]
+    noisy = [encode_share(v, plan, SEED, NoiseStream(bytes([20 + i]) * 32)) for i, v in enumerate(vectors)]
     noise = decode_sum(_ring_sum(noisy, plan.bits), plan, SEED) - sum(vectors)
     expected = plan.gamma * math.sqrt(k * plan.share_mu)
     assert abs(float(noise.std()) / expected - 1) < 0.1
@@ -106,7 +107,7 @@ def test_the_sum_of_k_shares_decodes_to_the_sum_within_the_rounding_error(plan: 
 def test_a_site_sum_beyond_site_bound_is_projected_onto_the_ball(plan: DistributedPlan) -> None:
     quiet = dataclasses.replace(plan, share_mu=0.0)
     big = np.full(plan.dim, 1.0)  # norm √1000 ≈ 31.6 > site_bound 4
-    decoded = decode_sum(encode_share(big, quiet, SEED, np.random.default_rng(3)), quiet, SEED)
+    decoded = decode_sum(encode_share(big, quiet, SEED, NoiseStream(bytes([3]) * 32)), quiet, SEED)
     assert abs(float(np.linalg.norm(decoded)) - plan.site_bound) < math.sqrt(plan.padded_dim) * plan.gamma
 
 
@@ -126,8 +127,8 @@ def test_one_patient_moves_the_rounded_share_by_at_most_the_accounted_sensitivit
         g = rng.normal(size=plan.dim)
         g *= plan.clip / np.linalg.norm(g)
         for encoding in (quiet, noisy):
-            a = encode_share(base, encoding, SEED, np.random.default_rng(trial))
-            b = encode_share(base + g, encoding, SEED, np.random.default_rng(trial))
+            a = encode_share(base, encoding, SEED, NoiseStream(bytes([trial]) * 32))
+            b = encode_share(base + g, encoding, SEED, NoiseStream(bytes([trial]) * 32))
             v = centre(b.astype(np.int64) - a.astype(np.int64), plan.bits).astype(np.float64)
             assert float(np.linalg.norm(v)) <= plan.l2_sensitivity
             assert float(np.abs(v).sum()) <= plan.l1_sensitivity
@@ -141,7 +142,7 @@ def test_the_honest_shares_sum_to_mu_total(plan: DistributedPlan) -> None:
     big = dataclasses.replace(plan, dim=1 << 16, padded_dim=1 << 16, l2_sensitivity=l2, l1_sensitivity=l1)
     honest = big.honest_min - big.colluders
     zero = np.zeros(big.dim)
-    shares = [encode_share(zero, big, SEED, np.random.default_rng(30 + i)) for i in range(honest)]
+    shares = [encode_share(zero, big, SEED, NoiseStream(bytes([30 + i]) * 32)) for i in range(honest)]
     total = centre(_ring_sum(shares, big.bits), big.bits).astype(np.float64)
     # 65536 coordinates: the sample variance is within ~0.55% (one s.e.) of the true one
     assert abs(float(total.var()) / big.mu_total - 1) < 0.025
@@ -161,7 +162,7 @@ def test_max_sites_worst_case_inputs_do_not_wrap_and_more_sites_do() -> None:
     assert plan.wrap_bound_sites >= plan.max_sites
 
     def error(sites: int) -> float:
-        shares = [encode_share(spike, plan, SEED, np.random.default_rng(40 + i)) for i in range(sites)]
+        shares = [encode_share(spike, plan, SEED, NoiseStream(bytes([40 + i]) * 32)) for i in range(sites)]
         decoded = decode_sum(_ring_sum(shares, plan.bits), plan, SEED)
         return float(np.abs(decoded - sites * spike).max())
 

@@ -15,6 +15,7 @@ import pytest
 
 from secure_fed.dp.distributed import DistributedPlan, distributed_epsilon, plan_distributed
 from secure_fed.dp.distributed_audit import audit_distributed
+from secure_fed.dp.keystream import NoiseStream
 from secure_fed.dp.one_run_audit import PASSED, VIOLATION
 
 DIM, Q, ROUNDS, DELTA, CANARIES, GUESSES = 4096, 0.5, 4, 1e-5, 1000, 100
@@ -38,15 +39,15 @@ def plan() -> DistributedPlan:
 
 
 def _sites(seed: int):  # type: ignore[no-untyped-def]
-    # the sites' secret generators, pinned so the test is the same on every run
-    return lambda k: np.random.default_rng([seed, k])
+    # the sites' secret keystreams, pinned so the test is the same on every run
+    return lambda k: NoiseStream(bytes([seed, k]) * 16)
 
 
 def test_audit_of_the_distributed_sum_stays_below_the_accounted_epsilon(plan: DistributedPlan) -> None:
     """0.2 s: canaries at both honest sites, the view without the colluder's share."""
     audit = audit_distributed(
         plan, Q, ROUNDS, CANARIES, GUESSES, DELTA, np.random.default_rng(0),
-        canary_sites=2, site_generator=_sites(1),
+        canary_sites=2, site_stream=_sites(1),
     )  # fmt: skip
     assert audit.stated_epsilon == pytest.approx(distributed_epsilon(plan, Q, ROUNDS, DELTA))
     assert audit.stated_epsilon == pytest.approx(2.0, rel=1e-3)
@@ -64,7 +65,7 @@ def test_zero_noise_control_is_caught(plan: DistributedPlan) -> None:
     silent = dataclasses.replace(plan, mu_total=0.0, share_mu=0.0)
     audit = audit_distributed(
         plan, Q, ROUNDS, CANARIES, GUESSES, DELTA, np.random.default_rng(0),
-        canary_sites=2, site_generator=_sites(1), mechanism=silent,
+        canary_sites=2, site_stream=_sites(1), mechanism=silent,
     )  # fmt: skip
     assert audit.outcome.correct >= GUESSES - 2
     assert audit.outcome.epsilon_hat > audit.stated_epsilon and audit.verdict == VIOLATION

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from scipy import stats
 
 from secure_fed.dp.clipped_sum import clip_and_noise_sum
+from secure_fed.dp.distributed import encode_share, plan_distributed
 from secure_fed.dp.dpsgd import PatientDPSGD, poisson_sample
 from secure_fed.dp.histogram import gaussian_histogram
 from secure_fed.dp.keystream import NoiseStream, box_muller, release_key
@@ -67,6 +68,21 @@ def test_uniforms_are_the_top_53_bits_of_aes_ctr_words() -> None:
     assert fixed_stream().random(8).tolist() == expected
     # pinned, so a change of construction cannot pass unnoticed
     assert expected[:2] == [0.0650530082391576, 0.08318021235597195]
+
+
+def test_the_cipher_generator_is_chacha20_under_a_key_from_the_stream() -> None:
+    """Re-derived with OpenSSL's ChaCha20 (RFC 8439, counter and nonce 0) under the stream's next
+    32 bytes: numpy's samplers on it read a cipher's keystream, word for word."""
+    stream = fixed_stream()
+    key_bytes = np.empty(4, dtype="<u8")
+    stream.fill(key_bytes)
+    chacha = Cipher(algorithms.ChaCha20(key_bytes.tobytes(), bytes(16)), mode=None).encryptor()
+    expected = np.frombuffer(chacha.update(bytes(8 * 64)), dtype="<u8")
+    generator = fixed_stream().cipher_generator()
+    assert np.array_equal(generator.bit_generator.random_raw(64), expected)
+    # and its draws follow the key: another release's stream gives other draws
+    other = NoiseStream(release_key(NOISE_KEY, "test", 1, FRESH)).cipher_generator()
+    assert not np.array_equal(fixed_stream().cipher_generator().poisson(1e4, 16), other.poisson(1e4, 16))
 
 
 def test_gaussians_are_box_muller_of_the_uniforms() -> None:
@@ -234,6 +250,12 @@ def test_mechanisms_refuse_seeded_generators() -> None:
         poisson_sample(10, 0.5, torch.Generator().manual_seed(0))  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="NoiseStream"):
         PatientDPSGD([torch.nn.Linear(2, 1)], 1.0, 1.0, 1.0, torch.Generator())  # type: ignore[arg-type]
+    plan = plan_distributed(
+        target_epsilon=8.0, delta=1e-5, sample_rate=0.1, steps=10, clip=1.0, dim=4,
+        honest_min=3, colluders=1, bits=32, max_sites=5,
+    )  # fmt: skip
+    with pytest.raises(TypeError, match="NoiseStream"):  # distributed DP's noise share
+        encode_share(np.zeros(4), plan, bytes(32), np.random.default_rng(0))  # type: ignore[arg-type]
 
 
 def test_dpsgd_noise_is_the_streams_gaussians_rounded_to_the_parameter_dtype() -> None:

@@ -12,6 +12,7 @@ import pytest
 from secure_fed.crypto.secagg_protocol import PLAIN_SUM
 from secure_fed.distributed_plan import plan_digest, plan_for, round_seed
 from secure_fed.dp.distributed import decode_sum, encode_share
+from secure_fed.dp.keystream import NoiseStream
 from secure_fed.server.aggregation import AggregationSettings
 from secure_fed.server.strategies import RoundContext, make_strategy
 from secure_fed.server.strategies.distributed import DistributedFedAvg
@@ -55,7 +56,9 @@ def _round(cfg: Any, digests: dict[int, str]) -> tuple[np.ndarray, np.ndarray, A
     plan = plan_for(cfg, DIM, len(NODES))
     rng = np.random.default_rng(0)
     clipped = {n: rng.normal(0, 0.1, DIM) for n in NODES}
-    shares = {n: encode_share(clipped[n], plan, round_seed(cfg, 1), np.random.default_rng(n)) for n in NODES}
+    shares = {
+        n: encode_share(clipped[n], plan, round_seed(cfg, 1), NoiseStream(bytes([n]) * 32)) for n in NODES
+    }
     floors = {1: 8, 2: 16, 3: 4}
     ctx = RoundContext(
         round=1,

@@ -243,11 +243,8 @@ class ReportLearner:
             model, start, groups, privacy.clip, privacy.sampling_rate,
             privacy.n_patients[TRAIN], stream, work=self._clipped_sum,
         )  # fmt: skip
-        # the share's rounding and Skellam noise from a generator keyed by the release's keystream
-        seed = np.empty(4, dtype=np.uint64)
-        stream.fill(seed)
-        rng = np.random.default_rng(seed)
-        share = encode_share(clipped, privacy.distributed, round_seed(self.cfg, round_id), rng)
+        # the sample above, then the share's rounding and Skellam noise, all from this one keystream
+        share = encode_share(clipped, privacy.distributed, round_seed(self.cfg, round_id), stream)
         log.debug("site %s round %d: %d patients sampled", self.data.name, round_id, sampled)
         return share, 1, float("nan")
 
