@@ -138,7 +138,6 @@ class PrivateSteps:
         # the distributed site's kept copy, as the learner holds it across rounds
         self.sum_work = ClippedSum(self.model, self.clip)
         self.start = self.model.trainable_state()
-        self.share_rng = np.random.default_rng(12345)
         # site mode's local steps per round (train.local_epochs = 1), over which it spreads its setup
         self.site_steps_per_round = steps_per_epoch(q)
 
@@ -181,7 +180,7 @@ class PrivateSteps:
         return self._gradient(self.site_engine)
 
     def distributed_step(self, engine: PatientDPSGD, plan: DistributedPlan, seed: bytes) -> np.ndarray:
-        return encode_share(self._gradient(engine), plan, seed, self.share_rng)
+        return encode_share(self._gradient(engine), plan, seed, NoiseStream(bytes(32)))
 
 
 def _identities(nodes: list[int]) -> dict[int, SecAggIdentity]:
@@ -273,7 +272,8 @@ def bench_sites(
         w_build, c_build, _ = _timed(lambda: steps.build(NoiseStream(bytes(32))))
         w_ssetup, c_ssetup, _ = _timed(steps.site_round_setup)
         shares = {1: share} | {
-            n: encode_share(rng.normal(0.0, 1.0, steps.dim), plan, seed, rng) for n in range(2, sites + 1)
+            n: encode_share(rng.normal(0.0, 1.0, steps.dim), plan, seed, NoiseStream(bytes([n]) * 32))
+            for n in range(2, sites + 1)
         }
         w_ssum, c_ssum, _ = secure_sum(site_inputs, base, float_rules, repeat)
         w_dsum, c_dsum, total = secure_sum(shares, ring, ring_rules, repeat)

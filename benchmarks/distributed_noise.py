@@ -92,8 +92,7 @@ def _site_mode_std(vectors: list[np.ndarray], std: float) -> float:
 def _distributed_std(vectors: list[np.ndarray], plan: DistributedPlan) -> float:
     total = np.zeros(plan.padded_dim, dtype=np.uint64)
     for v in vectors:
-        rng = np.random.Generator(np.random.Philox(key=int.from_bytes(os.urandom(16), "little")))
-        total += encode_share(v, plan, SEED, rng)
+        total += encode_share(v, plan, SEED, NoiseStream(os.urandom(32)))
     total &= np.uint64((1 << plan.bits) - 1)
     released = decode_sum(total, plan, SEED)
     return float((released - sum(vectors)).std())
@@ -282,14 +281,15 @@ def main() -> None:
     # timing at d coordinates: distributed encoding vs site mode's noise addition
     timing_plan = _plan(args, honest_min=3, colluders=1, max_sites=50)
     vector = _vectors(1, args.dim, args.site_norm, rng)[0]
-    generator = np.random.Generator(np.random.Philox(key=12345))
+    # fixed key: the benchmark times the draws, it releases nothing
+    generator = NoiseStream(bytes(32)).cipher_generator()
 
     def site_noise() -> np.ndarray:
         stream = NoiseStream(os.urandom(32))
         return vector + site_std_each * stream.torch_standard_normal(args.dim).numpy()
 
     def encode() -> np.ndarray:
-        return encode_share(vector, timing_plan, SEED, generator)
+        return encode_share(vector, timing_plan, SEED, NoiseStream(bytes(32)))
 
     def rotation() -> np.ndarray:
         return rotate(vector / timing_plan.gamma, SEED, timing_plan.padded_dim)
