@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from secure_fed.audits.log import AuditLog
+from secure_fed.audits.log import AuditLog, AuditLogBusy
 from secure_fed.clients.handler import handle
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
@@ -289,35 +289,46 @@ def _reopen_ray_site_logs(paths: dict[str, Path], keys_dir: Path, run_id: str) -
 
     present = {site: path for site, path in paths.items() if path.exists()}
     wanted = {str(path.resolve()) for path in present.values()}
-    # Again until no process at all holds a site log: a worker the raylet forked while the first
-    # pass froze the others is frozen and killed by the next, and a killed worker stuck in a disk
-    # wait (an fsync on a loaded machine) is waited for, not taken for gone (CI lost site0's stop).
+    # Again until this process holds every site log's lock itself: an empty scan for holders is not
+    # enough. A killed process's fds vanish from /proc a moment before the kernel drops its lock (a
+    # SIGTERM stop lost every site's `run_aborted` to that window), and a worker the raylet forked
+    # while the first pass froze the others takes a log after the scan. A killed worker stuck in a
+    # disk wait (an fsync on a loaded machine) is waited for, not taken for gone.
     # The holders are looked for among all of this user's processes, not only our descendants: a
     # worker killed while it forked leaves its child an orphan outside our tree, still holding the
     # log's lock (a fresh-clone suite hung on it). Holding this run's own site log makes a process
     # one of the run's workers, whoever its parent now is.
     frozen: set[int] = set()
+    logs: dict[str, AuditLog] = {}
+    busy: dict[str, Exception] = {}
+    broken: set[str] = set()
     deadline = time.monotonic() + 30.0
     while True:
         for pid in set(_descendants()) - frozen:
             with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGSTOP)
             frozen.add(pid)
-        holders = [pid for pid in _own_processes() if _holds(pid, wanted)]
-        if not holders or time.monotonic() > deadline:
+        for pid in _own_processes():
+            if _holds(pid, wanted):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+        busy = {}
+        for site, path in present.items():
+            if site in logs or site in broken:
+                continue
+            try:
+                logs[site] = AuditLog(path, site, run_id, load_private_key(keys_dir, site))
+            except AuditLogBusy as err:
+                busy[site] = err
+            except Exception as err:  # noqa: BLE001 (a torn tail: verify names the log)
+                broken.add(site)
+                log.error("could not reopen %s to sign its run_aborted: %s", path, err)
+        if not busy or time.monotonic() > deadline:
             break
-        for pid in holders:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
         time.sleep(0.05)
-    logs = []
-    for site, path in present.items():
-        # no process of the run holds it now (a killed worker's files close before it is a zombie)
-        try:
-            logs.append(AuditLog(path, site, run_id, load_private_key(keys_dir, site)))
-        except Exception as err:  # noqa: BLE001 (a torn tail, a live writer: verify names the log)
-            log.error("could not reopen %s to sign its run_aborted: %s", path, err)
-    return logs
+    for site, err in busy.items():
+        log.error("could not reopen %s to sign its run_aborted: %s", present[site], err)
+    return [logs[site] for site in present if site in logs]
 
 
 def _exit_and_end_ray(code: int) -> None:

@@ -40,14 +40,28 @@ time.sleep(600)
 # (whose other children it must not touch), with the worker as its child, as Ray's workers are the
 # run's descendants.
 DRIVER = """
-import subprocess, sys
+import contextlib, os, signal, subprocess, sys
 from pathlib import Path
 from secure_fed.runner import _reopen_ray_site_logs
 worker, path, keys = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+if len(sys.argv) > 4:  # the first scan for holders finds none, as when the holder was forked after it
+    import secure_fed.runner as runner
+    scan, scans = runner._own_processes, []
+
+    def missing_the_first(scan=scan, scans=scans):
+        scans.append(1)
+        return scan() if len(scans) > 1 else []
+
+    runner._own_processes = missing_the_first
 command = [sys.executable, "-c", worker, str(path), str(keys)]
-proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+# its own session, to end whatever of it the stop leaves (frozen holders keep pytest's pipes open)
+proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
 assert proc.stdout.readline().strip() == "ready"
-logs = _reopen_ray_site_logs({"site0": path, "site1": path.with_name("site1.jsonl")}, keys, "run1")
+try:
+    logs = _reopen_ray_site_logs({"site0": path, "site1": path.with_name("site1.jsonl")}, keys, "run1")
+finally:
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)
 print(" ".join(log.party for log in logs), flush=True)
 for log in logs:
     log.append("run_aborted", {"signal": "SIGTERM", "round": 2}, round=2)
@@ -82,12 +96,12 @@ time.sleep(600)
 """
 
 
-def _stop(tmp_path, worker: str) -> tuple[subprocess.CompletedProcess, Path]:
+def _stop(tmp_path, worker: str, *flags: str) -> tuple[subprocess.CompletedProcess, Path]:
     keys = tmp_path / "keys"
     write_key_pair(keys, "site0", Ed25519PrivateKey.generate())
     path = tmp_path / "audit" / "site0.jsonl"
     done = subprocess.run(
-        [sys.executable, "-c", DRIVER, worker, str(path), str(keys)],
+        [sys.executable, "-c", DRIVER, worker, str(path), str(keys), *flags],
         capture_output=True,
         text=True,
         timeout=120,
@@ -102,6 +116,18 @@ def test_the_stop_takes_a_site_log_from_every_process_holding_it(tmp_path):
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert [r["event"] for r in records] == ["alpha", "run_aborted"]
     assert records[1]["prev_hash"] == records[0]["hash"]  # on the site's own chain
+
+
+def test_the_stop_takes_a_site_log_whose_holder_the_first_scan_missed(tmp_path):
+    """A worker the raylet forks while the stop freezes the others takes the log after the scan
+    for holders found none (CI: a SIGTERM stop left site logs unsigned, "another process is writing
+    this audit log"). The stop ends only once it holds each log's lock itself, not once a scan
+    comes up empty."""
+    done, path = _stop(tmp_path, WORKER, "miss-first-scan")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["site0"], done.stderr
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["event"] for r in records] == ["alpha", "run_aborted"]
 
 
 def test_the_stop_takes_a_site_log_from_a_holder_outside_the_process_tree(tmp_path):

@@ -82,6 +82,11 @@ class AuditLogError(RuntimeError):
     """The log cannot be opened or written safely."""
 
 
+class AuditLogBusy(AuditLogError):
+    """Another open file holds this log's lock: a live writer, or one whose exit has not yet
+    released it (the kernel drops a killed process's lock a moment after its fds are gone)."""
+
+
 def _plain(value: Any) -> Any:
     # numpy numbers and arrays turn up in payloads (ε, α); store them as their JSON equivalents.
     if isinstance(value, np.generic):
@@ -151,7 +156,7 @@ class AuditLog:
             fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
             self._file.close()
-            raise AuditLogError(f"{self.path}: another process is writing this audit log") from err
+            raise AuditLogBusy(f"{self.path}: another process is writing this audit log") from err
         try:
             self._next_seq, self._last_hash = self._resume_point(signing_key.public_key())
         except Exception:
