@@ -18,7 +18,15 @@ _FORCED = {
     "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
 }
 # Defaults: a user may point at a model hub on purpose.
-_DEFAULTS = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+_DEFAULTS = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    # Ray's coming default, taken now (Ray warns until it is set): an actor asking for no GPU keeps
+    # the devices its process sees instead of having them hidden. Ours ask for a GPU share whenever
+    # the run's device is CUDA (Ray still pins those), and otherwise train on the CPU by config.
+    "RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO": "0",
+}
 
 
 def node_environment() -> dict[str, str]:

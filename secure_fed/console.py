@@ -31,6 +31,15 @@ from rich.progress import (
 # progress or the signed stops): runner.run_simulation's docstring.
 _OUR_DEPRECATION = "`run_simulation` function is deprecated"
 _FORMAT = "%(levelname)s %(name)s: %(message)s"
+# torch deprecates `torch.jit.script` and still calls it itself, the first time forward-mode AD runs
+# (FedTAR's hypergradient `jvp` loads torch's JVP decompositions through it): nothing in our code or
+# the operator's hands. Only this one warning, from that one place, is dropped by default; every other
+# warning shows, and --verbose shows this one too.
+_TORCHS_OWN_DEPRECATION = {
+    "message": r"`torch\.jit\.script` is deprecated",
+    "category": FutureWarning,
+    "module": r"torch\.jit\._script",
+}
 
 
 class Terminated(KeyboardInterrupt):
@@ -69,10 +78,7 @@ def quiet_frameworks(verbose: bool = False) -> None:
         if not any(isinstance(f, _DropOurDeprecation) for f in console_handler.filters):
             console_handler.addFilter(_DropOurDeprecation())
     if not verbose:
-        # Python shows these to developers; a run's console is for the operator.
-        warnings.filterwarnings("ignore", category=DeprecationWarning)
-        warnings.filterwarnings("ignore", category=FutureWarning)  # deprecations announced to us
-        warnings.filterwarnings("ignore", category=ResourceWarning)
+        warnings.filterwarnings("ignore", **_TORCHS_OWN_DEPRECATION)  # type: ignore[arg-type]
 
 
 class _PretrainWatcher(logging.Handler):
