@@ -569,7 +569,7 @@ def encode_share(
     clipped_sum: the site's sum of clipped per-patient updates (length plan.dim). It is projected
     onto the ball of radius plan.site_bound, scaled by 1/γ, rotated with the round's public signs,
     rounded at random and given Skellam(share_mu) noise. `noise` is the release's keystream, secret
-    to the site: the rounding uniforms and then the Poisson pairs come from its ChaCha20 generator
+    to the site: the rounding uniforms and then the Poisson pairs come from its AES-CTR generator
     (`NoiseStream.cipher_generator`), never from a seeded statistical one.
     """
     if not isinstance(noise, NoiseStream):

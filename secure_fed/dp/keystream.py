@@ -207,17 +207,21 @@ class NoiseStream:
 
     # -- draws numpy samples and this class does not ------------------------------------------
     def cipher_generator(self) -> np.random.Generator:
-        """A numpy Generator over the ChaCha20 keystream (RFC 8439's block function, counter 0)
-        under a 256-bit key read from this stream: for draws numpy implements and this class does
-        not (distributed DP's Poisson pairs), with a cipher's output still behind every bit, not a
-        statistical generator's. numpy's samplers may reject and redraw, so the bytes they consume
-        (and their time) depend on the values: unlike `NoiseStream`'s own draws, a split request
-        gives other draws, and the timing is seen only by whoever watches the site's own CPU."""
-        from randomgen import ChaCha
+        """A numpy Generator over an AES-128-CTR keystream (block i is AES of the 128-bit
+        little-endian counter i, from 0) under a key read from this stream: for draws numpy
+        implements and this class does not (distributed DP's Poisson pairs), with a cipher's output
+        still behind every bit, not a statistical generator's. AES-128 (randomgen's `AESCounter`,
+        AES-NI where the CPU has it) because the Skellam share is most of a distributed step's noise
+        cost: it draws as fast as numpy's PCG64, where ChaCha20 took twice as long (a share's
+        2 × 69,632 Poisson draws: 3.9 ms against 7.8 ms on the 2-core machine of BENCHMARKS.md,
+        2026-12-03). numpy's samplers may reject and redraw, so the bytes they consume (and
+        their time) depend on the values: unlike `NoiseStream`'s own draws, a split request gives
+        other draws, and the timing is seen only by whoever watches the site's own CPU."""
+        from randomgen import AESCounter
 
-        key = np.empty(4, dtype=_WORD)
+        key = np.empty(2, dtype=_WORD)
         self.fill(key)
-        return np.random.Generator(ChaCha(key=key, counter=0, rounds=20))
+        return np.random.Generator(AESCounter(key=key, counter=0))
 
     # -- Gaussians ----------------------------------------------------------------------------
     def _gaussians(self, count: int) -> np.ndarray:
