@@ -240,6 +240,15 @@ def test_missing_file_is_a_problem(pristine: Run, tmp_path: Path) -> None:
     assert not result.ok and "cannot read" in str(result.problems[0])
 
 
+def test_a_run_folder_instead_of_its_logs_names_the_logs_to_pass(pristine: Run, tmp_path: Path) -> None:
+    """`audit verify runs/demo-…` (the folder a run prints) said only "cannot read: Is a directory"."""
+    run = tmp_path / "run"
+    (run / "audit").mkdir(parents=True)
+    result = verify_logs([run], load_public_keys(pristine.keys_dir))
+    assert not result.ok
+    assert f"{run}: a folder, not a log: pass its logs, {run / 'audit'}/*.jsonl" in str(result.problems[0])
+
+
 def test_json_lines_are_canonical(pristine: Run) -> None:
     line = pristine.paths["site-0"].read_text().splitlines()[0]
     assert line == json.dumps(json.loads(line), sort_keys=True, separators=(",", ":"), ensure_ascii=False)
