@@ -300,8 +300,8 @@ def _reopen_ray_site_logs(paths: dict[str, Path], keys_dir: Path, run_id: str) -
     # one of the run's workers, whoever its parent now is.
     frozen: set[int] = set()
     logs: dict[str, AuditLog] = {}
+    left = dict(present)  # the sites whose log is neither reopened nor found unreadable
     busy: dict[str, Exception] = {}
-    broken: set[str] = set()
     deadline = time.monotonic() + 30.0
     while True:
         for pid in set(_descendants()) - frozen:
@@ -313,16 +313,15 @@ def _reopen_ray_site_logs(paths: dict[str, Path], keys_dir: Path, run_id: str) -
                 with contextlib.suppress(OSError):
                     os.kill(pid, signal.SIGKILL)
         busy = {}
-        for site, path in present.items():
-            if site in logs or site in broken:
-                continue
+        for site, path in list(left.items()):
             try:
                 logs[site] = AuditLog(path, site, run_id, load_private_key(keys_dir, site))
             except AuditLogBusy as err:
                 busy[site] = err
+                continue
             except Exception as err:  # noqa: BLE001 (a torn tail: verify names the log)
-                broken.add(site)
                 log.error("could not reopen %s to sign its run_aborted: %s", path, err)
+            del left[site]
         if not busy or time.monotonic() > deadline:
             break
         time.sleep(0.05)

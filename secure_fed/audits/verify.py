@@ -675,13 +675,14 @@ def verify_logs(
     states: list[_LogState] = []
     for raw in paths:
         path = str(raw)
-        if Path(path).is_dir():
-            # the folder `secure-fed run` prints is the natural thing to pass; its logs sit under audit/
-            logs = Path(path) / "audit" if (Path(path) / "audit").is_dir() else Path(path)
-            checker.report(path, None, f"a folder, not a log: pass its logs, {logs}/*.jsonl")
-            continue
         try:
             lines = read_log(path)
+        except IsADirectoryError:
+            # the folder `secure-fed run` prints is the natural thing to pass; its logs sit under audit/
+            audit = Path(path) / "audit"
+            logs = audit if audit.is_dir() else Path(path)
+            checker.report(path, None, f"a folder, not a log: pass its logs, {logs}/*.jsonl")
+            continue
         except OSError as err:
             checker.report(path, None, f"cannot read: {err.strerror or err}")
             continue
