@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import warnings
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -31,15 +30,6 @@ from rich.progress import (
 # progress or the signed stops): runner.run_simulation's docstring.
 _OUR_DEPRECATION = "`run_simulation` function is deprecated"
 _FORMAT = "%(levelname)s %(name)s: %(message)s"
-# torch deprecates `torch.jit.script` and still calls it itself, the first time forward-mode AD runs
-# (FedTAR's hypergradient `jvp` loads torch's JVP decompositions through it): nothing in our code or
-# the operator's hands. Only this one warning, from that one place, is dropped by default; every other
-# warning shows, and --verbose shows this one too.
-_TORCHS_OWN_DEPRECATION = {
-    "message": r"`torch\.jit\.script` is deprecated",
-    "category": FutureWarning,
-    "module": r"torch\.jit\._script",
-}
 
 
 class Terminated(KeyboardInterrupt):
@@ -77,8 +67,6 @@ def quiet_frameworks(verbose: bool = False) -> None:
         console_handler.setLevel(logging.WARNING)
         if not any(isinstance(f, _DropOurDeprecation) for f in console_handler.filters):
             console_handler.addFilter(_DropOurDeprecation())
-    if not verbose:
-        warnings.filterwarnings("ignore", **_TORCHS_OWN_DEPRECATION)  # type: ignore[arg-type]
 
 
 class _PretrainWatcher(logging.Handler):

@@ -13,7 +13,7 @@ Usage per step:
     loss.backward()
     dp.privatize([slot_of_row_for_module_t for t], num_patients=len(batch))
     optimizer.step(); dp.zero_grad()
-Any other pass through the same modules (validation loss, JVPs) goes inside `with dp.paused():`.
+Any other pass through the same modules (validation loss, hypergradients) goes inside `with dp.paused():`.
 
 Randomness (Poisson sampling and noise) comes from a `NoiseStream`, an AES-256-CTR keystream under
 a per-release key, never from a seeded statistical generator. Noise is drawn module by module in
@@ -406,7 +406,7 @@ class PatientDPSGD:
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """Run the modules without per-row bookkeeping (validation losses, JVPs, evaluation):
+        """Run the modules without per-row bookkeeping (validation losses, hypergradients, evaluation):
         a forward or backward outside a DP step would otherwise leave activations that Opacus
         pairs with the next step's backward."""
         for wrapped in self.wrapped:

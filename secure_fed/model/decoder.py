@@ -39,6 +39,7 @@ def build_decoder(
         embd_pdrop=0.0,
         attn_pdrop=0.0,
     )
-    # Eager attention: forward-mode AD (the α hypergradient JVPs) is not implemented for SDPA.
+    # Eager attention: the α hypergradient differentiates a backward pass, and torch has no
+    # derivative for SDPA's fused CPU backward.
     config._attn_implementation = "eager"
     return GPT2LMHeadModel(config)

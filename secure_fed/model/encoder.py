@@ -19,7 +19,7 @@ class TimmEncoder(nn.Module):
             name, pretrained=False, in_chans=in_chans, img_size=img_size, num_classes=0, **kwargs
         )
         self.out_dim = int(self.backbone.num_features)
-        # Forward-mode AD (the α hypergradient JVPs) is not implemented for fused SDPA kernels.
+        # The α hypergradient differentiates a backward pass; fused SDPA kernels have no such derivative.
         for module in self.backbone.modules():
             if hasattr(module, "fused_attn"):
                 module.fused_attn = False

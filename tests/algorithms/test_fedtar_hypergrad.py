@@ -1,10 +1,13 @@
-"""Validation hypergradient scalars s_{p,t} = ∂L_p/∂α_t (forward-mode JVPs, float32) against
-float64 finite differences of the residual chain re-run with α_t ± h, on the real tiny model and a
-real site's validation patients (profiles from the site GMM)."""
+"""Validation hypergradient scalars s_{p,t} = ∂L_p/∂α_t (reverse-mode Jacobian-vector products,
+float32) against float64 finite differences of the residual chain re-run with α_t ± h, on the real
+tiny model and a real site's validation patients (profiles from the site GMM)."""
 
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 from collections import OrderedDict
 from pathlib import Path
 
@@ -74,7 +77,7 @@ def model64(site: SiteRuntime) -> ReportModel:
 def computed(
     site: SiteRuntime, chain_setup: tuple[np.ndarray, np.ndarray]
 ) -> tuple[ResidualChain, torch.Tensor, torch.Tensor]:
-    """One JVP run shared by the tests (they are the slow part); batch_size 4 splits patients across
+    """One hypergradient run shared by the tests (they are the slow part); batch_size 4 splits patients across
     batches, so the per-patient sums must add up across them."""
     start, snapshots = chain_setup
     chain = residual_chain(start, snapshots, ALPHA)
@@ -179,3 +182,38 @@ def test_unflatten_roundtrip_and_length_check(site: SiteRuntime) -> None:
         torch.testing.assert_close(back[name], state[name], rtol=0, atol=0)
     with pytest.raises(ValueError, match="adapters"):
         unflatten(torch.zeros(vec.numel() + 1, dtype=torch.float64), state)
+
+
+def test_the_hypergradient_raises_no_warning_of_its_own(site: SiteRuntime) -> None:
+    """A default FedTAR run must print no deprecation warning without a console filter hiding one.
+    torch warns once per process, when something first loads its forward-mode decompositions
+    (`torch.func.jvp` does, through the deprecated `torch.jit.script`), so the check runs in a fresh
+    interpreter where nothing has loaded them yet, every warning an error around the call."""
+    script = (
+        "import sys, warnings, torch\n"
+        "from secure_fed.config import RunConfig\n"
+        "from secure_fed.clients.runtime import SiteRuntime\n"
+        "from secure_fed.algorithms.fedtar.hypergrad import per_patient_hypergradients\n"
+        "from secure_fed.model.vectors import flatten\n"
+        "cfg = RunConfig.model_validate_json(sys.stdin.read())\n"
+        "site = SiteRuntime.create(cfg, 'site0')\n"
+        "final = flatten(site.learner.model.trainable_state())\n"
+        "directions = torch.randn(2, final.numel(), dtype=torch.float64) * 0.01\n"
+        "with warnings.catch_warnings():\n"
+        "    warnings.simplefilter('error')\n"
+        "    scalars, _ = per_patient_hypergradients(\n"
+        "        site.learner.model, final, directions, site.learner.data.val)\n"
+        "assert bool(torch.isfinite(scalars).all()) and scalars.abs().max() > 0\n"
+        "loaded = 'torch._decomp.decompositions_for_jvp' in sys.modules\n"
+        "print('loaded forward-mode decompositions:', loaded)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        input=site.cfg.model_dump_json(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "FLWR_TELEMETRY_ENABLED": "0"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "loaded forward-mode decompositions: False" in done.stdout, done.stdout
