@@ -89,9 +89,13 @@ def computed(
         site.learner.data.val,
         batch_size=4,
     )
-    # Functional: the model's own adapters are untouched, and it is left in train mode.
+    # Functional: the model's own adapters are untouched (the very same parameters, no gradient or
+    # per-row gradient left on them), and it is left in train mode.
     for name, value in site.learner.model.trainable_state().items():
         assert torch.equal(value, before[name]), name
+    for name, param in site.learner.model.named_parameters():
+        assert type(param) is torch.nn.Parameter, name
+        assert param.grad is None and getattr(param, "grad_sample", None) is None, name
     assert site.learner.model.training
     return chain, scalars, losses
 

@@ -1,25 +1,30 @@
 """Validation hypergradient scalars s_{p,t} = ∂L_p/∂α_t, one T-vector per validation patient.
 
-∂L/∂α_t = ⟨∇_w L(w^(T)), ∂w^(T)/∂α_t⟩ is a directional derivative of every validation row's loss,
-i.e. a Jacobian-vector product J·d_t. Reverse mode gives it without per-sample gradients and
-without forward-mode AD: g(u) = Jᵀu is linear in a dummy cotangent u, so ∂⟨g(u), d_t⟩/∂u = J·d_t.
-One forward and one differentiable backward per batch serve all T directions, each then one more
-backward. (torch.func.jvp would do the same, but the first call loads torch's forward-mode
-decompositions through the deprecated torch.jit.script, whose warning a default run would print.)
+∂L/∂α_t = ⟨∇_w L(w^(T)), ∂w^(T)/∂α_t⟩: each validation row's gradient at w^(T), projected on the
+T directions ∂w^(T)/∂α_t. torch's ExpandedWeights (the per-row gradients DP-SGD already uses,
+`dp.dpsgd.ExpandedWeightsModule`) give every row's gradient in one forward and one backward, so
+all T products cost one (rows × P)·(P × T) product more, where a Jacobian-vector product costs a
+pass per direction (and torch.func.jvp's first call loads torch's forward-mode decompositions
+through the deprecated torch.jit.script, whose warning a default run would print). A trainable
+parameter used by an op with no per-row rule raises at the forward, never a silent zero.
 Rows are then summed per patient (a patient's loss is the mean over its visits), which is the unit
 the DP clipping of the α scalars needs.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
-
 import torch
-from torch.func import functional_call
+from torch import nn
+from torch.nn.utils._expanded_weights.expanded_weights_impl import ExpandedWeight
 
 from secure_fed.data.batching import Examples
 from secure_fed.model.report_model import ReportModel
 from secure_fed.model.vectors import unflatten
+
+
+def _owner(model: nn.Module, name: str) -> tuple[nn.Module, str]:
+    path, _, attr = name.rpartition(".")
+    return (model.get_submodule(path) if path else model), attr
 
 
 def per_patient_hypergradients(
@@ -29,16 +34,17 @@ def per_patient_hypergradients(
     examples: Examples,
     batch_size: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns (S, losses): S[p, t] = ∂L_p/∂α_t and the per-patient validation loss L_p."""
+    """Returns (S, losses): S[p, t] = ∂L_p/∂α_t and the per-patient validation loss L_p.
+
+    The model's own parameters are swapped for w^(T) during each forward and put back after."""
     template = model.trainable_state()
     device = next(model.parameters()).device  # the products run where the model is
-    params = OrderedDict(
-        (n, v.to(device).requires_grad_(True)) for n, v in unflatten(final.float(), template).items()
-    )
-    tangents = [
-        [v.to(device) for v in unflatten(directions[t].float(), template).values()]
-        for t in range(directions.shape[0])
-    ]
+    at_final = {n: v.to(device).requires_grad_(True) for n, v in unflatten(final.float(), template).items()}
+    # (P × T): the directions, in the order the rows' gradients are laid side by side below
+    along = directions.double().T.contiguous().to(device)
+    slots = [(*_owner(model, n), at_final[n]) for n in template]
+    name_of = {id(at_final[n]): n for n in template}
+    originals = [owner._parameters[attr] for owner, attr, _ in slots]
     n_patients = int(examples.patient_slot.max()) + 1 if len(examples) else 0
     visits = torch.bincount(examples.patient_slot, minlength=n_patients).clamp_min(1).double()
     scalars = torch.zeros(n_patients, directions.shape[0], dtype=torch.float64)
@@ -48,24 +54,30 @@ def per_patient_hypergradients(
         for start in range(0, len(examples), batch_size):
             rows = slice(start, start + batch_size)
             inputs = (examples.images[rows], examples.input_ids[rows], examples.profiles[rows])
-            slots = examples.patient_slot[rows]
-            row_losses = functional_call(model, params, inputs, strict=False)
-            cotangent = torch.zeros_like(row_losses, requires_grad=True)
-            pulled = torch.autograd.grad(
-                row_losses,
-                list(params.values()),
-                grad_outputs=cotangent,
-                create_graph=True,
-                allow_unused=True,
-            )
-            used = [(g, i) for i, g in enumerate(pulled) if g is not None]
-            for t, tangent in enumerate(tangents):
-                along = sum((g * tangent[i]).sum() for g, i in used)
-                if not isinstance(along, torch.Tensor) or not along.requires_grad:
-                    continue  # no adapter this direction moves reaches the loss: ∂L/∂α_t = 0
-                (derivative,) = torch.autograd.grad(along, cotangent, retain_graph=True)
-                scalars[:, t].index_add_(0, slots, derivative.detach().double().cpu())
-            losses.index_add_(0, slots, row_losses.detach().double().cpu())
+            slots_of_rows = examples.patient_slot[rows]
+            n_rows = len(slots_of_rows)
+            for owner, attr, leaf in slots:
+                owner._parameters[attr] = ExpandedWeight(leaf, n_rows, "sum")
+            try:
+                row_losses = model(*inputs)
+            finally:
+                for (owner, attr, _), original in zip(slots, originals, strict=True):
+                    owner._parameters[attr] = original
+            row_losses.sum().backward()
+            grads = []
+            for _, _, leaf in slots:
+                sample = getattr(leaf, "grad_sample", None)
+                if sample is None and leaf.grad is not None:
+                    # autograd reached the parameter around its per-row rule: a zero would be wrong
+                    raise RuntimeError(f"{name_of[id(leaf)]} got a gradient but no per-row gradient")
+                grads.append(
+                    leaf.new_zeros(n_rows, leaf.numel()) if sample is None else sample.reshape(n_rows, -1)
+                )
+                leaf.grad_sample = None
+                leaf.grad = None
+            products = (torch.cat(grads, dim=1).double() @ along).cpu()
+            scalars.index_add_(0, slots_of_rows, products)
+            losses.index_add_(0, slots_of_rows, row_losses.detach().double().cpu())
     finally:
         model.train()
     return scalars / visits[:, None], losses / visits
