@@ -408,6 +408,7 @@ def sweep(
     from secure_fed.console import quiet_frameworks
 
     quiet_frameworks()  # a sweep trains and scores as `run` does: the operator's console, not the libraries'
+    from secure_fed.clients.guard import Refusal
     from secure_fed.sweep import sweep as run_sweep
 
     cfg = _config(config, {"fed.rounds": rounds, "fed.engine": "inprocess"})
@@ -438,6 +439,11 @@ def sweep(
     except ValueError as err:
         _fail(str(err))
         raise
+    except Refusal as err:
+        _fail(
+            f"a site refused the running cell ({err.code}): {err}; the cells finished so far are kept "
+            f"in {out}, and the same command, once that is fixed, goes on from them"
+        )
     except KeyboardInterrupt as err:
         _stopped(
             err,

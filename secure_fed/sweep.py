@@ -351,7 +351,7 @@ def _score_sites(
     cfg.audit.enabled = False
     replies: dict[str, dict[str, Any]] = {}
     for site in site_names(cfg):
-        runtime = SiteRuntime.create(cfg, site)
+        runtime = SiteRuntime.create(cfg, site, trains=False)
         # The reference's model was trained (or, for base, deliberately not) outside this runtime's
         # rounds; without this its guard refuses to score ("evaluate_untrained", a deployed site's
         # defence against a server) and every reference cell scored NaN.

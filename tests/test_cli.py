@@ -361,6 +361,21 @@ def test_a_sweep_keeps_the_libraries_advice_off_the_operators_console(tmp_path, 
     assert seen["verbosity"] == transformers.logging.ERROR
 
 
+def test_a_site_refusing_a_sweeps_cell_is_one_line_not_a_traceback(tmp_path, monkeypatch):
+    """A site's refusal inside a cell (a distributed-DP site without SecAgg+ keys was one) stopped
+    `secure-fed sweep` with a page of traceback; it is one line naming the refusal and what is kept."""
+    import secure_fed.sweep
+    from secure_fed.clients.guard import Refusal
+
+    def cells(*args, **kwargs):
+        raise Refusal("no_keys", "dp.noise = 'distributed' needs the sites' provisioned keys (SecAgg+)")
+
+    monkeypatch.setattr(secure_fed.sweep, "sweep", cells)
+    out = tmp_path / "s"
+    result = runner.invoke(app, ["sweep", "--methods", "base", "--seeds", "0", "-o", str(out)])
+    _one_error(result, "refused", "provisioned keys", str(out))
+
+
 def test_arguments_that_would_mislead_or_lose_data_are_refused(tmp_path):
     # an ε that is no budget is refused before the sweep's earlier cells spend hours
     out = tmp_path / "sw"

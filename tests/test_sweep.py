@@ -373,6 +373,32 @@ def test_fine_tuned_cell_starts_from_its_federated_cells_final_model(
     assert "| fedavg-ft | ∞ |" in md
 
 
+def test_fine_tuned_cell_of_a_distributed_dp_sweep_scores_its_sites(
+    make_config, tmp_path: Path, one_torch_thread
+):
+    """`fedavg-ft` on a `dp.noise = "distributed"` config: the sites score the fine-tuned model
+    (nothing is released, so the scoring runtimes plan no noise share) instead of each refusing for
+    want of SecAgg+ keys, which stopped the sweep with a traceback."""
+    cfg = make_config(
+        dp__enabled=True,
+        dp__target_epsilon=8.0,
+        dp__sample_rate=0.5,
+        dp__noise="distributed",
+        dp__honest_min=3,
+        fed__method="fedavg",
+        train__local_epochs=1,
+    )
+    out = tmp_path / "sw"
+    results = sweep_module.sweep(cfg, ["fedavg-ft"], [0], [8.0], out, log=lambda _: None)
+    federated, tuned = results["runs"]
+    assert (federated["method"], tuned["method"]) == ("fedavg", "fedavg-ft")
+    assert set(tuned["per_site"]) == {"site0", "site1", "site2"}
+    assert all(math.isfinite(v["CIDEr"]) for v in tuned["per_site"].values())
+    # the fine-tuned cell's ε is its federated cell's: the distributed release's own accounting
+    assert tuned["privacy"] == federated["privacy"]
+    assert federated["privacy"]["epsilon"]["site0"]["rdp"] == pytest.approx(8.0, rel=1e-3)
+
+
 def _private(runs_eps: float, value: float, seed: int) -> dict:
     run = _run("fedtar", runs_eps, value, seed=seed, privacy={"epsilon": {"site0": {"rdp": runs_eps * 0.99}}})
     run["per_site"] = {"site0": dict.fromkeys(METRIC_NAMES, value)}

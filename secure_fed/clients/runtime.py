@@ -134,7 +134,11 @@ class SiteRuntime:
         site_key: bytes | None = None,
         keys_dir: Path | None = None,
         run_id: str = "",
+        trains: bool = True,
     ) -> SiteRuntime:
+        """`trains=False`: a runtime that only scores a model trained elsewhere (a sweep's
+        references): with distributed DP it plans no noise share, so it needs no SecAgg+ keys; its
+        DP setup (the GMM's histogram σ included) is the run's own."""
         if cfg.train.threads is not None:
             # This process may be a Ray actor or a SuperNode's: `secure-fed run` never set its
             # threads, and torch's default (every core) oversubscribes a shared machine: with one
@@ -175,7 +179,7 @@ class SiteRuntime:
             run_id=run_id,
             lifetime=lifetime,
         )
-        if privacy is not None and cfg.dp.noise == "distributed":
+        if privacy is not None and cfg.dp.noise == "distributed" and trains:
             runtime._plan_distributed()
         return runtime
 

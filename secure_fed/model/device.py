@@ -1,7 +1,7 @@
 """The one place that turns ``train.device`` into a torch device; nothing else picks a device.
 
-Everything trainable (base, adapters, hypernetworks, their per-copy clones, Opacus' per-sample
-gradients, the hypergradient products) lives where the model was put; inputs follow the model
+Everything trainable (base, adapters, hypernetworks, their per-copy clones, the per-row gradients
+of DP-SGD and of the α hypergradient) lives where the model was put; inputs follow the model
 (``ReportModel`` moves them). Values that leave the site (states, uploads) come back to the CPU.
 """
 
