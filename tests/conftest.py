@@ -48,6 +48,18 @@ def _hermetic_cache(cache_dir: Path) -> Iterator[None]:
         os.environ["SECURE_FED_CACHE"] = saved
 
 
+# distributed DP on the small config: every one of its 3 sites needed (h = 3, c = 1), one private
+# step a round: `make_config(**DISTRIBUTED_DP, fed__method=...)`
+DISTRIBUTED_DP: dict[str, object] = {
+    "dp__enabled": True,
+    "dp__target_epsilon": 8.0,
+    "dp__sample_rate": 0.5,
+    "dp__noise": "distributed",
+    "dp__honest_min": 3,
+    "train__local_epochs": 1,
+}
+
+
 def small_config(cache_dir: Path, out: Path, **overrides: object) -> RunConfig:
     data: dict = {
         "seed": 0,

@@ -25,6 +25,7 @@ from secure_fed.sweep import (
     t975,
     wall_table,
 )
+from tests.conftest import DISTRIBUTED_DP
 
 
 def _run(method, epsilon, value, seed=0, privacy=None):
@@ -380,13 +381,8 @@ def test_fine_tuned_cell_of_a_distributed_dp_sweep_scores_its_sites(
     (nothing is released, so the scoring runtimes plan no noise share) instead of each refusing for
     want of SecAgg+ keys, which stopped the sweep with a traceback."""
     cfg = make_config(
-        dp__enabled=True,
-        dp__target_epsilon=8.0,
-        dp__sample_rate=0.5,
-        dp__noise="distributed",
-        dp__honest_min=3,
+        **DISTRIBUTED_DP,
         fed__method="fedavg",
-        train__local_epochs=1,
     )
     out = tmp_path / "sw"
     results = sweep_module.sweep(cfg, ["fedavg-ft"], [0], [8.0], out, log=lambda _: None)

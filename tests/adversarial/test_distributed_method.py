@@ -7,18 +7,14 @@ from __future__ import annotations
 
 from secure_fed.dp.distributed import padded_size
 from tests.adversarial.harness import MaliciousServer
+from tests.conftest import DISTRIBUTED_DP
 
 
 def test_a_distributed_site_trains_only_the_method_it_planned(make_config, one_torch_thread) -> None:  # noqa: ANN001
     cfg = make_config(
-        dp__enabled=True,
-        dp__target_epsilon=8.0,
-        dp__sample_rate=0.5,
-        dp__noise="distributed",
-        dp__honest_min=3,
+        **DISTRIBUTED_DP,
         fed__method="fedtar",
         fed__rounds=2,
-        train__local_epochs=1,
     )
     server = MaliciousServer(cfg)
     site = server.victim

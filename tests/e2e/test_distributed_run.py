@@ -16,6 +16,7 @@ from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.report import write_report
 from secure_fed.audits.verify import verify_logs
 from secure_fed.runner import run_inprocess
+from tests.conftest import DISTRIBUTED_DP
 
 
 @pytest.mark.parametrize("method", ["fedavg", "fedtar"])
@@ -41,13 +42,8 @@ def test_distributed_run_completes_verifies_and_releases_the_planned_noise(make_
     monkeypatch.setattr(mechanism, "decode_sum", spy_decode)
     # h = 3 of 3 sites, c = 1: each share carries half the noise, the two honest ones all of it
     cfg = make_config(
-        dp__enabled=True,
-        dp__target_epsilon=8.0,
-        dp__sample_rate=0.5,
-        dp__noise="distributed",
-        dp__honest_min=3,
+        **DISTRIBUTED_DP,
         fed__method=method,
-        train__local_epochs=1,
     )
     outcome = run_inprocess(cfg, cfg.out)
     assert outcome.metrics["rounds"] == 2 and len(released) == 2
