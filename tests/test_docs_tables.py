@@ -232,6 +232,34 @@ def test_paired_between_sets_one_sweep_against_another_seed_by_seed(tmp_path):
         doc_tables.from_sweep(ours, "paired-between", "T", "cmd", "laptop")
 
 
+def test_per_site_vs_local_takes_local_from_the_sweep_given_against(tmp_path):
+    """A distributed-DP sweep has no `local` cells of its own (local training releases nothing, so
+    it is the site-mode sweep's, on the same cohort): --against names the folder that holds them;
+    a sweep with its own `local` keeps it, and without either there is nothing to render."""
+
+    def sweep_folder(name: str, cells: list[tuple[str, float | None, int, float]]) -> Path:
+        runs = [
+            {"method": m, "epsilon": e, "seed": s, "test": {"CIDEr": v}, "per_site": {"site4": {"CIDEr": v}}}
+            for m, e, s, v in cells
+        ]
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "results.json").write_text(json.dumps({"runs": runs}), encoding="utf-8")
+        return folder
+
+    ours = sweep_folder("distributed", [("fedavg-ft", 8.0, 0, 5.0), ("fedavg-ft", 8.0, 1, 6.0)])
+    theirs = sweep_folder(
+        "site",
+        [("local", None, 0, 4.0), ("local", None, 1, 4.0), ("fedavg", 8.0, 0, 1.0), ("fedavg", 8.0, 1, 1.0)],
+    )
+    data = doc_tables.from_sweep(ours, "cider-per-site-vs-local", "T", "cmd", "laptop", against=theirs)
+    assert data["columns"] == ["method (Δ CIDEr vs local)", "n", "site4"]
+    ((label, n, delta),) = data["rows"]  # the other sweep's own methods are not borrowed
+    assert (label, n) == ("fedavg-ft ε=8", "2") and delta.startswith("+1.500 [")
+    with pytest.raises(doc_tables.TableError, match="no `local` cells .* --against"):
+        doc_tables.from_sweep(ours, "cider-per-site-vs-local", "T", "cmd", "laptop")
+
+
 def test_paired_methods_compares_two_methods_of_one_sweep_at_each_epsilon(tmp_path):
     """FedTAR against FedAvg: at each ε both ran, paired on the seeds both have; an ε only one ran
     has no row, and a method the sweep did not run is refused naming the ones it did."""

@@ -264,6 +264,18 @@ def _parse_markdown(md: str) -> tuple[list[str], list[list[str]]]:
     return split[0], split[2:]
 
 
+def _with_local(results: dict[str, Any], against: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The sweep's cells and, where it has no `local` cells of its own, the ones of the sweep given
+    with --against: a distributed-DP sweep's cohort is the site-mode sweep's, and training alone
+    releases nothing, so it has no distributed run of its own. Only `local` is borrowed."""
+    from secure_fed import sweep as sw
+
+    runs = list(results["runs"])
+    if against is not None and not any(r["method"] == sw.LOCAL for r in runs):
+        runs += [r for r in against["runs"] if r["method"] == sw.LOCAL and r["epsilon"] is None]
+    return runs
+
+
 def sweep_markdown(
     results: dict[str, Any],
     table: str,
@@ -296,8 +308,8 @@ def sweep_markdown(
         "cider-per-site": lambda: sw.per_site_table(results["runs"]),
         "ce-f1-per-site": lambda: sw.per_site_table(results["runs"], "CE-F1"),
         "ce-f1-micro-per-site": lambda: sw.per_site_table(results["runs"], "CE-F1-micro"),
-        "cider-per-site-vs-local": lambda: sw.per_site_vs(results["runs"], sw.LOCAL),
-        "ce-f1-per-site-vs-local": lambda: sw.per_site_vs(results["runs"], sw.LOCAL, "CE-F1"),
+        "cider-per-site-vs-local": lambda: sw.per_site_vs(_with_local(results, against), sw.LOCAL),
+        "ce-f1-per-site-vs-local": lambda: sw.per_site_vs(_with_local(results, against), sw.LOCAL, "CE-F1"),
         "privacy-utility": lambda: sw.privacy_table(results["privacy_utility"]),
         "wall": lambda: sw.wall_table(results["runs"]),
         # from the cells, as the sweep computes it: a folder from before the table has them too
@@ -334,6 +346,8 @@ def from_sweep(
     results = _sweep_results(folder)
     other = _sweep_results(against) if against is not None else None
     md = sweep_markdown(results, table, other, names)
+    if not md and table.endswith("-vs-local"):
+        raise TableError(f"{path}: no `local` cells to compare; pass --against FOLDER, a sweep with them")
     if not md:
         raise TableError(f"{path}: the sweep has no '{table}' table (no such cells in {folder})")
     columns, rows = _parse_markdown(md)
@@ -393,7 +407,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--machine", default="", help="with --from-sweep: the machine it ran on")
     p.add_argument("--only", default="", help="with --from-sweep: comma-separated first cells to keep")
     p.add_argument("--note", action="append", default=[], help="with --from-sweep: a note (repeatable)")
-    p.add_argument("--against", type=Path, help="with --table paired-between: the second sweep's folder")
+    p.add_argument(
+        "--against",
+        type=Path,
+        help="with --table paired-between: the second sweep's folder; with a per-site-vs-local table: "
+        "the sweep whose `local` cells to use where this one has none",
+    )
     p.add_argument(
         "--names",
         default="",
