@@ -112,6 +112,57 @@ def check_modules(modules: Sequence[nn.Module]) -> list[tuple[str, nn.Module]]:
     return batch_norms
 
 
+@contextlib.contextmanager
+def expanded_weights(
+    slots: Sequence[tuple[nn.Module, str, torch.Tensor]], batch_size: int, loss_reduction: str = "sum"
+) -> Iterator[None]:
+    """For the forwards inside: each `owner`'s parameter `name` is torch's ExpandedWeight over the
+    given tensor (the parameter itself, or another value of it the module is to be run at), so the
+    backward leaves each row's gradient in that tensor's `grad_sample`. The parameters are put back
+    after, whatever happens."""
+    saved = [owner._parameters[name] for owner, name, _ in slots]
+    try:
+        for owner, name, tensor in slots:
+            owner._parameters[name] = ExpandedWeight(tensor, batch_size, loss_reduction)
+        yield
+    finally:
+        for (owner, name, _), param in zip(slots, saved, strict=True):
+            owner._parameters[name] = param
+
+
+def row_gradients(params: Sequence[torch.Tensor], rows: int) -> torch.Tensor:
+    """The per-row gradients left in `params` as a single (rows, P) matrix, the parameters flattened
+    side by side in order; zeros for a parameter that took no part in the loss.
+
+    One matrix, not one tensor per parameter, keeps the per-patient sum, the norms and the clipped
+    sum to a handful of large operations: with dozens of small LoRA and hypernetwork tensors per
+    copy, per-tensor bookkeeping costs more than the arithmetic.
+    """
+    blocks = []
+    for param in params:
+        grad_sample = getattr(param, "grad_sample", None)
+        if grad_sample is None:
+            if param.grad is not None:
+                # Autograd reached the parameter but not its per-row rule (module in eval mode under
+                # hooks, a forward under no_grad, or a path around the hooked layer): using zero here
+                # would silently train on noise alone.
+                raise RuntimeError(
+                    "a trainable parameter got a gradient but no per-row gradient; run the modules "
+                    "in train mode through their own forward, and call zero_grad() between steps"
+                )
+            blocks.append(param.new_zeros((rows, param.numel())))  # took no part in this loss
+            continue
+        if isinstance(grad_sample, list):
+            raise RuntimeError(
+                "several backward passes were accumulated before privatize(); "
+                "run one backward of the summed loss per step"
+            )
+        if grad_sample.shape[0] != rows:
+            raise ValueError(f"patient index has {rows} rows but the module saw {grad_sample.shape[0]} rows")
+        blocks.append(grad_sample.reshape(grad_sample.shape[0], -1))
+    return torch.cat(blocks, dim=1)
+
+
 class ExpandedWeightsModule(GradSampleModuleExpandedWeights):
     """Opacus' "ew" mode: torch's ExpandedWeights compute each row's gradient inside the backward
     of every op that uses a trainable parameter, with no module hooks, and autograd skips the
@@ -147,13 +198,8 @@ class ExpandedWeightsModule(GradSampleModuleExpandedWeights):
             if getattr(param, "grad_sample", None) is not None:
                 # ExpandedWeights would add this forward's rows onto the last step's
                 raise RuntimeError("per-row gradients of an earlier step were not cleared; call zero_grad()")
-        try:
-            for owner, name, param in self._slots:
-                owner._parameters[name] = ExpandedWeight(param, batch_size, self.loss_reduction)
+        with expanded_weights(self._slots, batch_size, self.loss_reduction):
             return self._module(*args, **kwargs)
-        finally:
-            for owner, name, param in self._slots:
-                owner._parameters[name] = param
 
     def disable_hooks(self) -> None:
         self._recording = False
@@ -248,41 +294,11 @@ class PatientDPSGD:
         return PoissonSampledGaussian(sampling_rate, self.noise_multiplier, steps)
 
     def _row_gradients(self, params: list[nn.Parameter], index: torch.Tensor | None) -> torch.Tensor | None:
-        """One module's per-row gradients as a single (rows, P) matrix, its trainable parameters
-        flattened side by side in order; None for a module that saw no rows this step.
-
-        One matrix per module, not one tensor per parameter, keeps the per-patient sum, the norms
-        and the clipped sum to a handful of large operations: with dozens of small LoRA and
-        hypernetwork tensors per copy, per-tensor bookkeeping costs more than the arithmetic.
-        """
+        """One module's per-row gradients (`row_gradients`); None for a module that saw no rows this
+        step."""
         if index is None or index.numel() == 0:
             return None  # module not run this step: no patient touched it
-        blocks = []
-        for param in params:
-            grad_sample = getattr(param, "grad_sample", None)
-            if grad_sample is None:
-                if param.grad is not None:
-                    # Autograd reached the parameter but Opacus' hooks did not (module in eval mode,
-                    # a forward under no_grad, or a path around the hooked layer): using zero here
-                    # would silently train on noise alone.
-                    raise RuntimeError(
-                        "a trainable parameter got a gradient but no per-row gradient; run the modules "
-                        "in train mode through their own forward, and call zero_grad() between steps"
-                    )
-                # the parameter took no part in this step's loss
-                blocks.append(param.new_zeros((index.shape[0], param.numel())))
-                continue
-            if isinstance(grad_sample, list):
-                raise RuntimeError(
-                    "several backward passes were accumulated before privatize(); "
-                    "run one backward of the summed loss per step"
-                )
-            if grad_sample.shape[0] != index.shape[0]:
-                raise ValueError(
-                    f"patient index has {index.shape[0]} rows but the module saw {grad_sample.shape[0]} rows"
-                )
-            blocks.append(grad_sample.reshape(grad_sample.shape[0], -1))
-        return torch.cat(blocks, dim=1)
+        return row_gradients(params, index.shape[0])
 
     def privatize(self, patient_index: Sequence[torch.Tensor | None], num_patients: int) -> StepStats:
         """Replace every trainable parameter's `.grad` with the clipped, noised, scaled patient sum.

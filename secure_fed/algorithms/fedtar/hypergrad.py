@@ -1,8 +1,8 @@
 """Validation hypergradient scalars s_{p,t} = ∂L_p/∂α_t, one T-vector per validation patient.
 
 ∂L/∂α_t = ⟨∇_w L(w^(T)), ∂w^(T)/∂α_t⟩: each validation row's gradient at w^(T), projected on the
-T directions ∂w^(T)/∂α_t. torch's ExpandedWeights (the per-row gradients DP-SGD already uses,
-`dp.dpsgd.ExpandedWeightsModule`) give every row's gradient in one forward and one backward, so
+T directions ∂w^(T)/∂α_t. torch's ExpandedWeights (DP-SGD's per-row gradients,
+`dp.dpsgd.expanded_weights` and `row_gradients`) give every row's gradient in one forward and one backward, so
 all T products cost one (rows × P)·(P × T) product more, where a Jacobian-vector product costs a
 pass per direction (and torch.func.jvp's first call loads torch's forward-mode decompositions
 through the deprecated torch.jit.script, whose warning a default run would print). A trainable
@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.utils._expanded_weights.expanded_weights_impl import ExpandedWeight
 
 from secure_fed.data.batching import Examples
+from secure_fed.dp.dpsgd import expanded_weights, row_gradients
 from secure_fed.model.report_model import ReportModel
 from secure_fed.model.vectors import unflatten
 
@@ -43,8 +43,7 @@ def per_patient_hypergradients(
     # (P × T): the directions, in the order the rows' gradients are laid side by side below
     along = directions.double().T.contiguous().to(device)
     slots = [(*_owner(model, n), at_final[n]) for n in template]
-    name_of = {id(at_final[n]): n for n in template}
-    originals = [owner._parameters[attr] for owner, attr, _ in slots]
+    leaves = list(at_final.values())
     n_patients = int(examples.patient_slot.max()) + 1 if len(examples) else 0
     visits = torch.bincount(examples.patient_slot, minlength=n_patients).clamp_min(1).double()
     scalars = torch.zeros(n_patients, directions.shape[0], dtype=torch.float64)
@@ -55,27 +54,14 @@ def per_patient_hypergradients(
             rows = slice(start, start + batch_size)
             inputs = (examples.images[rows], examples.input_ids[rows], examples.profiles[rows])
             slots_of_rows = examples.patient_slot[rows]
-            n_rows = len(slots_of_rows)
-            for owner, attr, leaf in slots:
-                owner._parameters[attr] = ExpandedWeight(leaf, n_rows, "sum")
-            try:
+            with expanded_weights(slots, len(slots_of_rows)):
                 row_losses = model(*inputs)
-            finally:
-                for (owner, attr, _), original in zip(slots, originals, strict=True):
-                    owner._parameters[attr] = original
             row_losses.sum().backward()
-            grads = []
-            for _, _, leaf in slots:
-                sample = getattr(leaf, "grad_sample", None)
-                if sample is None and leaf.grad is not None:
-                    # autograd reached the parameter around its per-row rule: a zero would be wrong
-                    raise RuntimeError(f"{name_of[id(leaf)]} got a gradient but no per-row gradient")
-                grads.append(
-                    leaf.new_zeros(n_rows, leaf.numel()) if sample is None else sample.reshape(n_rows, -1)
-                )
+            grads = row_gradients(leaves, len(slots_of_rows))
+            for leaf in leaves:
                 leaf.grad_sample = None
                 leaf.grad = None
-            products = (torch.cat(grads, dim=1).double() @ along).cpu()
+            products = (grads.double() @ along).cpu()
             scalars.index_add_(0, slots_of_rows, products)
             losses.index_add_(0, slots_of_rows, row_losses.detach().double().cpu())
     finally:
