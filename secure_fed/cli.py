@@ -280,7 +280,8 @@ def run(
     except OSError as err:
         _fail(f"--out {folder}: cannot write the run folder ({err.strerror}); choose a writable folder")
     from secure_fed.audits.log import AuditLogError
-    from secure_fed.runner import run_federated
+    from secure_fed.runner import SimulationFailed, run_federated
+    from secure_fed.superlink import SuperLinkError
 
     console.print(
         f"secure-fed: {cfg.fed.method}, {cfg.fed.rounds} rounds, engine={cfg.fed.engine}, "
@@ -297,7 +298,15 @@ def run(
             outcome = run_federated(
                 cfg, folder, resume=resume is not None, progress=shown.on_round, on_phase=shown.on_phase
             )
-    except (ValueError, FileNotFoundError, PermissionError, KeyError, AuditLogError) as err:
+    except (
+        ValueError,
+        FileNotFoundError,
+        PermissionError,
+        KeyError,
+        AuditLogError,
+        SuperLinkError,
+        SimulationFailed,
+    ) as err:
         _fail(str(err), 1)
         raise
     except KeyboardInterrupt as err:

@@ -24,22 +24,12 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-# Flower warns *us* (the code calling it), not the operator, that `run_simulation` is deprecated:
-# the operator can do nothing about it, so the default console leaves it out; --verbose shows it.
-# Why the runner still calls it (Flower 1.42's `flwr run` path cannot keep Ray on 127.0.0.1, the
-# progress or the signed stops): runner.run_simulation's docstring.
-_OUR_DEPRECATION = "`run_simulation` function is deprecated"
 _FORMAT = "%(levelname)s %(name)s: %(message)s"
 
 
 class Terminated(KeyboardInterrupt):
     """SIGTERM (a service manager's stop), taken like Ctrl-C: the run stops, its logs sign
     `run_aborted` with the signal, and its last checkpoint stays for --resume."""
-
-
-class _DropOurDeprecation(logging.Filter):
-    def filter(self, record: logging.LogRecord) -> bool:
-        return _OUR_DEPRECATION not in record.getMessage()
 
 
 def quiet_frameworks(verbose: bool = False) -> None:
@@ -65,8 +55,6 @@ def quiet_frameworks(verbose: bool = False) -> None:
     FLOWER_LOGGER.propagate = False
     if not verbose and not os.environ.get("FLWR_LOG_LEVEL"):
         console_handler.setLevel(logging.WARNING)
-        if not any(isinstance(f, _DropOurDeprecation) for f in console_handler.filters):
-            console_handler.addFilter(_DropOurDeprecation())
 
 
 class _PretrainWatcher(logging.Handler):

@@ -358,6 +358,7 @@ def _stop_promptly_on_interrupt(
     folder: Path,
     box: dict[str, Any],
     site_logs: Callable[[], list[AuditLog]] = list,
+    armed: Callable[[], None] = lambda: None,
 ) -> Iterator[None]:
     """Ctrl-C ends a simulation now, not after the round (or pretraining) in progress.
 
@@ -403,10 +404,16 @@ def _stop_promptly_on_interrupt(
     init = ray.init
 
     def init_keeping_ours(*args: Any, **kwargs: Any) -> Any:
+        # What Flower's SimulationConfig cannot carry: every Ray service on 127.0.0.1, no dashboard.
+        kwargs.update(_node_ip_address="127.0.0.1", include_dashboard=False, logging_level=logging.ERROR)
         started = init(*args, **kwargs)
-        # Ray's driver takes SIGTERM at init (its handler exits mid-round after a native stack dump)
+        # Flower's simulation process took SIGINT and SIGTERM before (its handler ends the process
+        # with nothing signed), and Ray's driver takes SIGTERM at init (its handler exits mid-round
+        # after a native stack dump): the stop is ours again from here on
         if threading.current_thread() is threading.main_thread():
-            signal.signal(signal.SIGTERM, stop)
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                signal.signal(sig, stop)
+            armed()
         return started
 
     # SIGTERM too: a service manager stops a run with it
@@ -427,34 +434,188 @@ def run_simulation(
     progress: Callable[[int, int, RoundResult], None] | None = None,
     on_phase: Callable[[int, str], None] | None = None,
 ) -> RunOutcome:
-    """Flower's simulation engine (Ray), every Ray service on 127.0.0.1.
+    """Flower's simulation runtime (Ray) on Flower's supported path: the run goes to a SuperLink of
+    its own on 127.0.0.1 (secure_fed.superlink), and a simulation process this one starts takes it
+    with `flwr.simulation.run_simulation_process`.
 
-    Still Flower's deprecated `flwr.simulation.run_simulation` (its warning is kept off the default
-    console by console.quiet_frameworks). Flower 1.42's supported path is `flwr run` against a local
-    simulation federation, and it cannot keep what this runner guarantees (read from the installed
-    source: flwr/cli/local_superlink.py, flwr/simulation/app.py, flwr/proto/federation_config):
-    - it starts a detached `flower-superlink` on fixed ports (127.0.0.1:39091/39093) that outlives
-      the command, with its state in ~/.flwr, and runs the apps in a `flwr-simulation` process the
-      SuperLink spawns from a FAB of a project folder (an installed `secure-fed` has none);
-    - Ray is started in that process from a SimulationConfig that carries only CPUs, GPUs, logging
-      and num-supernodes: no `_node_ip_address` and no place for `without_ray_dashboard` (whose
-      head asks the cloud metadata IP); loopback would rest only on that process inheriting
-      `RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0` from secure_fed._env (with it Ray's
-      get_node_ip_address() is 127.0.0.1, without it this machine's outward 192.0.2.2, measured);
-    - the ServerApp runs in that other process: the per-round and per-phase progress callbacks, the
-      run's objects (config, keys folder, run id) and the Ctrl-C handler that signs every party's
-      `run_aborted` (which must stop Ray's workers, children of that process) are out of reach.
-    `flwr.simulation.run_simulation._run_simulation`, the engine both call, has no warning but is
-    private; calling it only to avoid the warning would hide the deprecation, not leave it."""
-    from flwr.simulation import run_simulation as flwr_run_simulation
+    That process is a child, not this one, because run_simulation_process ends its process
+    (flwr_exit: sys.exit, and os._exit five seconds later from a thread of its own). The child runs
+    the ServerApp and Ray's driver, holds the server's log and signs every party's stop; this process
+    shows the child's progress and log lines (sent over a pipe), forwards a SIGINT/SIGTERM to it and
+    keeps the SuperLink for the run's length. The child has a session of its own: a terminal's Ctrl-C
+    reaches it once, through here, never twice."""
+    import multiprocessing
+    import shutil
+    import signal
+    import tempfile
+    import threading
 
-    from secure_fed.clients.app import make_client_app
-    from secure_fed.server.app import make_server_app
+    from secure_fed.flower_apps import write_spec
+    from secure_fed.superlink import local_superlink, submit
 
     cfg = cfg.model_copy(update={"out": Path(out)})
     names = site_names(cfg)
     keys_dir = run_keys_dir(cfg, names)
     run_id = run_id_for(out, resume)
+    logs = Path(out) / "flower"
+    received: dict[str, Any] = {}
+    stop: dict[str, int] = {}
+    flwr_home = os.environ.get("FLWR_HOME")
+    with tempfile.TemporaryDirectory(prefix="secure-fed-flower-") as home, contextlib.ExitStack() as undo:
+        os.environ["FLWR_HOME"] = home  # where the simulation installs the FAB; gone with the run
+        undo.callback(
+            lambda: (
+                os.environ.__setitem__("FLWR_HOME", flwr_home)
+                if flwr_home is not None
+                else os.environ.pop("FLWR_HOME", None)
+            )
+        )
+        spec = Path(home) / "spec.json"
+        write_spec(spec, cfg.model_dump_json(), keys_dir, run_id)
+        with local_superlink(Path(home) / "superlink", logs / "superlink.log") as link:
+            token = submit(
+                link, spec, len(names), client_cpus=2, client_gpus=_site_gpu_share(cfg, len(names))
+            )
+            context = multiprocessing.get_context("spawn")
+            reader, writer = context.Pipe(duplex=False)
+            verbose = logging.getLogger().getEffectiveLevel() <= logging.INFO
+            child = context.Process(
+                target=_simulation_process,
+                args=(cfg, Path(out), resume, keys_dir, run_id, link.address, token, writer, verbose),
+                name="secure-fed-simulation",
+            )
+
+            def forward(signum: int, frame: object) -> None:
+                # one stop: the child signs it; a signal before the child's stop is armed waits for it
+                stop.setdefault("signal", signum)
+                if stop.get("armed"):
+                    with contextlib.suppress(OSError):
+                        os.kill(child.pid, stop["signal"])  # type: ignore[arg-type]
+
+            def armed() -> None:
+                stop["armed"] = 1
+                if "signal" in stop:
+                    forward(stop["signal"], None)
+
+            previous = {}
+            if threading.current_thread() is threading.main_thread():
+                previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                child.start()
+                writer.close()
+                _relay(reader, received, progress, on_phase, armed)
+                child.join()
+            finally:
+                for sig, handler in previous.items():
+                    signal.signal(sig, handler)
+            if "signal" in stop or (child.exitcode or 0) > 128:
+                # the child printed the stop and signed every log; the SuperLink ends with us
+                logging.shutdown()
+                shutil.rmtree(home, ignore_errors=True)  # the task secret and spec go as on a normal end
+                _exit_and_end_ray(child.exitcode if (child.exitcode or 0) > 128 else 128 + stop["signal"])
+    if "outcome" not in received:
+        why = received.get("error") or f"the simulation process ended with exit code {child.exitcode}"
+        raise SimulationFailed(
+            f"the simulation ended without a result ({why}); see {logs / 'simulation.log'}"
+        )
+    return received["outcome"]
+
+
+class SimulationFailed(RuntimeError):
+    """The simulation process ended without the run's result (its reason, and where Flower's log is)."""
+
+
+def _relay(
+    reader: Any,
+    received: dict[str, Any],
+    progress: Callable[[int, int, RoundResult], None] | None,
+    on_phase: Callable[[int, str], None] | None,
+    armed: Callable[[], None],
+) -> None:
+    """The child's messages until it closes the pipe: progress, phases and its log lines are shown
+    here, ``armed`` is called once its stop handler is in place, its result or error is kept in
+    ``received``."""
+    while True:
+        try:
+            kind, *body = reader.recv()
+        except EOFError:
+            return
+        except InterruptedError:  # a forwarded signal: the child goes on to its stop
+            continue
+        if kind == "round" and progress is not None:
+            progress(*body)
+        elif kind == "phase" and on_phase is not None:
+            on_phase(*body)
+        elif kind == "log":
+            record = logging.makeLogRecord(body[0])
+            logging.getLogger(record.name).handle(record)
+        elif kind == "armed":
+            armed()
+        elif kind in ("outcome", "error"):
+            received[kind] = body[0]
+
+
+class _PipeHandler(logging.Handler):
+    """The simulation process's own log lines, sent to the runner to be shown as if logged there."""
+
+    def __init__(self, writer: Any, level: int) -> None:
+        super().__init__(level)
+        self.writer = writer
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            fields = dict(record.__dict__, msg=record.msg if isinstance(record.msg, str) else str(record.msg))
+            fields.update(exc_info=None, exc_text=self.format(record) if record.exc_info else None)
+            self.writer.send(("log", fields))
+
+
+def _simulation_process(
+    cfg: RunConfig,
+    out: Path,
+    resume: bool,
+    keys_dir: Path | None,
+    run_id: str,
+    address: str,
+    token: str,
+    writer: Any,
+    verbose: bool,
+) -> None:
+    """The simulation process (run_simulation's child): the ServerApp, Ray's driver and the stop."""
+    from secure_fed.superlink import end_with_parent
+
+    os.setsid()
+    end_with_parent()  # a runner killed outright (OOM, SIGKILL) stops the run as SIGTERM does
+    from secure_fed.console import quiet_frameworks
+
+    quiet_frameworks(verbose)
+    _simulation_logging(Path(out) / "flower", writer, verbose)
+    try:
+        _simulate(cfg, out, resume, keys_dir, run_id, address, token, writer)
+    except Exception as err:  # the runner says it in one line; the traceback goes to Flower's log
+        from flwr.common.logger import FLOWER_LOGGER
+
+        FLOWER_LOGGER.error("the simulation process failed", exc_info=err)
+        writer.send(("error", f"{type(err).__name__}: {err}"))
+
+
+def _simulate(
+    cfg: RunConfig,
+    out: Path,
+    resume: bool,
+    keys_dir: Path | None,
+    run_id: str,
+    address: str,
+    token: str,
+    writer: Any,
+) -> None:
+    import queue
+
+    from flwr.simulation import run_simulation_process
+
+    from secure_fed.flower_apps import serve
+    from secure_fed.server.app import make_server_app
+
+    names = site_names(cfg)
     trail = (
         ServerTrail(Path(out) / "audit" / "server.jsonl", run_id, keys_dir)
         if keys_dir and cfg.audit.enabled
@@ -463,38 +624,71 @@ def run_simulation(
     if trail is not None and not resume:
         trail.start(cfg, keys_dir)  # type: ignore[arg-type]
     box: dict[str, Any] = {}
-    server_app = make_server_app(
-        cfg,
-        Path(out),
-        resume,
-        events=trail.event if trail else None,
-        progress=progress,
-        copy_record=trail.copy if trail else None,
-        result=box,
-        on_phase=on_phase,
+    serve(
+        make_server_app(
+            cfg,
+            Path(out),
+            resume,
+            events=trail.event if trail else None,
+            progress=lambda *shown: writer.send(("round", *shown)),
+            copy_record=trail.copy if trail else None,
+            result=box,
+            on_phase=lambda *shown: writer.send(("phase", *shown)),
+        )
     )
-    client_app = make_client_app(cfg, keys_dir=keys_dir, run_id=run_id)
     paths = {site: Path(out) / "audit" / f"{site}.jsonl" for site in names}
 
     def site_logs() -> list[AuditLog]:
         return _reopen_ray_site_logs(paths, keys_dir, run_id) if keys_dir is not None else []
 
-    with _stop_promptly_on_interrupt(trail, Path(out), box, site_logs), without_ray_dashboard():
-        flwr_run_simulation(
-            server_app=server_app,
-            client_app=client_app,
-            num_supernodes=len(names),
-            backend_config=loopback_ray_backend(client_cpus=2, client_gpus=_site_gpu_share(cfg, len(names))),
-        )
+    armed = lambda: writer.send(("armed",))  # noqa: E731
+    with _stop_promptly_on_interrupt(trail, Path(out), box, site_logs, armed), without_ray_dashboard():
+        try:
+            run_simulation_process(
+                runtime_api_address=address, log_queue=queue.Queue(), token=token, insecure=True
+            )
+        except SystemExit:  # its end, whatever the run's: the box says how the run went
+            pass
     if "outcome" not in box:
         if trail is not None and box.get("aborted"):
             trail.log.close()  # it ends with the orchestrator's signed `run_aborted` record
         elif trail is not None:
             trail.log.abandon()
-        raise RuntimeError(f"the simulation ended without a result: {box.get('error', 'see the log above')}")
+        writer.send(("error", box.get("error", "see Flower's log")))
+        return
     if trail is not None:
         trail.finish(box["final_state"])
-    return box["outcome"]
+    writer.send(("outcome", box["outcome"]))
+
+
+def _simulation_logging(folder: Path, writer: Any, verbose: bool) -> None:
+    """The simulation process's logging: our records go to the runner's console (the pretraining
+    bar watches two loggers at INFO); Flower's records go to FOLDER/simulation.log, and to the
+    console only with --verbose, as the stock `flwr-simulation` sends them to the SuperLink and not
+    to a console (an error that ends the run is the runner's one line naming the file). Its stdout
+    (Flower prints the FAB's installation there) goes to that file too."""
+    from flwr.common.logger import FLOWER_LOGGER, console_handler
+
+    folder.mkdir(parents=True, exist_ok=True)
+    watched = ("secure_fed.model.setup", "secure_fed.model.build")
+    shown = logging.INFO if verbose else logging.WARNING
+    to_runner = _PipeHandler(writer, logging.INFO)
+    to_runner.addFilter(lambda record: record.levelno >= shown or record.name in watched)
+    ours = logging.getLogger("secure_fed")
+    ours.setLevel(logging.INFO)
+    ours.propagate = False
+    ours.addHandler(to_runner)
+    record_file = logging.FileHandler(folder / "simulation.log", encoding="utf-8")
+    record_file.setLevel(logging.INFO)
+    record_file.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    FLOWER_LOGGER.addHandler(record_file)
+    if not verbose:
+        # an error that ends the run reaches the console as the runner's one line naming this file
+        console_handler.setLevel(logging.CRITICAL)
+    sink = os.open(folder / "simulation.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    sys.stdout.flush()
+    os.dup2(sink, 1)
+    os.close(sink)
 
 
 def preflight(cfg: RunConfig) -> None:

@@ -446,7 +446,10 @@ def test_model_cache_is_one_absolute_place(tmp_path, monkeypatch):
 # --- the run's console: quiet frameworks, progress, the closing privacy line (issue 15.5) ---
 
 
-def test_default_console_drops_framework_debug_and_our_deprecation(monkeypatch):
+def test_default_console_drops_framework_debug_and_filters_no_flower_warning(monkeypatch):
+    """Flower's DEBUG and INFO lines stay off the default console; every Flower warning reaches it.
+    (It once dropped Flower's deprecation notice for `run_simulation`; the runner no longer calls
+    it, see tests/server/test_simulation.py, so no filter is left.)"""
     import logging
     import warnings
 
@@ -466,12 +469,13 @@ def test_default_console_drops_framework_debug_and_our_deprecation(monkeypatch):
         quiet_frameworks(verbose=False)
         assert not FLOWER_LOGGER.propagate  # no second copy of each Flower line through the root
         debug = logging.LogRecord("flwr", logging.DEBUG, __file__, 1, "Registered 3 nodes", None, None)
-        ours = logging.LogRecord(
+        deprecated = logging.LogRecord(
             "flwr", logging.WARNING, __file__, 1, "The `run_simulation` function is deprecated", None, None
         )
         real = logging.LogRecord("flwr", logging.WARNING, __file__, 1, "node 3 unreachable", None, None)
-        shown = [r for r in (debug, ours, real) if r.levelno >= console_handler.level]
-        assert [r for r in shown if console_handler.filter(r)] == [real]
+        shown = [r for r in (debug, deprecated, real) if r.levelno >= console_handler.level]
+        assert console_handler.filters == []
+        assert [r for r in shown if console_handler.filter(r)] == [deprecated, real]
 
 
 def test_default_console_drops_no_python_warning():
@@ -569,6 +573,8 @@ def test_closing_privacy_line_names_accountant_delta_and_budget():
         # through Ray's own handler (a native stack dump, exit mid-round); now the way Ctrl-C ends it
         ("SIGTERM", 143, "terminated", "inprocess"),
         ("SIGTERM", 143, "terminated", "simulation"),
+        # the simulation runs in a process of its own: the runner forwards the signal to it once
+        ("SIGINT", 130, "interrupted", "simulation"),
     ],
 )
 def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir, signum, code, word, engine):
@@ -672,3 +678,21 @@ def test_client_dry_run_prints_the_hardened_environment_with_the_command(tmp_pat
         "HF_HUB_OFFLINE": "1",
     }
     assert hardening.items() <= settings.items(), settings
+
+
+def test_a_failed_simulation_is_one_line_naming_flowers_log(tmp_path, monkeypatch):
+    """The simulation process ended without a result (its own error, or killed): one line with the
+    reason and the log that holds the traceback, never a traceback."""
+    import secure_fed.runner
+    from secure_fed.runner import SimulationFailed
+
+    log = tmp_path / "o" / "flower" / "simulation.log"
+
+    def fail(*args, **kwargs):
+        raise SimulationFailed(f"the simulation ended without a result (exit code -9); see {log}")
+
+    monkeypatch.setattr(secure_fed.runner, "run_federated", fail)
+    result = runner.invoke(app, ["run", "--rounds", "1", "-o", str(tmp_path / "o")])
+    assert result.exit_code == 1, result.output
+    assert "exit code -9" in result.output and "simulation.log" in result.output
+    assert "Traceback" not in result.output

@@ -68,6 +68,15 @@ def test_simulation_engine_on_loopback_and_equal_to_inprocess(tmp_path: Path, ca
     # metadata service (169.254.169.254) which cloud it is on, whatever RAY_USAGE_STATS_ENABLED
     # says; a poll every 0.5 s catches that 1 s request only sometimes, so its process is refused.
     assert not [c for c in watch.commands if "dashboard/dashboard.py" in c], watch.commands
+    # Flower's supported path (a SuperLink of the run's own, run_simulation_process): nothing
+    # deprecated was called, on the console or in Flower's own logs of the run, and no filter sits
+    # between them (test_cli); the SuperLink, seen on loopback above, does not outlive the run.
+    flower_logs = sorted((tmp_path / "sim" / "flower").glob("*.log"))
+    assert [p.name for p in flower_logs] == ["simulation.log", "superlink.log"]
+    for text in (sim.stdout, *(p.read_text() for p in flower_logs)):
+        assert "deprecat" not in text.lower(), text[-3000:]
+    assert any("flower_superlink" in c for c in watch.commands), watch.commands
+    assert not _running_with(str(tmp_path / "sim" / "flower" / "superlink.log"))
 
     sim_metrics = json.loads((tmp_path / "sim" / "metrics.json").read_text())
     assert sim_metrics["rounds"] == ROUNDS and len(sim_metrics["per_round"]) == ROUNDS
@@ -118,3 +127,16 @@ def test_secagg_run_in_the_simulation_engine(tmp_path: Path, cache_dir: Path) ->
         timeout=300,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def _running_with(word: str) -> list[int]:
+    """The processes whose command line holds ``word``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if word in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
