@@ -8,6 +8,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -479,9 +480,10 @@ def run_simulation(
             context = multiprocessing.get_context("spawn")
             reader, writer = context.Pipe(duplex=False)
             verbose = logging.getLogger().getEffectiveLevel() <= logging.INFO
+            job = _SimulationJob(cfg, Path(out), resume, keys_dir, run_id, link.address, token)
             child = context.Process(
                 target=_simulation_process,
-                args=(cfg, Path(out), resume, keys_dir, run_id, link.address, token, writer, verbose),
+                args=(job, writer, verbose),
                 name="secure-fed-simulation",
             )
 
@@ -569,17 +571,20 @@ class _PipeHandler(logging.Handler):
             self.writer.send(("log", fields))
 
 
-def _simulation_process(
-    cfg: RunConfig,
-    out: Path,
-    resume: bool,
-    keys_dir: Path | None,
-    run_id: str,
-    address: str,
-    token: str,
-    writer: Any,
-    verbose: bool,
-) -> None:
+@dataclass(frozen=True)
+class _SimulationJob:
+    """What the simulation process needs of the runner: the run, and the SuperLink task to take."""
+
+    cfg: RunConfig
+    out: Path
+    resume: bool
+    keys_dir: Path | None
+    run_id: str
+    address: str
+    token: str
+
+
+def _simulation_process(job: _SimulationJob, writer: Any, verbose: bool) -> None:
     """The simulation process (run_simulation's child): the ServerApp, Ray's driver and the stop."""
     from secure_fed.superlink import end_with_parent
 
@@ -588,9 +593,9 @@ def _simulation_process(
     from secure_fed.console import quiet_frameworks
 
     quiet_frameworks(verbose)
-    _simulation_logging(Path(out) / "flower", writer, verbose)
+    _simulation_logging(job.out / "flower", writer, verbose)
     try:
-        _simulate(cfg, out, resume, keys_dir, run_id, address, token, writer)
+        _simulate(job, writer)
     except Exception as err:  # the runner says it in one line; the traceback goes to Flower's log
         from flwr.common.logger import FLOWER_LOGGER
 
@@ -598,16 +603,7 @@ def _simulation_process(
         writer.send(("error", f"{type(err).__name__}: {err}"))
 
 
-def _simulate(
-    cfg: RunConfig,
-    out: Path,
-    resume: bool,
-    keys_dir: Path | None,
-    run_id: str,
-    address: str,
-    token: str,
-    writer: Any,
-) -> None:
+def _simulate(job: _SimulationJob, writer: Any) -> None:
     import queue
 
     from flwr.simulation import run_simulation_process
@@ -615,6 +611,7 @@ def _simulate(
     from secure_fed.flower_apps import serve
     from secure_fed.server.app import make_server_app
 
+    cfg, out, resume, keys_dir, run_id = job.cfg, job.out, job.resume, job.keys_dir, job.run_id
     names = site_names(cfg)
     trail = (
         ServerTrail(Path(out) / "audit" / "server.jsonl", run_id, keys_dir)
@@ -645,7 +642,7 @@ def _simulate(
     with _stop_promptly_on_interrupt(trail, Path(out), box, site_logs, armed), without_ray_dashboard():
         try:
             run_simulation_process(
-                runtime_api_address=address, log_queue=queue.Queue(), token=token, insecure=True
+                runtime_api_address=job.address, log_queue=queue.Queue(), token=job.token, insecure=True
             )
         except SystemExit:  # its end, whatever the run's: the box says how the run went
             pass
