@@ -77,6 +77,11 @@ app.add_typer(code_app, name="code")
 console = Console(stderr=True)
 
 
+def _say(message: str) -> None:
+    # plain text: a config table's name ("[dp]") is what the operator must read, not markup
+    console.print(message, markup=False, highlight=False, soft_wrap=True)
+
+
 def _fail(message: str, code: int = 2) -> None:
     # Not wrapped (a log line per problem, greppable) and not read as markup (paths, "[data]").
     console.print(Text.assemble(("error:", "red"), " ", message), highlight=False, soft_wrap=True)
@@ -290,7 +295,7 @@ def run(
         soft_wrap=True,
     )
     if cfg.dp.enabled:
-        console.print(_ledger_note(cfg), soft_wrap=True, highlight=False)
+        _say(_ledger_note(cfg))
     # a service manager stops a run with SIGTERM: end it as Ctrl-C does, with the same way back
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
@@ -437,9 +442,7 @@ def sweep(
                 "--epsilons: DP cells on real patients' data need dp.ledger_dir (the folder that keeps "
                 "their ledger across runs): every cell is charged there"
             )
-        console.print(
-            "lifetime ledger: none (synthetic benchmark, [dp] ledger_dir unset): each cell's ε is its own"
-        )
+        _say("lifetime ledger: none (synthetic benchmark, [dp] ledger_dir unset): each cell's ε is its own")
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         results = run_sweep(

@@ -696,3 +696,13 @@ def test_a_failed_simulation_is_one_line_naming_flowers_log(tmp_path, monkeypatc
     assert result.exit_code == 1, result.output
     assert "exit code -9" in result.output and "simulation.log" in result.output
     assert "Traceback" not in result.output
+
+
+def test_the_ledger_line_names_the_config_key_as_written(tmp_path):
+    """The line says where to set the ledger: "[dp] ledger_dir", not a blank where the console took
+    the table name for markup ("synthetic benchmark,  ledger_dir unset")."""
+    result = runner.invoke(
+        app, ["sweep", "--methods", "no-such-method", "--epsilons", "8", "-o", str(tmp_path / "s")]
+    )
+    assert result.exit_code == 2
+    assert "synthetic benchmark, [dp] ledger_dir unset" in result.output  # `run` prints its line alike
