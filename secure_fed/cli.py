@@ -386,6 +386,27 @@ def _real_data(cfg: RunConfig) -> bool:
     return cfg.data.source != "synthetic"
 
 
+def _restore_cells(record_file: Path, out: Path) -> None:
+    from secure_fed.sweep import restore_cells
+
+    try:
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+        written = restore_cells(record, out)
+    except OSError as err:
+        _fail(f"--cells-from {record_file}: cannot read it ({err.strerror}); name a kept sweep record")
+        raise
+    except (json.JSONDecodeError, KeyError, TypeError) as err:
+        _fail(
+            f"--cells-from {record_file}: not a kept sweep record ({err}); "
+            "name one of docs/results/sweeps/*.json"
+        )
+        raise
+    except ValueError as err:
+        _fail(f"--cells-from {record_file}: {err}; pass another --out")
+        raise
+    _say(f"{len(written)} finished cell(s) from {record_file} written into {out}")
+
+
 def _ledger_note(cfg: RunConfig) -> str:
     if cfg.dp.ledger_dir is not None:
         return f"lifetime ledger: {cfg.dp.ledger_dir} (every run on these patients is charged there)"
@@ -412,6 +433,14 @@ def sweep(
     epsilons: Annotated[str, typer.Option(help="comma-separated ε targets; 'inf' = no DP")] = "inf",
     rounds: Annotated[int | None, typer.Option(help="federated rounds")] = None,
     out: Annotated[Path, typer.Option("--out", "-o", help="sweep folder")] = Path("runs/sweep"),
+    cells_from: Annotated[
+        Path | None,
+        typer.Option(
+            "--cells-from",
+            help="a kept record of a sweep's finished cells (docs/results/sweeps/NAME.json): they are "
+            "written into the folder first and not run again",
+        ),
+    ] = None,
 ) -> None:
     """Methods × seeds × ε on the same data, paired by seed; finished cells are skipped, so a sweep
     resumes where it stopped. Writes results.json, results.md (mean ± std, paired CIs, per-site
@@ -443,6 +472,8 @@ def sweep(
                 "their ledger across runs): every cell is charged there"
             )
         _say("lifetime ledger: none (synthetic benchmark, [dp] ledger_dir unset): each cell's ε is its own")
+    if cells_from is not None:
+        _restore_cells(cells_from, out)
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         results = run_sweep(

@@ -737,30 +737,67 @@ def _md_to_html(table: str) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def results_of(runs: list[dict[str, Any]], wall_s: float = 0.0) -> dict[str, Any]:
+    """results.json's content from the cells alone: everything else in it is derived from them."""
+    against = "fedtar" if any(r["method"] == "fedtar" for r in runs) else BASE
+    return {
+        "runs": runs,
+        "summary": summarise(runs),
+        "paired": paired_differences(runs, against),
+        "paired_vs_base": paired_differences(runs, BASE) if against != BASE else [],
+        # "does federating beat training alone": the question a site asks before it joins
+        "paired_vs_local": paired_differences(runs, LOCAL),
+        "privacy_utility": privacy_utility(runs),
+        "wall_s_this_call": round(wall_s, 1),
+        "wall_s_all_cells": round(sum(r.get("wall_s", 0.0) for r in runs), 1),
+    }
+
+
+def kept(out: Path) -> dict[str, Any]:
+    """A sweep folder's record worth committing: its configuration and every finished cell (the
+    tables are derived from these; checkpoints and logs are not kept)."""
+    saved = out / "sweep-config.json"
+    if not saved.is_file():
+        raise ValueError(f"{out}: no sweep-config.json; name a folder `secure-fed sweep -o` wrote")
+    return {"config": json.loads(saved.read_text()), "runs": load_cells(out)}
+
+
+def restore_cells(record: dict[str, Any], out: Path) -> list[Path]:
+    """The finished cells of a kept record (``kept``) written back into ``out``, each as its
+    folder's cell.json where the folder has none, so a sweep into ``out`` runs only the rest and its
+    tables cover both. A folder of another configuration is refused. The new cell.json files."""
+    out.mkdir(parents=True, exist_ok=True)
+    saved = out / "sweep-config.json"
+    if saved.exists() and _as_today(json.loads(saved.read_text())) != _as_today(record["config"]):
+        raise ValueError(f"{out} holds a sweep of another configuration than the kept cells ({saved})")
+    if not saved.exists():
+        saved.write_text(json.dumps(record["config"], indent=1))
+    written = []
+    for cell in record["runs"]:
+        done = cell_folder(out, cell["method"], cell["epsilon"], cell["seed"]) / "cell.json"
+        if done.exists():
+            continue
+        done.parent.mkdir(parents=True, exist_ok=True)
+        tmp = done.with_suffix(".tmp")
+        tmp.write_text(json.dumps(cell, indent=1))
+        tmp.replace(done)
+        written.append(done)
+    return written
+
+
 def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     """results.json, results.md, privacy_utility.png and results.html from every cell in ``out``."""
     runs = load_cells(out)
-    rows = summarise(runs)
+    results = results_of(runs, wall_s)
+    rows, paired, paired_base, paired_local = (
+        results[k] for k in ("summary", "paired", "paired_vs_base", "paired_vs_local")
+    )
     against = "fedtar" if any(r["method"] == "fedtar" for r in runs) else BASE
-    paired = paired_differences(runs, against)
-    paired_base = paired_differences(runs, BASE) if against != BASE else []
-    # "does federating beat training alone": the question a site asks before it joins
-    paired_local = paired_differences(runs, LOCAL)
-    pu = privacy_utility(runs)
+    pu = results["privacy_utility"]
     pu_ce = privacy_utility(runs, "CE-F1")
     png = out / "privacy_utility.png"
     has_plot = plot_privacy_utility(rows, png)
-    total_wall = sum(r.get("wall_s", 0.0) for r in runs)
-    results = {
-        "runs": runs,
-        "summary": rows,
-        "paired": paired,
-        "paired_vs_base": paired_base,
-        "paired_vs_local": paired_local,
-        "privacy_utility": pu,
-        "wall_s_this_call": round(wall_s, 1),
-        "wall_s_all_cells": round(total_wall, 1),
-    }
+    total_wall = results["wall_s_all_cells"]
     (out / "results.json").write_text(json.dumps(results, indent=1))
     sections = [
         ("Mean ± sample std over paired seeds", markdown_table(rows, TABLE_METRICS)),

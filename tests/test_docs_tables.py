@@ -298,3 +298,35 @@ def test_no_writing_period_labels_in_the_project():
     assert not hits, f"{len(hits)} writing-period label(s); give a date or commit instead:\n" + "\n".join(
         hits[:40]
     )
+
+
+def test_a_kept_sweep_record_renders_the_same_table_as_its_folder(tmp_path):
+    """--keep commits a sweep's cells (docs/results/sweeps/FOLDER.json); --from-sweep on that file
+    renders what the folder did, so a table can be remade and extended after runs/ is gone."""
+    from secure_fed import sweep as sw
+    from secure_fed.config import RunConfig
+
+    folder = tmp_path / "results-x"
+    runs = [
+        {"method": m, "epsilon": e, "seed": s, "test": {"CIDEr": v + s / 10}, "wall_s": 60.0}
+        for m, e, v in (("base", None, 1.0), ("central", None, 3.0), ("central", 8.0, 2.0))
+        for s in range(3)
+    ]
+    for cell in runs:
+        path = sw.cell_folder(folder, cell["method"], cell["epsilon"], cell["seed"]) / "cell.json"
+        path.parent.mkdir(parents=True)
+        path.write_text(json.dumps(cell), encoding="utf-8")
+    (folder / "sweep-config.json").write_text(
+        json.dumps(RunConfig().model_dump(mode="json", exclude={"out"}))
+    )
+    (folder / "results.json").write_text(json.dumps(sw.results_of(sw.load_cells(folder))), encoding="utf-8")
+    docs = tmp_path / "docs"
+    argv = ["--from-sweep", str(folder), "--table", "privacy-utility", "--name", "t", "--command", "c"]
+    assert doc_tables.main([*argv, "--machine", "m", "--keep", "--docs", str(docs)]) == 0
+    kept = docs / "results" / "sweeps" / "results-x.json"
+    from_folder = doc_tables.from_sweep(folder, "privacy-utility", "T", "c", "m")
+    from_kept = doc_tables.from_sweep(kept, "privacy-utility", "T", "c", "m")
+    assert from_kept["rows"] == from_folder["rows"] and from_kept["rows"]
+    assert from_kept["source"]["wall"] == from_folder["source"]["wall"] == "9.0 min (all cells in results-x)"
+    with pytest.raises(doc_tables.TableError, match="not a kept sweep record"):
+        doc_tables.from_sweep(docs / "results" / "t.json", "summary", "T", "c", "m")

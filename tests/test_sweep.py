@@ -567,3 +567,79 @@ def test_make_results_hospital_runs_issue_30s_grid_on_the_hospital_config():
         site.dp.delta,
     )
     assert dist.fed.rounds == site.fed.rounds * site.train.local_epochs * round(1 / site.dp.sample_rate)
+
+
+def test_a_kept_record_brings_a_lost_folders_cells_back_and_the_sweep_runs_only_the_rest(
+    tmp_path: Path, monkeypatch
+):
+    """runs/ is not committed and can be lost with its machine; the kept record (configuration and
+    finished cells, docs/results/sweeps/) restores them so a later sweep extends the same tables
+    instead of running hours of cells again, and is refused on another configuration."""
+    calls: list[tuple] = []
+
+    def fake_cell(base, method, epsilon, seed, folder):
+        calls.append((method, epsilon, seed))
+        return _run(method, epsilon, 1.0 + seed + (2.0 if method == "central" else 0.0), seed)
+
+    monkeypatch.setattr(sweep_module, "run_cell", fake_cell)
+    cfg = RunConfig()
+    first = tmp_path / "first"
+    sweep_module.sweep(cfg, ["base", "central"], [0, 1], [None], first, log=lambda _: None)
+    record = json.loads(json.dumps(sweep_module.kept(first)))  # as committed and read back
+    assert [(r["method"], r["seed"]) for r in record["runs"]] == [
+        ("base", 0),
+        ("base", 1),
+        ("central", 0),
+        ("central", 1),
+    ]
+    shutil.rmtree(first)  # the machine's runs/ is gone
+
+    again = tmp_path / "again"
+    written = sweep_module.restore_cells(record, again)
+    assert len(written) == 4 and sweep_module.restore_cells(record, again) == []
+    calls.clear()
+    results = sweep_module.sweep(cfg, ["base", "central"], [0, 1, 2], [None], again, log=lambda _: None)
+    assert calls == [("base", None, 2), ("central", None, 2)]
+    assert sweep_module.results_of(record["runs"])["summary"] == summarise(record["runs"])
+    assert [r["CIDEr"][0] for r in results["paired"]] == pytest.approx([2.0])  # central − base, 3 seeds
+
+    other = cfg.model_copy(deep=True)
+    other.fed.rounds = cfg.fed.rounds + 1
+    elsewhere = tmp_path / "other"
+    sweep_module.sweep(other, ["base"], [0], [None], elsewhere, log=lambda _: None)
+    with pytest.raises(ValueError, match="another configuration"):
+        sweep_module.restore_cells(record, elsewhere)
+    with pytest.raises(ValueError, match="no sweep-config.json"):
+        sweep_module.kept(tmp_path / "nothing")
+
+
+def test_sweep_cli_takes_finished_cells_from_a_kept_record(tmp_path: Path):
+    """`secure-fed sweep --cells-from` writes the kept cells into the folder and does not run them
+    (a real sweep with nothing left to run); a file that is not a record is one line naming it."""
+    from typer.testing import CliRunner
+
+    from secure_fed.cli import app
+
+    cfg = RunConfig()
+    cfg.fed.engine = "inprocess"  # what the sweep command runs
+    record = {
+        "config": cfg.model_dump(mode="json", exclude={"out"}),
+        "runs": [_run("base", None, 0.25, seed) for seed in (0, 1)],
+    }
+    kept_file = tmp_path / "kept.json"
+    kept_file.write_text(json.dumps(record))
+    out = tmp_path / "sw"
+    args = ["sweep", "--methods", "base", "--seeds", "0,1", "--cells-from", str(kept_file), "-o", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "2 finished cell(s)" in result.output and result.output.count("done already") == 2
+    saved = json.loads((out / "results.json").read_text())
+    assert [r["test"]["CIDEr"] for r in saved["runs"]] == [0.25, 0.25]
+
+    kept_file.write_text("{}")
+    result = CliRunner().invoke(app, [*args[:-2], "-o", str(tmp_path / "sw2")])
+    assert result.exit_code == 2
+    assert (
+        result.output.count("\n") == 1
+        and f"--cells-from {kept_file}: not a kept sweep record" in result.output
+    )

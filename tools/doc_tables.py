@@ -20,6 +20,7 @@ Cells are strings or numbers, rendered as given (store "0.123 ± 0.004" as a str
     python tools/doc_tables.py --write     # rewrite the stale blocks from their JSON
     python tools/doc_tables.py --from-sweep runs/results --table summary --name NAME \\
         --command "secure-fed sweep ..." --machine "..."   # docs/results/NAME.json from a sweep folder
+    # --keep also commits the folder's cells (docs/results/sweeps/), which --from-sweep reads in its place
 """
 
 from __future__ import annotations
@@ -364,7 +365,7 @@ def from_sweep(
             "commit": _git_head(),
             "date": dt.date.today().isoformat(),
             "machine": machine,
-            "wall": None if not wall_s else f"{wall_s / 60:.1f} min (all cells in {folder.name})",
+            "wall": None if not wall_s else f"{wall_s / 60:.1f} min (all cells in {_sweep_name(folder)})",
         },
         "columns": columns,
         "rows": rows,
@@ -373,17 +374,49 @@ def from_sweep(
 
 
 def _sweep_results(folder: Path) -> dict[str, Any]:
+    """A sweep folder's results.json, or the tables' data derived from a kept record of its cells
+    (docs/results/sweeps/NAME.json: the same tables once the folder is gone)."""
+    if folder.is_file():
+        from secure_fed import sweep as sw
+
+        try:
+            return sw.results_of(json.loads(folder.read_text(encoding="utf-8"))["runs"])
+        except (json.JSONDecodeError, KeyError, TypeError) as err:
+            raise TableError(f"{folder}: not a kept sweep record ({err}); name a sweep folder") from err
     path = folder / "results.json"
     if not path.is_file():
         raise TableError(f"{path}: no such file; run the sweep into {folder} first")
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def _sweep_name(path: Path) -> str:
+    """A sweep's name, from its folder or its kept record (FOLDER.json)."""
+    return path.stem if path.is_file() else path.name
+
+
+def keep_sweep(folder: Path, docs: Path = DOCS) -> Path:
+    """docs/results/sweeps/FOLDER.json: the sweep's configuration and finished cells, committed so
+    its tables can be rendered again, and the sweep extended (`secure-fed sweep --cells-from`),
+    after runs/ is gone."""
+    from secure_fed import sweep as sw
+
+    if folder.is_file():
+        raise TableError(f"{folder}: already a kept record; --keep takes a sweep folder")
+    try:
+        record = sw.kept(folder)
+    except ValueError as err:
+        raise TableError(str(err)) from err
+    out = docs / "results" / "sweeps" / f"{folder.name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return out
+
+
 def _names(given: str, folder: Path, against: Path | None) -> tuple[str, str]:
     parts = [p.strip() for p in given.split(",") if p.strip()]
     if len(parts) == 2:
         return parts[0], parts[1]
-    return folder.name, (against.name if against is not None else "the other")
+    return _sweep_name(folder), (_sweep_name(against) if against is not None else "the other")
 
 
 def dump_table(data: dict[str, Any]) -> str:
@@ -399,7 +432,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--check", action="store_true", help="exit 1 when a block differs from its JSON")
     mode.add_argument("--write", action="store_true", help="rewrite every stale block from its JSON")
-    mode.add_argument("--from-sweep", type=Path, metavar="FOLDER", help="a sweep folder (results.json)")
+    mode.add_argument(
+        "--from-sweep",
+        type=Path,
+        metavar="FOLDER",
+        help="a sweep folder (results.json), or a kept record of one (docs/results/sweeps/NAME.json)",
+    )
+    p.add_argument(
+        "--keep",
+        action="store_true",
+        help="with --from-sweep FOLDER: also keep its cells as docs/results/sweeps/FOLDER.json",
+    )
     p.add_argument("--table", choices=SWEEP_TABLES, help="with --from-sweep: which of the sweep's tables")
     p.add_argument("--name", help="with --from-sweep: writes docs/results/NAME.json")
     p.add_argument("--title", default="", help="with --from-sweep: the table's caption")
@@ -431,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             data = from_sweep(
                 args.from_sweep,
                 args.table,
-                args.title or f"{args.table} ({args.from_sweep.name})",
+                args.title or f"{args.table} ({_sweep_name(args.from_sweep)})",
                 args.command,
                 args.machine,
                 [o.strip() for o in args.only.split(",") if o.strip()],
@@ -443,6 +486,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(dump_table(data), encoding="utf-8")
             print(f"wrote {out}; then: python tools/doc_tables.py --write")
+            if args.keep:
+                print(f"kept the sweep's cells in {keep_sweep(args.from_sweep, args.docs)}")
             return 0
         files = args.files or doc_files()
         if args.check:
