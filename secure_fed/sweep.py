@@ -551,6 +551,34 @@ def markdown_table(rows: list[dict[str, Any]], metrics: Sequence[str] = METRIC_N
     return head + "\n".join(lines) + "\n"
 
 
+def interval_table(runs: list[dict[str, Any]], metrics: Sequence[str] = PAIRED_METRICS) -> str:
+    """Mean and its 95 % t interval over the seeds per (method, ε): for setting a mean against a
+    cell group it cannot be paired with (another sweep whose cells are not at hand)."""
+    groups: dict[tuple[str, float | None], list[dict[str, Any]]] = {}
+    for run in runs:
+        groups.setdefault((run["method"], run["epsilon"]), []).append(run)
+    head = "| method | ε | n | " + " | ".join(f"{m} [95 % CI]" for m in metrics) + " |\n"
+    head += "|" + " --- |" * (3 + len(metrics)) + "\n"
+    lines = []
+    for (method, epsilon), group in sorted(groups.items(), key=lambda item: _order(*item[0])):
+        cells = []
+        for name in metrics:
+            values = [float(r["test"].get(name, math.nan)) for r in group]
+            values = [v for v in values if not math.isnan(v)]
+            if not values:
+                cells.append("—")
+                continue
+            mean = float(np.mean(values))
+            if len(values) < 2:
+                cells.append(f"{mean:.3f}")
+                continue
+            half = t975(len(values) - 1) * float(np.std(values, ddof=1)) / math.sqrt(len(values))
+            cells.append(f"{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]")
+        eps = "∞" if epsilon is None else f"{epsilon:g}"
+        lines.append(f"| {method} | {eps} | {len(group)} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"
+
+
 def paired_table(rows: list[dict[str, Any]], metrics: Sequence[str] = PAIRED_METRICS) -> str:
     if not rows:
         return ""
@@ -801,6 +829,7 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     (out / "results.json").write_text(json.dumps(results, indent=1))
     sections = [
         ("Mean ± sample std over paired seeds", markdown_table(rows, TABLE_METRICS)),
+        ("Mean and 95 % t interval over seeds", interval_table(runs)),
         (f"Paired differences to {against}", paired_table(paired)),
         ("Paired differences to base", paired_table(paired_base)),
         ("Paired differences to local", paired_table(paired_local)),

@@ -91,6 +91,19 @@ def test_paired_interval_uses_per_seed_differences():
     assert lo > 0
 
 
+def test_interval_table_is_the_mean_and_its_t_interval_over_seeds():
+    """For a mean set against a group it cannot be paired with: 3 seeds of 1, 2, 3 give mean 2 and
+    2 ± 4.303 · 1 / √3; one seed gives its value alone; a missing metric is a dash."""
+    runs = [_run("central", 4.0, v, seed=s) for s, v in enumerate((1.0, 2.0, 3.0))]
+    runs.append(_run("fedavg", None, 0.5))
+    del runs[-1]["test"]["CE-F1"]
+    half = 4.303 / math.sqrt(3)
+    lines = sweep_module.interval_table(runs, ("CIDEr", "CE-F1")).splitlines()
+    assert lines[0] == "| method | ε | n | CIDEr [95 % CI] | CE-F1 [95 % CI] |"
+    interval = f"2.000 [{2 - half:.3f}, {2 + half:.3f}]"
+    assert lines[2:] == [f"| central | 4 | 3 | {interval} | {interval} |", "| fedavg | ∞ | 1 | 0.500 | — |"]
+
+
 def test_wall_table_is_minutes_per_cell_per_method_and_epsilon():
     runs = [_run("base", None, 1.0, seed=s) | {"wall_s": 60.0} for s in (0, 1)]
     runs += [_run("fedavg", 8.0, 2.0, seed=s) | {"wall_s": w} for s, w in ((0, 600.0), (1, 840.0))]

@@ -243,6 +243,7 @@ def write(files: Sequence[Path], docs: Path = DOCS) -> list[Stale]:
 
 SWEEP_TABLES = (
     "summary",
+    "intervals",
     "paired",
     "paired-base",
     "paired-local",
@@ -303,6 +304,7 @@ def sweep_markdown(
         return sw.paired_table(sw.paired_methods(results["runs"], *names))
     render = {
         "summary": lambda: sw.markdown_table(results["summary"], sw.TABLE_METRICS),
+        "intervals": lambda: sw.interval_table(results["runs"]),
         "paired": lambda: sw.paired_table(results["paired"]),
         "paired-base": lambda: sw.paired_table(results["paired_vs_base"]),
         "paired-local": lambda: sw.paired_table(results["paired_vs_local"]),
