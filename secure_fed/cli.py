@@ -402,7 +402,7 @@ def _restore_cells(record_file: Path, out: Path) -> None:
         )
         raise
     except ValueError as err:
-        _fail(f"--cells-from {record_file}: {err}; pass another --out")
+        _fail(f"--cells-from {record_file}: {err}")
         raise
     _say(f"{len(written)} finished cell(s) from {record_file} written into {out}")
 

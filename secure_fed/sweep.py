@@ -111,6 +111,32 @@ def _check_folder(base: RunConfig, out: Path) -> None:
         saved.write_text(json.dumps(mine, indent=1))
 
 
+def base_model_digest(cfg: RunConfig) -> str:
+    """This machine's base model for the sweep's config (pretrained and cached on first use, as
+    the first cell would): its weights' digest."""
+    from secure_fed.model.setup import build_report_model
+
+    return build_report_model(cfg).base_digest
+
+
+def _check_base_model(out: Path, digest: str) -> str:
+    """A folder's cells share one base model. Machines of the same kind pretrain different bases
+    from the same recipe, and a cell's figures depend on its base: a folder carried to, or its
+    cells restored on, a machine whose base differs would mix incomparable figures."""
+    saved = out / "sweep-base-model.json"
+    if saved.exists():
+        theirs = json.loads(saved.read_text())["base_model"]
+        if theirs != digest:
+            raise ValueError(
+                f"{out} holds cells of base model {theirs} ({saved}) and this machine's base is {digest} "
+                "(bases pretrained on different machines differ, and so do their figures); "
+                "pass another --out to run these cells on this machine's base"
+            )
+    else:
+        saved.write_text(json.dumps({"base_model": digest}))
+    return digest
+
+
 def _as_today(saved: dict[str, Any]) -> dict[str, Any] | None:
     """A saved config read by today's schema: a setting added since, at its default, is the same
     benchmark (a folder begun before an upgrade resumes); one that no longer validates is not."""
@@ -141,6 +167,7 @@ def sweep(
         torch.set_num_threads(base.train.threads)
     out.mkdir(parents=True, exist_ok=True)
     _check_folder(base, out)
+    base_model = _check_base_model(out, base_model_digest(base))
     started = time.monotonic()
     for epsilon in epsilons:
         for method in methods:
@@ -169,6 +196,7 @@ def sweep(
                     t0 = time.monotonic()
                     cell = run_cell(base, method, epsilon, seed, folder)
                     cell["wall_s"] = round(time.monotonic() - t0, 1)
+                    cell["base_model"] = base_model
                     folder.mkdir(parents=True, exist_ok=True)
                     tmp = done.with_suffix(".tmp")
                     tmp.write_text(json.dumps(cell, indent=1))
@@ -787,21 +815,34 @@ def kept(out: Path) -> dict[str, Any]:
     saved = out / "sweep-config.json"
     if not saved.is_file():
         raise ValueError(f"{out}: no sweep-config.json; name a folder `secure-fed sweep -o` wrote")
-    return {"config": json.loads(saved.read_text()), "runs": load_cells(out)}
+    model = out / "sweep-base-model.json"
+    base_model = json.loads(model.read_text())["base_model"] if model.is_file() else None
+    return {"config": json.loads(saved.read_text()), "base_model": base_model, "runs": load_cells(out)}
 
 
 def restore_cells(record: dict[str, Any], out: Path) -> list[Path]:
     """The finished cells of a kept record (``kept``) written back into ``out``, each as its
     folder's cell.json where the folder has none, so a sweep into ``out`` runs only the rest and its
-    tables cover both. A folder of another configuration is refused. The new cell.json files."""
-    out.mkdir(parents=True, exist_ok=True)
+    tables cover both. A folder of another configuration or base model is refused, and so is a
+    record that does not name its base model; the sweep then checks that base against this
+    machine's. The new cell.json files."""
+    config, runs, base_model = record["config"], list(record["runs"]), record.get("base_model")
     saved = out / "sweep-config.json"
-    if saved.exists() and _as_today(json.loads(saved.read_text())) != _as_today(record["config"]):
-        raise ValueError(f"{out} holds a sweep of another configuration than the kept cells ({saved})")
+    if saved.exists() and _as_today(json.loads(saved.read_text())) != _as_today(config):
+        raise ValueError(
+            f"{out} holds a sweep of another configuration than the kept cells ({saved}); pass another --out"
+        )
+    if base_model is None:
+        raise ValueError(
+            "the kept cells do not name their base model, so they cannot be set beside new ones; "
+            "run them again"
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    _check_base_model(out, base_model)
     if not saved.exists():
-        saved.write_text(json.dumps(record["config"], indent=1))
+        saved.write_text(json.dumps(config, indent=1))
     written = []
-    for cell in record["runs"]:
+    for cell in runs:
         done = cell_folder(out, cell["method"], cell["epsilon"], cell["seed"]) / "cell.json"
         if done.exists():
             continue

@@ -28,6 +28,12 @@ from secure_fed.sweep import (
 from tests.conftest import DISTRIBUTED_DP
 
 
+@pytest.fixture(autouse=True)
+def _one_base_model(monkeypatch):
+    """Every sweep here runs on one base model; building the real one would pretrain it."""
+    monkeypatch.setattr(sweep_module, "base_model_digest", lambda cfg: "base-a")
+
+
 def _run(method, epsilon, value, seed=0, privacy=None):
     return {
         "method": method,
@@ -616,6 +622,8 @@ def test_a_kept_record_brings_a_lost_folders_cells_back_and_the_sweep_runs_only_
     assert sweep_module.results_of(record["runs"])["summary"] == summarise(record["runs"])
     assert [r["CIDEr"][0] for r in results["paired"]] == pytest.approx([2.0])  # central − base, 3 seeds
 
+    assert record["base_model"] == "base-a" and {r["base_model"] for r in results["runs"]} == {"base-a"}
+
     other = cfg.model_copy(deep=True)
     other.fed.rounds = cfg.fed.rounds + 1
     elsewhere = tmp_path / "other"
@@ -624,6 +632,28 @@ def test_a_kept_record_brings_a_lost_folders_cells_back_and_the_sweep_runs_only_
         sweep_module.restore_cells(record, elsewhere)
     with pytest.raises(ValueError, match="no sweep-config.json"):
         sweep_module.kept(tmp_path / "nothing")
+    with pytest.raises(ValueError, match="do not name their base model"):
+        sweep_module.restore_cells(record | {"base_model": None}, tmp_path / "unnamed")
+    assert not (tmp_path / "unnamed").exists()
+
+
+def test_cells_of_another_base_model_are_not_mixed_in(tmp_path: Path, monkeypatch):
+    """Machines of the same kind pretrain different bases from one recipe (RESULTS.md, Machines):
+    a folder, or a kept record, of another machine's base is refused, not extended with cells that
+    cannot be compared with it."""
+    monkeypatch.setattr(sweep_module, "run_cell", lambda base, m, e, s, folder: _run(m, e, 1.0, s))
+    cfg = RunConfig()
+    there = tmp_path / "there"
+    sweep_module.sweep(cfg, ["base"], [0], [None], there, log=lambda _: None)
+    record = sweep_module.kept(there)
+    monkeypatch.setattr(sweep_module, "base_model_digest", lambda cfg: "base-b")  # another machine
+    with pytest.raises(ValueError, match="base model base-a .* this machine's base is base-b"):
+        sweep_module.sweep(cfg, ["base"], [0, 1], [None], there, log=lambda _: None)
+    here = tmp_path / "here"
+    assert len(sweep_module.restore_cells(record, here)) == 1
+    with pytest.raises(ValueError, match="this machine's base is base-b"):
+        sweep_module.sweep(cfg, ["base"], [0, 1], [None], here, log=lambda _: None)
+    assert not sweep_module.cell_folder(here, "base", None, 1).exists()
 
 
 def test_sweep_cli_takes_finished_cells_from_a_kept_record(tmp_path: Path):
@@ -637,6 +667,7 @@ def test_sweep_cli_takes_finished_cells_from_a_kept_record(tmp_path: Path):
     cfg.fed.engine = "inprocess"  # what the sweep command runs
     record = {
         "config": cfg.model_dump(mode="json", exclude={"out"}),
+        "base_model": "base-a",
         "runs": [_run("base", None, 0.25, seed) for seed in (0, 1)],
     }
     kept_file = tmp_path / "kept.json"

@@ -88,6 +88,17 @@ def base_cache_path(
     return Path(cfg.cache_dir) / f"base-{cfg.preset}-{digest}.pt"
 
 
+def weights_digest(state: dict[str, torch.Tensor]) -> str:
+    """The weights' identity: two bases pretrained from the same recipe on machines of the same
+    kind can differ (float reductions), and figures from different bases are not comparable."""
+    h = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        h.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        h.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()[:16]
+
+
 def build_model(
     cfg: ModelConfig,
     vocab_size: int,
@@ -118,6 +129,7 @@ def build_model(
             tmp = path.with_suffix(".tmp")
             torch.save(model.state_dict(), tmp)
             tmp.replace(path)
+    model.base_digest = weights_digest(model.state_dict())
     torch.manual_seed(adapter_seed + 1)
     model.add_adapters(
         cfg.lora_rank, cfg.lora_alpha, cfg.hyper_lora, cfg.gmm_components, cfg.profile_dim, cfg.hyper_rank

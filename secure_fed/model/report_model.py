@@ -47,6 +47,7 @@ class ReportModel(nn.Module):
         self.ctx = PatientContext()
         self.proj: nn.Linear | None = None  # W_proj, b_proj: q_p → φ_p
         self.adapted_layers: list[str] = []
+        self.base_digest = ""  # the frozen base weights' identity (build.weights_digest), set on build
 
     # -- structure ------------------------------------------------------------------------
     def add_adapters(

@@ -287,3 +287,16 @@ def test_trimmed_padding_leaves_every_row_loss_and_gradient_as_it_was(config: Ru
     for g, r in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(g, r, rtol=1e-4, atol=1e-6)
     assert any(float(g.abs().max()) > 0 for g in grads)
+
+
+def test_the_base_digest_names_the_frozen_base_weights(config: RunConfig) -> None:
+    """Two builds on one machine load the same cached base and name it alike, whatever adapter seed;
+    one changed base weight (what another machine's pretraining gives) is another base."""
+    from secure_fed.model.build import weights_digest
+    from secure_fed.model.setup import build_report_model
+
+    first = build_report_model(config)
+    again = build_report_model(config.model_copy(update={"seed": config.seed + 1}))
+    assert len(first.base_digest) == 16 and first.base_digest == again.base_digest
+    base = {k: v for k, v in first.state_dict().items() if "lora" not in k and "hyper" not in k}
+    assert weights_digest(base) != weights_digest(base | {"vis_proj.bias": base["vis_proj.bias"] + 1e-6})
