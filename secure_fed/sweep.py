@@ -478,22 +478,31 @@ def paired_between(
     reference: list[dict[str, Any]],
     names: tuple[str, str],
     metrics: Sequence[str] = PAIRED_METRICS,
+    against_method: str | None = None,
 ) -> list[dict[str, Any]]:
     """Each (method, ε) of ``runs`` minus the same (method, ε) of ``reference``, two sweeps of one
     cohort run two ways (distributed DP against site mode): mean per-seed difference and its 95 %
-    t interval over the seeds both have. ``names`` are the two ways, for the table's labels."""
+    t interval over the seeds both have. ``names`` are the two ways, for the table's labels.
+    ``against_method``: minus that method of ``reference`` at the same ε instead (every method of a
+    distributed-DP sweep against the private pooled `central`, the ceiling at that ε)."""
     theirs = _tests_by_cell(reference)
     rows = []
     for (method, epsilon), tests in sorted(_tests_by_cell(runs).items(), key=lambda item: _order(*item[0])):
-        other = theirs.get((method, epsilon))
+        other = theirs.get((against_method or method, epsilon))
         if other is None:
             continue
+        if against_method is None:
+            label = f"{labelled(method, epsilon)}: {names[0]} − {names[1]}"
+            heading = f"{names[0]} − {names[1]}, same method and ε"
+        else:
+            label = f"{labelled(method, epsilon)} ({names[0]}) − {against_method} ({names[1]})"
+            heading = f"{names[0]} − {against_method} ({names[1]}), same ε"
         row = {
             "method": method,
             "epsilon": epsilon,
-            "label": f"{labelled(method, epsilon)}: {names[0]} − {names[1]}",
+            "label": label,
             "against": names[1],
-            "heading": f"{names[0]} − {names[1]}, same method and ε",
+            "heading": heading,
         }
         rows.append(row | _differences(tests, other, metrics))
     return rows

@@ -330,3 +330,58 @@ def test_a_kept_sweep_record_renders_the_same_table_as_its_folder(tmp_path):
     assert from_kept["source"]["wall"] == from_folder["source"]["wall"] == "9.0 min (all cells in results-x)"
     with pytest.raises(doc_tables.TableError, match="not a kept sweep record"):
         doc_tables.from_sweep(docs / "results" / "t.json", "summary", "T", "c", "m")
+
+
+def test_paired_between_against_one_method_sets_each_method_against_central(tmp_path):
+    """Distributed DP's goal is the private pooled `central` of the site-mode sweep at the same ε:
+    --against-method pairs every method of one sweep with that method of the other, seed by seed."""
+    from secure_fed import sweep as sw
+
+    def sweep_folder(name: str, cells: list[tuple[str, float, int, float]]) -> Path:
+        runs = [{"method": m, "epsilon": e, "seed": s, "test": {"CIDEr": v}} for m, e, s, v in cells]
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "results.json").write_text(json.dumps({"runs": runs}), encoding="utf-8")
+        return folder
+
+    ours = sweep_folder(
+        "distributed", [("fedavg", 4.0, 0, 3.0), ("fedavg", 4.0, 1, 3.5), ("fedavg", 8.0, 0, 9.0)]
+    )
+    theirs = sweep_folder(
+        "site", [("central", 4.0, 0, 4.0), ("central", 4.0, 1, 4.0), ("fedavg", 4.0, 0, 1.0)]
+    )
+    args = [
+        "--from-sweep",
+        str(ours),
+        "--table",
+        "paired-between",
+        "--against",
+        str(theirs),
+        "--names",
+        "d,s",
+    ]
+    docs = tmp_path / "docs"
+    assert (
+        doc_tables.main(
+            [
+                *args,
+                "--against-method",
+                "central",
+                "--name",
+                "t",
+                "--command",
+                "c",
+                "--machine",
+                "m",
+                "--docs",
+                str(docs),
+            ]
+        )
+        == 0
+    )
+    data = json.loads((docs / "results" / "t.json").read_text())
+    assert data["columns"][:2] == ["d − central (s), same ε", "n"]
+    ((label, n, cider, *_),) = data["rows"]  # ε = 8 has no central to pair with
+    half = sw.t975(1) * float(np.std([-1.0, -0.5], ddof=1)) / np.sqrt(2)
+    assert (label, n) == ("fedavg ε=4 (d) − central (s)", "2")
+    assert cider == f"-0.750 [{-0.75 - half:+.3f}, {-0.75 + half:+.3f}]"

@@ -283,6 +283,7 @@ def sweep_markdown(
     table: str,
     against: dict[str, Any] | None = None,
     names: tuple[str, str] = ("this sweep", "the other"),
+    versus: str | None = None,
 ) -> str:
     """The markdown the sweep itself renders for ``table`` (secure_fed/sweep.py, write_outputs),
     from the results.json it wrote: the doc's table is the sweep's, never retyped. ``paired-between``
@@ -292,7 +293,9 @@ def sweep_markdown(
     if table == "paired-between":
         if against is None:
             raise TableError("--table paired-between needs --against FOLDER (the second sweep)")
-        return sw.paired_table(sw.paired_between(results["runs"], against["runs"], names))
+        return sw.paired_table(
+            sw.paired_between(results["runs"], against["runs"], names, against_method=versus)
+        )
     if table == "paired-methods":
         # --names METHOD,AGAINST: the two methods of this sweep, compared at each ε both ran
         ran = {r["method"] for r in results["runs"]}
@@ -342,13 +345,14 @@ def from_sweep(
     notes: Sequence[str] = (),
     against: Path | None = None,
     names: tuple[str, str] = ("this sweep", "the other"),
+    versus: str | None = None,
 ) -> dict[str, Any]:
     """The doc JSON for one of the sweep's tables; ``only`` keeps the rows whose first cell is
     listed, in the sweep's order."""
     path = folder / "results.json"
     results = _sweep_results(folder)
     other = _sweep_results(against) if against is not None else None
-    md = sweep_markdown(results, table, other, names)
+    md = sweep_markdown(results, table, other, names, versus)
     if not md and table.endswith("-vs-local"):
         raise TableError(f"{path}: no `local` cells to compare; pass --against FOLDER, a sweep with them")
     if not md:
@@ -464,6 +468,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="with --table paired-between: the two sweeps' names, 'ours,theirs'; with paired-methods: "
         "the two methods, 'fedtar,fedavg'",
     )
+    p.add_argument(
+        "--against-method",
+        default=None,
+        help="with --table paired-between: set every method of this sweep against this method of the "
+        "--against sweep at the same ε (e.g. central, the private pooled ceiling)",
+    )
     p.add_argument("--docs", type=Path, default=DOCS, help="the folder block paths are relative to")
     p.add_argument("files", nargs="*", type=Path, help="documents (default: README.md and docs/*.md)")
     args = p.parse_args(argv)
@@ -483,6 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.note,
                 args.against,
                 _names(args.names, args.from_sweep, args.against),
+                args.against_method,
             )
             out = args.docs / "results" / f"{args.name}.json"
             out.parent.mkdir(parents=True, exist_ok=True)
