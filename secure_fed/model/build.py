@@ -25,6 +25,12 @@ log = logging.getLogger(__name__)
 # 5: pretrained on one torch thread (pretrain_base), whatever the run's thread count
 _BASE_VERSION = 5
 
+# Bases shipped with the package, by their cache file's name (the same key). Machines of the same
+# kind pretrain different bases from one recipe (float reductions over 2,000 steps), and every
+# figure depends on its base: a shipped base is the same on every machine, so figures measured on
+# two machines can be set side by side.
+SHIPPED_BASES = Path(__file__).parent / "bases"
+
 
 def build_base(
     cfg: ModelConfig,
@@ -118,7 +124,10 @@ def build_model(
     local_checkpoints = cfg.decoder_path is not None
     if pretrain is not None and not local_checkpoints and cfg.pretrain_steps > 0:
         path = base_cache_path(cfg, vocab_size, image_size, seed, min_positions, recipe)
-        if path.exists():
+        shipped = SHIPPED_BASES / path.name
+        if shipped.is_file():  # before the cache: a machine's own pretraining is another base
+            model.load_state_dict(torch.load(shipped, map_location="cpu", weights_only=True))
+        elif path.exists():
             model.load_state_dict(torch.load(path, map_location="cpu", weights_only=True))
         else:
             log.info(

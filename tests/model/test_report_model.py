@@ -300,3 +300,27 @@ def test_the_base_digest_names_the_frozen_base_weights(config: RunConfig) -> Non
     assert len(first.base_digest) == 16 and first.base_digest == again.base_digest
     base = {k: v for k, v in first.state_dict().items() if "lora" not in k and "hyper" not in k}
     assert weights_digest(base) != weights_digest(base | {"vis_proj.bias": base["vis_proj.bias"] + 1e-6})
+
+
+def test_the_default_base_is_the_shipped_one_on_every_machine(tmp_path: Path, monkeypatch) -> None:
+    """The tiny preset's default base ships with the package: an empty cache does not pretrain it,
+    and a base this machine pretrained and cached for the same recipe does not replace it, so two
+    machines run on one base (their own pretraining gives different ones)."""
+    from secure_fed.model.build import SHIPPED_BASES, weights_digest
+    from secure_fed.model.setup import build_report_model
+
+    def no_pretraining(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the shipped base was pretrained again")
+
+    monkeypatch.setattr("secure_fed.model.setup.pretrain_base", no_pretraining)
+    cfg = RunConfig()
+    cfg.model.cache_dir = str(tmp_path / "empty-cache")
+    model = build_report_model(cfg)
+    (shipped,) = SHIPPED_BASES.glob(f"base-{cfg.model.preset}-*.pt")
+    state = torch.load(shipped, map_location="cpu", weights_only=True)
+    assert model.base_digest == weights_digest(state)
+    own = {k: v + 1e-3 for k, v in state.items()}  # this machine's own pretraining of the recipe
+    mine = tmp_path / "empty-cache" / shipped.name
+    mine.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(own, mine)
+    assert build_report_model(cfg).base_digest == weights_digest(state)
