@@ -197,10 +197,7 @@ def sweep(
                     cell = run_cell(base, method, epsilon, seed, folder)
                     cell["wall_s"] = round(time.monotonic() - t0, 1)
                     cell["base_model"] = base_model
-                    folder.mkdir(parents=True, exist_ok=True)
-                    tmp = done.with_suffix(".tmp")
-                    tmp.write_text(json.dumps(cell, indent=1))
-                    tmp.replace(done)
+                    _write_cell(done, cell)
     return write_outputs(out, time.monotonic() - started)
 
 
@@ -545,14 +542,13 @@ def _differences(
     seeds = sorted(set(tests) & set(reference))
     out: dict[str, Any] = {"n": len(seeds)}
     for name in metrics:
-        out[name] = _paired_mean_ci(
-            [tests[s].get(name, math.nan) - reference[s].get(name, math.nan) for s in seeds]
-        )
+        out[name] = _mean_ci([tests[s].get(name, math.nan) - reference[s].get(name, math.nan) for s in seeds])
     return out
 
 
-def _paired_mean_ci(differences: list[float]) -> tuple[float, tuple[float, float] | None]:
-    d = np.array(differences, dtype=np.float64)
+def _mean_ci(values: list[float]) -> tuple[float, tuple[float, float] | None]:
+    """Mean and its 95 % t interval (None for one value), NaN left out."""
+    d = np.array(values, dtype=np.float64)
     d = d[~np.isnan(d)]
     if len(d) == 0:
         return (math.nan, None)
@@ -591,28 +587,19 @@ def markdown_table(rows: list[dict[str, Any]], metrics: Sequence[str] = METRIC_N
 def interval_table(runs: list[dict[str, Any]], metrics: Sequence[str] = PAIRED_METRICS) -> str:
     """Mean and its 95 % t interval over the seeds per (method, ε): for setting a mean against a
     cell group it cannot be paired with (another sweep whose cells are not at hand)."""
-    groups: dict[tuple[str, float | None], list[dict[str, Any]]] = {}
-    for run in runs:
-        groups.setdefault((run["method"], run["epsilon"]), []).append(run)
+
+    def shown(mean: float, ci: tuple[float, float] | None) -> str:
+        if math.isnan(mean):
+            return "—"
+        return f"{mean:.3f}" + ("" if ci is None else f" [{ci[0]:.3f}, {ci[1]:.3f}]")
+
     head = "| method | ε | n | " + " | ".join(f"{m} [95 % CI]" for m in metrics) + " |\n"
     head += "|" + " --- |" * (3 + len(metrics)) + "\n"
     lines = []
-    for (method, epsilon), group in sorted(groups.items(), key=lambda item: _order(*item[0])):
-        cells = []
-        for name in metrics:
-            values = [float(r["test"].get(name, math.nan)) for r in group]
-            values = [v for v in values if not math.isnan(v)]
-            if not values:
-                cells.append("—")
-                continue
-            mean = float(np.mean(values))
-            if len(values) < 2:
-                cells.append(f"{mean:.3f}")
-                continue
-            half = t975(len(values) - 1) * float(np.std(values, ddof=1)) / math.sqrt(len(values))
-            cells.append(f"{mean:.3f} [{mean - half:.3f}, {mean + half:.3f}]")
+    for (method, epsilon), tests in sorted(_tests_by_cell(runs).items(), key=lambda item: _order(*item[0])):
+        cells = [shown(*_mean_ci([t.get(m, math.nan) for t in tests.values()])) for m in metrics]
         eps = "∞" if epsilon is None else f"{epsilon:g}"
-        lines.append(f"| {method} | {eps} | {len(group)} | " + " | ".join(cells) + " |")
+        lines.append(f"| {method} | {eps} | {len(tests)} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"
 
 
@@ -673,9 +660,7 @@ def per_site_vs(runs: list[dict[str, Any]], against: str, metric: str = "CIDEr")
         seeds = sorted(set(by_seed) & set(reference))
         cells = [
             _difference_cell(
-                *_paired_mean_ci(
-                    [by_seed[s].get(site, math.nan) - reference[s].get(site, math.nan) for s in seeds]
-                )
+                *_mean_ci([by_seed[s].get(site, math.nan) - reference[s].get(site, math.nan) for s in seeds])
             )
             for site in sites
         ]
@@ -802,9 +787,13 @@ def _md_to_html(table: str) -> str:
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
+def _paired_reference(runs: list[dict[str, Any]]) -> str:
+    return "fedtar" if any(r["method"] == "fedtar" for r in runs) else BASE
+
+
 def results_of(runs: list[dict[str, Any]], wall_s: float = 0.0) -> dict[str, Any]:
     """results.json's content from the cells alone: everything else in it is derived from them."""
-    against = "fedtar" if any(r["method"] == "fedtar" for r in runs) else BASE
+    against = _paired_reference(runs)
     return {
         "runs": runs,
         "summary": summarise(runs),
@@ -816,6 +805,14 @@ def results_of(runs: list[dict[str, Any]], wall_s: float = 0.0) -> dict[str, Any
         "wall_s_this_call": round(wall_s, 1),
         "wall_s_all_cells": round(sum(r.get("wall_s", 0.0) for r in runs), 1),
     }
+
+
+def _write_cell(done: Path, cell: dict[str, Any]) -> None:
+    """A finished cell's cell.json, whole or not at all (its presence marks the cell done)."""
+    done.parent.mkdir(parents=True, exist_ok=True)
+    tmp = done.with_suffix(".tmp")
+    tmp.write_text(json.dumps(cell, indent=1))
+    tmp.replace(done)
 
 
 def kept(out: Path) -> dict[str, Any]:
@@ -853,13 +850,9 @@ def restore_cells(record: dict[str, Any], out: Path) -> list[Path]:
     written = []
     for cell in runs:
         done = cell_folder(out, cell["method"], cell["epsilon"], cell["seed"]) / "cell.json"
-        if done.exists():
-            continue
-        done.parent.mkdir(parents=True, exist_ok=True)
-        tmp = done.with_suffix(".tmp")
-        tmp.write_text(json.dumps(cell, indent=1))
-        tmp.replace(done)
-        written.append(done)
+        if not done.exists():
+            _write_cell(done, cell)
+            written.append(done)
     return written
 
 
@@ -867,12 +860,8 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     """results.json, results.md, privacy_utility.png and results.html from every cell in ``out``."""
     runs = load_cells(out)
     results = results_of(runs, wall_s)
-    rows, paired, paired_base, paired_local = (
-        results[k] for k in ("summary", "paired", "paired_vs_base", "paired_vs_local")
-    )
-    against = "fedtar" if any(r["method"] == "fedtar" for r in runs) else BASE
-    pu = results["privacy_utility"]
-    pu_ce = privacy_utility(runs, "CE-F1")
+    rows = results["summary"]
+    pu, pu_ce = results["privacy_utility"], privacy_utility(runs, "CE-F1")
     png = out / "privacy_utility.png"
     has_plot = plot_privacy_utility(rows, png)
     total_wall = results["wall_s_all_cells"]
@@ -880,9 +869,9 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     sections = [
         ("Mean ± sample std over paired seeds", markdown_table(rows, TABLE_METRICS)),
         ("Mean and 95 % t interval over seeds", interval_table(runs)),
-        (f"Paired differences to {against}", paired_table(paired)),
-        ("Paired differences to base", paired_table(paired_base)),
-        ("Paired differences to local", paired_table(paired_local)),
+        (f"Paired differences to {_paired_reference(runs)}", paired_table(results["paired"])),
+        ("Paired differences to base", paired_table(results["paired_vs_base"])),
+        ("Paired differences to local", paired_table(results["paired_vs_local"])),
         ("CIDEr per site", per_site_table(runs)),
         ("CE-F1 per site", per_site_table(runs, "CE-F1")),
         ("CE-F1-micro per site", per_site_table(runs, "CE-F1-micro")),

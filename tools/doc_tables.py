@@ -349,7 +349,7 @@ def from_sweep(
 ) -> dict[str, Any]:
     """The doc JSON for one of the sweep's tables; ``only`` keeps the rows whose first cell is
     listed, in the sweep's order."""
-    path = folder / "results.json"
+    path = folder if folder.is_file() else folder / "results.json"  # named in the errors below
     results = _sweep_results(folder)
     other = _sweep_results(against) if against is not None else None
     md = sweep_markdown(results, table, other, names, versus)
