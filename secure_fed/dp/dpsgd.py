@@ -283,6 +283,9 @@ class PatientDPSGD:
         # layout of `_row_gradients` (or None) — which are then clipped, summed and noised exactly
         # like the real patients. Never set in training.
         self.injected: Callable[[], Sequence[torch.Tensor | None] | None] | None = None
+        # Per module, the step's passes so far (`accumulate`): each a (patients, P) matrix of
+        # per-patient gradient sums and those patients' slots.
+        self._passes: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in self.modules]
 
     @property
     def forward_modules(self) -> list[nn.Module]:
@@ -300,28 +303,56 @@ class PatientDPSGD:
             return None  # module not run this step: no patient touched it
         return row_gradients(params, index.shape[0])
 
+    def accumulate(self, patient_index: Sequence[torch.Tensor | None], num_patients: int) -> None:
+        """Fold the per-row gradients of the backward just run into this step's per-patient sums and
+        clear them, so that the step's next forward/backward pass can run: a step over many patients
+        then needs the memory of one pass, not of all its rows at once. `privatize` ends the step
+        (with the last pass's index); the clipping, the noise and the result do not depend on how
+        the patients were split into passes, and a patient whose rows fall in several passes is
+        clipped on the sum of them all. Arguments as for `privatize`."""
+        if len(patient_index) != len(self.modules):
+            raise ValueError(f"{len(patient_index)} patient index tensors for {len(self.modules)} modules")
+        for index in patient_index:
+            if index is not None and index.numel():
+                if int(index.min()) < 0 or int(index.max()) >= num_patients:
+                    raise ValueError(f"patient slots must lie in [0, {num_patients})")
+        for t, (params, index) in enumerate(zip(self.trainable_parameters, patient_index, strict=True)):
+            rows = self._row_gradients(params, index)
+            if rows is None:
+                continue
+            assert index is not None
+            slots = index.cpu()
+            patients, inverse = torch.unique(slots, return_inverse=True)
+            if len(patients) < len(slots):
+                # a patient with several rows in this module: sum them now (the norm is of the sum),
+                # and only one row per patient is kept until the step ends
+                rows = rows.new_zeros((len(patients), rows.shape[1])).index_add_(
+                    0, inverse.to(rows.device), rows
+                )
+                slots = patients
+            self._passes[t].append((rows, slots))
+        self._clear_grad_samples()
+
     def privatize(self, patient_index: Sequence[torch.Tensor | None], num_patients: int) -> StepStats:
-        """Replace every trainable parameter's `.grad` with the clipped, noised, scaled patient sum.
+        """Replace every trainable parameter's `.grad` with the clipped, noised, scaled patient sum
+        over this step's passes (`accumulate`), the last of which left its per-row gradients now.
 
         `patient_index[t][row]` is the patient slot (0..num_patients-1) of row `row` of module t's
         batch; None (or empty) for a module that saw no rows this step.
         """
-        if len(patient_index) != len(self.modules):
-            raise ValueError(f"{len(patient_index)} patient index tensors for {len(self.modules)} modules")
         for where, norm in self._batch_norms:
             if norm.training:  # e.g. a later .train() on the plain nn.Module: this step mixed rows
                 raise RuntimeError(
                     f"{where} was switched to training mode after PatientDPSGD checked it, so this "
                     f"step's per-patient gradients depend on other patients' rows. Fix: {ROW_MIXING_FIX}."
                 )
-        live = [index for index in patient_index if index is not None and index.numel()]
-        for index in live:
-            if int(index.min()) < 0 or int(index.max()) >= num_patients:
-                raise ValueError(f"patient slots must lie in [0, {num_patients})")
+        self.accumulate(patient_index, num_patients)
+        passes, self._passes = self._passes, [[] for _ in self.modules]
+        seen = [slots for module in passes for _, slots in module]
         # Only the patients in this step get a row: slots are dense over the whole population, of
         # which Poisson sampling picks a fraction q. Absent patients have a zero gradient (norm 0,
         # nothing to clip or sum), so leaving them out changes no result, only the work.
-        present = torch.unique(torch.cat(live)) if live else torch.zeros(0, dtype=torch.long)
+        present = torch.unique(torch.cat(seen)) if seen else torch.zeros(0, dtype=torch.long)
         compact = torch.full((num_patients,), -1, dtype=torch.long)
         compact[present] = torch.arange(len(present))
         # Per module: a (k, P) matrix of gradients and the patient (compact slot) of each row, such
@@ -331,15 +362,18 @@ class PatientDPSGD:
         extra = self.injected() if self.injected is not None else None
         n_extra = next((len(e) for e in extra or () if e is not None), 0)
         squared = torch.zeros(len(present) + n_extra, dtype=torch.float64)
-        for params, index in zip(self.trainable_parameters, patient_index, strict=True):
-            rows = self._row_gradients(params, index)
-            if rows is None:
+        for module_passes in passes:
+            if not module_passes:
                 per_patient.append(None)
                 continue
-            assert index is not None
-            slots = compact[index.cpu()]
+            if len(module_passes) == 1:
+                rows, slots = module_passes[0]
+            else:
+                rows = torch.cat([r for r, _ in module_passes])
+                slots = torch.cat([s for _, s in module_passes])
+            slots = compact[slots]
             if len(torch.unique(slots)) < len(slots):
-                # a patient with several rows in this module: sum them first (norm of the sum)
+                # a patient in several passes: the sum of its passes is its gradient
                 summed = rows.new_zeros((len(present), rows.shape[1]))
                 rows = summed.index_add_(0, slots.to(rows.device), rows)
                 slots = torch.arange(len(present))
@@ -437,6 +471,7 @@ class PatientDPSGD:
         for params in self.trainable_parameters:
             for p in params:
                 p.grad = None
+        self._passes = [[] for _ in self.modules]
         self._clear_grad_samples()
 
     def close(self) -> list[nn.Module]:

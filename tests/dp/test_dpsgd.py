@@ -286,3 +286,54 @@ def test_every_opacus_mode_gives_the_same_private_gradient() -> None:
     for ew_grad, hooks_grad, functorch_grad in zip(*grads, strict=True):
         assert torch.allclose(ew_grad, hooks_grad, atol=1e-6, rtol=0)
         assert torch.allclose(functorch_grad, hooks_grad, atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("mode", ["ew", "hooks"])
+def test_a_step_run_in_passes_releases_what_one_pass_releases(mode: str) -> None:
+    """Memory only: the rows of a step split over passes (patient 0's rows in both passes and two
+    copies, a copy run in one pass only) give the one-pass step's clipped, noised gradient."""
+    g = torch.Generator().manual_seed(4)
+    xs = [torch.randn(len(i), 6, generator=g) * 3 for i in INDEX]
+    ys = [torch.randn(len(i), 3, generator=g) for i in INDEX]
+    make, _ = _mlp_case()
+    c, sigma, b = 0.5, 0.8, 2.5
+
+    def step(passes: list[list[torch.Tensor | None]]) -> tuple[list[torch.Tensor], torch.Tensor]:
+        models = make()
+        dp = PatientDPSGD(models, c, sigma, b, noise(9), grad_sample_mode=mode)
+        for k, rows_of in enumerate(passes):
+            losses = [
+                ((m(x[rows]) - y[rows]) ** 2).sum()
+                for m, x, y, rows in zip(dp.forward_modules, xs, ys, rows_of, strict=True)
+                if rows is not None
+            ]
+            torch.stack(losses).sum().backward()
+            index = [None if rows is None else i[rows] for i, rows in zip(INDEX, rows_of, strict=True)]
+            if k < len(passes) - 1:
+                dp.accumulate(index, PATIENTS)
+            else:
+                stats = dp.privatize(index, PATIENTS)
+        return [p.grad.clone() for ps in dp.trainable_parameters for p in ps], stats.per_patient_norms
+
+    everything = [[torch.arange(len(i)) for i in INDEX]]
+    split = [
+        [torch.tensor([0, 1, 2]), torch.arange(4), None],  # patient 0: row 0 of copy 0, row 1 of copy 1
+        [torch.tensor([3, 4]), None, torch.arange(3)],  # patient 0 again: row 4 of copy 0, copy 2
+    ]
+    one, norms_one = step(everything)
+    two, norms_two = step(split)
+    assert float(norms_one.max()) > c  # clipping bites, so a patient clipped per pass would differ
+    assert torch.allclose(norms_one, norms_two, rtol=1e-6)
+    for a, b_ in zip(one, two, strict=True):
+        assert torch.allclose(a, b_, atol=1e-6, rtol=0)
+
+
+def test_zero_grad_drops_a_step_half_accumulated() -> None:
+    models = [nn.Linear(3, 2)]
+    dp = PatientDPSGD(models, 1.0, 0.0, 1.0, noise(2))
+    x = torch.randn(2, 3)
+    dp.forward_modules[0](x).sum().backward()
+    dp.accumulate([torch.tensor([0, 1])], 2)
+    dp.zero_grad()  # e.g. a round that failed half way
+    dp.privatize([None], 2)
+    assert all(torch.equal(p.grad, torch.zeros_like(p)) for p in models[0].parameters())
