@@ -299,6 +299,13 @@ class DPConfig(_Strict):
     ring_bits: int | None = Field(
         None, ge=16, le=62, description="distributed: bits of the SecAgg+ ring the shares live in; None = 32"
     )
+    max_patients_per_pass: int | None = Field(
+        128,
+        ge=1,
+        description="most patients in one forward/backward pass of a DP step: a larger Poisson sample "
+        "runs in passes whose per-patient gradients are summed before clipping (memory only: the "
+        "released gradient is the same); None = one pass",
+    )
 
     @model_validator(mode="after")
     def _target(self) -> DPConfig:

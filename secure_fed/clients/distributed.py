@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from secure_fed.clients.training import patient_passes
 from secure_fed.data.batching import Examples
 from secure_fed.dp.dpsgd import PatientDPSGD, poisson_sample
 from secure_fed.dp.keystream import NoiseStream
@@ -95,6 +96,7 @@ def clipped_gradient_sum(
     n_patients: int,
     stream: NoiseStream,
     work: ClippedSum | None = None,
+    max_patients_per_pass: int | None = None,
 ) -> tuple[np.ndarray, int]:
     """Σ over the Poisson-sampled patients of their joint gradient clipped to `clip`, flattened in
     `trainable_state()` order (float64), and how many patients were sampled. No noise: the noise
@@ -102,7 +104,8 @@ def clipped_gradient_sum(
     copy (each copy starts at `start` and sees only its rows; the result is the copies' gradients
     one after the other, and a patient's rows in all of them are clipped together). `work`: the
     site's ClippedSum for `model`, kept across rounds (without it one is made for this call);
-    `model` itself is never changed."""
+    `model` itself is never changed. `max_patients_per_pass`: the sample's forward and backward run
+    in passes of at most that many patients (memory only; None: one pass)."""
     groups = [examples] if isinstance(examples, Examples) else list(examples)
     if work is None:
         work = ClippedSum(model, clip, copies=len(groups))
@@ -113,23 +116,31 @@ def clipped_gradient_sum(
         )
     engine = work.prepare(start, stream)
     chosen = poisson_sample(n_patients, sampling_rate, stream)
-    member = torch.zeros(max(n_patients, 1), dtype=torch.bool)
-    member[chosen] = True
     params = [p for group in engine.trainable_parameters for p in group]
     try:
-        live, index = [], []
-        for module, group in zip(engine.forward_modules, groups, strict=True):
-            rows = torch.nonzero(member[group.patient_slot]).flatten() if len(group) else chosen[:0]
-            if not rows.numel():
-                index.append(None)
-                continue
-            assert group.profiles is not None
-            live.append(module(group.images[rows], group.input_ids[rows], group.profiles[rows]).sum())
-            index.append(group.patient_slot[rows])
-        if not live:
+        ran = False
+        passes = patient_passes(chosen, max_patients_per_pass)
+        for k, part in enumerate(passes):
+            member = torch.zeros(max(n_patients, 1), dtype=torch.bool)
+            member[part] = True
+            live, index = [], []
+            for module, group in zip(engine.forward_modules, groups, strict=True):
+                rows = torch.nonzero(member[group.patient_slot]).flatten() if len(group) else chosen[:0]
+                if not rows.numel():
+                    index.append(None)
+                    continue
+                assert group.profiles is not None
+                live.append(module(group.images[rows], group.input_ids[rows], group.profiles[rows]).sum())
+                index.append(group.patient_slot[rows])
+            if live:
+                sum(live).backward()  # type: ignore[union-attr]
+                ran = True
+            if k < len(passes) - 1:
+                engine.accumulate(index, n_patients)
+            elif ran:
+                engine.privatize(index, n_patients)
+        if not ran:
             return np.zeros(sum(p.numel() for p in params), dtype=np.float64), int(chosen.numel())
-        sum(live).backward()  # type: ignore[union-attr]
-        engine.privatize(index, n_patients)
         # a copy that saw no sampled row has no gradient: its block of the sum is zero
         flat = torch.cat(
             [

@@ -88,12 +88,21 @@ class CanaryGradients:
         self.injector.attach(self.inner.engine)
         return wrapped
 
+    @property
+    def max_patients_per_pass(self) -> int | None:
+        return self.inner.max_patients_per_pass
+
     def backward(
-        self, copies: list[torch.nn.Module], losses: list[torch.Tensor], patient_index: list[torch.Tensor]
+        self,
+        copies: list[torch.nn.Module],
+        losses: list[torch.Tensor],
+        patient_index: list[torch.Tensor],
+        last_pass: bool = True,
     ) -> None:
-        self.inner.backward(copies, losses, patient_index)
+        self.inner.backward(copies, losses, patient_index, last_pass)
         assert self.injector is not None
-        self.injector.observe()
+        if last_pass:  # the step is released only with its last pass
+            self.injector.observe()
 
 
 @dataclass(frozen=True, eq=False)

@@ -58,9 +58,11 @@ class DPGradients:
         n_patients: int,
         steps: int,
         noise: NoiseStream,
+        max_patients_per_pass: int | None = None,
     ) -> None:
         self.q, self.clip, self.sigma = sampling_rate, clip, sigma
         self.n_patients, self.steps, self.noise = n_patients, steps, noise
+        self.max_patients_per_pass = max_patients_per_pass
         self.engine: PatientDPSGD | None = None
         self.clipped: list[float] = []
 
@@ -75,13 +77,20 @@ class DPGradients:
         return self.engine.forward_modules
 
     def backward(
-        self, copies: list[torch.nn.Module], losses: list[torch.Tensor], patient_index: list[torch.Tensor]
+        self,
+        copies: list[torch.nn.Module],
+        losses: list[torch.Tensor],
+        patient_index: list[torch.Tensor],
+        last_pass: bool = True,
     ) -> None:
         assert self.engine is not None
         live = [loss.sum() for loss in losses if loss.numel()]
         if live:
             sum(live).backward()
         index = [i if i.numel() else None for i in patient_index]
+        if not last_pass:
+            self.engine.accumulate(index, self.n_patients)
+            return
         stats = self.engine.privatize(index, self.n_patients)
         self.clipped.append(stats.clipped_fraction)
 
@@ -112,6 +121,8 @@ class SitePrivacy:
     # dp.noise = "distributed": the run's DistributedPlan (set once the model's size is known); a
     # round is then one step whose noise the sites add between them
     distributed: Any = None
+    # memory only: a step's sample runs in forward/backward passes of at most this many patients
+    max_patients_per_pass: int | None = None
     _streams: dict[tuple[str, int], NoiseStream] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
@@ -187,6 +198,7 @@ class SitePrivacy:
             noise_key=key,
             accountant=dp.accountant,
             releases_alpha=alpha,
+            max_patients_per_pass=dp.max_patients_per_pass,
         )
 
     # -- releases ---------------------------------------------------------------------------
@@ -309,6 +321,7 @@ class SitePrivacy:
             self.n_patients[TRAIN],
             self.steps,
             self.noise_stream("dpsgd", round_id),
+            self.max_patients_per_pass,
         )
 
     def release_alpha_scalars(self, per_patient: np.ndarray, round_id: int) -> np.ndarray:

@@ -23,7 +23,13 @@ State = OrderedDict[str, torch.Tensor]
 
 
 class PatientGradients(Protocol):
-    """Turns per-row losses of all copies into parameter gradients (e.g. patient-level DP-SGD)."""
+    """Turns per-row losses of all copies into parameter gradients (e.g. patient-level DP-SGD).
+
+    `max_patients_per_pass`: a step whose sample holds more patients runs its forward and backward
+    in passes of at most that many (None: one pass); `backward` is called once per pass, with
+    `last_pass` true for the pass that ends the step."""
+
+    max_patients_per_pass: int | None
 
     def sample(self, n_patients: int) -> torch.Tensor: ...
 
@@ -32,8 +38,20 @@ class PatientGradients(Protocol):
     def wrap(self, copies: list[torch.nn.Module]) -> list[torch.nn.Module]: ...
 
     def backward(
-        self, copies: list[torch.nn.Module], losses: list[torch.Tensor], patient_index: list[torch.Tensor]
+        self,
+        copies: list[torch.nn.Module],
+        losses: list[torch.Tensor],
+        patient_index: list[torch.Tensor],
+        last_pass: bool = True,
     ) -> None: ...
+
+
+def patient_passes(chosen: torch.Tensor, max_patients: int | None) -> list[torch.Tensor]:
+    """The step's sampled patients in passes of at most `max_patients` (one pass if None, and for
+    an empty sample: a step with no patient still ends, and a private one still releases noise)."""
+    if max_patients is None or len(chosen) <= max_patients:
+        return [chosen]
+    return list(chosen.split(max_patients))
 
 
 @dataclass
@@ -58,6 +76,8 @@ class TrainResult:
 class MinibatchGradients:
     """Non-private default: shuffled patient minibatches, mean loss per copy."""
 
+    max_patients_per_pass = None  # a minibatch is small: one pass, and its loss is the batch mean
+
     def __init__(self, batch_patients: int, generator: torch.Generator) -> None:
         self.batch_patients = batch_patients
         self.generator = generator
@@ -76,8 +96,14 @@ class MinibatchGradients:
         return copies
 
     def backward(
-        self, copies: list[torch.nn.Module], losses: list[torch.Tensor], patient_index: list[torch.Tensor]
+        self,
+        copies: list[torch.nn.Module],
+        losses: list[torch.Tensor],
+        patient_index: list[torch.Tensor],
+        last_pass: bool = True,
     ) -> None:
+        if not last_pass:
+            raise ValueError("a non-private minibatch runs in one pass (its loss is the batch mean)")
         total = sum((loss.mean() for loss in losses if loss.numel()), torch.zeros(()))
         if total.requires_grad:
             total.backward()
@@ -123,27 +149,29 @@ def train_copies(
     loss_sum, loss_rows = 0.0, 0
     for step in range(steps):
         chosen = grads.sample(n_patients)
-        member = torch.zeros(n_patients, dtype=torch.bool)
-        member[chosen] = True
-        losses, index = [], []
-        for c, g in zip(copies, groups, strict=True):
-            rows = (
-                torch.nonzero(member[g.patient_slot]).flatten()
-                if len(g)
-                else torch.zeros(0, dtype=torch.long)
-            )
-            if rows.numel() == 0:
-                losses.append(torch.zeros(0))
-                index.append(torch.zeros(0, dtype=torch.long))
-                continue
-            loss = c(g.images[rows], g.input_ids[rows], g.profiles[rows])
-            losses.append(loss)
-            index.append(g.patient_slot[rows])
-            loss_sum += float(loss.detach().sum())
-            loss_rows += rows.numel()
         for opt in optims:
             opt.zero_grad(set_to_none=True)
-        grads.backward(copies, losses, index)
+        passes = patient_passes(chosen, grads.max_patients_per_pass)
+        for k, part in enumerate(passes):
+            member = torch.zeros(n_patients, dtype=torch.bool)
+            member[part] = True
+            losses, index = [], []
+            for c, g in zip(copies, groups, strict=True):
+                rows = (
+                    torch.nonzero(member[g.patient_slot]).flatten()
+                    if len(g)
+                    else torch.zeros(0, dtype=torch.long)
+                )
+                if rows.numel() == 0:
+                    losses.append(torch.zeros(0))
+                    index.append(torch.zeros(0, dtype=torch.long))
+                    continue
+                loss = c(g.images[rows], g.input_ids[rows], g.profiles[rows])
+                losses.append(loss)
+                index.append(g.patient_slot[rows])
+                loss_sum += float(loss.detach().sum())
+                loss_rows += rows.numel()
+            grads.backward(copies, losses, index, last_pass=k == len(passes) - 1)
         if settings.prox_mu > 0:
             # FedProx's μ/2 ‖w − w_global‖² depends on no patient: its gradient is added after the
             # gradient was privatised (post-processing, as FM2 adds it). Inside the loss it never

@@ -187,6 +187,7 @@ def test_the_learner_keeps_one_copy_and_shares_as_a_fresh_one_would(
         sampling_rate=0.5,
         n_patients={TRAIN: n},
         noise_stream=lambda purpose, round_id: _stream(round_id),
+        max_patients_per_pass=cfg.dp.max_patients_per_pass,
     )
     kept = ReportLearner(cfg, data, model=model)
     kept.distributed_update(1, method, flatten(_start(model, 1)).numpy(), privacy)  # type: ignore[arg-type]

@@ -162,7 +162,13 @@ def train_private_central(cfg: RunConfig, model: ReportModel) -> PrivateCentral:
     train, _, _ = pooled_splits(cfg, fit)
     n_pooled = int(train.patient_slot.max()) + 1 if len(train) else 0
     gradients = DPGradients(
-        dp.sample_rate, dp.max_grad_norm, sigma, n_pooled, steps, NoiseStream.for_release(key, "dpsgd", 1)
+        dp.sample_rate,
+        dp.max_grad_norm,
+        sigma,
+        n_pooled,
+        steps,
+        NoiseStream.for_release(key, "dpsgd", 1),
+        dp.max_patients_per_pass,
     )
     settings = LocalTrainSettings(lr=cfg.train.lr, epochs=epochs, batch_patients=cfg.train.batch_size)
     result = train_copies(

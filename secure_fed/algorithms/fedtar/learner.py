@@ -242,6 +242,7 @@ class ReportLearner:
         clipped, sampled = clipped_gradient_sum(
             model, start, groups, privacy.clip, privacy.sampling_rate,
             privacy.n_patients[TRAIN], stream, work=self._clipped_sum,
+            max_patients_per_pass=privacy.max_patients_per_pass,
         )  # fmt: skip
         # the sample above, then the share's rounding and Skellam noise, all from this one keystream
         share = encode_share(clipped, privacy.distributed, round_seed(self.cfg, round_id), stream)
