@@ -222,3 +222,16 @@ def test_distributed_cost_smoke(cache_dir: Path) -> None:
         assert timing["ratio"] == pytest.approx(timing["distributed_total_ms"] / timing["site_total_ms"])
         assert timing["ratio_with_round_setup"] > timing["ratio"]
     assert out["privacy"]["site_mode_sigma"] > 0 and row["plan"]["share_mu"] > 0
+
+
+def test_dp_passes_smoke(cache_dir: Path) -> None:
+    """benchmarks/dp_passes.py: a private pooled step in one pass and in passes of 8 patients, each
+    in its own process, and the adapters after them (~30 s on an idle machine)."""
+    out = _smoke("dp_passes.py", "--cache", str(cache_dir))
+    one, parted = out["results"]
+    assert one["max_patients_per_pass"] is None and parted["max_patients_per_pass"] == 8
+    assert one["max_abs_diff_vs_one_pass"] == 0.0 and parted["max_abs_diff_vs_one_pass"] <= 1e-5
+    for row in out["results"]:
+        assert row["peak_rss_gb"] >= row["rss_before_steps_gb"] > 0
+        assert len(row["step_wall_s"]) == row["steps"] == 2
+        assert row["peak_over_one_pass"] == round(row["peak_rss_gb"] / one["peak_rss_gb"], 3)
