@@ -74,10 +74,14 @@ class Recording(DPGradients):
         return torch.tensor(next(self.batches), dtype=torch.long)
 
     def backward(
-        self, copies: list[torch.nn.Module], losses: list[torch.Tensor], patient_index: list[torch.Tensor]
+        self,
+        copies: list[torch.nn.Module],
+        losses: list[torch.Tensor],
+        patient_index: list[torch.Tensor],
+        last_pass: bool = True,
     ) -> None:
-        super().backward(copies, losses, patient_index)
-        assert self.engine is not None
+        super().backward(copies, losses, patient_index, last_pass)
+        assert self.engine is not None and last_pass  # a few patients a step: one pass
         self.released.append(
             torch.cat([p.grad.reshape(-1).clone() for ps in self.engine.trainable_parameters for p in ps])
         )
