@@ -59,10 +59,15 @@ class Recording(DPGradients):
         self.units: list[torch.Tensor] = []
 
     def backward(
-        self, copies: list[torch.nn.Module], losses: list[torch.Tensor], patient_index: list[torch.Tensor]
+        self,
+        copies: list[torch.nn.Module],
+        losses: list[torch.Tensor],
+        patient_index: list[torch.Tensor],
+        last_pass: bool = True,
     ) -> None:
+        assert last_pass  # a few patients a step: one pass
         self.units.append(patient_index[0].clone())
-        super().backward(copies, losses, patient_index)
+        super().backward(copies, losses, patient_index, last_pass)
 
 
 def test_the_synthetic_benchmark_has_patients_with_several_images(cache_dir: Path, tmp_path: Path) -> None:

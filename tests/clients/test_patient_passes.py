@@ -117,3 +117,34 @@ def test_patient_passes() -> None:
     assert [p.tolist() for p in patient_passes(chosen, None)] == [list(range(7))]
     empty = patient_passes(torch.zeros(0, dtype=torch.long), 3)
     assert len(empty) == 1 and not empty[0].numel()  # an empty step still ends (and releases noise)
+
+
+def test_fm2_steps_are_the_same_in_passes() -> None:
+    """FM2's stages take their DP steps through the same pass rule (images, several per patient)."""
+    from torch import nn
+
+    from secure_fed.algorithms.fm2.site import StepSettings, run_steps
+
+    g = torch.Generator().manual_seed(5)
+    x, y = torch.randn(24, 6, generator=g) * 3, torch.randn(24, 2, generator=g)
+    patients = torch.arange(24) // 2  # two images a patient
+
+    def trained(per_pass: int | None) -> tuple[torch.Tensor, int]:
+        torch.manual_seed(0)
+        module = nn.Linear(6, 2)
+        grads = Recording(0.9, CLIP, 1.0, 12, 3, NoiseStream(b"\x09" * 32), per_pass)
+        run_steps(
+            module,
+            lambda forward, idx: ((forward(x[idx]) - y[idx]) ** 2).sum(1),
+            24,
+            StepSettings(lr=0.05, epochs=3, batch=4, seed=0),
+            grads,
+            patients=patients,
+        )
+        assert max(p for p, _ in grads.passes) <= (per_pass or 12)
+        return torch.cat([p.detach().flatten() for p in module.parameters()]), len(grads.passes)
+
+    one, one_passes = trained(None)
+    split, passes = trained(2)
+    assert passes > one_passes  # the samples really were split
+    assert torch.allclose(one, split, atol=1e-6, rtol=0)

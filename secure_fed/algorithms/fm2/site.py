@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from secure_fed.algorithms.fm2.model import FM2Model, cel_loss
-from secure_fed.clients.training import MinibatchGradients, PatientGradients
+from secure_fed.clients.training import MinibatchGradients, PatientGradients, patient_passes
 
 RowLoss = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 
@@ -63,21 +63,23 @@ def run_steps(
     total, rows = 0.0, 0
     for _ in range(steps):
         chosen = grads.sample(units)
-        if patients is None:
-            idx, slot = chosen, chosen
-        else:
-            member = torch.zeros(units, dtype=torch.bool)
-            member[chosen] = True
-            idx = torch.nonzero(member[patients]).flatten()
-            slot = patients[idx]
-        losses = row_loss(forward, idx) if idx.numel() else torch.zeros(0)
         opt.zero_grad(set_to_none=True)
-        # an empty DP step still adds its noise: the accountant counted it
-        grads.backward([forward], [losses], [slot])
+        passes = patient_passes(chosen, grads.max_patients_per_pass)
+        for k, part in enumerate(passes):
+            if patients is None:
+                idx, slot = part, part
+            else:
+                member = torch.zeros(units, dtype=torch.bool)
+                member[part] = True
+                idx = torch.nonzero(member[patients]).flatten()
+                slot = patients[idx]
+            losses = row_loss(forward, idx) if idx.numel() else torch.zeros(0)
+            # an empty DP step still adds its noise: the accountant counted it
+            grads.backward([forward], [losses], [slot], last_pass=k == len(passes) - 1)
+            total, rows = total + float(losses.detach().sum()), rows + idx.numel()
         if extra_grad is not None:
             extra_grad()
         opt.step()
-        total, rows = total + float(losses.detach().sum()), rows + idx.numel()
     return StageResult(total / max(rows, 1), steps)
 
 
