@@ -74,6 +74,7 @@ def test_distributed_cost_rows_are_the_cpu_and_wall_ratios() -> None:
         ("distributed-noise", "distributed-noise"),
         ("distributed-noise-accounting", "distributed-noise"),
         ("distributed-cost", "distributed-cost"),
+        ("dp-passes", "dp-passes"),
     ],
 )
 def test_committed_table_is_the_raw_output_shaped_with_its_source(name: str, raw: str, tmp_path: Path):
