@@ -10,7 +10,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser test test-deploy demo lint bench clean results results-hospital
+.PHONY: install browser test test-deploy demo lint bench clean results results-hospital results-hospital-site results-hospital-distributed
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,13 +47,19 @@ results: $(STAMP)
 	$(SWEEP) --config configs/training-noise.toml --methods base,local,central,fedavg --seeds 0,1,2,3,4 --epsilons inf -o runs/results-training-noise
 
 # docs/RESULTS.md's "Hospital scale" grid (issue 30): 10,000 patients over 5 unequal sites; central at
-# a finite ε is DP-SGD on the pooled patients. Resumable like `results` (finished cells are skipped):
-#   nohup make results-hospital > runs/results-hospital.log 2>&1 &
+# a finite ε is DP-SGD on the pooled patients. Resumable like `results` (finished cells are skipped);
+# -j2 runs its two sweeps at once, one cell each (DP steps run in passes of at most
+# dp.max_patients_per_pass patients, so two cells fit in 24 GiB: docs/RESULTS.md, "Hospital scale"):
+#   nohup make -j2 results-hospital > runs/results-hospital.log 2>&1 &
 # Its wall time here is estimated by benchmarks/hospital_cost.py (docs/BENCHMARKS.md). The second
 # sweep is issue 31's comparison: FedAvg and FedTAR with distributed DP on the same patients and DP
 # recipe, and FedAvg's model fine-tuned at each site (an epoch of its own that releases nothing).
-results-hospital: $(STAMP)
+results-hospital: results-hospital-site results-hospital-distributed
+
+results-hospital-site: $(STAMP)
 	$(SWEEP) --config configs/hospital-scale.toml --methods base,local,central,fedavg,fedtar,fedavg-ft,fedtar-ft --seeds 0,1,2 --epsilons inf,16,8,4,2,1 -o runs/results-hospital
+
+results-hospital-distributed: $(STAMP)
 	$(SWEEP) --config configs/hospital-scale-distributed.toml --methods fedavg,fedtar,fedavg-ft --seeds 0,1,2 --epsilons 8,4,2,1 -o runs/results-hospital-distributed
 
 # docs/DEPLOYMENT.md's script end to end (examples/deploy-local/deploy.sh all): ~20 min here

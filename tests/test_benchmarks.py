@@ -56,8 +56,10 @@ def test_dp_overhead_smoke_and_where_the_premium_goes(cache_dir: Path) -> None:
     assert 0 < result["dp_split"]["privatize_ms"] < result["dp_split"]["step_ms"]
     premium = result["dp_premium"]
     ops = {row["op"]: row for row in premium["top_ops"]}
-    # ExpandedWeights computes each row's gradient in an op the non-private step never runs
-    assert "LinearPerSampleGrad" in ops and ops["LinearPerSampleGrad"]["calls"][0] == 0
+    # ExpandedWeights computes each row's gradient in ops the non-private step never runs (its
+    # forward op or its backward, whichever of the two a loaded machine's short profile ranks in)
+    per_row = [op for op in ops if op.startswith("LinearPerSampleGrad")]
+    assert per_row and all(ops[op]["calls"][0] == 0 for op in per_row)
     assert premium["profiled_ms_per_step"]["dp"] > 0 and premium["profiled_ms_per_step"]["non_private"] > 0
 
 

@@ -547,11 +547,23 @@ def test_private_central_is_dp_sgd_on_the_pooled_patients_and_spends_its_target(
     assert row["epsilon_spent"] == pytest.approx(spent)
 
 
+def _make_recipe(text: str, target: str) -> str:
+    """The one command line of a Makefile target."""
+    (line,) = text.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    return line
+
+
 def test_make_results_hospital_runs_issue_30s_grid_on_the_hospital_config():
-    """`make results-hospital`: one resumable sweep of the hospital-scale config over issue 30's
-    grid; the config is the 10,000-patient, 5-unequal-site cohort (< 1 s)."""
+    """`make results-hospital`: two resumable sweeps (site mode over issue 30's grid, distributed DP
+    for issue 31), separate targets so `make -j2` runs them at once; the config is the
+    10,000-patient, 5-unequal-site cohort (< 1 s)."""
     text = (Path(__file__).parents[1] / "Makefile").read_text()
-    line, distributed = text.split("\nresults-hospital:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    assert text.split("\nresults-hospital:", 1)[1].split("\n", 1)[0].split() == [
+        "results-hospital-site",
+        "results-hospital-distributed",
+    ]
+    line = _make_recipe(text, "results-hospital-site")
+    distributed = _make_recipe(text, "results-hospital-distributed")
     cmd = line.replace("$(SWEEP)", ".venv/bin/secure-fed sweep").split()
     _check_sweep_command(cmd)
     args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
