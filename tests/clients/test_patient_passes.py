@@ -1,6 +1,6 @@
 """A DP step whose Poisson sample is large runs its forward and backward in passes of at most
-`dp.max_patients_per_pass` patients, so its memory is one pass's, not the whole sample's (a pooled
-hospital-scale step held 12.7 GB in one pass: docs/BENCHMARKS.md). Memory only: the released
+`dp.max_patients_per_pass` patients, so its memory is one pass's, not the whole sample's
+(docs/BENCHMARKS.md, "DP step memory in passes"). Memory only: the released
 gradient, and so the trained adapters, must be the one-pass step's, in site mode (`train_copies`
 with the site's `DPGradients`, FedTAR-style copies per visit index) and in distributed mode (the
 clipped sum a site encodes). The tiny preset, unpretrained, 16 patients a site: a few seconds."""
