@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from secure_fed.clients.training import patient_passes
+from secure_fed.clients.training import patient_passes, rows_of
 from secure_fed.data.batching import Examples
 from secure_fed.dp.dpsgd import PatientDPSGD, poisson_sample
 from secure_fed.dp.keystream import NoiseStream
@@ -121,11 +121,10 @@ def clipped_gradient_sum(
         ran = False
         passes = patient_passes(chosen, max_patients_per_pass)
         for k, part in enumerate(passes):
-            member = torch.zeros(max(n_patients, 1), dtype=torch.bool)
-            member[part] = True
             live, index = [], []
-            for module, group in zip(engine.forward_modules, groups, strict=True):
-                rows = torch.nonzero(member[group.patient_slot]).flatten() if len(group) else chosen[:0]
+            for module, group, rows in zip(
+                engine.forward_modules, groups, rows_of(groups, part, n_patients), strict=True
+            ):
                 if not rows.numel():
                     index.append(None)
                     continue
@@ -137,10 +136,9 @@ def clipped_gradient_sum(
                 ran = True
             if k < len(passes) - 1:
                 engine.accumulate(index, n_patients)
-            elif ran:
-                engine.privatize(index, n_patients)
         if not ran:
             return np.zeros(sum(p.numel() for p in params), dtype=np.float64), int(chosen.numel())
+        engine.privatize(index, n_patients)
         # a copy that saw no sampled row has no gradient: its block of the sum is zero
         flat = torch.cat(
             [

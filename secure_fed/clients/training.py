@@ -46,6 +46,16 @@ class PatientGradients(Protocol):
     ) -> None: ...
 
 
+def rows_of(groups: Sequence[Examples], patients: torch.Tensor, n_patients: int) -> list[torch.Tensor]:
+    """Per group, the rows that belong to `patients` (slots below `n_patients`)."""
+    member = torch.zeros(max(n_patients, 1), dtype=torch.bool)
+    member[patients] = True
+    return [
+        torch.nonzero(member[g.patient_slot]).flatten() if len(g) else torch.zeros(0, dtype=torch.long)
+        for g in groups
+    ]
+
+
 def patient_passes(chosen: torch.Tensor, max_patients: int | None) -> list[torch.Tensor]:
     """The step's sampled patients in passes of at most `max_patients` (one pass if None, and for
     an empty sample: a step with no patient still ends, and a private one still releases noise)."""
@@ -153,15 +163,8 @@ def train_copies(
             opt.zero_grad(set_to_none=True)
         passes = patient_passes(chosen, grads.max_patients_per_pass)
         for k, part in enumerate(passes):
-            member = torch.zeros(n_patients, dtype=torch.bool)
-            member[part] = True
             losses, index = [], []
-            for c, g in zip(copies, groups, strict=True):
-                rows = (
-                    torch.nonzero(member[g.patient_slot]).flatten()
-                    if len(g)
-                    else torch.zeros(0, dtype=torch.long)
-                )
+            for c, g, rows in zip(copies, groups, rows_of(groups, part, n_patients), strict=True):
                 if rows.numel() == 0:
                     losses.append(torch.zeros(0))
                     index.append(torch.zeros(0, dtype=torch.long))

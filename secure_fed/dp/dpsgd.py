@@ -366,16 +366,14 @@ class PatientDPSGD:
             if not module_passes:
                 per_patient.append(None)
                 continue
-            if len(module_passes) == 1:
-                rows, slots = module_passes[0]
+            if len(module_passes) == 1:  # each patient once: `accumulate` summed its rows
+                rows, slots = module_passes[0][0], compact[module_passes[0][1]]
             else:
-                rows = torch.cat([r for r, _ in module_passes])
-                slots = torch.cat([s for _, s in module_passes])
-            slots = compact[slots]
-            if len(torch.unique(slots)) < len(slots):
-                # a patient in several passes: the sum of its passes is its gradient
-                summed = rows.new_zeros((len(present), rows.shape[1]))
-                rows = summed.index_add_(0, slots.to(rows.device), rows)
+                # a patient may be in several passes: the sum of its passes is its gradient
+                first = module_passes[0][0]
+                rows = first.new_zeros((len(present), first.shape[1]))
+                for part, part_slots in module_passes:
+                    rows.index_add_(0, compact[part_slots].to(rows.device), part)
                 slots = torch.arange(len(present))
             # float32 row norms (a float64 reduction costs 5x as much), squared and summed in float64
             squared.index_add_(0, slots, torch.linalg.vector_norm(rows, dim=1).to(torch.float64).cpu() ** 2)
