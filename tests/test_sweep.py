@@ -364,6 +364,9 @@ def test_results_md_sweep_commands_are_valid():
 def test_fine_tuned_cell_starts_from_its_federated_cells_final_model(
     make_config, tmp_path: Path, monkeypatch, one_torch_thread
 ):
+    # imported before the patch: a module that binds train_copies at import (the FedTAR learner)
+    # would otherwise keep the spy for every later test in the process
+    import secure_fed.algorithms.fedtar.learner  # noqa: F401
     from secure_fed.clients import training
 
     cfg = make_config()
