@@ -596,11 +596,23 @@ def interval_table(runs: list[dict[str, Any]], metrics: Sequence[str] = PAIRED_M
     head = "| method | ε | n | " + " | ".join(f"{m} [95 % CI]" for m in metrics) + " |\n"
     head += "|" + " --- |" * (3 + len(metrics)) + "\n"
     lines = []
-    for (method, epsilon), tests in sorted(_tests_by_cell(runs).items(), key=lambda item: _order(*item[0])):
-        cells = [shown(*_mean_ci([t.get(m, math.nan) for t in tests.values()])) for m in metrics]
-        eps = "∞" if epsilon is None else f"{epsilon:g}"
-        lines.append(f"| {method} | {eps} | {len(tests)} | " + " | ".join(cells) + " |")
+    for row in intervals(runs, metrics):
+        eps = "∞" if row["epsilon"] is None else f"{row['epsilon']:g}"
+        cells = [shown(*row[m]) for m in metrics]
+        lines.append(f"| {row['method']} | {eps} | {row['n']} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"
+
+
+def intervals(runs: list[dict[str, Any]], metrics: Sequence[str] = PAIRED_METRICS) -> list[dict[str, Any]]:
+    """Per (method, ε) in table order: n and, per metric, the mean over seeds with its 95 % t
+    interval (None for one seed)."""
+    rows = []
+    for (method, epsilon), tests in sorted(_tests_by_cell(runs).items(), key=lambda item: _order(*item[0])):
+        row: dict[str, Any] = {"method": method, "epsilon": epsilon, "n": len(tests)}
+        for m in metrics:
+            row[m] = _mean_ci([t.get(m, math.nan) for t in tests.values()])
+        rows.append(row)
+    return rows
 
 
 def paired_table(rows: list[dict[str, Any]], metrics: Sequence[str] = PAIRED_METRICS) -> str:
