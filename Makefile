@@ -51,7 +51,8 @@ results: $(STAMP)
 # -j2 runs its two sweeps at once, one cell each (DP steps run in passes of at most
 # dp.max_patients_per_pass patients, so two cells fit in 24 GiB: docs/RESULTS.md, "Hospital scale"):
 #   nohup make -j2 results-hospital > runs/results-hospital.log 2>&1 &
-# Its wall time here is estimated by benchmarks/hospital_cost.py (docs/BENCHMARKS.md). The second
+# Its wall time here is estimated per unit by benchmarks/hospital_cost.py (docs/BENCHMARKS.md) and
+# from the cells that ran by benchmarks/hospital_grid_time.py (docs/RESULTS.md). The second
 # sweep is issue 31's comparison: FedAvg and FedTAR with distributed DP on the same patients and DP
 # recipe, and FedAvg's model fine-tuned at each site (an epoch of its own that releases nothing).
 results-hospital: results-hospital-site results-hospital-distributed

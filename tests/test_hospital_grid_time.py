@@ -1,0 +1,92 @@
+"""benchmarks/hospital_grid_time.py: the hospital grid's wall time from the cells that ran. It reads
+committed JSON only (no torch), so the committed table is recomputed here in full."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location(
+    "hospital_grid_time", ROOT / "benchmarks" / "hospital_grid_time.py"
+)
+assert _spec is not None and _spec.loader is not None
+grid_time = importlib.util.module_from_spec(_spec)
+sys.modules["hospital_grid_time"] = grid_time
+_spec.loader.exec_module(grid_time)
+
+COMMITTED = ROOT / "docs" / "results" / "hospital-grid-time.json"
+
+
+def test_the_grid_is_the_makefiles_two_hospital_sweeps() -> None:
+    site, distributed = grid_time.grid()
+    assert site["config"] == "configs/hospital-scale.toml" and site["seeds"] == 3
+    assert None in site["epsilons"] and 16.0 in site["epsilons"]
+    assert distributed["config"] == "configs/hospital-scale-distributed.toml"
+    est = grid_time.estimate()
+    cells = {s["target"]: s["cells"] for s in est["sweeps"]}
+    # base and local at ∞ only; every other method at each of the six ε (site) or four (distributed)
+    n_site = 3 * (2 + 6 * (len(site["methods"]) - 2))
+    assert cells == {"results-hospital-site": n_site, "results-hospital-distributed": 3 * 4 * 3}
+
+
+def test_committed_table_is_what_the_committed_wall_tables_give() -> None:
+    committed = json.loads(COMMITTED.read_text(encoding="utf-8"))
+    fresh = grid_time.table(grid_time.estimate(), committed["source"]["commit"], committed["source"]["date"])
+    assert fresh == committed, "stale: run python benchmarks/hospital_grid_time.py --write"
+
+
+def _wall(path: Path, rows: list[list[str]]) -> None:
+    path.write_text(json.dumps({"columns": ["method", "cells", "min per cell", "longest"], "rows": rows}))
+
+
+def test_each_cell_takes_the_newest_measurement_and_a_missing_kind_is_imputed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    make = tmp_path / "Makefile"
+    make.write_text(
+        "results-hospital-site: x\n\t$(SWEEP) --config a.toml --methods base,fedavg --seeds 0,1 "
+        "--epsilons inf,8,4 -o runs/a\n\n"
+        "results-hospital-distributed: x\n\t$(SWEEP) --config b.toml --methods fedavg --seeds 0 "
+        "--epsilons 8 -o runs/b\n"
+    )
+    _wall(tmp_path / "new.json", [["fedavg ε=8", "2", "10.0 ± 1.0", "11"]])
+    _wall(
+        tmp_path / "old.json",
+        [
+            ["fedavg ε=8", "2", "99.0 ± 1.0", "99"],
+            ["fedavg ε=∞", "2", "6.0", "6"],
+            ["base ε=∞", "2", "1.5 ± 0.1", "2"],
+        ],
+    )
+    _wall(tmp_path / "dist.json", [["fedavg ε=8", "1", "30.0", "30"]])
+    monkeypatch.setattr(
+        grid_time, "WALL_TABLES", {"a.toml": ["new.json", "old.json"], "b.toml": ["dist.json"]}
+    )
+
+    est = grid_time.estimate(tmp_path, make)
+
+    site, dist = est["sweeps"]
+    rows = {r["cell"]: r for r in site["rows"]}
+    assert rows["fedavg ε=8"]["min_per_cell"] == 10.0 and rows["fedavg ε=8"]["source"] == "new.json"
+    assert rows["fedavg ε=4"]["min_per_cell"] == 10.0 and rows["fedavg ε=4"]["source"].startswith("imputed")
+    assert "base ε=8" not in rows and rows["base ε=∞"]["min_per_cell"] == 1.5
+    # 2 seeds × (1.5 + 6 + 10 + 10) min
+    assert site["hours"] == pytest.approx(2 * 27.5 / 60, abs=0.01)
+    assert dist["hours"] == pytest.approx(0.5)
+    assert est["j2_hours"] == pytest.approx(0.92, abs=0.01)
+    assert est["one_after_the_other_hours"] == pytest.approx(1.42, abs=0.01)
+
+
+def test_a_kind_no_table_has_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    make = tmp_path / "Makefile"
+    line = "\t$(SWEEP) --config a.toml --methods fedtar --seeds 0 --epsilons inf -o r\n"
+    make.write_text(f"results-hospital-site: x\n{line}results-hospital-distributed: x\n{line}")
+    _wall(tmp_path / "t.json", [["fedavg ε=∞", "1", "5.0", "5"]])
+    monkeypatch.setattr(grid_time, "WALL_TABLES", {"a.toml": ["t.json"]})
+    with pytest.raises(ValueError, match="fedtar ε=∞: no wall time in t.json"):
+        grid_time.estimate(tmp_path, make)
