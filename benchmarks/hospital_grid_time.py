@@ -39,7 +39,6 @@ TARGETS = {"results-hospital-site": "site mode", "results-hospital-distributed":
 WALL_TABLES = {
     "configs/hospital-scale.toml": ["hospital-central-here-wall.json", "hospital-wall.json"],
     "configs/hospital-scale-distributed.toml": [
-        "hospital-distributed-fedtar-here-wall.json",
         "hospital-distributed-here-wall.json",
         "hospital-distributed-wall.json",
     ],

@@ -9,25 +9,18 @@ and tokenizer_coverage.py run as documented in tests/model/test_gpu_benchmark.py
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.scripts import ROOT, run_script
+from tests.scripts import ROOT, load_script, run_script
 
 
 def _tool(name: str) -> Any:
-    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script(f"tools/{name}.py")
 
 
 def _smoke(script: str, *args: str) -> Any:

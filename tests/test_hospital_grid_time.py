@@ -3,21 +3,15 @@ committed JSON only (no torch), so the committed table is recomputed here in ful
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location(
-    "hospital_grid_time", ROOT / "benchmarks" / "hospital_grid_time.py"
-)
-assert _spec is not None and _spec.loader is not None
-grid_time = importlib.util.module_from_spec(_spec)
-sys.modules["hospital_grid_time"] = grid_time
-_spec.loader.exec_module(grid_time)
+grid_time = load_script("benchmarks/hospital_grid_time.py")
 
 COMMITTED = ROOT / "docs" / "results" / "hospital-grid-time.json"
 

@@ -3,7 +3,6 @@ committed plots redrawn from the kept records they name (a stale PNG fails here)
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,12 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.scripts import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
-_spec = importlib.util.spec_from_file_location("plot_sweeps", ROOT / "tools" / "plot_sweeps.py")
-assert _spec is not None and _spec.loader is not None
-plot_sweeps = importlib.util.module_from_spec(_spec)
-sys.modules["plot_sweeps"] = plot_sweeps
-_spec.loader.exec_module(plot_sweeps)
+plot_sweeps = load_script("tools/plot_sweeps.py")
 
 PNG = b"\x89PNG\r\n\x1a\n"
 
