@@ -4,6 +4,7 @@ committed plots redrawn from the kept records they name (a stale PNG fails here)
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -109,6 +110,11 @@ def test_committed_plot_is_redrawn_from_its_kept_records(
     assert fresh["series"] == saved["series"] and fresh["base"] == saved["base"], (
         f"{sidecar.name} is stale: rerun the command in its docstring (tools/plot_sweeps.py)"
     )
+    # the source's command is the one that drew it: the same series, PNG and points file
+    argv = shlex.split(saved["source"]["command"])
+    assert argv[:2] == ["python", "tools/plot_sweeps.py"]
+    assert [a for a in argv if ":" in a and "=" in a] == [s["spec"] for s in saved["series"]]
+    assert saved["png"] in argv and str(sidecar.relative_to(ROOT)) in argv
     png = ROOT / saved["png"]
     assert png.read_bytes()[:8] == PNG
     assert f"]({png.relative_to(ROOT / 'docs')})" in (ROOT / "docs" / "RESULTS.md").read_text()

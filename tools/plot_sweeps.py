@@ -15,8 +15,11 @@ redraw them from the same records and see that the committed PNG is not stale.
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import math
+import shlex
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -126,6 +129,11 @@ def draw(data: dict[str, Any], path: Path, title: str = "") -> None:
     plt.close(fig)
 
 
+def _git_head() -> str:
+    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+    return out.stdout.strip() or "unknown"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("series", nargs="+", help="PATH:METHOD=LABEL (PATH: a sweep folder or a kept record)")
@@ -140,9 +148,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"plot_sweeps: {e}", file=sys.stderr)
         return 2
     if args.points:
-        args.points.write_text(
-            json.dumps(data | {"title": args.title, "png": str(args.out)}, indent=1) + "\n"
-        )
+        # the convention of docs/results/*.json: the source names the command that wrote it
+        argv = list(sys.argv[1:] if argv is None else argv)
+        source = {
+            "command": "python tools/plot_sweeps.py " + shlex.join(argv),
+            "commit": _git_head(),
+            "date": dt.date.today().isoformat(),
+        }
+        meta = {"title": args.title, "png": str(args.out), "source": source}
+        args.points.write_text(json.dumps(data | meta, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {args.out}" + (f" and {args.points}" if args.points else ""))
     return 0
 
