@@ -729,9 +729,12 @@ def _empirical_html(data: ReportData) -> str:
         what = _AUDITED.get(str(audit.get("mechanism")), "its releases")
         if isinstance(stated, int | float) and isinstance(measured, int | float):
             if measured > stated:
+                level = _num(100 * (1 - float(audit.get("confidence", 0))), 3)
                 verdict = (
-                    " <b>The measured lower bound EXCEEDS the stated ε: the training code leaks more "
-                    "than its accountant says (a bug in noise, clipping or accounting).</b>"
+                    " <b>The measured lower bound EXCEEDS the stated ε: evidence that the training code "
+                    "leaks more than its accountant says (a bug in noise, clipping or accounting).</b> "
+                    f"A correct implementation shows this in at most {level} % of audits; rerun the "
+                    "audit (it draws a fresh secret seed): a real leak shows again."
                 )
             elif isinstance(ceiling := audit.get("epsilon_hat_max"), int | float) and ceiling <= stated:
                 # the ceiling is what every guess right would give: an audit that could not fail
@@ -757,7 +760,8 @@ def _empirical_html(data: ReportData) -> str:
         "ones had been included. How often it was right gives ε̂, a <b>measured lower bound</b>: the "
         "true privacy loss is at least ε̂ (at the stated confidence). A correct implementation must keep "
         "ε̂ at or below the stated ε, which is an upper bound proved from the mechanism's settings; "
-        "ε̂ above ε would prove a bug. ε̂ below ε does not prove the code right, it only finds no leak "
+        "ε̂ above ε is evidence of a bug (a correct implementation shows it in at most 1 − confidence of "
+        "audits: 5 % at 95 %). ε̂ below ε does not prove the code right, it only finds no leak "
         "larger than ε̂.</p>"
         f"<ul>{''.join(items)}</ul></div>"
     )

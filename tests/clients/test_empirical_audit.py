@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from secure_fed.cli import app
+from secure_fed.clients import empirical_audit
 from secure_fed.dp.canaries import default_guesses
 
 runner = CliRunner()
@@ -50,7 +52,7 @@ rounds = 2
     return path
 
 
-@pytest.mark.usefixtures("one_torch_thread")
+@pytest.mark.usefixtures("one_torch_thread", "pinned_auditor")
 def test_audit_logs_a_record_that_verifies_and_reaches_the_report(cache_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "audit"
     config = _config(cache_dir, tmp_path)
@@ -130,3 +132,31 @@ def test_results_commands_are_the_ones_the_script_runs() -> None:
     assert commands
     for command in commands:
         assert command.replace("secure-fed", "$SF", 1) in script, command
+
+
+@pytest.mark.usefixtures("one_torch_thread", "pinned_auditor")
+def test_a_histogram_released_without_noise_is_a_violation_on_the_console(
+    cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GMM histogram whose noise a bug dropped: every guess right, and the console says so,
+    as evidence at the stated confidence rather than proof, with what to do next."""
+    real = empirical_audit.audit_histogram
+
+    def noiseless(m: int, guesses: int, n_cells: int, sigma: float, *rest: Any, **kw: Any) -> Any:
+        return real(m, guesses, n_cells, 0.0, *rest, **kw)
+
+    monkeypatch.setattr(empirical_audit, "audit_histogram", noiseless)
+    out = tmp_path / "audit"
+    args = ["audit", "empirical", "--config", str(_config(cache_dir, tmp_path)), "--canaries", "200"]
+    result = runner.invoke(app, [*args, "--site", "site0", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    records = [json.loads(line) for line in (out / "audit" / "site0.jsonl").read_text().splitlines()]
+    (histogram,) = [
+        r["payload"]
+        for r in records
+        if r["event"] == "empirical_audit" and r["payload"]["mechanism"] == "gmm_histogram"
+    ]
+    assert histogram["correct"] == histogram["guesses"] and histogram["verdict"] == "violation"
+    said = " ".join(result.output.split())  # the console wraps at its width
+    assert "1 violation(s): evidence of a leak above the stated ε, not proof" in said
+    assert "Rerun the audit in a new --out folder" in said
