@@ -8,6 +8,7 @@ import math
 import shutil
 import signal
 import sys
+import tomllib
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -120,6 +121,22 @@ def _config(path: Path | None, overrides: dict[str, Any]) -> RunConfig:
         reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
         _fail(f"{path}: cannot read the configuration ({reason}); pass a readable TOML file to --config")
         raise  # unreachable
+
+
+def _set_options(given: list[str]) -> dict[str, Any]:
+    """`--set KEY=VALUE` options as config overrides, each VALUE read as a TOML value (a bare word
+    that is not one, e.g. `site`, as the string)."""
+    overrides: dict[str, Any] = {}
+    for item in given:
+        key, sep, raw = item.partition("=")
+        key, raw = key.strip(), raw.strip()
+        if not sep or not key or not raw:
+            _fail(f"--set {item}: give KEY=VALUE, e.g. --set dp.sample_rate=0.02")
+        try:
+            overrides[key] = tomllib.loads(f"v = {raw}")["v"]
+        except tomllib.TOMLDecodeError:
+            overrides[key] = raw
+    return overrides
 
 
 def _round_line(round_id: int, rounds: int, result: Any) -> str:
@@ -441,6 +458,14 @@ def sweep(
             "written into the folder first and not run again",
         ),
     ] = None,
+    set_: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--set",
+            help="KEY=VALUE: one config key for every cell, over the --config file (repeatable; VALUE "
+            "read as TOML), e.g. --set dp.sample_rate=0.02",
+        ),
+    ] = None,
 ) -> None:
     """Methods × seeds × ε on the same data, paired by seed; finished cells are skipped, so a sweep
     resumes where it stopped. Writes results.json, results.md (mean ± std, paired CIs, per-site
@@ -454,7 +479,12 @@ def sweep(
     from secure_fed.clients.guard import Refusal
     from secure_fed.sweep import sweep as run_sweep
 
-    cfg = _config(config, {"fed.rounds": rounds, "fed.engine": "inprocess"})
+    overrides = _set_options(set_ or [])
+    if "fed.engine" in overrides:
+        _fail("--set fed.engine: a sweep runs its cells in process; drop that --set")
+    if rounds is not None:
+        overrides["fed.rounds"] = rounds
+    cfg = _config(config, {**overrides, "fed.engine": "inprocess"})
     try:
         eps = [None if e.strip() in ("inf", "∞") else float(e) for e in epsilons.split(",")]
         seed_list = [int(s) for s in seeds.split(",")]

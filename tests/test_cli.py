@@ -706,3 +706,37 @@ def test_the_ledger_line_names_the_config_key_as_written(tmp_path):
     )
     assert result.exit_code == 2
     assert "synthetic benchmark, [dp] ledger_dir unset" in result.output  # `run` prints its line alike
+
+
+def test_sweep_set_overrides_a_config_key_for_every_cell(tmp_path, monkeypatch):
+    """`--set dp.sample_rate=0.02`: another Poisson rate without a copy of the config file; the
+    value is read as TOML (a number stays a number), and the sweep's cells get it."""
+    import secure_fed.sweep
+
+    seen = {}
+
+    def cells(cfg, *args, **kwargs):
+        seen["q"], seen["rounds"], seen["noise"] = cfg.dp.sample_rate, cfg.fed.rounds, cfg.dp.noise
+        raise ValueError("stop before any cell")
+
+    monkeypatch.setattr(secure_fed.sweep, "sweep", cells)
+    args = ["sweep", "--methods", "base", "--seeds", "0", "-o", str(tmp_path / "s")]
+    sets = ["--set", "dp.sample_rate=0.02", "--set", "fed.rounds=250", "--set", "dp.noise=site"]
+    _one_error(runner.invoke(app, [*args, *sets]), "stop before any cell")
+    assert seen == {"q": 0.02, "rounds": 250, "noise": "site"}
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ("dp.sample_rate", "--set dp.sample_rate: give KEY=VALUE"),
+        ("dp.sampel_rate=0.1", "dp.sampel_rate"),
+        ("dp.sample_rate=2", "dp.sample_rate"),
+        ("fed.engine=flower", "--set fed.engine: a sweep runs its cells in process"),
+    ],
+)
+def test_sweep_set_errors_are_one_line_naming_the_key(tmp_path, given, said):
+    out = tmp_path / "s"
+    result = runner.invoke(app, ["sweep", "--methods", "base", "--set", given, "-o", str(out)])
+    _one_error(result, said)
+    assert not out.exists()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -263,9 +264,12 @@ def _check_sweep_command(cmd: list[str]) -> None:
     from secure_fed.config import load_config
 
     assert cmd[0].endswith("secure-fed") and cmd[1] == "sweep", cmd
-    args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
+    pairs = list(zip(cmd[2::2], cmd[3::2], strict=True))
+    sets = dict(value.split("=", 1) for flag, value in pairs if flag == "--set")
+    args = {flag: value for flag, value in pairs if flag != "--set"}
     assert set(args) <= {"--config", "--methods", "--seeds", "--epsilons", "-o", "--out", "--rounds"}
-    load_config(Path(__file__).parents[1] / args["--config"])
+    overrides = {key: tomllib.loads(f"v = {value}")["v"] for key, value in sets.items()}
+    load_config(Path(__file__).parents[1] / args["--config"], overrides)
     assert set(args["--methods"].split(",")) <= set(sweep_module.METHODS)
     assert all(e == "inf" or float(e) > 0 for e in args["--epsilons"].split(","))
     assert all(int(x) >= 0 for x in args["--seeds"].split(","))
