@@ -36,7 +36,6 @@ import datetime as dt
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -205,11 +204,6 @@ def table(plans: dict[float, dict[str, Any]], commit: str, date: str) -> dict[st
     }
 
 
-def _git_head() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    return out.stdout.strip() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epsilons", default="8,4,2,1")
@@ -231,9 +225,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"kept {path.relative_to(ROOT)}", file=sys.stderr)
     if args.write:
         sys.path.insert(0, str(ROOT / "tools"))
-        from doc_tables import dump_table
+        from doc_tables import dump_table, git_head
 
-        TABLE.write_text(dump_table(table(plans, _git_head(), dt.date.today().isoformat())), encoding="utf-8")
+        made = table(plans, git_head(short=True), dt.date.today().isoformat())
+        TABLE.write_text(dump_table(made), encoding="utf-8")
         print(f"wrote {TABLE.relative_to(ROOT)}", file=sys.stderr)
     return 0
 

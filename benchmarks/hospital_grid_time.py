@@ -25,7 +25,6 @@ import datetime as dt
 import json
 import re
 import shlex
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -168,11 +167,6 @@ def table(est: dict[str, Any], commit: str, date: str) -> dict[str, Any]:
     }
 
 
-def _git_head() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    return out.stdout.strip() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--write", action="store_true", help="write docs/results/hospital-grid-time.json")
@@ -185,9 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         out = RESULTS / "hospital-grid-time.json"
         sys.path.insert(0, str(ROOT / "tools"))
-        from doc_tables import dump_table
+        from doc_tables import dump_table, git_head
 
-        out.write_text(dump_table(table(est, _git_head(), dt.date.today().isoformat())), encoding="utf-8")
+        made = table(est, git_head(short=True), dt.date.today().isoformat())
+        out.write_text(dump_table(made), encoding="utf-8")
         print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
     print(json.dumps(est, indent=1, ensure_ascii=False))
     return 0

@@ -25,11 +25,13 @@ import datetime as dt
 import importlib.metadata
 import json
 import statistics
-import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_tables import git_head  # noqa: E402  (a sibling script, not a package)
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
@@ -625,7 +627,7 @@ def shape(
         "title": title,
         "source": {
             "command": command,
-            "commit": commit or _git_head(),
+            "commit": commit or git_head(),
             "date": date or dt.date.today().isoformat(),
             "machine": machine,
             "wall": wall,
@@ -634,15 +636,6 @@ def shape(
         "rows": rows(runs),
         "notes": notes(runs),
     }
-
-
-def _git_head() -> str:
-    try:
-        return subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -326,10 +326,15 @@ def sweep_markdown(
     return render[table]()
 
 
-def _git_head() -> str:
+def git_head(short: bool = False) -> str:
+    """The checkout's commit, for a JSON's source (tools/ and benchmarks/ scripts share it)."""
     try:
         return subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+            ["git", "rev-parse", *(["--short"] if short else []), "HEAD"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -368,7 +373,7 @@ def from_sweep(
         "title": title,
         "source": {
             "command": command,
-            "commit": _git_head(),
+            "commit": git_head(),
             "date": dt.date.today().isoformat(),
             "machine": machine,
             "wall": None if not wall_s else f"{wall_s / 60:.1f} min (all cells in {_sweep_name(folder)})",

@@ -19,11 +19,13 @@ import datetime as dt
 import json
 import math
 import shlex
-import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_tables import git_head  # noqa: E402  (a sibling script, not a package)
 
 ROOT = Path(__file__).resolve().parent.parent
 METRICS = ("CIDEr", "CE-F1")
@@ -129,11 +131,6 @@ def draw(data: dict[str, Any], path: Path, title: str = "") -> None:
     plt.close(fig)
 
 
-def _git_head() -> str:
-    out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
-    return out.stdout.strip() or "unknown"
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("series", nargs="+", help="PATH:METHOD=LABEL (PATH: a sweep folder or a kept record)")
@@ -152,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = list(sys.argv[1:] if argv is None else argv)
         source = {
             "command": "python tools/plot_sweeps.py " + shlex.join(argv),
-            "commit": _git_head(),
+            "commit": git_head(short=True),
             "date": dt.date.today().isoformat(),
         }
         meta = {"title": args.title, "png": str(args.out), "source": source}
