@@ -198,7 +198,21 @@ def sweep(
                     cell["wall_s"] = round(time.monotonic() - t0, 1)
                     cell["base_model"] = base_model
                     _write_cell(done, cell)
+                    log(_finished(run_label(method, epsilon), seed, cell))
     return write_outputs(out, time.monotonic() - started)
+
+
+def _finished(label: str, seed: int, cell: dict[str, Any]) -> str:
+    """The line a long sweep prints as each cell ends (its minutes, headline scores, ε spent): a
+    hospital-scale cell runs for minutes with nothing else on the console."""
+    test = cell.get("test") or {}
+    said = [f"{m} {test[m]:.3f}" for m in ("CIDEr", "CE-F1") if isinstance(test.get(m), int | float)]
+    spent = _max_epsilon(cell.get("privacy"))
+    if spent is not None:
+        said.append(f"ε spent {spent:.3f}")
+    return f"{label} seed {seed}: done in {cell['wall_s'] / 60:.1f} min" + (
+        f": {', '.join(said)}" if said else ""
+    )
 
 
 def cell_lock(folder: Path) -> Path:

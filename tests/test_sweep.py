@@ -181,6 +181,36 @@ def test_a_second_sweep_leaves_a_cell_another_sweep_is_running(tmp_path: Path, m
     assert calls == [("base", 1), ("base", 0)] and len(list(out.glob("*.interrupted-*"))) == 1
 
 
+def test_each_finished_cell_says_its_time_scores_and_epsilon(tmp_path: Path, monkeypatch):
+    """A hospital cell runs for minutes with nothing on the console; its end is the progress a
+    researcher watches for: the cell, its minutes, CIDEr and CE-F1, and the ε its ledger spent."""
+
+    def fake_cell(base, method, epsilon, seed, folder):
+        return {
+            "method": method,
+            "epsilon": epsilon,
+            "seed": seed,
+            "test": dict.fromkeys(METRIC_NAMES, 0.25) | {"CIDEr": 3.2475},
+            "per_site": None,
+            "privacy": {"epsilon": {"site0": {"rdp": 0.9999929}, "site1": {"rdp": 0.5}}} if epsilon else None,
+        }
+
+    monkeypatch.setattr(sweep_module, "run_cell", fake_cell)
+    said: list[str] = []
+    sweep_module.sweep(RunConfig(), ["fedavg"], [0], [None, 1.0], tmp_path / "sw", log=said.append)
+    done = [line for line in said if "done in" in line]
+    assert len(done) == 2, said
+    assert done[0].startswith("fedavg seed 0: done in 0.0 min: CIDEr 3.248, CE-F1 0.250"), done
+    assert "ε spent" not in done[0]
+    assert done[1].startswith("fedavg ε=1 seed 0: done in") and done[1].endswith(
+        "CIDEr 3.248, CE-F1 0.250, ε spent 1.000"
+    ), done
+    # a resumed sweep says the cell was there, not that it ran again
+    said.clear()
+    sweep_module.sweep(RunConfig(), ["fedavg"], [0], [1.0], tmp_path / "sw", log=said.append)
+    assert not [line for line in said if "done in" in line] and any("done already" in line for line in said)
+
+
 def test_sweep_resumes_and_writes_plot_and_html(tmp_path: Path, monkeypatch):
     calls: list[tuple] = []
 
