@@ -22,6 +22,12 @@ record, and the JSON below lists it.
         -o runs/central-at-distributed-noise                       # ~12 min a cell, resumable
     .venv/bin/python benchmarks/central_at_distributed_noise.py --keep --write   # the docs' JSON
 
+Option (c) of docs/BENCHMARKS.md ("Distributed DP") at hospital scale is the same comparison at a
+smaller Poisson rate over the same five passes, run with the CLI (`secure-fed sweep ... --set
+dp.sample_rate=0.02`, the commands in docs/RESULTS.md): --keep-rates commits its two sweep folders,
+--write-rates renders docs/results/hospital-sampling-rate.json from them and the recipe's kept
+sweeps, with the noise each mode released at each rate.
+
 Cells go to OUT/eps{ε}, one sweep folder per σ (a folder holds one config). --keep commits each
 folder's cells as docs/results/sweeps/central-at-distributed-noise-eps{ε}.json; --write renders
 docs/results/hospital-central-at-distributed-noise.json from the kept records (these cells', the
@@ -37,6 +43,7 @@ import json
 import math
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,16 +63,25 @@ DIM = 67976
 DISTRIBUTED_RECORD = "results-hospital-distributed"
 CENTRAL_RECORD = "results-hospital-central"
 METRICS = ("CIDEr", "CE-F1")
+# BENCHMARKS' option (c): the same five passes at a smaller Poisson rate (250 one-step rounds, 250
+# pooled steps), each mode's kept sweep per rate; the recipe's rate first
+RATES_TABLE = ROOT / "docs" / "results" / "hospital-sampling-rate.json"
+RATE_RECORDS = {
+    0.1: (DISTRIBUTED_RECORD, CENTRAL_RECORD),
+    0.02: ("results-hospital-distributed-q002", "results-hospital-central-q002"),
+}
 
 
-def plan_noise(epsilon: float, dim: int = DIM) -> dict[str, Any]:
-    """The distributed FedAvg run's plan at `epsilon` (as its cells planned it) and the noise its
-    5-site sum carried, over C, beside the σ a pooled curator's Gaussian needs at that ε."""
+def plan_noise(epsilon: float, dim: int = DIM, overrides: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The distributed FedAvg run's plan at `epsilon` (as its cells planned it, with `overrides`
+    over the config, e.g. another Poisson rate) and the noise its 5-site sum carried, over C, beside
+    the σ a pooled curator's Gaussian needs at that ε."""
     from secure_fed.config import load_config
     from secure_fed.distributed_plan import plan_for, site_mode_sigma
 
     cfg = load_config(
-        DISTRIBUTED_CONFIG, {"dp.enabled": True, "dp.target_epsilon": epsilon, "fed.method": "fedavg"}
+        DISTRIBUTED_CONFIG,
+        {"dp.enabled": True, "dp.target_epsilon": epsilon, "fed.method": "fedavg", **(overrides or {})},
     )
     plan = plan_for(cfg, dim, SITES)
     shares = plan.honest_min - plan.colluders
@@ -204,6 +220,142 @@ def table(plans: dict[float, dict[str, Any]], commit: str, date: str) -> dict[st
     }
 
 
+def _record(name: str) -> dict[str, Any]:
+    return dict(json.loads((KEPT / f"{name}.json").read_text(encoding="utf-8")))
+
+
+def rates_table(commit: str, date: str) -> dict[str, Any]:
+    """Option (c) from the kept sweeps: per rate and ε, the noise each mode released (over C, and
+    over the expected batch it is averaged into) and what each trained, paired by seed against
+    private central at that rate and at the recipe's."""
+    from secure_fed import sweep as sw
+
+    recipe_central = [r for r in _runs(CENTRAL_RECORD) if r["method"] == "central"]
+    small = _record(RATE_RECORDS[0.02][0])["runs"]
+    wall = sum(r["wall_s"] for name in RATE_RECORDS[0.02] for r in _record(name)["runs"])
+    epsilons = sorted({r["epsilon"] for r in small}, reverse=True)
+    rows = []
+    for rate, (distributed_name, central_name) in RATE_RECORDS.items():
+        record = _record(distributed_name)
+        steps, ran_rate = record["config"]["fed"]["rounds"], record["config"]["dp"]["sample_rate"]
+        if ran_rate != rate:
+            raise ValueError(f"{distributed_name}: ran at q = {ran_rate}, not {rate}")
+        distributed = [r for r in record["runs"] if r["method"] == "fedavg"]
+        central = [r for r in _record(central_name)["runs"] if r["method"] == "central"]
+        shown = {
+            "distributed": {row["epsilon"]: row for row in sw.intervals(distributed, METRICS)},
+            "central": {row["epsilon"]: row for row in sw.intervals(central, METRICS)},
+            "vs own": {
+                row["epsilon"]: row
+                for row in sw.paired_between(distributed, central, ("d", "c"), METRICS, "central")
+            },
+            "vs recipe": {
+                row["epsilon"]: row
+                for row in sw.paired_between(distributed, recipe_central, ("d", "c"), METRICS, "central")
+            },
+        }
+        for epsilon in epsilons:
+            cells = [r["privacy"] for r in central if r["epsilon"] == epsilon]
+            ((sigma, batch, pooled_steps),) = {
+                (round(c["noise_multiplier"], 6), c["expected_batch"], c["steps"]) for c in cells
+            }
+            if pooled_steps != steps:
+                raise ValueError(f"{central_name}: {pooled_steps} pooled steps, distributed ran {steps}")
+            released = plan_noise(epsilon, overrides={"dp.sample_rate": rate, "fed.rounds": steps})
+            z = released["released_multiplier"]
+            rows.append(
+                [
+                    f"q = {rate:g}, ε = {epsilon:g}",
+                    str(steps),
+                    f"{sigma:.4f}",
+                    f"{z:.4f}",
+                    f"{z / sigma:.2f}",
+                    f"{sigma / batch:.4f}",
+                    f"{z / batch:.4f}",
+                    str(shown["distributed"][epsilon]["n"]),
+                    *(
+                        _shown(*shown[kind][epsilon][m], signed=kind.startswith("vs"))
+                        for m in METRICS
+                        for kind in ("distributed", "central", "vs own", "vs recipe")
+                    ),
+                ]
+            )
+    return {
+        "title": "Hospital scale on the shipped base: distributed FedAvg and private central at the recipe's "
+        "Poisson rate and at a smaller one over the same five passes (BENCHMARKS option (c)); mean "
+        "and 95 % t interval over seeds, differences paired by seed",
+        "source": {
+            "command": "secure-fed sweep --config configs/hospital-scale-distributed.toml --set "
+            "dp.sample_rate=0.02 --rounds 250 --methods fedavg --seeds 0,1,2 --epsilons 1 -o "
+            "runs/results-hospital-distributed-q002 && secure-fed sweep --config "
+            "configs/hospital-scale-distributed.toml --set dp.sample_rate=0.02 --rounds 250 --methods "
+            "fedavg --seeds 0,1,2 --epsilons 2 -o runs/results-hospital-distributed-q002 && secure-fed "
+            "sweep --config configs/hospital-scale.toml --set dp.sample_rate=0.02 --methods central "
+            "--seeds 0,1,2 --epsilons 1 -o runs/results-hospital-central-q002 && secure-fed sweep "
+            "--config configs/hospital-scale.toml --set dp.sample_rate=0.02 --methods central --seeds "
+            "0,1,2 --epsilons 2 -o runs/results-hospital-central-q002 && python "
+            "benchmarks/central_at_distributed_noise.py --keep-rates --write-rates",
+            "commit": commit,
+            "date": date,
+            "machine": "2-core machine (24 GiB), 1 torch thread per cell, the two sweeps of each ε side by "
+            "side; base model f2154a8f26190d7a (the shipped tiny base)",
+            "wall": f"{wall / 60:.1f} min (the q = 0.02 cells, each its own time, two at a time)",
+        },
+        "columns": [
+            "setting",
+            "private steps",
+            "central σ",
+            "distributed released σ",
+            "released / central",
+            "central σ / expected batch",
+            "distributed σ / expected batch",
+            "n",
+            *(
+                f"{m}: {kind}"
+                for m in METRICS
+                for kind in (
+                    "distributed FedAvg [95 % CI]",
+                    "private central [95 % CI]",
+                    "Δ distributed − central, same q",
+                    "Δ distributed − central at q = 0.1",
+                )
+            ),
+        ],
+        "rows": rows,
+        "notes": [
+            "Both rates make the same five passes over the 7,000 training patients: 50 steps at q = 0.1 "
+            "(the recipe, configs/hospital-scale*.toml), 250 at q = 0.02 (--set dp.sample_rate=0.02; "
+            "the distributed sweep --rounds 250, one private step a round). C = 9, δ = 1e-5, Adam at the "
+            "same learning rate; nothing else changed.",
+            "central σ: the pooled cells' noise multiplier (Opacus, exact sampled-Gaussian analysis). "
+            "distributed released σ: the distributed plan's z (Zhu & Wang's subsampling bound, shares "
+            "sized for h − c = 3 honest sites) times √(5/3), five sites adding a share every round. "
+            "σ / expected batch: the noise std, over C, per coordinate of the averaged step (expected "
+            "batch q × 7,000 patients).",
+            "Δ … same q: paired by seed against private central run at that rate; at q = 0.1: against "
+            "private central at the recipe's rate (the kept results-hospital-central), the comparison "
+            "issue 31's goal names.",
+            "The q = 0.02 cells ran on 2026-12-04, two sweeps side by side: distributed ε = 1 from 15:33 "
+            "UTC and ε = 2 from 16:10, central ε = 1 from 15:47 and ε = 2 from 16:20, each sweep "
+            "importing a commit from 104ce8c to 63fa4af (between them only tools, tests and the "
+            "sweep's console line changed). The q = 0.1 rows are the recipe's kept sweeps.",
+        ],
+    }
+
+
+def keep_rates() -> list[Path]:
+    """The smaller rate's sweep folders as kept records (docs/results/sweeps/NAME.json)."""
+    from secure_fed.sweep import kept
+
+    written = []
+    for name in RATE_RECORDS[0.02]:
+        path = KEPT / f"{name}.json"
+        record = kept(ROOT / "runs" / name)
+        path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        written.append(path)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--epsilons", default="8,4,2,1")
@@ -212,24 +364,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan-only", action="store_true", help="print the σ per ε and run nothing")
     parser.add_argument("--keep", action="store_true", help="commit OUT/eps*'s cells (docs/results/sweeps/)")
     parser.add_argument("--write", action="store_true", help="render the docs table from the kept records")
+    parser.add_argument(
+        "--keep-rates", action="store_true", help="commit runs/" + ",".join(RATE_RECORDS[0.02]) + "'s cells"
+    )
+    parser.add_argument(
+        "--write-rates", action="store_true", help="render the sampling-rate table from the kept records"
+    )
     args = parser.parse_args(argv)
     epsilons = [float(e) for e in args.epsilons.split(",")]
     plans = {e: plan_noise(e) for e in epsilons}
     print(json.dumps({"plans": list(plans.values())}, indent=1))
     if args.plan_only:
         return 0
-    if not (args.keep or args.write):
+    if not (args.keep or args.write or args.keep_rates or args.write_rates):
         run(epsilons, [int(s) for s in args.seeds.split(",")], args.out)
-    if args.keep:
-        for path in keep(args.out):
-            print(f"kept {path.relative_to(ROOT)}", file=sys.stderr)
-    if args.write:
-        sys.path.insert(0, str(ROOT / "tools"))
-        from doc_tables import dump_table, git_head
+    kept = (keep(args.out) if args.keep else []) + (keep_rates() if args.keep_rates else [])
+    for path in kept:
+        print(f"kept {path.relative_to(ROOT)}", file=sys.stderr)
+    sys.path.insert(0, str(ROOT / "tools"))
+    from doc_tables import dump_table, git_head
 
-        made = table(plans, git_head(short=True), dt.date.today().isoformat())
-        TABLE.write_text(dump_table(made), encoding="utf-8")
-        print(f"wrote {TABLE.relative_to(ROOT)}", file=sys.stderr)
+    today = dt.date.today().isoformat()
+    for wanted, path, render in (
+        (args.write, TABLE, lambda: table(plans, git_head(short=True), today)),
+        (args.write_rates, RATES_TABLE, lambda: rates_table(git_head(short=True), today)),
+    ):
+        if wanted:
+            path.write_text(dump_table(render()), encoding="utf-8")
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

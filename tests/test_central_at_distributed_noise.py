@@ -73,3 +73,47 @@ def test_plan_only_prints_each_epsilons_noise_and_runs_nothing(tmp_path: Path) -
     (plan,) = json.loads(done.stdout)["plans"]
     assert plan["epsilon"] == 8.0 and plan["released_multiplier"] == pytest.approx(1.2338, abs=1e-4)
     assert not out.exists()
+
+
+def test_a_smaller_rate_plans_what_the_accounting_benchmark_found() -> None:
+    """The override reaches the plan: at q = 0.02 over 250 steps, ε = 1, the committed accounting
+    table's Skellam plan (benchmarks/distributed_noise.py) is this plan's z."""
+    rows = json.loads((ROOT / "docs/results/bench-distributed-noise-accounting.json").read_text())["rows"]
+    (row,) = [r for r in rows if r[0] == "hospital: ε = 1, q = 0.02, 250 steps"]
+    plan = noise.plan_noise(1.0, overrides={"dp.sample_rate": 0.02, "fed.rounds": 250})
+    assert plan["plan_multiplier"] == pytest.approx(float(row[3]), abs=1e-4)
+    assert plan["plan_multiplier"] < noise.plan_noise(1.0)["plan_multiplier"]
+
+
+def test_the_smaller_rate_cells_ran_that_rate_over_the_same_passes_within_their_epsilon() -> None:
+    distributed_name, central_name = noise.RATE_RECORDS[0.02]
+    distributed, central = noise._record(distributed_name), noise._record(central_name)
+    assert distributed["config"]["dp"]["noise"] == "distributed"
+    assert (distributed["config"]["dp"]["sample_rate"], distributed["config"]["fed"]["rounds"]) == (0.02, 250)
+    assert (central["config"]["dp"]["sample_rate"], central["config"]["fed"]["rounds"]) == (0.02, 5)
+    for cell in distributed["runs"] + central["runs"]:
+        assert cell["base_model"] == "f2154a8f26190d7a"
+        spent = [e["rdp"] for e in cell["privacy"]["epsilon"].values()]
+        assert spent and max(spent) <= cell["epsilon"] * (1 + 1e-6)
+    for cell in central["runs"]:
+        assert (cell["privacy"]["sample_rate"], cell["privacy"]["steps"]) == (0.02, 250)
+
+
+def test_committed_rates_table_is_what_the_kept_records_give() -> None:
+    committed = json.loads(noise.RATES_TABLE.read_text(encoding="utf-8"))
+    fresh = noise.rates_table(committed["source"]["commit"], committed["source"]["date"])
+    assert fresh == committed, "stale: run python benchmarks/central_at_distributed_noise.py --write-rates"
+
+
+def test_write_rates_renders_the_committed_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The documented last command, run on the kept records (its --keep-rates half needs runs/)."""
+    out = tmp_path / "hospital-sampling-rate.json"
+    monkeypatch.setattr(noise, "RATES_TABLE", out)
+    assert noise.main(["--write-rates", "--epsilons", "1"]) == 0
+    written, committed = (
+        json.loads(p.read_text(encoding="utf-8")) for p in (out, ROOT / "docs/results" / out.name)
+    )
+    assert {k: v for k, v in written.items() if k != "source"} == {
+        k: v for k, v in committed.items() if k != "source"
+    }
+    assert written["source"]["command"] == committed["source"]["command"]
