@@ -119,20 +119,26 @@ def run(epsilons: list[float], seeds: list[int], out: Path) -> None:
         sweep(base, ["central"], seeds, [epsilon], out / f"eps{epsilon:g}")
 
 
-def keep(out: Path) -> list[Path]:
-    """Each OUT/eps* folder's cells as docs/results/sweeps/central-at-distributed-noise-eps*.json."""
+def _keep(folder: Path, name: str) -> Path:
+    """A sweep folder's cells as the kept record docs/results/sweeps/NAME.json."""
     from secure_fed.sweep import kept
 
-    written = []
-    for folder in sorted(out.glob("eps*")):
-        path = KEPT / f"{NAME}-{folder.name}.json"
-        path.write_text(json.dumps(kept(folder), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        written.append(path)
-    return written
+    path = KEPT / f"{name}.json"
+    path.write_text(json.dumps(kept(folder), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def keep(out: Path) -> list[Path]:
+    """Each OUT/eps* folder's cells as docs/results/sweeps/central-at-distributed-noise-eps*.json."""
+    return [_keep(folder, f"{NAME}-{folder.name}") for folder in sorted(out.glob("eps*"))]
+
+
+def _record(name: str) -> dict[str, Any]:
+    return dict(json.loads((KEPT / f"{name}.json").read_text(encoding="utf-8")))
 
 
 def _runs(name: str) -> list[dict[str, Any]]:
-    return list(json.loads((KEPT / f"{name}.json").read_text(encoding="utf-8"))["runs"])
+    return list(_record(name)["runs"])
 
 
 def _shown(mean: float, ci: tuple[float, float] | None, signed: bool = False) -> str:
@@ -220,28 +226,25 @@ def table(plans: dict[float, dict[str, Any]], commit: str, date: str) -> dict[st
     }
 
 
-def _record(name: str) -> dict[str, Any]:
-    return dict(json.loads((KEPT / f"{name}.json").read_text(encoding="utf-8")))
-
-
 def rates_table(commit: str, date: str) -> dict[str, Any]:
     """Option (c) from the kept sweeps: per rate and ε, the noise each mode released (over C, and
     over the expected batch it is averaged into) and what each trained, paired by seed against
     private central at that rate and at the recipe's."""
     from secure_fed import sweep as sw
 
-    recipe_central = [r for r in _runs(CENTRAL_RECORD) if r["method"] == "central"]
-    small = _record(RATE_RECORDS[0.02][0])["runs"]
-    wall = sum(r["wall_s"] for name in RATE_RECORDS[0.02] for r in _record(name)["runs"])
+    records = {name: _record(name) for pair in RATE_RECORDS.values() for name in pair}
+    recipe_central = [r for r in records[CENTRAL_RECORD]["runs"] if r["method"] == "central"]
+    small = records[RATE_RECORDS[0.02][0]]["runs"]
+    wall = sum(r["wall_s"] for name in RATE_RECORDS[0.02] for r in records[name]["runs"])
     epsilons = sorted({r["epsilon"] for r in small}, reverse=True)
     rows = []
     for rate, (distributed_name, central_name) in RATE_RECORDS.items():
-        record = _record(distributed_name)
+        record = records[distributed_name]
         steps, ran_rate = record["config"]["fed"]["rounds"], record["config"]["dp"]["sample_rate"]
         if ran_rate != rate:
             raise ValueError(f"{distributed_name}: ran at q = {ran_rate}, not {rate}")
         distributed = [r for r in record["runs"] if r["method"] == "fedavg"]
-        central = [r for r in _record(central_name)["runs"] if r["method"] == "central"]
+        central = [r for r in records[central_name]["runs"] if r["method"] == "central"]
         shown = {
             "distributed": {row["epsilon"]: row for row in sw.intervals(distributed, METRICS)},
             "central": {row["epsilon"]: row for row in sw.intervals(central, METRICS)},
@@ -345,15 +348,7 @@ def rates_table(commit: str, date: str) -> dict[str, Any]:
 
 def keep_rates() -> list[Path]:
     """The smaller rate's sweep folders as kept records (docs/results/sweeps/NAME.json)."""
-    from secure_fed.sweep import kept
-
-    written = []
-    for name in RATE_RECORDS[0.02]:
-        path = KEPT / f"{name}.json"
-        record = kept(ROOT / "runs" / name)
-        path.write_text(json.dumps(record, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        written.append(path)
-    return written
+    return [_keep(ROOT / "runs" / name, name) for name in RATE_RECORDS[0.02]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -381,6 +376,8 @@ def main(argv: list[str] | None = None) -> int:
     kept = (keep(args.out) if args.keep else []) + (keep_rates() if args.keep_rates else [])
     for path in kept:
         print(f"kept {path.relative_to(ROOT)}", file=sys.stderr)
+    if not (args.write or args.write_rates):
+        return 0
     sys.path.insert(0, str(ROOT / "tools"))
     from doc_tables import dump_table, git_head
 
