@@ -299,6 +299,13 @@ class DPConfig(_Strict):
     ring_bits: int | None = Field(
         None, ge=16, le=62, description="distributed: bits of the SecAgg+ ring the shares live in; None = 32"
     )
+    amplification: Literal["symmetric", "general"] = Field(
+        "symmetric",
+        description="distributed: the Poisson-subsampling bound the Skellam sum is accounted with; "
+        "symmetric: the exact expansion, proved for the Skellam sum (docs/THREAT_MODEL.md); general: "
+        "Zhu & Wang's bound for any mechanism, looser (more noise at the same ε), what runs before "
+        "the symmetric bound used",
+    )
     max_patients_per_pass: int | None = Field(
         128,
         ge=1,

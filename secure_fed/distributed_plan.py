@@ -109,6 +109,7 @@ def plan_for(cfg: RunConfig, dim: int, n_sites: int) -> Any:
         cfg.dp.colluders,
         ring_bits(cfg),
         n_sites,
+        cfg.dp.amplification,
     )
     warning = site_mode_warning(cfg, plan)
     if warning is not None and warning not in _WARNED:
@@ -215,6 +216,7 @@ def _plan(
     colluders: int,
     bits: int,
     max_sites: int,
+    amplification: str,
 ) -> Any:
     # calibration bisects an RDP curve: seconds, so one process plans a run once
     from secure_fed.dp.distributed import plan_distributed
@@ -233,6 +235,7 @@ def _plan(
         max_sites=max_sites,
         site_bound=clip * SITE_BOUND_PATIENTS,
         fixed_events=(histogram_event(histogram_sigma),),
+        amplification=amplification,
     )
 
 

@@ -34,7 +34,10 @@ def test_the_released_noise_is_the_five_shares_the_plan_sizes() -> None:
     from secure_fed.config import load_config
     from secure_fed.distributed_plan import plan_for
 
-    cfg = load_config(noise.DISTRIBUTED_CONFIG, {"dp.enabled": True, "dp.target_epsilon": 2.0})
+    cfg = load_config(
+        noise.DISTRIBUTED_CONFIG,
+        {"dp.enabled": True, "dp.target_epsilon": 2.0, "dp.amplification": noise.KEPT_AMPLIFICATION},
+    )
     plan = plan_for(cfg, noise.DIM, noise.SITES)
     found = noise.plan_noise(2.0)
     released = plan.gamma * math.sqrt(noise.SITES * plan.share_mu) / plan.clip

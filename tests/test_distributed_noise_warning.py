@@ -20,7 +20,7 @@ SITES = 5
 DIM = 4096  # the ratio moves with d only through the rounding's inflation (≤ 0.4 % here)
 
 
-def _hospital(epsilon: float) -> RunConfig:
+def _hospital(epsilon: float, amplification: str = "symmetric") -> RunConfig:
     # configs/hospital-scale.toml's recipe (q = 0.1, δ = 1e-5, C = 9, 5 sites), its 50 DP steps as
     # 50 distributed rounds of one step
     return load_config(
@@ -29,6 +29,7 @@ def _hospital(epsilon: float) -> RunConfig:
             "dp.enabled": True,
             "dp.noise": "distributed",
             "dp.target_epsilon": epsilon,
+            "dp.amplification": amplification,
             "fed.method": "fedavg",
             "fed.rounds": 50,
         },
@@ -50,7 +51,9 @@ def _fresh(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_hospital_recipe_at_epsilon_1_warns_once_with_the_ratio(caplog: pytest.LogCaptureFixture) -> None:
-    cfg = _hospital(1.0)
+    # with Zhu & Wang's general bound (what runs before the symmetric bound were planned with) the
+    # recipe at ε = 1 loses to site mode
+    cfg = _hospital(1.0, "general")
     with caplog.at_level(logging.WARNING):
         plan = plan_for(cfg, DIM, SITES)
         plan_for(cfg, DIM, SITES)  # the server and every site plan it: the operator sees it once
@@ -70,6 +73,19 @@ def test_hospital_recipe_at_epsilon_1_warns_once_with_the_ratio(caplog: pytest.L
     assert ratio > 1.5  # measured 1.63: the subsampling bound's penalty (2.8) over √(h − c) = √3
     assert f"releases {ratio:.2f}x" in line
     assert compare_noise(cfg, plan).ratio == pytest.approx(ratio)
+
+
+def test_with_the_symmetric_bound_the_recipe_at_epsilon_1_releases_about_one_over_root_three(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    cfg = _hospital(1.0)
+    with caplog.at_level(logging.WARNING):
+        plan = plan_for(cfg, DIM, SITES)
+    assert _warnings(caplog) == []
+    assert plan.amplification == "symmetric"
+    ratio = compare_noise(cfg, plan).ratio
+    # penalty ≈ 1 (the Skellam correction, the rounding and integer orders), over √(h − c) = √3
+    assert 1 / math.sqrt(3) < ratio < 1.05 / math.sqrt(3)
 
 
 def test_hospital_recipe_at_epsilon_8_does_not_warn(caplog: pytest.LogCaptureFixture) -> None:

@@ -151,8 +151,9 @@ def _is_skellam(event: Any) -> bool:
     return isinstance(event, Mapping) and event.get("type") == "skellam_sum"
 
 
-def skellam_parameters(event: Mapping[str, Any]) -> tuple[float, int, float, float, float]:
-    """(q, count, Δ₁, Δ₂, mu) of a logged skellam_sum, its sensitivities re-derived here.
+def skellam_parameters(event: Mapping[str, Any]) -> tuple[float, int, float, float, float, str]:
+    """(q, count, Δ₁, Δ₂, mu, amplification) of a logged skellam_sum, its sensitivities re-derived
+    here; an event without `amplification` was logged before the symmetric bound: "general".
 
     One patient moves a site's projected sum by at most clip; after scaling by 1/gamma and an
     orthogonal rotation to padded_dim coordinates, randomised rounding coupled through shared
@@ -168,6 +169,11 @@ def skellam_parameters(event: Mapping[str, Any]) -> tuple[float, int, float, flo
     honest = _positive_int(event.get("honest_min"), "honest_min")
     colluders = _positive_int(event.get("colluders"), "colluders")
     _positive_int(event.get("bits"), "bits")
+    amplification = event.get("amplification", "general")
+    if amplification not in ("symmetric", "general"):
+        raise EventError(
+            f"skellam_sum: amplification must be 'symmetric' or 'general', got {amplification!r}"
+        )
     if clip <= 0 or gamma <= 0 or mu <= 0 or not math.isfinite(mu):
         raise EventError("skellam_sum: clip, gamma and mu_total must be finite and > 0")
     if padded < max(dim, 1):
@@ -183,7 +189,7 @@ def skellam_parameters(event: Mapping[str, Any]) -> tuple[float, int, float, flo
                 f"skellam_sum: logged {name} {logged!r} does not follow from clip, gamma and padded_dim "
                 f"(re-derived {mine!r})"
             )
-    return q, count, l1, l2, mu
+    return q, count, l1, l2, mu, amplification
 
 
 def skellam_rdp_bound(alpha: int, l1: float, l2: float, mu: float) -> float:
@@ -195,9 +201,17 @@ def skellam_rdp_bound(alpha: int, l1: float, l2: float, mu: float) -> float:
 
 
 @functools.lru_cache(maxsize=256)
-def skellam_sampled_rdp(q: float, l1: float, l2: float, mu: float) -> tuple[float, ...]:
-    """One step's RDP at integer orders 2..SKELLAM_MAX_ORDER with patients Poisson-sampled at q:
-    Zhu & Wang (ICML 2019), Theorem 6 (any base mechanism), capped by the unsampled value."""
+def skellam_sampled_rdp(
+    q: float, l1: float, l2: float, mu: float, amplification: str = "symmetric"
+) -> tuple[float, ...]:
+    """One step's RDP at integer orders 2..SKELLAM_MAX_ORDER with patients Poisson-sampled at q,
+    capped by the unsampled value.
+
+    "symmetric": log E_P[((1−q) + q·L)^α] / (α−1) expanded binomially, E_P[L^l] bounded by
+    e^{(l−1)ε(l)}: an upper bound on the divergence from the sampled to the unsampled output.
+    The other direction is no larger because the noise is symmetric about 0, so the unshifted and
+    shifted outputs swap under x ↦ v − x (proof: docs/THREAT_MODEL.md). "general": Zhu & Wang
+    (ICML 2019), Theorem 6, for any base mechanism, a factor 3 on the terms of order ≥ 3."""
     base = {a: skellam_rdp_bound(a, l1, l2, mu) for a in range(2, SKELLAM_MAX_ORDER + 1)}
     if q == 0.0:
         return tuple(0.0 for _ in base)
@@ -209,7 +223,7 @@ def skellam_sampled_rdp(q: float, l1: float, l2: float, mu: float) -> tuple[floa
         logs = [(alpha - 1) * log_p + math.log(alpha * q - q + 1)]
         for level in range(2, alpha + 1):
             log_choose = math.lgamma(alpha + 1) - math.lgamma(level + 1) - math.lgamma(alpha - level + 1)
-            weight = 0.0 if level == 2 else math.log(3.0)
+            weight = math.log(3.0) if amplification == "general" and level >= 3 else 0.0
             logs.append(
                 weight + log_choose + level * log_q + (alpha - level) * log_p + (level - 1) * base[level]
             )
@@ -221,10 +235,10 @@ def skellam_sampled_rdp(q: float, l1: float, l2: float, mu: float) -> tuple[floa
 
 def _skellam_curve(event: Mapping[str, Any]) -> np.ndarray:
     """The event's RDP on EXTENDED_ORDERS: count × the sampled bound at integer orders, +inf else."""
-    q, count, l1, l2, mu = skellam_parameters(event)
+    q, count, l1, l2, mu, amplification = skellam_parameters(event)
     if count == 0 or q == 0.0:
         return np.zeros(len(EXTENDED_ORDERS))
-    curve = skellam_sampled_rdp(q, l1, l2, mu)
+    curve = skellam_sampled_rdp(q, l1, l2, mu, amplification)
     return np.array(
         [count * curve[int(a) - 2] if float(a).is_integer() else math.inf for a in EXTENDED_ORDERS]
     )
@@ -259,7 +273,7 @@ class StreamAccountant:
         for leaf in leaves:
             if _is_skellam(leaf):
                 self._skellam = self._skellam + _skellam_curve(leaf)
-                q, count, _, _, _ = skellam_parameters(leaf)
+                q, count, *_ = skellam_parameters(leaf)
                 self._has_skellam = self._has_skellam or (count > 0 and q > 0)
                 continue
             dp_event = to_dp_event(leaf)

@@ -80,7 +80,7 @@ def _skellam_one_step(event: SkellamSum, orders: tuple[float, ...]) -> np.ndarra
     from secure_fed.dp.distributed import ORDERS, skellam_subsampled_curve
 
     curve = skellam_subsampled_curve(
-        event.sampling_rate, event.l1_sensitivity, event.l2_sensitivity, event.mu_total
+        event.sampling_rate, event.l1_sensitivity, event.l2_sensitivity, event.mu_total, event.amplification
     )
     at = dict(zip(ORDERS, curve, strict=True))
     # RDP at a fractional order is not bounded by the integer-order analysis: +inf drops that order
@@ -95,10 +95,16 @@ def rdp_curve(events: Event | Iterable[Event], orders: Sequence[float] = DEFAULT
     for rate, sigma, count in schedule(gaussian):
         total = total + _rdp_one_step(rate, sigma, orders) * count
     # a ledger holds one event per round: identical steps are merged, as schedule() merges Gaussians
-    merged: dict[tuple[float, float, float, float], tuple[SkellamSum, int]] = {}
+    merged: dict[tuple[float, float, float, float, str], tuple[SkellamSum, int]] = {}
     for event in skellam:
         if event.count and event.sampling_rate:
-            key = (event.sampling_rate, event.l1_sensitivity, event.l2_sensitivity, event.mu_total)
+            key = (
+                event.sampling_rate,
+                event.l1_sensitivity,
+                event.l2_sensitivity,
+                event.mu_total,
+                event.amplification,
+            )
             first, count = merged.get(key, (event, 0))
             merged[key] = (first, count + event.count)
     for event, count in merged.values():

@@ -46,10 +46,21 @@ multi-dimensional mechanism with Sk(μ/2, μ/2) noise of variance μ per coordin
 
     ε(α) ≤ α·Δ₂²/(2μ) + min( ((2α − 1)·Δ₂² + 6·Δ₁) / (4μ²), 3·Δ₁/(2μ) ),
 
-amplified by Poisson sampling of patients at rate q with Zhu & Wang (2019)'s general upper bound
-(valid for any base mechanism at integer orders), composed over steps, and converted to (ε, δ) as
-the project's RDP accountant does (Balle et al. 2020). Pure numpy/math: imports nothing of
-clients, server or Flower.
+amplified by Poisson sampling of patients at rate q, composed over steps, and converted to (ε, δ)
+as the project's RDP accountant does (Balle et al. 2020). Two amplification bounds
+(`AMPLIFICATIONS`), both at integer orders:
+
+- "symmetric" (what plans use): the exact binomial expansion of E_P[((1 − q) + q·L)^α], the form
+  Mironov, Talwar & Zhang (2019) use for the sampled Gaussian. It needs the reverse direction
+  D_α(P || (1 − q)P + qQ) to be no larger, which holds for every *symmetric* pair (an involution T
+  with P∘T = Q and Q∘T = P); a Skellam vector and its shift by any v are such a pair (T(x) = v − x).
+  Proof in docs/THREAT_MODEL.md, "Why the Skellam sum is amplified like the Gaussian", checked
+  against exact divergences in tests/dp/test_symmetric_amplification.py.
+- "general": Zhu & Wang (2019), Thm. 6, valid for any base mechanism, a factor 3 on the terms of
+  order ≥ 3. Logs written before the symmetric bound existed carry no `amplification` key and are
+  priced with it, so their logged ε still re-derives.
+
+Pure numpy/math: imports nothing of clients, server or Flower.
 """
 
 from __future__ import annotations
@@ -63,7 +74,13 @@ from typing import Any
 
 import numpy as np
 
-from secure_fed.dp.events import ROUNDING_FLOAT_SLACK, Event, SkellamSum, rounded_sensitivities
+from secure_fed.dp.events import (
+    ROUNDING_FLOAT_SLACK,
+    SKELLAM_AMPLIFICATIONS,
+    Event,
+    SkellamSum,
+    rounded_sensitivities,
+)
 from secure_fed.dp.keystream import NoiseStream
 
 # Rotation float error stays far below one integer unit while the site's scaled norm is below
@@ -76,6 +93,7 @@ WRAP_TAIL = 2.0**-40
 ROTATION_BLOCK = 4096  # a power of two
 MAX_INFLATION = 0.05  # Δ₂ / (C/γ) − 1 above this: the ring is too small to be worth using
 ORDERS: tuple[int, ...] = tuple(range(2, 257))
+AMPLIFICATIONS: tuple[str, ...] = SKELLAM_AMPLIFICATIONS
 _ROTATION_LABEL = b"secure_fed distributed dp rotation v1"
 
 
@@ -105,6 +123,7 @@ class DistributedPlan:
     max_sites: int  # the site count γ was sized for
     wrap_bound_sites: int  # most sites whose sum stays inside the ring (probability 1 − wrap_tail)
     wrap_tail: float
+    amplification: str = "symmetric"  # the subsampling bound mu_total was calibrated with
 
     def __post_init__(self) -> None:
         if self.padded_dim != padded_size(self.dim):
@@ -115,6 +134,7 @@ class DistributedPlan:
             raise ValueError(f"bits must lie in [2, 62], got {self.bits}")
         if self.honest_min - self.colluders < 1:
             raise ValueError("honest_min must exceed colluders")
+        check_amplification(self.amplification)
         l2, l1 = rounded_sensitivities(self.clip, self.gamma, self.padded_dim)
         if not (
             math.isclose(l2, self.l2_sensitivity, rel_tol=1e-12)
@@ -147,6 +167,7 @@ class DistributedPlan:
             bits=self.bits,
             honest_min=self.honest_min,
             colluders=self.colluders,
+            amplification=self.amplification,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -155,13 +176,17 @@ class DistributedPlan:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> DistributedPlan:
         fields = set(cls.__dataclass_fields__)
+        # plans written before the symmetric bound existed were calibrated with the general one
+        data = {"amplification": "general", **data}
         if set(data) != fields:
             raise ValueError(
                 f"distributed plan: missing keys {sorted(fields - set(data))}, "
                 f"unexpected keys {sorted(set(data) - fields)}"
             )
         ints = {"dim", "padded_dim", "bits", "honest_min", "colluders", "max_sites", "wrap_bound_sites"}
-        values = {k: (int(v) if k in ints else float(v)) for k, v in data.items()}
+        values: dict[str, Any] = {
+            k: (int(v) if k in ints else v if k == "amplification" else float(v)) for k, v in data.items()
+        }
         return cls(**values)
 
 
@@ -183,26 +208,36 @@ def skellam_rdp(order: float | np.ndarray, l1: float, l2: float, mu: float) -> A
     return float(out) if out.ndim == 0 else out
 
 
-def poisson_subsampled_rdp(order: int, q: float, rdp_fn: Callable[[int], float]) -> float:
+def check_amplification(amplification: str) -> str:
+    if amplification not in AMPLIFICATIONS:
+        raise ValueError(f"amplification must be one of {AMPLIFICATIONS}, got {amplification!r}")
+    return amplification
+
+
+def poisson_subsampled_rdp(
+    order: int, q: float, rdp_fn: Callable[[int], float], amplification: str = "general"
+) -> float:
     """Upper bound on the RDP at integer `order` ≥ 2 of a mechanism applied to a Poisson sample
-    (each unit in with probability q), for ANY base mechanism whose RDP is rdp_fn(l) at integer
-    orders l (add/remove neighbours): Zhu & Wang, "Poisson Subsampled Rényi Differential Privacy",
-    ICML 2019, Theorem 6 (general upper bound):
+    (each unit in with probability q), the base mechanism's RDP being rdp_fn(l) at integer orders l
+    (add/remove neighbours):
 
         ε'(α) ≤ 1/(α−1) · log[ (1−q)^(α−1)(αq − q + 1) + C(α,2) q² (1−q)^(α−2) e^{ε(2)}
-                              + 3 Σ_{l=3..α} C(α,l) q^l (1−q)^(α−l) e^{(l−1) ε(l)} ],
+                              + k Σ_{l=3..α} C(α,l) q^l (1−q)^(α−l) e^{(l−1) ε(l)} ],
 
-    and never more than the unsampled ε(α) (sampling is a mixture; Rényi divergence is jointly
-    quasi-convex)."""
+    k = 3 for "general" (Zhu & Wang, ICML 2019, Thm. 6: ANY base mechanism), k = 1 for
+    "symmetric" (only for a mechanism whose every neighbouring pair is symmetric, as a noise
+    distribution symmetric about 0 and its shift are: module docstring). Never more than the
+    unsampled ε(α) (sampling is a mixture; Rényi divergence is jointly quasi-convex)."""
     if isinstance(order, bool) or int(order) != order or order < 2:
         raise ValueError(f"order must be an integer >= 2, got {order}")
     alpha = int(order)
     base = np.array([rdp_fn(level) for level in range(2, alpha + 1)], dtype=np.float64)
-    return float(_subsampled_curve(q, base)[alpha - 2])
+    return float(_subsampled_curve(q, base, amplification)[alpha - 2])
 
 
-def _subsampled_curve(q: float, base: np.ndarray) -> np.ndarray:
-    """Zhu–Wang bound at orders 2..len(base)+1, base[i] = ε(i + 2); vectorised over orders."""
+def _subsampled_curve(q: float, base: np.ndarray, amplification: str) -> np.ndarray:
+    """The bound at orders 2..len(base)+1, base[i] = ε(i + 2); vectorised over orders."""
+    check_amplification(amplification)
     if not 0.0 <= q <= 1.0:
         raise ValueError(f"sampling rate must lie in [0, 1], got {q}")
     top = len(base) + 1
@@ -215,7 +250,8 @@ def _subsampled_curve(q: float, base: np.ndarray) -> np.ndarray:
     log_q, log_1q = math.log(q), math.log1p(-q)
     log_binom = _log_binom(alphas, levels)
     terms = log_binom + levels * log_q + (alphas - levels) * log_1q + (levels - 1) * base[None, :]
-    terms[:, 1:] += math.log(3.0)  # l >= 3 carries the factor 3; l = 2 does not
+    if amplification == "general":
+        terms[:, 1:] += math.log(3.0)  # l >= 3 carries the factor 3; l = 2 does not
     terms = np.where(levels <= alphas, terms, -np.inf)
     first = (alphas[:, 0] - 1) * log_1q + np.log1p(alphas[:, 0] * q - q)
     stacked = np.concatenate([first[:, None], terms], axis=1)
@@ -232,11 +268,13 @@ def _log_binom(n: np.ndarray, k: np.ndarray) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=1024)
-def skellam_subsampled_curve(q: float, l1: float, l2: float, mu: float) -> tuple[float, ...]:
+def skellam_subsampled_curve(
+    q: float, l1: float, l2: float, mu: float, amplification: str = "symmetric"
+) -> tuple[float, ...]:
     """One step's RDP at ORDERS (2..256) for the Poisson-sampled Skellam sum (cached: ledgers
     re-price the same step every round)."""
     base = skellam_rdp(np.asarray(ORDERS, dtype=np.float64), l1, l2, mu)
-    return tuple(float(v) for v in _subsampled_curve(q, base))
+    return tuple(float(v) for v in _subsampled_curve(q, base, amplification))
 
 
 def rdp_to_epsilon(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
@@ -262,9 +300,16 @@ def distributed_epsilon(plan: DistributedPlan, sample_rate: float, steps: int, d
 
 
 def _epsilon_for(
-    q: float, steps: int, delta: float, l1: float, l2: float, mu: float, fixed: np.ndarray
+    q: float,
+    steps: int,
+    delta: float,
+    l1: float,
+    l2: float,
+    mu: float,
+    fixed: np.ndarray,
+    amplification: str,
 ) -> float:
-    curve = np.asarray(skellam_subsampled_curve(q, l1, l2, mu)) * steps + fixed
+    curve = np.asarray(skellam_subsampled_curve(q, l1, l2, mu, amplification)) * steps + fixed
     return rdp_to_epsilon(np.asarray(ORDERS, dtype=np.float64), curve, delta)
 
 
@@ -292,13 +337,14 @@ def _calibrate_mu(
     l1: float,
     l2: float,
     fixed: np.ndarray,
+    amplification: str,
     tolerance: float = 1e-5,
 ) -> float:
     """Smallest-ish mu (bisection on the noise multiplier z = √mu / Δ₂) with ε ≤ target and
     ε ≥ target − tolerance·target."""
 
     def eps(z: float) -> float:
-        return _epsilon_for(q, steps, delta, l1, l2, (z * l2) ** 2, fixed)
+        return _epsilon_for(q, steps, delta, l1, l2, (z * l2) ** 2, fixed, amplification)
 
     low, high = 0.0, 1.0
     while eps(high) > target:
@@ -367,6 +413,7 @@ def plan_distributed(
     site_bound: float | None = None,
     wrap_tail: float = WRAP_TAIL,
     fixed_events: Sequence[Event] = (),
+    amplification: str = "symmetric",
 ) -> DistributedPlan:
     """Calibrate the Skellam noise and the granularity γ for `steps` distributed rounds.
 
@@ -377,9 +424,11 @@ def plan_distributed(
     before encoding (None = clip, right only when a site's sum holds at most one patient; pass
     the largest sum norm you expect, e.g. clip × patients per step). `fixed_events` are the other
     releases on the same patients (e.g. the GMM histogram's Gaussian): the target is then the ε of
-    their composition with the rounds, as the ledger prices it, not of the rounds alone. Raises
-    ValueError naming the knob when the ring is too small.
+    their composition with the rounds, as the ledger prices it, not of the rounds alone.
+    `amplification` is the subsampling bound (module docstring); "general" reproduces plans made
+    before the symmetric bound. Raises ValueError naming the knob when the ring is too small.
     """
+    check_amplification(amplification)
     for name, value in (("steps", steps), ("dim", dim), ("max_sites", max_sites)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -414,7 +463,7 @@ def plan_distributed(
 
     def mu_for(gamma: float) -> float:
         l2, l1 = rounded_sensitivities(clip, gamma, padded)
-        return _calibrate_mu(target_epsilon, delta, sample_rate, steps, l1, l2, fixed)
+        return _calibrate_mu(target_epsilon, delta, sample_rate, steps, l1, l2, fixed, amplification)
 
     def fits(gamma: float, z: float, sites: int) -> bool:
         l2, _ = rounded_sensitivities(clip, gamma, padded)
@@ -503,6 +552,7 @@ def plan_distributed(
         max_sites=max_sites,
         wrap_bound_sites=good,
         wrap_tail=wrap_tail,
+        amplification=amplification,
     )
 
 

@@ -116,6 +116,10 @@ def _positive(value: object, name: str) -> float:
     return number
 
 
+# "symmetric": the exact expansion, valid because a Skellam vector and its shift are a symmetric
+# pair (dp/distributed.py); "general": Zhu & Wang's bound for any mechanism, what an event logged
+# without the key (before the symmetric bound) was priced with.
+SKELLAM_AMPLIFICATIONS = ("symmetric", "general")
 _SKELLAM_FIELDS = (
     "sampling_rate",
     "count",
@@ -156,8 +160,14 @@ class SkellamSum(_FromJson):
     bits: int
     honest_min: int
     colluders: int
+    amplification: str = "symmetric"  # the Poisson-subsampling bound it is priced with
 
     def __post_init__(self) -> None:
+        if self.amplification not in SKELLAM_AMPLIFICATIONS:
+            raise EventFormatError(
+                f"skellam_sum: amplification must be one of {SKELLAM_AMPLIFICATIONS}, "
+                f"got {self.amplification!r}"
+            )
         object.__setattr__(self, "sampling_rate", _check_rate(self.sampling_rate))
         object.__setattr__(self, "count", _check_count(self.count))
         for name in ("clip", "gamma", "mu_total", "l2_sensitivity", "l1_sensitivity"):
@@ -179,7 +189,11 @@ class SkellamSum(_FromJson):
             )
 
     def to_json(self) -> dict[str, Any]:
-        return {"type": "skellam_sum", **{name: getattr(self, name) for name in _SKELLAM_FIELDS}}
+        return {
+            "type": "skellam_sum",
+            **{name: getattr(self, name) for name in _SKELLAM_FIELDS},
+            "amplification": self.amplification,
+        }
 
 
 @dataclass(frozen=True)
@@ -233,6 +247,8 @@ def from_json(data: Mapping[str, Any]) -> Event:
     if kind not in _FIELDS:
         raise EventFormatError(f"unknown event type {kind!r}; expected one of {sorted(_FIELDS)}")
     keys = set(data)
+    if kind == "skellam_sum":
+        keys.discard("amplification")  # optional: absent in logs written before it existed
     if keys != _FIELDS[kind]:
         missing, extra = _FIELDS[kind] - keys, keys - _FIELDS[kind]
         raise EventFormatError(
@@ -243,7 +259,10 @@ def from_json(data: Mapping[str, Any]) -> Event:
     if kind == "gaussian":
         return Gaussian(data["noise_multiplier"], data["count"])
     if kind == "skellam_sum":
-        return SkellamSum(**{name: data[name] for name in _SKELLAM_FIELDS})
+        return SkellamSum(
+            **{name: data[name] for name in _SKELLAM_FIELDS},
+            amplification=data.get("amplification", "general"),
+        )
     if not isinstance(data["events"], list):
         raise EventFormatError("composed event: 'events' must be a list")
     return Composed(tuple(from_json(item) for item in data["events"]))
