@@ -15,14 +15,14 @@ Accounting ("accounting" in the JSON: pure math, seconds): where the gap to 1/�
 the benchmark's point and for the hospital-scale recipe (configs/hospital-scale.toml: q = 0.1,
 δ = 1e-5, C = 9, 5 sites, run here as 50 distributed rounds, one step each, with its GMM histogram
 at dp.gmm_fraction of ε) at ε ∈ {1, 2, 4, 8}, and its 5 passes at q = 0.05, 0.02, 0.01 (5/q
-steps) at ε ∈ {1, 2}: three noise multipliers at the same (ε, δ, q, steps). Site mode's Gaussian
-σ (Opacus' sampled-Gaussian RDP; for the hospital rows the one `distributed_plan.site_mode_sigma`
-gives, the figure the run's warning uses); a Gaussian curve α/(2z²) pushed through the same
-Poisson-subsampling bound the Skellam plan is accounted with (Zhu & Wang 2019, Thm. 6); and the
-Skellam plan's own (released std / C, from `plan_distributed`, and for the hospital rows from the
-run's `distributed_plan.plan_for`). The penalty is Zhu–Wang Gaussian / exact; the released-noise
-ratio distributed / site for 5 sites at the config defaults (h = 5 − c, c = 1) is
-`distributed_plan.compare_noise`'s z / (σ·√(h − c)). --quick computes the hospital's ε = 1 only.
+steps) at ε ∈ {1, 2}: site mode's Gaussian σ (Opacus' sampled-Gaussian RDP; for the hospital rows
+the one `distributed_plan.site_mode_sigma` gives, the figure the run's warning uses) and the
+Skellam plan's released std over C from h − c honest shares under each Poisson-subsampling bound
+(`dp.amplification`): "symmetric", what plans use, and "general" (Zhu & Wang 2019, Thm. 6), what
+runs before the symmetric bound used. The penalty is the symmetric plan over σ (the Skellam
+correction, the rounding and integer orders); the released-noise ratio distributed / site for 5
+sites at the config defaults (h = 5 − c, c = 1) is `distributed_plan.compare_noise`'s
+z / (σ·√(h − c)). --quick computes the hospital's ε = 1 only.
 
 Time (d coordinates, medians of interleaved repeats): `encode_share` (rotation + rounding + noise,
 with its parts timed alone) against site mode's noise addition (Gaussian draws from a NoiseStream,
@@ -46,17 +46,14 @@ import numpy as np
 
 from secure_fed.config import load_config
 from secure_fed.distributed_plan import compare_noise, delta, histogram_sigma, honest_min, plan_for
-from secure_fed.dp.accountants import epsilon_rdp, rdp_curve
+from secure_fed.dp.accountants import epsilon_rdp
 from secure_fed.dp.calibration import calibrate_noise
 from secure_fed.dp.distributed import (
-    ORDERS,
     DistributedPlan,
-    _subsampled_curve,
     decode_sum,
     distributed_epsilon,
     encode_share,
     plan_distributed,
-    rdp_to_epsilon,
     rotate,
 )
 from secure_fed.dp.histogram import histogram_event
@@ -107,8 +104,16 @@ def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(times)
 
 
-def _plan(args: argparse.Namespace, *, honest_min: int, colluders: int, max_sites: int) -> DistributedPlan:
-    """The benchmark's plan at its (ε, δ, q, steps, C, d, bits): only h, c and the ring's site count vary."""
+def _plan(
+    args: argparse.Namespace,
+    *,
+    honest_min: int,
+    colluders: int,
+    max_sites: int,
+    amplification: str = "symmetric",
+) -> DistributedPlan:
+    """The benchmark's plan at its (ε, δ, q, steps, C, d, bits): h, c, the ring's site count and the
+    subsampling bound vary."""
     return plan_distributed(
         target_epsilon=args.epsilon,
         delta=args.delta,
@@ -121,72 +126,56 @@ def _plan(args: argparse.Namespace, *, honest_min: int, colluders: int, max_site
         bits=args.bits,
         max_sites=max_sites,
         site_bound=args.site_norm,
+        amplification=amplification,
     )
 
 
-def zhu_wang_gaussian(
-    target: float, delta: float, q: float, steps: int, fixed: np.ndarray, tolerance: float = 1e-6
-) -> float:
-    """Noise multiplier z of a Gaussian whose RDP curve α/(2z²) is amplified by the bound the Skellam
-    sum is accounted with (`_subsampled_curve`, the same orders and conversion): what the Skellam plan
-    would cost with no Skellam correction and no rounding. Bisection, ε(z) ≤ target."""
-    orders = np.asarray(ORDERS, dtype=np.float64)
-
-    def epsilon(z: float) -> float:
-        return rdp_to_epsilon(orders, _subsampled_curve(q, orders / (2 * z * z)) * steps + fixed, delta)
-
-    low, high = 0.0, 1.0
-    while epsilon(high) > target:
-        low, high = high, 2 * high
-    while high - low > tolerance * high:
-        middle = (low + high) / 2
-        if epsilon(middle) <= target:
-            high = middle
-        else:
-            low = middle
-    return high
-
-
 def _accounting_row(
-    label: str, sigma: float, zhu_wang: float, skellam: float, h: int, c: int, ratio: float, **extra: Any
+    label: str, sigma: float, symmetric: float, general: float, h: int, c: int, **extra: Any
 ) -> dict[str, Any]:
+    honest = math.sqrt(h - c)
+    ratio = symmetric / (honest * sigma)
     return {
         "setting": label,
         "site_sigma_exact": sigma,
-        "gaussian_zhu_wang": zhu_wang,
-        "skellam_plan": skellam,
-        "penalty": zhu_wang / sigma,
-        "skellam_over_zhu_wang": skellam / zhu_wang,
+        "skellam_plan": symmetric,
+        "skellam_plan_general": general,
+        "penalty": symmetric / sigma,
+        "penalty_general": general / sigma,
         "h": h,
         "c": c,
         "ratio": ratio,
+        "ratio_general": general / (honest * sigma),
         "goal_ratio": 1 / math.sqrt(h),
+        "honest_ratio": 1 / honest,
         "distributed_releases_less": ratio < 1.0,
         **extra,
     }
 
 
 def accounting(args: argparse.Namespace, sigma: float) -> list[dict[str, Any]]:
-    """The second table: site mode's σ, Zhu–Wang Gaussian, Skellam plan, penalty, released ratio."""
+    """The second table: site mode's σ, the Skellam plan under each bound, penalty, released ratio."""
     c = 1
     h = HOSPITAL_SITES - c
-    no_fixed = np.zeros(len(ORDERS))
-    plan = _plan(args, honest_min=h, colluders=c, max_sites=HOSPITAL_SITES)
-    skellam = plan.noise_std / plan.clip
+    plans = {
+        bound: _plan(args, honest_min=h, colluders=c, max_sites=HOSPITAL_SITES, amplification=bound)
+        for bound in ("symmetric", "general")
+    }
     rows = [
         _accounting_row(
             f"benchmark: ε = {args.epsilon:g}, q = {args.sample_rate:g}, {args.steps} steps",
             sigma,
-            zhu_wang_gaussian(args.epsilon, args.delta, args.sample_rate, args.steps, no_fixed),
-            skellam,
+            plans["symmetric"].noise_std / args.clip,
+            plans["general"].noise_std / args.clip,
             h,
             c,
-            skellam / (math.sqrt(h - c) * sigma),
             epsilon=args.epsilon,
             sample_rate=args.sample_rate,
             steps=args.steps,
             histogram=False,
-            epsilon_accounted=distributed_epsilon(plan, args.sample_rate, args.steps, args.delta),
+            epsilon_accounted=distributed_epsilon(
+                plans["symmetric"], args.sample_rate, args.steps, args.delta
+            ),
         )
     ]
     cells = [(epsilon, None, HOSPITAL_STEPS) for epsilon in HOSPITAL_EPSILONS]
@@ -205,24 +194,28 @@ def accounting(args: argparse.Namespace, sigma: float) -> list[dict[str, Any]]:
             overrides["dp.sample_rate"] = rate
         cfg = load_config(HOSPITAL_CONFIG, overrides)
         run_plan = plan_for(cfg, args.dim, HOSPITAL_SITES)
+        general = plan_for(
+            load_config(HOSPITAL_CONFIG, {**overrides, "dp.amplification": "general"}),
+            args.dim,
+            HOSPITAL_SITES,
+        )
         found = compare_noise(cfg, run_plan)
-        fixed = rdp_curve([histogram_event(histogram_sigma(cfg))], [float(a) for a in ORDERS])
         q = cfg.dp.sample_rate
         rows.append(
             _accounting_row(
                 f"hospital: ε = {epsilon:g}, q = {q:g}, {cfg.fed.rounds} steps",
                 found.site_sigma,
-                zhu_wang_gaussian(epsilon, delta(cfg), q, cfg.fed.rounds, fixed),
                 found.distributed_multiplier,
+                general.noise_std / general.clip,
                 honest_min(cfg, HOSPITAL_SITES),
                 cfg.dp.colluders,
-                found.ratio,
                 epsilon=epsilon,
                 sample_rate=q,
                 steps=cfg.fed.rounds,
                 histogram=True,
                 gmm_fraction=cfg.dp.gmm_fraction,
                 clip=cfg.dp.max_grad_norm,
+                amplification=run_plan.amplification,
                 # the ledger's ε of the histogram and the rounds together: the target, as planned
                 epsilon_accounted=epsilon_rdp(
                     [histogram_event(histogram_sigma(cfg)), run_plan.event(q, cfg.fed.rounds)], delta(cfg)
@@ -270,6 +263,11 @@ def main() -> None:
                 "honest_floor_std": plan.noise_std,
                 "ratio": measured / site,
                 "ratio_le_goal": measured / site <= 1 / math.sqrt(h),
+                # shares sized for h − c honest sites: the floor even at the exact accounting
+                "honest_goal_ratio": 1 / math.sqrt(h - colluders),
+                # the plan's own ratio, free of the measurement's sampling error
+                "ratio_expected": plan.gamma * math.sqrt(h * plan.share_mu) / (math.sqrt(h) * site_std_each),
+                "amplification": plan.amplification,
                 "epsilon": distributed_epsilon(plan, args.sample_rate, args.steps, args.delta),
                 "skellam_noise_multiplier": math.sqrt(plan.mu_total) / plan.l2_sensitivity,
                 "rounding_inflation": plan.inflation,

@@ -63,7 +63,7 @@ def test_hospital_recipe_at_epsilon_1_warns_once_with_the_ratio(caplog: pytest.L
     assert "\n" not in line
     for key in ("dp.noise", "dp.target_epsilon", "dp.sample_rate"):
         assert key in line
-    assert "site mode releases less noise" in line
+    assert "dp.amplification = 'symmetric'" in line
     # the ratio, from site mode's σ by the project's calibration (same histogram share, q, steps, δ)
     sigma = split_budget(
         1.0, 1e-5, sampling_rate=0.1, rounds=50, steps_per_round=1, gmm_fraction=0.1, tolerance=1e-4
@@ -96,3 +96,16 @@ def test_hospital_recipe_at_epsilon_8_does_not_warn(caplog: pytest.LogCaptureFix
     found = compare_noise(cfg, plan)
     assert 0.5 < found.ratio < 1.0  # measured 0.64: less noise than site mode, above 1/√h = 0.5
     assert site_mode_warning(cfg, plan) is None
+
+
+def test_with_one_honest_share_distributed_mode_loses_even_with_the_symmetric_bound(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # 3 sites, c = 1: h = 2, so one honest share carries all the noise, plus the rounding's cost
+    cfg = _hospital(8.0)
+    with caplog.at_level(logging.WARNING):
+        plan = plan_for(cfg, DIM, 3)
+    (line,) = _warnings(caplog)
+    assert (plan.honest_min, plan.colluders) == (2, 1)
+    assert 1.0 < compare_noise(cfg, plan).ratio < 1.01
+    assert "site mode releases less noise" in line and "dp.amplification" not in line

@@ -33,6 +33,8 @@ class RunSettings:
     noise: str | None = None
     honest_min: int | None = None
     colluders: int | None = None
+    # distributed: the Poisson-subsampling bound ε was counted with ("symmetric" | "general")
+    amplification: str | None = None
 
 
 def _section(config: Mapping[str, Any], name: str) -> Mapping[str, Any]:
@@ -54,6 +56,8 @@ def run_settings(config: Mapping[str, Any]) -> RunSettings:
     method = _section(config, "fed").get("method", config.get("method"))
     dp_section = _section(config, "dp")
     noise, h, c = dp_section.get("noise"), dp_section.get("honest_min"), dp_section.get("colluders")
+    # a distributed run's snapshot without the key predates it: its plan used the general bound
+    amplification = dp_section.get("amplification", "general") if noise == "distributed" else None
     return RunSettings(
         dp=dp,
         secagg=secagg,
@@ -62,6 +66,7 @@ def run_settings(config: Mapping[str, Any]) -> RunSettings:
         noise=noise if isinstance(noise, str) else None,
         honest_min=h if isinstance(h, int) and not isinstance(h, bool) else None,
         colluders=c if isinstance(c, int) and not isinstance(c, bool) else None,
+        amplification=amplification if isinstance(amplification, str) else None,
     )
 
 

@@ -589,6 +589,19 @@ _ALPHA_SUM: dict[bool | None, str] = {
 }
 
 
+# How a distributed run's ε counted the patients' Poisson sampling (its logged dp.amplification).
+_AMPLIFICATION_WORDS: dict[str | None, str] = {
+    "symmetric": (
+        "; ε counts the sampling with the exact expansion used for sampled Gaussian noise, valid "
+        "for this noise because it is symmetric about zero (proof: docs/THREAT_MODEL.md)"
+    ),
+    "general": (
+        "; ε counts the sampling with Zhu & Wang's general bound, valid for any noise and looser "
+        "(more noise for the same ε)"
+    ),
+}
+
+
 def mechanism_words(mechanism: str, settings: Mapping[str, Any] | None) -> str:
     """The mechanism in words, as this run ran it (its logged settings, not the default)."""
     words = MECHANISM_WORDS.get(mechanism, "a noisy release (see the mechanism's parameters)")
@@ -603,6 +616,7 @@ def mechanism_words(mechanism: str, settings: Mapping[str, Any] | None) -> str:
             "sites refuse to unmask a sum with fewer than h survivors (σ: the released sum's noise "
             "over C)"
         )
+        words += _AMPLIFICATION_WORDS.get(settings.get("amplification"), "")
     if mechanism == "alpha_scalars":
         words += _ALPHA_SUM[None if settings is None else settings.get("he")]
     return words

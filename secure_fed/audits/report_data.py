@@ -304,6 +304,7 @@ def _settings(configs: list[dict[str, Any]]) -> RunSettings | None:
         noise=next((view.noise for view in views if view.noise), None),
         honest_min=next((view.honest_min for view in views if view.honest_min is not None), None),
         colluders=next((view.colluders for view in views if view.colluders is not None), None),
+        amplification=next((view.amplification for view in views if view.amplification), None),
     )
 
 

@@ -75,6 +75,7 @@ def test_distributed_run_completes_verifies_and_releases_the_planned_noise(make_
     html, _, _ = write_report(logs, cfg.out / "report.html", load_public_keys(cfg.out / "keys"))
     words = html.read_text()
     assert "distributed noise" in words and "h = 3 survivors" in words and "c = 1 of them" in words
+    assert "symmetric about zero" in words and "Zhu &amp; Wang" not in words
 
     for round_id, (noisy, plan) in enumerate(released, start=1):
         assert len(clipped[round_id]) == 3  # every site's sum went into the released one
