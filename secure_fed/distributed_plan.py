@@ -194,20 +194,20 @@ def site_mode_warning(cfg: RunConfig, plan: Any) -> str | None:
     found = compare_noise(cfg, plan)
     if not found.distributed_loses:
         return None
-    if cfg.dp.amplification == "general":
-        return (
-            f"dp.noise = 'distributed' releases {found.ratio:.2f}x the noise std that site mode would at "
-            f"dp.target_epsilon = {cfg.dp.target_epsilon:g}, dp.sample_rate = {cfg.dp.sample_rate:g} "
-            f"({cfg.fed.rounds} rounds, h = {found.honest_min}, c = {found.colluders}) under "
-            "dp.amplification = 'general'; set dp.amplification = 'symmetric' (the proved, tighter "
-            "bound: docs/THREAT_MODEL.md) or dp.noise = 'site'"
-        )
-    return (
+    where = (
         f"dp.noise = 'distributed' releases {found.ratio:.2f}x the noise std that site mode would at "
         f"dp.target_epsilon = {cfg.dp.target_epsilon:g}, dp.sample_rate = {cfg.dp.sample_rate:g} "
-        f"({cfg.fed.rounds} rounds, h = {found.honest_min}, c = {found.colluders}): site mode releases "
-        "less noise here and keeps each site's update private even if SecAgg+ fails; set dp.noise = "
-        "'site' (where distributed mode pays: docs/THREAT_MODEL.md, 'Distributed DP')"
+        f"({cfg.fed.rounds} rounds, h = {found.honest_min}, c = {found.colluders})"
+    )
+    if cfg.dp.amplification == "general":
+        return (
+            f"{where} under dp.amplification = 'general'; set dp.amplification = 'symmetric' (the "
+            "proved, tighter bound: docs/THREAT_MODEL.md) or dp.noise = 'site'"
+        )
+    return (
+        f"{where}: site mode releases less noise here and keeps each site's update private even if "
+        "SecAgg+ fails; set dp.noise = 'site' (where distributed mode pays: docs/THREAT_MODEL.md, "
+        "'Distributed DP')"
     )
 
 
