@@ -232,3 +232,29 @@ def test_an_aborted_inprocess_run_closes_the_servers_log(make_config) -> None:
         run_inprocess(cfg, cfg.out)
     log = [json.loads(line) for line in (Path(cfg.out) / "audit" / "server.jsonl").read_text().splitlines()]
     assert [r["event"] for r in log[-2:]] == ["run_aborted", "head"]
+
+
+def test_with_distributed_dp_the_start_line_counts_the_honest_minimum(make_config) -> None:
+    """With dp.noise = "distributed" a site unmasks no sum of fewer than h survivors, so a run of 5
+    sites at h = 4 (the default: all but c = 1) tolerates 1 dropout, not the 2 the 3-survivor rule
+    alone allows; at h = 5 none, and the line says a lost site ends the run."""
+    from tests.conftest import DISTRIBUTED_DP
+
+    for h, tolerated in ((None, 1), (4, 1), (5, 0), (3, 2)):
+        cfg = make_config(**{**DISTRIBUTED_DP, "dp__honest_min": h}, data__synth__sites=5)
+        tolerance = dropout_tolerance(cfg, 5, AggregationSettings.from_config(cfg))
+        line = tolerance.describe()
+        assert tolerance.run == tolerated and f"the run tolerates {tolerated} " in line, line
+        assert tolerance.fewest == max(3, 5 - tolerated)
+        if tolerated < 2:
+            assert f"fewer than h = {5 - tolerated} survivors (dp.honest_min)" in line, line
+        if tolerated == 0:
+            assert "a round that loses a site ends the run" in line and "the next goes on" not in line
+        abort = tolerance.abort_message(5 - tolerated - 1, ["site4"])
+        assert f"at least {5 - tolerated} needed" in abort
+
+
+def test_a_run_that_tolerates_none_says_a_lost_site_ends_it(make_config) -> None:
+    cfg = make_config(secagg__enabled=True, data__synth__sites=3)
+    line = dropout_tolerance(cfg, 3, AggregationSettings.from_config(cfg)).describe()
+    assert "tolerates 0" in line and "the next goes on" not in line and "ends the run" in line
