@@ -48,7 +48,7 @@ multi-dimensional mechanism with Sk(μ/2, μ/2) noise of variance μ per coordin
 
 amplified by Poisson sampling of patients at rate q, composed over steps, and converted to (ε, δ)
 as the project's RDP accountant does (Balle et al. 2020). Two amplification bounds
-(`AMPLIFICATIONS`), both at integer orders:
+(`SKELLAM_AMPLIFICATIONS`), both at integer orders:
 
 - "symmetric" (what plans use): the exact binomial expansion of E_P[((1 − q) + q·L)^α], the form
   Mironov, Talwar & Zhang (2019) use for the sampled Gaussian. It needs the reverse direction
@@ -77,6 +77,7 @@ import numpy as np
 from secure_fed.dp.events import (
     ROUNDING_FLOAT_SLACK,
     SKELLAM_AMPLIFICATIONS,
+    UNMARKED_AMPLIFICATION,
     Event,
     SkellamSum,
     rounded_sensitivities,
@@ -93,7 +94,6 @@ WRAP_TAIL = 2.0**-40
 ROTATION_BLOCK = 4096  # a power of two
 MAX_INFLATION = 0.05  # Δ₂ / (C/γ) − 1 above this: the ring is too small to be worth using
 ORDERS: tuple[int, ...] = tuple(range(2, 257))
-AMPLIFICATIONS: tuple[str, ...] = SKELLAM_AMPLIFICATIONS
 _ROTATION_LABEL = b"secure_fed distributed dp rotation v1"
 
 
@@ -177,7 +177,7 @@ class DistributedPlan:
     def from_json(cls, data: Mapping[str, Any]) -> DistributedPlan:
         fields = set(cls.__dataclass_fields__)
         # plans written before the symmetric bound existed were calibrated with the general one
-        data = {"amplification": "general", **data}
+        data = {"amplification": UNMARKED_AMPLIFICATION, **data}
         if set(data) != fields:
             raise ValueError(
                 f"distributed plan: missing keys {sorted(fields - set(data))}, "
@@ -208,10 +208,9 @@ def skellam_rdp(order: float | np.ndarray, l1: float, l2: float, mu: float) -> A
     return float(out) if out.ndim == 0 else out
 
 
-def check_amplification(amplification: str) -> str:
-    if amplification not in AMPLIFICATIONS:
-        raise ValueError(f"amplification must be one of {AMPLIFICATIONS}, got {amplification!r}")
-    return amplification
+def check_amplification(amplification: str) -> None:
+    if amplification not in SKELLAM_AMPLIFICATIONS:
+        raise ValueError(f"amplification must be one of {SKELLAM_AMPLIFICATIONS}, got {amplification!r}")
 
 
 def poisson_subsampled_rdp(
@@ -428,7 +427,6 @@ def plan_distributed(
     `amplification` is the subsampling bound (module docstring); "general" reproduces plans made
     before the symmetric bound. Raises ValueError naming the knob when the ring is too small.
     """
-    check_amplification(amplification)
     for name, value in (("steps", steps), ("dim", dim), ("max_sites", max_sites)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")

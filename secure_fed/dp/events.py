@@ -120,6 +120,7 @@ def _positive(value: object, name: str) -> float:
 # pair (dp/distributed.py); "general": Zhu & Wang's bound for any mechanism, what an event logged
 # without the key (before the symmetric bound) was priced with.
 SKELLAM_AMPLIFICATIONS = ("symmetric", "general")
+UNMARKED_AMPLIFICATION = "general"  # what a plan or event without the key was priced with
 _SKELLAM_FIELDS = (
     "sampling_rate",
     "count",
@@ -261,7 +262,7 @@ def from_json(data: Mapping[str, Any]) -> Event:
     if kind == "skellam_sum":
         return SkellamSum(
             **{name: data[name] for name in _SKELLAM_FIELDS},
-            amplification=data.get("amplification", "general"),
+            amplification=data.get("amplification", UNMARKED_AMPLIFICATION),
         )
     if not isinstance(data["events"], list):
         raise EventFormatError("composed event: 'events' must be a list")
