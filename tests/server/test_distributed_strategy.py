@@ -90,3 +90,18 @@ def test_a_site_on_another_plan_stops_the_round_before_anything_is_decoded(cfg: 
     digests[2] = plan_digest(plan_for(cfg, DIM, 4))  # a site that counted four sites
     with pytest.raises(ValueError, match="site2 encoded with another distributed-DP plan"):
         _round(cfg, digests)
+
+
+def test_a_site_priced_with_the_other_subsampling_bound_is_on_another_plan(cfg: Any) -> None:
+    # the bound sets the share's variance: a server decoding it with the other bound's plan would
+    # subtract the wrong noise scale, so the bound is part of what the digests compare
+    plan = plan_for(cfg, DIM, len(NODES))
+    assert plan.amplification == "symmetric"
+    general = plan_for(
+        cfg.model_copy(update={"dp": cfg.dp.model_copy(update={"amplification": "general"})}), DIM, 3
+    )
+    assert general.mu_total != plan.mu_total
+    digests = {n: plan_digest(plan) for n in NODES}
+    digests[3] = plan_digest(general)
+    with pytest.raises(ValueError, match="site3 encoded with another distributed-DP plan"):
+        _round(cfg, digests)
