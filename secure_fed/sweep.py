@@ -194,7 +194,7 @@ def sweep(
                         log(f"{label} seed {seed}: an unfinished attempt kept as {set_aside}")
                     log(f"{run_label(method, epsilon)} seed {seed} → {folder}")
                     t0 = time.monotonic()
-                    cell = run_cell(base, method, epsilon, seed, folder)
+                    cell = run_cell(base, method, epsilon, seed, folder, say=log)
                     cell["wall_s"] = round(time.monotonic() - t0, 1)
                     cell["base_model"] = base_model
                     _write_cell(done, cell)
@@ -203,8 +203,8 @@ def sweep(
 
 
 def _finished(label: str, seed: int, cell: dict[str, Any]) -> str:
-    """The line a long sweep prints as each cell ends (its minutes, headline scores, ε spent): a
-    hospital-scale cell runs for minutes with nothing else on the console."""
+    """The line a long sweep prints as each cell ends (its minutes, headline scores, ε spent): what
+    a researcher reads back from a night's sweep log."""
     test = cell.get("test") or {}
     said = [f"{m} {test[m]:.3f}" for m in ("CIDEr", "CE-F1") if isinstance(test.get(m), int | float)]
     spent = _max_epsilon(cell.get("privacy"))
@@ -254,7 +254,15 @@ def _set_aside_unfinished(folder: Path) -> Path | None:
     return target
 
 
-def run_cell(base: RunConfig, method: str, epsilon: float | None, seed: int, folder: Path) -> dict[str, Any]:
+def run_cell(
+    base: RunConfig,
+    method: str,
+    epsilon: float | None,
+    seed: int,
+    folder: Path,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """One cell, scored; `say` hears a federated cell's round progress (see `RoundProgress`)."""
     cfg = seed_config(base, method, epsilon, seed)
     cell: dict[str, Any] = {"method": method, "epsilon": epsilon, "seed": seed}
     if method == CENTRAL and epsilon is not None:
@@ -268,7 +276,8 @@ def run_cell(base: RunConfig, method: str, epsilon: float | None, seed: int, fol
         test, per_site = evaluate_fine_tuned(cfg, federated, folder)
         privacy = json.loads((federated / "cell.json").read_text()).get("privacy")
         return cell | {"test": test, "per_site": per_site, "alpha": None, "privacy": privacy}
-    metrics = run_inprocess(cfg, folder).metrics
+    progress = RoundProgress(f"{run_label(method, epsilon)} seed {seed}", say) if say is not None else None
+    metrics = run_inprocess(cfg, folder, progress=progress).metrics
     write_cell_report(cfg, folder)
     return cell | {
         "test": metrics["test"],
@@ -276,6 +285,28 @@ def run_cell(base: RunConfig, method: str, epsilon: float | None, seed: int, fol
         "alpha": metrics.get("alpha"),
         "privacy": metrics.get("privacy"),
     }
+
+
+class RoundProgress:
+    """A federated cell's rounds on the sweep's console, about ten lines a cell: a hospital-scale
+    cell trains for 10–30 minutes, and its start line alone cannot tell a slow cell from a stuck one.
+    The estimate of what is left counts training rounds only (the final scoring follows)."""
+
+    def __init__(self, label: str, say: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
+        self.label, self.say, self.clock = label, say, clock
+        self.started = clock()
+
+    def __call__(self, done: int, total: int, _result: Any = None) -> None:
+        every = max(1, total // 10)
+        if done % every and done != total:
+            return
+        minutes = (self.clock() - self.started) / 60
+        line = f"{self.label}: round {done}/{total} after {minutes:.1f} min"
+        if done < total:
+            line += f", about {minutes * (total - done) / done:.1f} min of rounds left"
+        else:
+            line += ", scoring"
+        self.say(line)
 
 
 def write_cell_report(cfg: RunConfig, folder: Path) -> Path | None:

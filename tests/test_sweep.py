@@ -158,7 +158,7 @@ def test_a_second_sweep_leaves_a_cell_another_sweep_is_running(tmp_path: Path, m
 
     calls: list[tuple] = []
 
-    def fake_cell(base, method, epsilon, seed, folder):
+    def fake_cell(base, method, epsilon, seed, folder, say=None):
         calls.append((method, seed))
         return {"method": method, "epsilon": epsilon, "seed": seed, "test": dict.fromkeys(METRIC_NAMES, 1.0)}
 
@@ -185,7 +185,7 @@ def test_each_finished_cell_says_its_time_scores_and_epsilon(tmp_path: Path, mon
     """A hospital cell runs for minutes with nothing on the console; its end is the progress a
     researcher watches for: the cell, its minutes, CIDEr and CE-F1, and the ε its ledger spent."""
 
-    def fake_cell(base, method, epsilon, seed, folder):
+    def fake_cell(base, method, epsilon, seed, folder, say=None):
         return {
             "method": method,
             "epsilon": epsilon,
@@ -214,7 +214,7 @@ def test_each_finished_cell_says_its_time_scores_and_epsilon(tmp_path: Path, mon
 def test_sweep_resumes_and_writes_plot_and_html(tmp_path: Path, monkeypatch):
     calls: list[tuple] = []
 
-    def fake_cell(base, method, epsilon, seed, folder):
+    def fake_cell(base, method, epsilon, seed, folder, say=None):
         calls.append((method, epsilon, seed))
         value = {"base": 1.0, "fedtar": 2.0}[method] - (0.5 if epsilon else 0.0) + 0.1 * seed
         privacy = {"epsilon": {"site0": {"rdp": epsilon * 0.99}}} if epsilon else None
@@ -415,8 +415,15 @@ def test_fine_tuned_cell_starts_from_its_federated_cells_final_model(
 
     monkeypatch.setattr(training, "train_copies", spy)
     # asked for alone, the fine-tuned method brings its federated cell first
-    results = sweep_module.sweep(cfg, ["fedavg-ft"], [0], [None], out, log=lambda _: None)
+    said: list[str] = []
+    results = sweep_module.sweep(cfg, ["fedavg-ft"], [0], [None], out, log=said.append)
     assert [r["method"] for r in results["runs"]] == ["fedavg", "fedavg-ft"]
+    # the federated cell's rounds reach the sweep's console as they end (a real run's callback)
+    rounds = [line for line in said if line.startswith("fedavg seed 0: round ")]
+    assert len(rounds) == cfg.fed.rounds and rounds[-1].startswith(
+        f"fedavg seed 0: round {cfg.fed.rounds}/{cfg.fed.rounds} after "
+    ), said
+    assert rounds[-1].endswith(", scoring")
     from secure_fed.server.checkpoint import load_checkpoint
 
     loaded = load_checkpoint(out / "fedavg-epsinf-seed0" / "checkpoint")
@@ -502,7 +509,7 @@ def test_per_site_gains_over_local_are_paired_by_seed_with_intervals():
 
 
 def test_a_sweep_without_private_cells_still_plots(tmp_path: Path, monkeypatch):
-    def fake_cell(base, method, epsilon, seed, folder):
+    def fake_cell(base, method, epsilon, seed, folder, say=None):
         value = {"base": 1.0, "fedtar": 2.0}[method] + 0.1 * seed
         return {"method": method, "epsilon": None, "seed": seed, "test": dict.fromkeys(METRIC_NAMES, value)}
 
@@ -511,6 +518,23 @@ def test_a_sweep_without_private_cells_still_plots(tmp_path: Path, monkeypatch):
     sweep_module.sweep(RunConfig(), ["base", "fedtar"], [0, 1], [None], out, log=lambda _: None)
     assert (out / "privacy_utility.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "data:image/png;base64," in (out / "results.html").read_text()
+
+
+def test_a_long_cell_says_about_ten_round_lines_with_the_time_left():
+    now = [0.0]
+    said: list[str] = []
+    progress = sweep_module.RoundProgress("fedtar ε=8 seed 0", said.append, clock=lambda: now[0])
+    for done in range(1, 51):
+        now[0] = 30.0 * done  # 30 s a round
+        progress(done, 50)
+    assert len(said) == 10, said
+    assert said[0] == "fedtar ε=8 seed 0: round 5/50 after 2.5 min, about 22.5 min of rounds left"
+    assert said[-1] == "fedtar ε=8 seed 0: round 50/50 after 25.0 min, scoring"
+    said.clear()
+    short = sweep_module.RoundProgress("fedavg seed 1", said.append, clock=lambda: 0.0)
+    for done in range(1, 4):
+        short(done, 3)
+    assert [line.split(": round ")[1].split(" ")[0] for line in said] == ["1/3", "2/3", "3/3"]
 
 
 def test_a_cell_writes_its_report(tmp_path: Path):
@@ -537,7 +561,7 @@ def test_an_interrupted_cell_is_set_aside_not_reused(tmp_path: Path, monkeypatch
     (folder / "audit" / "server.jsonl").write_bytes(first_log)
     seen: list[list[str]] = []
 
-    def fake_cell(base, method, epsilon, seed, cell_dir):
+    def fake_cell(base, method, epsilon, seed, cell_dir, say=None):
         seen.append(sorted(p.name for p in cell_dir.iterdir()) if cell_dir.exists() else [])
         return {
             "method": method,
@@ -645,7 +669,7 @@ def test_a_kept_record_brings_a_lost_folders_cells_back_and_the_sweep_runs_only_
     instead of running hours of cells again, and is refused on another configuration."""
     calls: list[tuple] = []
 
-    def fake_cell(base, method, epsilon, seed, folder):
+    def fake_cell(base, method, epsilon, seed, folder, say=None):
         calls.append((method, epsilon, seed))
         return _run(method, epsilon, 1.0 + seed + (2.0 if method == "central" else 0.0), seed)
 
@@ -690,7 +714,7 @@ def test_cells_of_another_base_model_are_not_mixed_in(tmp_path: Path, monkeypatc
     """Machines of the same kind pretrain different bases from one recipe (RESULTS.md, Machines):
     a folder, or a kept record, of another machine's base is refused, not extended with cells that
     cannot be compared with it."""
-    monkeypatch.setattr(sweep_module, "run_cell", lambda base, m, e, s, folder: _run(m, e, 1.0, s))
+    monkeypatch.setattr(sweep_module, "run_cell", lambda base, m, e, s, folder, say=None: _run(m, e, 1.0, s))
     cfg = RunConfig()
     there = tmp_path / "there"
     sweep_module.sweep(cfg, ["base"], [0], [None], there, log=lambda _: None)
