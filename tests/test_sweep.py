@@ -182,8 +182,8 @@ def test_a_second_sweep_leaves_a_cell_another_sweep_is_running(tmp_path: Path, m
 
 
 def test_each_finished_cell_says_its_time_scores_and_epsilon(tmp_path: Path, monkeypatch):
-    """A hospital cell runs for minutes with nothing on the console; its end is the progress a
-    researcher watches for: the cell, its minutes, CIDEr and CE-F1, and the ε its ledger spent."""
+    """A hospital cell runs for minutes; its end line is what a researcher reads back: the cell,
+    its minutes, CIDEr and CE-F1, and the ε its ledger spent."""
 
     def fake_cell(base, method, epsilon, seed, folder, say=None):
         return {
