@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,10 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from secure_fed.algorithms.fedtar.temporal import MetaUpdater, TemporalMetaLearner
 
-from secure_fed.algorithms.fedtar.temporal import MetaUpdater, TemporalMetaLearner  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 T = 5  # visit indices of every config here (data.max_visits)
 SEEDS = 20
@@ -87,17 +85,14 @@ def rows(seeds: int = SEEDS) -> list[list[Any]]:
     return out
 
 
-def table(seeds: int = SEEDS) -> dict[str, Any]:
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
-    ).stdout.strip()
+def table(made: list[list[Any]], commit: str, date: str) -> dict[str, Any]:
     return {
         "title": "FedTAR's meta-learner on noise: α after ψ's Adam steps, by steps and learning rate "
-        f"(T = {T}, {seeds} seeds, median [min, max])",
+        f"(T = {T}, {SEEDS} seeds, median [min, max])",
         "source": {
             "command": "python benchmarks/alpha_walk.py --write",
-            "commit": commit or "unknown",
-            "date": dt.date.today().isoformat(),
+            "commit": commit,
+            "date": date,
             "machine": "any (seeded, no data; the real meta-learner and its Adam, one torch thread)",
             "wall": None,
         },
@@ -109,7 +104,7 @@ def table(seeds: int = SEEDS) -> dict[str, Any]:
             f"α on the pulled index, pull {PULL:g} + noise",
             "seeds whose largest α is on another index, pull + noise",
         ],
-        "rows": rows(seeds),
+        "rows": made,
         "notes": [
             f"Each step feeds ψ a T-vector of N(0, 1) hypergradients (noise only), or the same minus "
             f"{PULL:g} on the first index (a steady pull half the noise's std). Uniform α is "
@@ -129,10 +124,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.write and args.quick:
         parser.error("--write keeps the full table: drop --quick")
-    result = table(3 if args.quick else SEEDS)
+    made = rows(3 if args.quick else SEEDS)
     if args.write:
-        OUT.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(json.dumps({"rows": result["rows"]}, ensure_ascii=False))
+        sys.path.insert(0, str(ROOT / "tools"))
+        from doc_tables import dump_table, git_head
+
+        OUT.write_text(
+            dump_table(table(made, git_head(short=True), dt.date.today().isoformat())), encoding="utf-8"
+        )
+    print(json.dumps({"rows": made}, ensure_ascii=False))
 
 
 if __name__ == "__main__":

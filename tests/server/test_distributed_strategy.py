@@ -98,7 +98,7 @@ def test_a_site_priced_with_the_other_subsampling_bound_is_on_another_plan(cfg: 
     plan = plan_for(cfg, DIM, len(NODES))
     assert plan.amplification == "symmetric"
     general = plan_for(
-        cfg.model_copy(update={"dp": cfg.dp.model_copy(update={"amplification": "general"})}), DIM, 3
+        cfg.model_copy(update={"dp": cfg.dp.model_copy(update={"amplification": "general"})}), DIM, len(NODES)
     )
     assert general.mu_total != plan.mu_total
     digests = {n: plan_digest(plan) for n in NODES}
