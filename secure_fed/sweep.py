@@ -262,22 +262,28 @@ def run_cell(
     folder: Path,
     say: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """One cell, scored; `say` hears a federated cell's round progress (see `RoundProgress`)."""
+    """One cell, scored; `say` hears its progress (see `CellProgress`): a federated cell's rounds,
+    `central`'s optimiser steps (private or not) and `local`'s sites."""
     cfg = seed_config(base, method, epsilon, seed)
     cell: dict[str, Any] = {"method": method, "epsilon": epsilon, "seed": seed}
+    label = f"{run_label(method, epsilon)} seed {seed}"
+
+    def progress(unit: str) -> CellProgress | None:
+        return CellProgress(label, say, unit=unit) if say is not None else None
+
     if method == CENTRAL and epsilon is not None:
-        test, per_site, privacy = evaluate_private_central(cfg, folder)
+        test, per_site, privacy = evaluate_private_central(cfg, folder, progress=progress("step"))
         return cell | {"test": test, "per_site": per_site, "alpha": None, "privacy": privacy}
     if method in REFERENCES:
-        test, per_site = evaluate_reference(cfg, method, folder)
+        unit = {CENTRAL: "step", LOCAL: "site"}.get(method)
+        test, per_site = evaluate_reference(cfg, method, folder, progress=progress(unit) if unit else None)
         return cell | {"test": test, "per_site": per_site, "alpha": None, "privacy": None}
     if method in FINE_TUNED:
         federated = cell_folder(folder.parent, cfg.fed.method, epsilon, seed)
         test, per_site = evaluate_fine_tuned(cfg, federated, folder)
         privacy = json.loads((federated / "cell.json").read_text()).get("privacy")
         return cell | {"test": test, "per_site": per_site, "alpha": None, "privacy": privacy}
-    progress = RoundProgress(f"{run_label(method, epsilon)} seed {seed}", say) if say is not None else None
-    metrics = run_inprocess(cfg, folder, progress=progress).metrics
+    metrics = run_inprocess(cfg, folder, progress=progress("round")).metrics
     write_cell_report(cfg, folder)
     return cell | {
         "test": metrics["test"],
@@ -287,13 +293,21 @@ def run_cell(
     }
 
 
-class RoundProgress:
-    """A federated cell's rounds on the sweep's console, about ten lines a cell: a hospital-scale
-    cell trains for 10–30 minutes, and its start line alone cannot tell a slow cell from a stuck one.
-    The estimate of what is left counts training rounds only (the final scoring follows)."""
+class CellProgress:
+    """A cell's training on the sweep's console, about ten lines a cell, in its own `unit` (a
+    federated cell's rounds, `central`'s optimiser steps, `local`'s sites): a hospital-scale cell
+    trains for 10–30 minutes, and its start line alone cannot tell a slow cell from a stuck one.
+    The estimate of what is left counts training only (the final scoring follows) and assumes the
+    units take alike; `local`'s sites do not (their sizes differ), so it gives no estimate."""
 
-    def __init__(self, label: str, say: Callable[[str], None], clock: Callable[[], float] = time.monotonic):
-        self.label, self.say, self.clock = label, say, clock
+    def __init__(
+        self,
+        label: str,
+        say: Callable[[str], None],
+        clock: Callable[[], float] = time.monotonic,
+        unit: str = "round",
+    ):
+        self.label, self.say, self.clock, self.unit = label, say, clock, unit
         self.started = clock()
 
     def __call__(self, done: int, total: int, _result: Any = None) -> None:
@@ -301,9 +315,10 @@ class RoundProgress:
         if done % every and done != total:
             return
         minutes = (self.clock() - self.started) / 60
-        line = f"{self.label}: round {done}/{total} after {minutes:.1f} min"
+        line = f"{self.label}: {self.unit} {done}/{total} after {minutes:.1f} min"
         if done < total:
-            line += f", about {minutes * (total - done) / done:.1f} min of rounds left"
+            if self.unit != "site":
+                line += f", about {minutes * (total - done) / done:.1f} min of {self.unit}s left"
         else:
             line += ", scoring"
         self.say(line)
@@ -336,10 +351,14 @@ def write_cell_report(cfg: RunConfig, folder: Path) -> Path | None:
 Scores = tuple[dict[str, float], dict[str, dict[str, float]]]
 
 
-def evaluate_reference(cfg: RunConfig, method: str, out: Path) -> Scores:
-    """``base``, ``local`` or ``central``, scored as a run's final evaluation; also per site."""
+def evaluate_reference(
+    cfg: RunConfig, method: str, out: Path, progress: Callable[[int, int], None] | None = None
+) -> Scores:
+    """``base``, ``local`` or ``central``, scored as a run's final evaluation; also per site.
+    `progress` hears ``central``'s optimiser steps and ``local``'s sites as each is trained."""
     from secure_fed.algorithms.fedtar.centralised import pooled_splits
     from secure_fed.clients.training import LocalTrainSettings, train_copies
+    from secure_fed.data.sites import site_names
     from secure_fed.model.setup import build_report_model
 
     epochs = cfg.fed.rounds * cfg.train.local_epochs  # the passes over its data each site gets in FL
@@ -348,25 +367,32 @@ def evaluate_reference(cfg: RunConfig, method: str, out: Path) -> Scores:
     shared = start = model.trainable_state()
     if method == CENTRAL:
         pooled, _, _ = pooled_splits(cfg)
-        shared = train_copies(model, start, [pooled], settings, seed=cfg.seed).states[0]
+        shared = train_copies(model, start, [pooled], settings, seed=cfg.seed, progress=progress).states[0]
+    trained = [0]
+    sites = len(site_names(cfg))
 
     def state_for(train: Any) -> Any:
         if method == LOCAL:
-            return train_copies(model, start, [train], settings, seed=cfg.seed).states[0]
+            state = train_copies(model, start, [train], settings, seed=cfg.seed).states[0]
+            trained[0] += 1
+            if progress is not None:
+                progress(trained[0], sites)
+            return state
         return shared
 
     return _score_sites(cfg, out, state_for, f"{method} reference: no federated training")
 
 
 def evaluate_private_central(
-    cfg: RunConfig, out: Path
+    cfg: RunConfig, out: Path, progress: Callable[[int, int], None] | None = None
 ) -> tuple[dict[str, float], dict[str, Any], dict[str, Any]]:
     """``central`` at a finite ε: DP-SGD on the pooled patients (the ceiling of private training at
-    that ε), scored as ``central`` is, each site's test profiles from the GMM the training used."""
+    that ε), scored as ``central`` is, each site's test profiles from the GMM the training used.
+    `progress` hears its optimiser steps."""
     from secure_fed.algorithms.fedtar.centralised import train_private_central
     from secure_fed.model.setup import build_report_model
 
-    trained = train_private_central(cfg, build_report_model(cfg))
+    trained = train_private_central(cfg, build_report_model(cfg), progress=progress)
     plain = cfg.model_copy(deep=True)
     plain.dp.enabled = False  # scoring releases nothing: the sites' runtimes plan no private run
     test, per_site = _score_sites(

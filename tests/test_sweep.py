@@ -523,7 +523,7 @@ def test_a_sweep_without_private_cells_still_plots(tmp_path: Path, monkeypatch):
 def test_a_long_cell_says_about_ten_round_lines_with_the_time_left():
     now = [0.0]
     said: list[str] = []
-    progress = sweep_module.RoundProgress("fedtar ε=8 seed 0", said.append, clock=lambda: now[0])
+    progress = sweep_module.CellProgress("fedtar ε=8 seed 0", said.append, clock=lambda: now[0])
     for done in range(1, 51):
         now[0] = 30.0 * done  # 30 s a round
         progress(done, 50)
@@ -531,10 +531,24 @@ def test_a_long_cell_says_about_ten_round_lines_with_the_time_left():
     assert said[0] == "fedtar ε=8 seed 0: round 5/50 after 2.5 min, about 22.5 min of rounds left"
     assert said[-1] == "fedtar ε=8 seed 0: round 50/50 after 25.0 min, scoring"
     said.clear()
-    short = sweep_module.RoundProgress("fedavg seed 1", said.append, clock=lambda: 0.0)
+    short = sweep_module.CellProgress("fedavg seed 1", said.append, clock=lambda: 0.0)
     for done in range(1, 4):
         short(done, 3)
     assert [line.split(": round ")[1].split(" ")[0] for line in said] == ["1/3", "2/3", "3/3"]
+    said.clear()
+    now[0] = 0.0
+    steps = sweep_module.CellProgress("central ε=8 seed 2", said.append, clock=lambda: now[0], unit="step")
+    now[0] = 60.0
+    steps(55, 550)
+    assert said == ["central ε=8 seed 2: step 55/550 after 1.0 min, about 9.0 min of steps left"]
+    said.clear()
+    # sites differ in size: `local` counts them but promises no time left
+    now[0] = 0.0
+    sites = sweep_module.CellProgress("local seed 0", said.append, clock=lambda: now[0], unit="site")
+    now[0] = 60.0
+    sites(1, 5)
+    sites(5, 5)
+    assert said == ["local seed 0: site 1/5 after 1.0 min", "local seed 0: site 5/5 after 1.0 min, scoring"]
 
 
 def test_a_cell_writes_its_report(tmp_path: Path):
@@ -593,8 +607,13 @@ def test_private_central_is_dp_sgd_on_the_pooled_patients_and_spends_its_target(
 
     cfg = small_config(cache_dir, tmp_path / "unused", fed__rounds=1, train__local_epochs=1)
     out = tmp_path / "sw"
-    results = sweep_module.sweep(cfg, ["local", "central"], [0], [4.0], out, log=lambda _: None)
+    said: list[str] = []
+    results = sweep_module.sweep(cfg, ["local", "central"], [0], [4.0], out, log=said.append)
     (cell,) = results["runs"]  # local ε=4 does not exist
+    # its optimiser steps reach the sweep's console as they end (the training loop's own callback)
+    steps = [line for line in said if line.startswith("central ε=4 seed 0: step ")]
+    assert [line.split(": step ")[1].split(" ")[0] for line in steps] == ["1/4", "2/4", "3/4", "4/4"]
+    assert steps[-1].endswith(", scoring")
     assert (cell["method"], cell["epsilon"]) == ("central", 4.0)
     privacy = cell["privacy"]
     spent = privacy["epsilon"]["pooled"]["rdp"]
@@ -606,6 +625,22 @@ def test_private_central_is_dp_sgd_on_the_pooled_patients_and_spends_its_target(
     assert set(cell["per_site"]) == {"site0", "site1", "site2"}
     row = next(r for r in results["summary"] if r["method"] == "central")
     assert row["epsilon_spent"] == pytest.approx(spent)
+
+
+def test_local_and_central_report_their_training_as_it_goes(tmp_path: Path, cache_dir: Path):
+    """`local` trains each site in turn and non-private `central` takes hundreds of steps on the
+    pooled patients at hospital scale: each says how far it is (the sweep turns it into lines)."""
+    from tests.conftest import small_config
+
+    cfg = small_config(cache_dir, tmp_path / "unused", fed__rounds=1, train__local_epochs=1)
+    heard: dict[str, list[tuple[int, int]]] = {"local": [], "central": []}
+    for method, calls in heard.items():
+        sweep_module.evaluate_reference(
+            cfg, method, tmp_path / method, progress=lambda done, total, c=calls: c.append((done, total))
+        )
+    assert heard["local"] == [(1, 3), (2, 3), (3, 3)]  # one call a site, after its training
+    steps = heard["central"]
+    assert steps and steps == [(k, steps[-1][1]) for k in range(1, steps[-1][1] + 1)]
 
 
 def _make_recipe(text: str, target: str) -> str:

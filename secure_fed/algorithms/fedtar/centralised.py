@@ -102,7 +102,9 @@ class PrivateCentral:
     privacy: dict[str, Any]
 
 
-def train_private_central(cfg: RunConfig, model: ReportModel) -> PrivateCentral:
+def train_private_central(
+    cfg: RunConfig, model: ReportModel, progress: Callable[[int, int], None] | None = None
+) -> PrivateCentral:
     """DP-SGD on the pooled train patients of every site at the run's target ε: the ceiling of
     private training at that ε (no federation, no secure sum: one trusted curator).
 
@@ -172,7 +174,13 @@ def train_private_central(cfg: RunConfig, model: ReportModel) -> PrivateCentral:
     )
     settings = LocalTrainSettings(lr=cfg.train.lr, epochs=epochs, batch_patients=cfg.train.batch_size)
     result = train_copies(
-        model, model.trainable_state(), [train], settings, seed=cfg.seed, gradients=gradients
+        model,
+        model.trainable_state(),
+        [train],
+        settings,
+        seed=cfg.seed,
+        gradients=gradients,
+        progress=progress,
     )
     ledger.record(POOLED, "train", 1, "dp_sgd", PoissonSampledGaussian(dp.sample_rate, sigma, result.steps))
     eps = ledger.epsilon(POOLED, "train", delta=delta)
