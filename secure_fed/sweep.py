@@ -181,6 +181,16 @@ def sweep(
                     if (folder / "audit").is_dir() and not (folder / "report.html").exists():
                         write_cell_report(seed_config(base, method, epsilon, seed), folder)
                     continue
+                if method in FINE_TUNED:
+                    federated = cell_folder(out, method.removesuffix(FINE_TUNE), epsilon, seed)
+                    if not (federated / "cell.json").exists():
+                        # another sweep on this folder is running it (or it failed here): its
+                        # checkpoint is a model of some round, not the final one this cell tunes
+                        log(
+                            f"{run_label(method, epsilon)} seed {seed}: its federated cell ({federated}) "
+                            "has not finished; left for a later run of this sweep"
+                        )
+                        continue
                 with _cell_held(folder) as ours:
                     if not ours:
                         log(
@@ -411,6 +421,9 @@ def evaluate_fine_tuned(cfg: RunConfig, federated: Path, out: Path) -> Scores:
     from secure_fed.model.vectors import unflatten
     from secure_fed.server.checkpoint import load_checkpoint
 
+    if not (federated / "cell.json").exists():
+        # a running or interrupted run's checkpoint is a model of some round, not its final one
+        raise FileNotFoundError(f"{federated}/cell.json: its federated cell has not finished; run it first")
     loaded = load_checkpoint(federated / "checkpoint")
     if loaded is None:
         raise FileNotFoundError(f"{federated}/checkpoint: no final model to fine-tune; run its cell first")

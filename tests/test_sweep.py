@@ -181,6 +181,41 @@ def test_a_second_sweep_leaves_a_cell_another_sweep_is_running(tmp_path: Path, m
     assert calls == [("base", 1), ("base", 0)] and len(list(out.glob("*.interrupted-*"))) == 1
 
 
+def test_a_fine_tuned_cell_waits_for_its_federated_cell_another_sweep_is_running(
+    tmp_path: Path, monkeypatch, make_config
+):
+    """Two sweeps on one folder: the second reached `fedavg-ft` while the first still ran its
+    `fedavg` cell, and fine-tuned whatever checkpoint that run had saved so far (a model of round
+    r < R) into a table that says it is the final model fine-tuned. Now the fine-tuned cell is left
+    for a later pass, and the fine-tuning itself refuses a federated cell that has not finished."""
+    import fcntl
+
+    calls: list[tuple] = []
+
+    def fake_cell(base, method, epsilon, seed, folder, say=None):
+        calls.append((method, seed))
+        return {"method": method, "epsilon": epsilon, "seed": seed, "test": dict.fromkeys(METRIC_NAMES, 1.0)}
+
+    monkeypatch.setattr(sweep_module, "run_cell", fake_cell)
+    cfg, out = RunConfig(), tmp_path / "sw"
+    out.mkdir()
+    running = sweep_module.cell_folder(out, "fedavg", None, 0)
+    (running / "checkpoint").mkdir(parents=True)  # the first sweep's cell, rounds under way
+    with open(sweep_module.cell_lock(running), "a") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        said: list[str] = []
+        sweep_module.sweep(cfg, ["fedavg-ft"], [0, 1], [None], out, log=said.append)
+    assert calls == [("fedavg", 1), ("fedavg-ft", 1)], calls
+    assert not (sweep_module.cell_folder(out, "fedavg-ft", None, 0) / "cell.json").exists()
+    assert any(
+        line.startswith("fedavg-ft seed 0: its federated cell") and str(running) in line for line in said
+    ), said
+    # the fine-tuning alone, handed an unfinished federated cell, says so instead of tuning it
+    real = make_config()
+    with pytest.raises(FileNotFoundError, match="cell.json"):
+        sweep_module.evaluate_fine_tuned(real, running, tmp_path / "ft")
+
+
 def test_each_finished_cell_says_its_time_scores_and_epsilon(tmp_path: Path, monkeypatch):
     """A hospital cell runs for minutes; its end line is what a researcher reads back: the cell,
     its minutes, CIDEr and CE-F1, and the ε its ledger spent."""
