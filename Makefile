@@ -10,7 +10,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser test test-deploy demo lint bench clean results results-hospital results-hospital-site results-hospital-distributed
+.PHONY: install browser test test-deploy demo lint bench clean results results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,15 +47,29 @@ results: $(STAMP)
 	$(SWEEP) --config configs/training-noise.toml --methods base,local,central,fedavg --seeds 0,1,2,3,4 --epsilons inf -o runs/results-training-noise
 
 # docs/RESULTS.md's "Hospital scale" grid (issue 30): 10,000 patients over 5 unequal sites; central at
-# a finite ε is DP-SGD on the pooled patients. Resumable like `results` (finished cells are skipped);
-# -j2 runs its two sweeps at once, one cell each (DP steps run in passes of at most
-# dp.max_patients_per_pass patients, so two cells fit in 24 GiB: docs/RESULTS.md, "Hospital scale"):
+# a finite ε is DP-SGD on the pooled patients. Resumable like `results` (finished cells are skipped):
 #   nohup make -j2 results-hospital > runs/results-hospital.log 2>&1 &
+# Two workers share both sweeps' cells, one cell each at a time (DP steps run in passes of at most
+# dp.max_patients_per_pass patients, so two cells fit in 24 GiB: docs/RESULTS.md, "Hospital scale"):
+# each runs one sweep, then the other, in opposite orders, and leaves a cell the other worker holds
+# (a lock beside its folder) to it, so neither idles while the other has hours of cells left. The
+# last recipe writes each sweep's tables from all its cells and runs any fine-tuned cell that was
+# left waiting for its federated cell. Without -j2 the first worker runs everything.
 # Its wall time here is estimated per unit by benchmarks/hospital_cost.py (docs/BENCHMARKS.md) and
 # from the cells that ran by benchmarks/hospital_grid_time.py (docs/RESULTS.md). The second
 # sweep is issue 31's comparison: FedAvg and FedTAR with distributed DP on the same patients and DP
 # recipe, and FedAvg's model fine-tuned at each site (an epoch of its own that releases nothing).
-results-hospital: results-hospital-site results-hospital-distributed
+results-hospital: hospital-worker-1 hospital-worker-2
+	$(MAKE) --no-print-directory results-hospital-site
+	$(MAKE) --no-print-directory results-hospital-distributed
+
+hospital-worker-1: $(STAMP)
+	$(MAKE) --no-print-directory results-hospital-site
+	$(MAKE) --no-print-directory results-hospital-distributed
+
+hospital-worker-2: $(STAMP)
+	$(MAKE) --no-print-directory results-hospital-distributed
+	$(MAKE) --no-print-directory results-hospital-site
 
 results-hospital-site: $(STAMP)
 	$(SWEEP) --config configs/hospital-scale.toml --methods base,local,central,fedavg,fedtar,fedavg-ft,fedtar-ft --seeds 0,1,2 --epsilons inf,16,8,4,2,1 -o runs/results-hospital

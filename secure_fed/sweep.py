@@ -27,6 +27,7 @@ import fcntl
 import html
 import json
 import math
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -959,9 +960,12 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     rows = results["summary"]
     pu, pu_ce = results["privacy_utility"], privacy_utility(runs, "CE-F1")
     png = out / "privacy_utility.png"
-    has_plot = plot_privacy_utility(rows, png)
+    drawn = out / f".privacy_utility.{os.getpid()}.png"
+    has_plot = plot_privacy_utility(rows, drawn)
+    if has_plot:
+        drawn.replace(png)
     total_wall = results["wall_s_all_cells"]
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    _write_whole(out / "results.json", json.dumps(results, indent=1))
     sections = [
         ("Mean ± sample std over paired seeds", markdown_table(rows, TABLE_METRICS)),
         ("Mean and 95 % t interval over seeds", interval_table(runs)),
@@ -981,7 +985,7 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     md += (
         f"All {len(METRIC_NAMES)} metrics: results.json. Wall time of all cells: {total_wall / 60:.1f} min.\n"
     )
-    (out / "results.md").write_text(md)
+    _write_whole(out / "results.md", md)
     img = ""
     if has_plot:
         img = (
@@ -990,14 +994,26 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
             + '">'
         )
     body = "".join(f"<h2>{html.escape(t)}</h2>{_md_to_html(tab)}" for t, tab in sections if tab)
-    (out / "results.html").write_text(
+    _write_whole(
+        out / "results.html",
         "<!doctype html><meta charset='utf-8'><title>secure-fed sweep</title>"
         "<style>body{font-family:sans-serif}td,th{border:1px solid #ccc;padding:2px 6px}"
         "table{border-collapse:collapse}</style>"
         f"<h1>secure-fed sweep: {html.escape(str(out))}</h1>{img}{body}"
-        f"<p>Wall time of all cells: {total_wall / 60:.1f} min.</p>"
+        f"<p>Wall time of all cells: {total_wall / 60:.1f} min.</p>",
     )
     return results
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """Whole or not at all: two sweeps sharing a folder (`make -j2 results-hospital`'s workers) each
+    write the tables when they end, and a killed or concurrent writer must not leave half a file."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def privacy_table(pu: list[dict[str, Any]], metric: str = "CIDEr") -> str:

@@ -72,8 +72,45 @@ def test_each_cell_takes_the_newest_measurement_and_a_missing_kind_is_imputed(
     # 2 seeds × (1.5 + 6 + 10 + 10) min
     assert site["hours"] == pytest.approx(2 * 27.5 / 60, abs=0.01)
     assert dist["hours"] == pytest.approx(0.5)
-    assert est["j2_hours"] == pytest.approx(0.92, abs=0.01)
+    # two workers share the 9 cells: worker 1 takes site cells in order (base, fedavg ∞, …), worker 2
+    # starts on the 30-min distributed cell and then takes the site cells worker 1 has not started
     assert est["one_after_the_other_hours"] == pytest.approx(1.42, abs=0.01)
+    assert est["j2_hours"] == pytest.approx(max(est["workers_hours"]))
+    assert est["j2_hours"] < site["hours"] + 0.01 and est["j2_hours"] >= 1.42 / 2 - 0.01
+
+
+def test_two_workers_share_the_cells_and_a_fine_tuned_cell_waits_for_its_federated_one() -> None:
+    """The Makefile's -j2 schedule: worker 1 runs site mode then distributed, worker 2 the reverse,
+    each taking the next cell no one has started; a fine-tuned cell runs only once its federated
+    cell has finished (the sweep leaves it otherwise), so it goes to whoever reaches it after."""
+    site = {
+        "methods": ["fedavg", "fedavg-ft"],
+        "seeds": 2,
+        "epsilons": [8.0],
+        "rows": [
+            {"cell": "fedavg ε=8", "min_per_cell": 10.0},
+            {"cell": "fedavg-ft ε=8", "min_per_cell": 1.0},
+        ],
+    }
+    dist = {
+        "methods": ["fedavg"],
+        "seeds": 1,
+        "epsilons": [8.0],
+        "rows": [{"cell": "fedavg ε=8", "min_per_cell": 2.0}],
+    }
+    assert grid_time.sweep_order(site) == [
+        ("fedavg", 8.0, 0),
+        ("fedavg", 8.0, 1),
+        ("fedavg-ft", 8.0, 0),
+        ("fedavg-ft", 8.0, 1),
+    ]
+    # w1: fedavg s0 [0, 10], ft s0 [10, 11], passes ft s1 (fedavg s1 runs until 12): ends at 11;
+    # w2: distributed [0, 2], fedavg s1 [2, 12], ft s1 [12, 13]
+    clocks, left = grid_time.two_workers([site, dist])
+    assert clocks == [11.0, 13.0] and left == 0.0
+    # alone, a worker would take 10 + 10 + 1 + 1 + 2 = 24 min
+    only = {**site, "seeds": 1}
+    assert grid_time.two_workers([only, {**dist, "seeds": 0}]) == ([11.0, 0.0], 0.0)
 
 
 def test_a_kind_no_table_has_is_refused_naming_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -216,6 +216,32 @@ def test_a_fine_tuned_cell_waits_for_its_federated_cell_another_sweep_is_running
         sweep_module.evaluate_fine_tuned(real, running, tmp_path / "ft")
 
 
+def test_a_sweep_that_fails_writing_its_tables_leaves_the_last_ones_whole(tmp_path: Path, monkeypatch):
+    """Two sweeps on one folder write the tables as each ends, and a writer can die half way (a full
+    disk, a kill): the tables on disk are the last whole ones, never a file cut short."""
+
+    def fake_cell(base, method, epsilon, seed, folder, say=None):
+        return {"method": method, "epsilon": epsilon, "seed": seed, "test": dict.fromkeys(METRIC_NAMES, 1.0)}
+
+    monkeypatch.setattr(sweep_module, "run_cell", fake_cell)
+    out = tmp_path / "sw"
+    sweep_module.sweep(RunConfig(), ["base"], [0], [None], out, log=lambda _: None)
+    before = (out / "results.md").read_text()
+    real = Path.write_text
+
+    def dies_half_way(self: Path, text: str, *args, **kwargs):
+        if "results.md" in self.name:
+            real(self, text[: len(text) // 2], *args, **kwargs)
+            raise OSError(28, "No space left on device")
+        return real(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "write_text", dies_half_way)
+    with pytest.raises(OSError, match="No space"):
+        sweep_module.sweep(RunConfig(), ["base"], [0, 1], [None], out, log=lambda _: None)
+    assert (out / "results.md").read_text() == before
+    assert not list(out.glob(".*.tmp"))
+
+
 def test_each_finished_cell_says_its_time_scores_and_epsilon(tmp_path: Path, monkeypatch):
     """A hospital cell runs for minutes; its end line is what a researcher reads back: the cell,
     its minutes, CIDEr and CE-F1, and the ε its ledger spent."""
@@ -686,13 +712,19 @@ def _make_recipe(text: str, target: str) -> str:
 
 def test_make_results_hospital_runs_issue_30s_grid_on_the_hospital_config():
     """`make results-hospital`: two resumable sweeps (site mode over issue 30's grid, distributed DP
-    for issue 31), separate targets so `make -j2` runs them at once; the config is the
-    10,000-patient, 5-unequal-site cohort (< 1 s)."""
+    for issue 31) shared by two workers that `make -j2` runs at once, each one sweep then the other
+    in opposite orders, and a last recipe that gathers both; the config is the 10,000-patient,
+    5-unequal-site cohort (< 1 s)."""
     text = (Path(__file__).parents[1] / "Makefile").read_text()
-    assert text.split("\nresults-hospital:", 1)[1].split("\n", 1)[0].split() == [
-        "results-hospital-site",
-        "results-hospital-distributed",
-    ]
+
+    def recipe(target: str) -> tuple[list[str], list[str]]:
+        head, body = text.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0].split("\n", 1)
+        return head.split(), [line.split()[-1] for line in body.splitlines()]
+
+    site, dist = "results-hospital-site", "results-hospital-distributed"
+    assert recipe("results-hospital") == (["hospital-worker-1", "hospital-worker-2"], [site, dist])
+    assert recipe("hospital-worker-1") == (["$(STAMP)"], [site, dist])
+    assert recipe("hospital-worker-2") == (["$(STAMP)"], [dist, site])
     line = _make_recipe(text, "results-hospital-site")
     distributed = _make_recipe(text, "results-hospital-distributed")
     cmd = line.replace("$(SWEEP)", ".venv/bin/secure-fed sweep").split()
