@@ -3,10 +3,12 @@ differences with a t interval, resumable cells, the privacy–utility plot and t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import shutil
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -150,12 +152,8 @@ def test_share_of_gain_kept_is_paired_on_the_seeds_every_cell_has():
     assert plain["n"] == 2 and plain["kept"] == pytest.approx(1.0)
 
 
-def test_a_second_sweep_leaves_a_cell_another_sweep_is_running(tmp_path: Path, monkeypatch):
-    """Two sweeps on one folder (a second terminal, a resumed `make results` while the first still
-    runs): the second took the first's running cell for an interrupted one and renamed its folder
-    away under the running process, its signed logs included. Now it leaves that cell alone."""
-    import fcntl
-
+def _record_cells(monkeypatch) -> list[tuple]:
+    """Every cell a sweep runs, as (method, seed), each scoring 1.0 on every metric."""
     calls: list[tuple] = []
 
     def fake_cell(base, method, epsilon, seed, folder, say=None):
@@ -163,13 +161,30 @@ def test_a_second_sweep_leaves_a_cell_another_sweep_is_running(tmp_path: Path, m
         return {"method": method, "epsilon": epsilon, "seed": seed, "test": dict.fromkeys(METRIC_NAMES, 1.0)}
 
     monkeypatch.setattr(sweep_module, "run_cell", fake_cell)
+    return calls
+
+
+@contextlib.contextmanager
+def _held_by_another_sweep(folder: Path) -> Iterator[None]:
+    """The cell's lock held as a running sweep holds it."""
+    import fcntl
+
+    with open(sweep_module.cell_lock(folder), "a") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+
+
+def test_a_second_sweep_leaves_a_cell_another_sweep_is_running(tmp_path: Path, monkeypatch):
+    """Two sweeps on one folder (a second terminal, a resumed `make results` while the first still
+    runs): the second took the first's running cell for an interrupted one and renamed its folder
+    away under the running process, its signed logs included. Now it leaves that cell alone."""
+    calls = _record_cells(monkeypatch)
     cfg, out = RunConfig(), tmp_path / "sw"
     out.mkdir()
     running = sweep_module.cell_folder(out, "base", None, 0)
     (running / "audit").mkdir(parents=True)
     (running / "audit" / "server.jsonl").write_text("{}\n")  # the first sweep's cell, under way
-    with open(sweep_module.cell_lock(running), "a") as held:  # as the first sweep holds it
-        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with _held_by_another_sweep(running):
         said: list[str] = []
         sweep_module.sweep(cfg, ["base"], [0, 1], [None], out, log=said.append)
     assert calls == [("base", 1)]
@@ -188,21 +203,12 @@ def test_a_fine_tuned_cell_waits_for_its_federated_cell_another_sweep_is_running
     `fedavg` cell, and fine-tuned whatever checkpoint that run had saved so far (a model of round
     r < R) into a table that says it is the final model fine-tuned. Now the fine-tuned cell is left
     for a later pass, and the fine-tuning itself refuses a federated cell that has not finished."""
-    import fcntl
-
-    calls: list[tuple] = []
-
-    def fake_cell(base, method, epsilon, seed, folder, say=None):
-        calls.append((method, seed))
-        return {"method": method, "epsilon": epsilon, "seed": seed, "test": dict.fromkeys(METRIC_NAMES, 1.0)}
-
-    monkeypatch.setattr(sweep_module, "run_cell", fake_cell)
+    calls = _record_cells(monkeypatch)
     cfg, out = RunConfig(), tmp_path / "sw"
     out.mkdir()
     running = sweep_module.cell_folder(out, "fedavg", None, 0)
     (running / "checkpoint").mkdir(parents=True)  # the first sweep's cell, rounds under way
-    with open(sweep_module.cell_lock(running), "a") as held:
-        fcntl.flock(held.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    with _held_by_another_sweep(running):
         said: list[str] = []
         sweep_module.sweep(cfg, ["fedavg-ft"], [0, 1], [None], out, log=said.append)
     assert calls == [("fedavg", 1), ("fedavg-ft", 1)], calls
@@ -220,10 +226,7 @@ def test_a_sweep_that_fails_writing_its_tables_leaves_the_last_ones_whole(tmp_pa
     """Two sweeps on one folder write the tables as each ends, and a writer can die half way (a full
     disk, a kill): the tables on disk are the last whole ones, never a file cut short."""
 
-    def fake_cell(base, method, epsilon, seed, folder, say=None):
-        return {"method": method, "epsilon": epsilon, "seed": seed, "test": dict.fromkeys(METRIC_NAMES, 1.0)}
-
-    monkeypatch.setattr(sweep_module, "run_cell", fake_cell)
+    _record_cells(monkeypatch)
     out = tmp_path / "sw"
     sweep_module.sweep(RunConfig(), ["base"], [0], [None], out, log=lambda _: None)
     before = (out / "results.md").read_text()
