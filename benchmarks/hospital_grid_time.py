@@ -151,9 +151,8 @@ def two_workers(sweeps: list[dict[str, Any]]) -> tuple[list[float], float]:
     cells = []
     for k, sw in enumerate(sweeps):
         per_kind = {r["cell"]: r["min_per_cell"] for r in sw["rows"]}
-        for method, e, seed in sweep_order(sw):
-            minutes[(k, method, e, seed)] = per_kind[_label(method, e)]
         cells.append([(k, method, e, seed) for method, e, seed in sweep_order(sw)])
+        minutes.update({cell: per_kind[_label(cell[1], cell[2])] for cell in cells[-1]})
     orders = [[c for sweep in cells for c in sweep], [c for sweep in reversed(cells) for c in sweep]]
     finish: dict[tuple, float] = {}
     clock = [0.0 for _ in orders]

@@ -279,15 +279,16 @@ def run_cell(
     cell: dict[str, Any] = {"method": method, "epsilon": epsilon, "seed": seed}
     label = f"{run_label(method, epsilon)} seed {seed}"
 
-    def progress(unit: str) -> CellProgress | None:
-        return CellProgress(label, say, unit=unit) if say is not None else None
+    def progress(unit: str, estimate: bool = True) -> CellProgress | None:
+        return CellProgress(label, say, unit=unit, estimate=estimate) if say is not None else None
 
     if method == CENTRAL and epsilon is not None:
         test, per_site, privacy = evaluate_private_central(cfg, folder, progress=progress("step"))
         return cell | {"test": test, "per_site": per_site, "alpha": None, "privacy": privacy}
     if method in REFERENCES:
-        unit = {CENTRAL: "step", LOCAL: "site"}.get(method)
-        test, per_site = evaluate_reference(cfg, method, folder, progress=progress(unit) if unit else None)
+        # local's sites differ in size: it counts them but promises no time left
+        shown = {CENTRAL: progress("step"), LOCAL: progress("site", estimate=False)}.get(method)
+        test, per_site = evaluate_reference(cfg, method, folder, progress=shown)
         return cell | {"test": test, "per_site": per_site, "alpha": None, "privacy": None}
     if method in FINE_TUNED:
         federated = cell_folder(folder.parent, cfg.fed.method, epsilon, seed)
@@ -309,7 +310,7 @@ class CellProgress:
     federated cell's rounds, `central`'s optimiser steps, `local`'s sites): a hospital-scale cell
     trains for 10–30 minutes, and its start line alone cannot tell a slow cell from a stuck one.
     The estimate of what is left counts training only (the final scoring follows) and assumes the
-    units take alike; `local`'s sites do not (their sizes differ), so it gives no estimate."""
+    units take alike; `estimate=False` where they do not."""
 
     def __init__(
         self,
@@ -317,8 +318,9 @@ class CellProgress:
         say: Callable[[str], None],
         clock: Callable[[], float] = time.monotonic,
         unit: str = "round",
+        estimate: bool = True,
     ):
-        self.label, self.say, self.clock, self.unit = label, say, clock, unit
+        self.label, self.say, self.clock, self.unit, self.estimate = label, say, clock, unit, estimate
         self.started = clock()
 
     def __call__(self, done: int, total: int, _result: Any = None) -> None:
@@ -328,7 +330,7 @@ class CellProgress:
         minutes = (self.clock() - self.started) / 60
         line = f"{self.label}: {self.unit} {done}/{total} after {minutes:.1f} min"
         if done < total:
-            if self.unit != "site":
+            if self.estimate:
                 line += f", about {minutes * (total - done) / done:.1f} min of {self.unit}s left"
         else:
             line += ", scoring"
@@ -907,9 +909,7 @@ def results_of(runs: list[dict[str, Any]], wall_s: float = 0.0) -> dict[str, Any
 def _write_cell(done: Path, cell: dict[str, Any]) -> None:
     """A finished cell's cell.json, whole or not at all (its presence marks the cell done)."""
     done.parent.mkdir(parents=True, exist_ok=True)
-    tmp = done.with_suffix(".tmp")
-    tmp.write_text(json.dumps(cell, indent=1))
-    tmp.replace(done)
+    _write_whole(done, json.dumps(cell, indent=1))
 
 
 def kept(out: Path) -> dict[str, Any]:

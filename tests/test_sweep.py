@@ -608,7 +608,9 @@ def test_a_long_cell_says_about_ten_round_lines_with_the_time_left():
     said.clear()
     # sites differ in size: `local` counts them but promises no time left
     now[0] = 0.0
-    sites = sweep_module.CellProgress("local seed 0", said.append, clock=lambda: now[0], unit="site")
+    sites = sweep_module.CellProgress(
+        "local seed 0", said.append, clock=lambda: now[0], unit="site", estimate=False
+    )
     now[0] = 60.0
     sites(1, 5)
     sites(5, 5)
