@@ -196,6 +196,12 @@ class TrainConfig(_Strict):
         5e-2, gt=0, description="ψ, the temporal meta-learner (paper: 1e-4 over many more rounds)"
     )
     local_epochs: int = Field(2, ge=1)
+    fine_tune_epochs: int | None = Field(
+        None,
+        ge=1,
+        description="a sweep's `<method>-ft` reference: epochs each site fine-tunes the federated "
+        "model for; None = one round's local epochs (local trains rounds × local_epochs)",
+    )
     batch_size: int = Field(16, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
     threads: int | None = Field(

@@ -14,8 +14,9 @@ private training at that ε). All three are scored exactly as a run's final eval
 each site's test split, pooled with the weights a site releases.
 
 ``<method>-ft`` is the personalised-FL reference (local adaptation of the federated model: each site
-fine-tunes the final global model of ``<method>``'s cell of the same seed and ε for one round's
-local epochs on its own train split, and scores the result on its test split). The fine-tuned
+fine-tunes the final global model of ``<method>``'s cell of the same seed and ε on its own train
+split, for ``train.fine_tune_epochs`` epochs, else one round's local epochs, and scores the result
+on its test split). The fine-tuned
 adapters never leave the site, so the cell's ε is its federated cell's.
 """
 
@@ -415,8 +416,9 @@ def evaluate_private_central(
 
 
 def evaluate_fine_tuned(cfg: RunConfig, federated: Path, out: Path) -> Scores:
-    """Each site fine-tunes the final global model of the ``federated`` cell (one round's local
-    epochs on its own train split, non-private: the result stays at the site) and scores it."""
+    """Each site fine-tunes the final global model of the ``federated`` cell (``train.fine_tune_epochs``,
+    else one round's local epochs, on its own train split, non-private: the result stays at the
+    site) and scores it."""
     import torch
 
     from secure_fed.clients.training import LocalTrainSettings, train_copies
@@ -430,9 +432,8 @@ def evaluate_fine_tuned(cfg: RunConfig, federated: Path, out: Path) -> Scores:
     loaded = load_checkpoint(federated / "checkpoint")
     if loaded is None:
         raise FileNotFoundError(f"{federated}/checkpoint: no final model to fine-tune; run its cell first")
-    settings = LocalTrainSettings(
-        lr=cfg.train.lr, epochs=cfg.train.local_epochs, batch_patients=cfg.train.batch_size
-    )
+    epochs = cfg.train.fine_tune_epochs or cfg.train.local_epochs
+    settings = LocalTrainSettings(lr=cfg.train.lr, epochs=epochs, batch_patients=cfg.train.batch_size)
     model = build_report_model(cfg)
     start = unflatten(torch.as_tensor(loaded[1]), model.trainable_state())
 

@@ -501,6 +501,36 @@ def test_fine_tuned_cell_starts_from_its_federated_cells_final_model(
     assert "| fedavg-ft | ∞ |" in md
 
 
+@pytest.mark.parametrize(("fine_tune_epochs", "expected"), [(None, "local_epochs"), (5, 5)])
+def test_fine_tuned_reference_trains_for_its_configured_epochs(
+    make_config, tmp_path: Path, monkeypatch, fine_tune_epochs, expected
+):
+    """`local` trains rounds × local_epochs; the fine-tuned reference one round's epochs unless
+    `train.fine_tune_epochs` gives it its own budget (e.g. local's, for a like-for-like site)."""
+    from secure_fed.clients import training
+    from secure_fed.model.setup import build_report_model
+    from secure_fed.model.vectors import flatten
+    from secure_fed.server.checkpoint import save_checkpoint
+
+    cfg = make_config(train__fine_tune_epochs=fine_tune_epochs)
+    federated = tmp_path / "fedavg-epsinf-seed0"
+    start = flatten(build_report_model(cfg).trainable_state()).numpy()
+    save_checkpoint(federated / "checkpoint", cfg.fed.rounds, start, {}, {})
+    (federated / "cell.json").write_text("{}")
+    epochs: list[int] = []
+
+    def spy(model, start, groups, settings, seed, **kw):
+        epochs.append(settings.epochs)
+        raise StopIteration  # the epochs are what this test reads; scoring is tested above
+
+    monkeypatch.setattr(training, "train_copies", spy)
+    monkeypatch.setattr(sweep_module, "_score_sites", lambda cfg, out, state_for, note: state_for(object()))
+    with pytest.raises(StopIteration):
+        sweep_module.evaluate_fine_tuned(cfg, federated, tmp_path / "ft")
+    want = cfg.train.local_epochs if expected == "local_epochs" else expected
+    assert epochs == [want]
+
+
 def test_fine_tuned_cell_of_a_distributed_dp_sweep_scores_its_sites(
     make_config, tmp_path: Path, one_torch_thread
 ):
