@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -9,6 +10,7 @@ import shutil
 import signal
 import sys
 import tomllib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn
 
@@ -21,6 +23,7 @@ from typer.core import TyperGroup
 
 from secure_fed.config import ConfigError, RunConfig, load_config
 from secure_fed.console import Terminated
+from secure_fed.stops import forget_stop, raise_remembered
 
 _OS_FIXES: tuple[tuple[type[OSError], str], ...] = (
     (PermissionError, "fix its permissions or choose a path you can write to"),
@@ -174,7 +177,28 @@ _Terminated = Terminated
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
-    raise _Terminated
+    raise_remembered(_Terminated())
+
+
+def _raise_interrupted(signum: int, frame: object) -> None:
+    raise_remembered(KeyboardInterrupt())
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[None]:
+    """SIGTERM (a service manager's stop) ends a command as Ctrl-C does; both are kept for the
+    run's safe points, should code that clears errors swallow them (secure_fed.stops). A Ctrl-C
+    ignored at the start (a background job) stays ignored."""
+    forget_stop()
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated)}
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, _raise_interrupted)
+    try:
+        yield
+    finally:
+        forget_stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _stopped(err: KeyboardInterrupt, how_to_go_on: str) -> NoReturn:
@@ -314,9 +338,8 @@ def run(
     if cfg.dp.enabled:
         _say(_ledger_note(cfg))
     # a service manager stops a run with SIGTERM: end it as Ctrl-C does, with the same way back
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        with run_progress(console, cfg.fed.rounds, _round_line) as shown:
+        with _stop_signals(), run_progress(console, cfg.fed.rounds, _round_line) as shown:
             outcome = run_federated(
                 cfg, folder, resume=resume is not None, progress=shown.on_round, on_phase=shown.on_phase
             )
@@ -334,8 +357,6 @@ def run(
     except KeyboardInterrupt as err:
         # Click would swallow it with a bare newline; say what happened and how to go on.
         _stopped(err, f"`secure-fed run --resume {folder}` continues from the last checkpoint")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     _print_metrics(outcome.metrics)
     if outcome.stopped_early:
         console.print(f"[yellow]stopped early:[/yellow] {outcome.stopped_early}")
@@ -504,11 +525,11 @@ def sweep(
         _say("lifetime ledger: none (synthetic benchmark, [dp] ledger_dir unset): each cell's ε is its own")
     if cells_from is not None:
         _restore_cells(cells_from, out)
-    previous = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        results = run_sweep(
-            cfg, [m.strip() for m in methods.split(",")], seed_list, eps, out, log=console.print
-        )
+        with _stop_signals():
+            results = run_sweep(
+                cfg, [m.strip() for m in methods.split(",")], seed_list, eps, out, log=console.print
+            )
     except ValueError as err:
         _fail(str(err))
         raise
@@ -523,8 +544,6 @@ def sweep(
             f"the cells finished so far are kept in {out}. The same `secure-fed sweep` command goes on: "
             "finished cells are skipped, the one that was running is set aside and run again",
         )
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     # Plain stdout, not rich: a markdown table wider than the terminal must not be re-wrapped.
     sys.stdout.write((out / "results.md").read_text())
     console.print(

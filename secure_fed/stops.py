@@ -14,7 +14,35 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NoReturn
+
+# The stop a signal handler raised, kept until its command has dealt with it: C code that clears
+# every error (PyDict_GetItem, PyObject_HasAttr) can lose the exception if the signal lands while a
+# Python `__hash__` or `__getattr__` it called is running (seen: a SIGTERM'd run finished its
+# rounds and exited 0). `raise_pending_stop` at a run's safe points raises it again.
+_pending: BaseException | None = None
+
+
+def raise_remembered(stop: BaseException) -> NoReturn:
+    """From a signal handler: raise `stop` where the process is, and keep it for the safe points."""
+    global _pending
+    _pending = stop
+    raise stop
+
+
+def raise_pending_stop() -> None:
+    """At a safe point (a round's start, before its checkpoint): a stop raised by a signal handler
+    that has not reached the command that installed the handler is raised again here."""
+    global _pending
+    if _pending is not None:
+        stop, _pending = _pending, None
+        raise stop
+
+
+def forget_stop() -> None:
+    """The command has dealt with its stop (or installs a handler afresh): nothing is pending."""
+    global _pending
+    _pending = None
 
 
 class Stopped(BaseException):
@@ -37,7 +65,7 @@ def signed_on_stop(
     def handler(signum: int, frame: Any) -> None:
         if on_signal is not None:
             on_signal()
-        raise Stopped(signum, frame)
+        raise_remembered(Stopped(signum, frame))
 
     if threading.current_thread() is threading.main_thread():  # signal.signal works there only
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -49,9 +77,11 @@ def signed_on_stop(
             if signal.getsignal(sig) in (handler, signal.SIG_IGN):
                 signal.signal(sig, old)
 
+    forget_stop()
     try:
         yield
     except Stopped as stop:
+        forget_stop()
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
         try:
@@ -66,4 +96,5 @@ def signed_on_stop(
             os.kill(os.getpid(), stop.signum)
         raise SystemExit(128 + stop.signum) from None
     finally:
+        forget_stop()
         restore()

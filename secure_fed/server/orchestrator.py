@@ -26,6 +26,7 @@ from secure_fed.server.checkpoint import load_checkpoint, save_checkpoint
 from secure_fed.server.participation import sample_sites
 from secure_fed.server.strategies import RoundContext, RoundResult, make_strategy
 from secure_fed.server.strategies.base import TooFewSites
+from secure_fed.stops import raise_pending_stop
 
 log = logging.getLogger(__name__)
 
@@ -283,6 +284,7 @@ class Orchestrator:
         upload_bytes = upload_size(strategy.upload_dim(), len(self.nodes), self.aggregation)
         floor = max(cfg.fed.min_sites, 3 if cfg.secagg_on else 1)
         for r in range(first_round, cfg.fed.rounds + 1):
+            raise_pending_stop()
             nodes = sample_sites(self.nodes, cfg.fed.participation, cfg.seed, r, floor)
             if cfg.fed.participation < 1:
                 self.events(
@@ -346,12 +348,14 @@ class Orchestrator:
             if result.alpha is not None:
                 self.events("alpha", {"alpha": result.alpha}, r)
             meta_out = {"per_round": per_round, "skipped_rounds": self.skipped}
+            raise_pending_stop()  # a round a stop cut short is not saved as done
             save_checkpoint(checkpoint_dir, r, state, strategy.state_dict(), meta_out)
             self.settled = r
             if self.progress is not None:
                 self.progress(r, cfg.fed.rounds, result)
         if not per_round:  # every round was skipped: there is no trained model to score
             raise RunAborted(f"no round of {cfg.fed.rounds} completed; nothing is evaluated")
+        raise_pending_stop()
         test = self.evaluate(state, stopped)
         finished = self.transport.exchange("finish", {n: _end(stopped) for n in self.nodes})
         ended = self._site_privacy_at_end(finished)
