@@ -195,6 +195,13 @@ class TrainConfig(_Strict):
     meta_lr: float = Field(
         5e-2, gt=0, description="ψ, the temporal meta-learner (paper: 1e-4 over many more rounds)"
     )
+    fedtar_step: Literal["chained", "matched"] = Field(
+        "chained",
+        description="FedTAR's server step per visit index with distributed DP: 'chained' (each at "
+        "train.lr; the residual chain passes on √Σc_t² of it) or 'matched' (each scaled by "
+        "1/√Σc_t² from the round's α, so a round moves the model as far as FedAvg's); site mode "
+        "and non-private runs always chain",
+    )
     local_epochs: int = Field(2, ge=1)
     fine_tune_epochs: int | None = Field(
         None,

@@ -10,6 +10,8 @@ import torch
 from secure_fed.algorithms.fedtar.temporal import (
     MetaUpdater,
     TemporalMetaLearner,
+    chain_weights,
+    matched_step_scale,
     residual_chain,
     weighted_snapshots,
 )
@@ -18,17 +20,9 @@ SEEDS = range(40)
 
 
 def convex_weights(alpha: np.ndarray, present: np.ndarray) -> np.ndarray:
-    """Closed form of Thm. 1: w^(T) = c_0 w^(0) + Σ_t c_t w̄^(t) with
-    c_t = α_t Π_{s>t, present}(1 − α_s) and c_0 = Π_{s present}(1 − α_s); absent t get c_t = 0."""
-    t_max = len(alpha)
-    c = np.zeros(t_max + 1)
-    carry = 1.0
-    for t in range(t_max - 1, -1, -1):
-        if present[t]:
-            c[t + 1] = alpha[t] * carry
-            carry *= 1.0 - alpha[t]
-    c[0] = carry
-    return c
+    """Thm. 1 with w^(0)'s weight first: w^(T) = c_0 w^(0) + Σ_t c_t w̄^(t)."""
+    c = chain_weights(alpha, present)
+    return np.concatenate([[1.0 - c.sum()], c])
 
 
 def random_case(seed: int, dim: int = 7, t_max: int = 4) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -119,6 +113,28 @@ def test_final_state_in_convex_hull(seed: int) -> None:
         c = convex_weights(alpha[:t], present[:t])
         assert c.min() >= 0 and c.sum() == pytest.approx(1.0, abs=1e-12)
         np.testing.assert_allclose(c @ points[: t + 1], chain.states[t], atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_matched_step_scale_makes_the_chained_noise_one_step(seed: int) -> None:
+    """Snapshots that are the start plus independent unit noise each: scaled by the factor, the
+    chain's displacement has the size of one of them (what FedAvg's round moves at the same lr)."""
+    rng = np.random.default_rng(seed)
+    t_max, dim = 5, 200_000
+    alpha = rng.dirichlet(np.ones(t_max)) if seed % 2 else np.full(t_max, 1.0 / t_max)
+    start = rng.normal(size=dim)
+    steps = rng.normal(size=(t_max, dim))
+    scale = matched_step_scale(alpha)
+    moved = residual_chain(start, start + scale * steps, alpha).final - start
+    assert np.sqrt(np.mean(moved**2)) == pytest.approx(1.0, rel=0.01)
+
+
+def test_matched_step_scale_by_hand() -> None:
+    # uniform α at T = 5: c = 0.2·(0.8⁴, 0.8³, 0.8², 0.8, 1), Σc² = 0.0992…
+    c = 0.2 * 0.8 ** np.arange(4, -1, -1)
+    assert matched_step_scale(np.full(5, 0.2)) == pytest.approx(1 / np.sqrt(np.sum(c**2)), rel=1e-12)
+    assert matched_step_scale(np.full(5, 0.2)) == pytest.approx(3.175, abs=1e-3)
+    assert matched_step_scale(np.array([0.0, 0.0, 1.0, 0.0, 0.0])) == pytest.approx(1.0)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -256,3 +272,26 @@ def test_meta_step_is_chain_rule_through_softmax() -> None:
     # Adam with a zero gradient leaves the parameters where they were.
     for b, p in zip(before, learner.parameters(), strict=True):
         torch.testing.assert_close(p.detach(), b, atol=1e-7, rtol=0)
+
+
+@pytest.mark.parametrize("step", ["chained", "matched"])
+def test_distributed_fedtar_scales_its_copies_steps_only_when_matched(make_config, monkeypatch, step) -> None:
+    """The same released gradient: 'matched' moves every visit index's snapshot by the scale of the
+    round's α times the 'chained' step, so the chain's displacement grows by that factor."""
+    from secure_fed.algorithms.fedtar import distributed
+
+    dim, t_max = 6, 5
+    gradient = np.random.default_rng(0).normal(size=t_max * dim)
+    start = np.linspace(-1.0, 1.0, dim)
+    moved: dict[str, np.ndarray] = {}
+    for kind in ("chained", step):
+        cfg = make_config(train__fedtar_step=kind)
+        strategy = distributed.DistributedFedTAR(dim, t_max, cfg)
+        monkeypatch.setattr(strategy, "train_phase", lambda ctx, state: ([0], {}, {}))
+        monkeypatch.setattr(distributed, "noisy_gradient", lambda *a: (gradient, None))
+        monkeypatch.setattr(strategy, "combine", lambda ctx, g, snaps, *a: snaps - g)
+        moved[kind] = strategy.run_round(None, start)  # type: ignore[arg-type]
+        alpha = strategy.alpha()
+    factor = matched_step_scale(alpha) if step == "matched" else 1.0
+    np.testing.assert_allclose(moved[step], factor * moved["chained"], rtol=1e-12)
+    assert np.abs(moved["chained"]).max() > 0

@@ -9,6 +9,11 @@ sampled-Gaussian-like event whatever visits a patient has. The server decodes th
 the global state (the snapshots w̄^(t)), and goes on as FedTAR does: the residual chain, the α
 hypergradient scalars (each site's own Gaussian release, summed under CKKS) and ψ's step.
 
+With `train.fedtar_step = "matched"` each copy's step is scaled by 1/√Σ_t c_t² (the chain's weights
+from the round's α, public): a private step is mostly independent noise per copy, and the chain
+passes on √Σc_t² of it (0.31 at uniform α, T = 5), so FedTAR's model would move about a third as
+far a round as FedAvg's at the same train.lr and the same noisy sums.
+
 Every visit index counts as present: which ones a site's sample touched is not released (site
 mode's per-index row counts are not DP), so an index no sampled patient reached moves by noise.
 """
@@ -20,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from secure_fed.algorithms.fedtar.strategy import FedTAR
+from secure_fed.algorithms.fedtar.temporal import matched_step_scale
 from secure_fed.config import RunConfig
 from secure_fed.server.strategies.base import RoundContext, RoundResult
 from secure_fed.server.strategies.distributed import Adam, noisy_gradient
@@ -42,6 +48,9 @@ class DistributedFedTAR(FedTAR):
         gradient, summed = noisy_gradient(self, ctx, participants, info, self.t_max * self.dim)
         start = np.broadcast_to(global_state, (self.t_max, self.dim))
         snapshots = self.adam.step(start, gradient.reshape(self.t_max, self.dim))
+        if self.cfg.train.fedtar_step == "matched":
+            # the chain would pass on only √Σc_t² of the copies' (mostly noise) steps
+            snapshots = start + matched_step_scale(self.alpha()) * (snapshots - start)
         present = np.ones(self.t_max, dtype=bool)
         return self.combine(ctx, global_state, snapshots, present, summed, declined, info)
 

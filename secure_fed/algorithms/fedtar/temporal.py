@@ -56,6 +56,27 @@ def residual_chain(
     return ResidualChain(states=states, directions=directions)
 
 
+def chain_weights(alpha: np.ndarray, present: np.ndarray | None = None) -> np.ndarray:
+    """c_t of Thm. 1: w^(T) − w^(0) = Σ_t c_t (w̄^(t) − w^(0)), c_t = α_t Π_{s>t, present}(1 − α_s);
+    an absent visit index gets 0 and passes everything on. w^(0)'s own weight is 1 − Σ_t c_t."""
+    present = np.ones(len(alpha), dtype=bool) if present is None else present
+    c = np.zeros(len(alpha))
+    carry = 1.0
+    for t in range(len(alpha) - 1, -1, -1):
+        if present[t]:
+            c[t] = alpha[t] * carry
+            carry *= 1.0 - alpha[t]
+    return c
+
+
+def matched_step_scale(alpha: np.ndarray) -> float:
+    """The factor on every visit index's server step that lets a FedTAR round move the model as far
+    as one step at train.lr (FedAvg's round) when the steps are independent noise of one size, as
+    a private step's mostly are: the chain passes on Σ_t c_t Δ_t, of size √(Σ_t c_t²)·|Δ|.
+    Uniform α at T = 5: 3.18; one-hot α: 1 (the chain is then one copy's step)."""
+    return float(1.0 / np.sqrt(np.sum(chain_weights(alpha) ** 2)))
+
+
 class TemporalMetaLearner(nn.Module):
     """u_t = g(e(t); ψ), α = softmax(u): a learned time embedding and a small MLP."""
 
