@@ -7,7 +7,6 @@ import contextlib
 import json
 import math
 import shutil
-import tomllib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -358,11 +357,13 @@ def _check_sweep_command(cmd: list[str]) -> None:
     from secure_fed.config import load_config
 
     assert cmd[0].endswith("secure-fed") and cmd[1] == "sweep", cmd
+    from secure_fed.cli import _set_options
+
     pairs = list(zip(cmd[2::2], cmd[3::2], strict=True))
-    sets = dict(value.split("=", 1) for flag, value in pairs if flag == "--set")
     args = {flag: value for flag, value in pairs if flag != "--set"}
     assert set(args) <= {"--config", "--methods", "--seeds", "--epsilons", "-o", "--out", "--rounds"}
-    overrides = {key: tomllib.loads(f"v = {value}")["v"] for key, value in sets.items()}
+    # read as the CLI reads them (a bare word such as `matched` is the string)
+    overrides = _set_options([value for flag, value in pairs if flag == "--set"])
     load_config(Path(__file__).parents[1] / args["--config"], overrides)
     assert set(args["--methods"].split(",")) <= set(sweep_module.METHODS)
     assert all(e == "inf" or float(e) > 0 for e in args["--epsilons"].split(","))
