@@ -684,6 +684,9 @@ def test_a_stop_that_library_code_swallowed_still_ends_the_run(tmp_path, cache_d
         '[fed]\nrounds = 4\nengine = "inprocess"\n'
     )
     saved = signal.getsignal(signal.SIGINT)
+    # a background job (`make test &`, CI runners) starts with Ctrl-C ignored, and the run rightly
+    # leaves it so: give this process a terminal's Ctrl-C, as the subprocess test above does
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         result = runner.invoke(app, ["run", "-c", str(config), "-o", str(tmp_path / "o")])
     finally:
