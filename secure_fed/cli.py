@@ -189,7 +189,6 @@ def _stop_signals() -> Iterator[None]:
     """SIGTERM (a service manager's stop) ends a command as Ctrl-C does; both are kept for the
     run's safe points, should code that clears errors swallow them (secure_fed.stops). A Ctrl-C
     ignored at the start (a background job) stays ignored."""
-    forget_stop()
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, _raise_terminated)}
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, _raise_interrupted)

@@ -40,7 +40,7 @@ def raise_pending_stop() -> None:
 
 
 def forget_stop() -> None:
-    """The command has dealt with its stop (or installs a handler afresh): nothing is pending."""
+    """The command that installed the handler has dealt with its stop: nothing is pending."""
     global _pending
     _pending = None
 
@@ -77,11 +77,9 @@ def signed_on_stop(
             if signal.getsignal(sig) in (handler, signal.SIG_IGN):
                 signal.signal(sig, old)
 
-    forget_stop()
     try:
         yield
     except Stopped as stop:
-        forget_stop()
         for sig in previous:
             signal.signal(sig, signal.SIG_IGN)
         try:
