@@ -3,6 +3,8 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# a fresh venv's disk need, checked before it is made (.ci/check-install-space)
+INSTALL_NEEDS_GIB ?= 7
 
 # A hardened node never phones home, not even from the test suite.
 export FLWR_TELEMETRY_ENABLED := 0
@@ -13,6 +15,7 @@ export HF_HUB_OFFLINE := 1
 .PHONY: install browser test test-deploy demo lint bench clean results results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2
 
 $(STAMP): pyproject.toml
+	test -x $(PY) || bash .ci/check-install-space $(dir $(abspath $(VENV))) $(INSTALL_NEEDS_GIB)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q torch==2.14.1 torchvision==0.29.1
