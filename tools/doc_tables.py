@@ -257,6 +257,9 @@ SWEEP_TABLES = (
     "wall",
     "paired-between",
     "paired-methods",
+    "share-kept",
+    "share-kept-cider-per-site",
+    "share-kept-ce-f1-per-site",
 )
 
 
@@ -288,6 +291,7 @@ def sweep_markdown(
     """The markdown the sweep itself renders for ``table`` (secure_fed/sweep.py, write_outputs),
     from the results.json it wrote: the doc's table is the sweep's, never retyped. ``paired-between``
     sets each cell group against the same (method, ε) of a second sweep's results (``against``)."""
+    from secure_fed import share_kept as sk
     from secure_fed import sweep as sw
 
     if table == "paired-between":
@@ -317,6 +321,9 @@ def sweep_markdown(
         "cider-per-site-vs-local": lambda: sw.per_site_vs(_with_local(results, against), sw.LOCAL),
         "ce-f1-per-site-vs-local": lambda: sw.per_site_vs(_with_local(results, against), sw.LOCAL, "CE-F1"),
         "privacy-utility": lambda: sw.privacy_table(results["privacy_utility"]),
+        "share-kept": lambda: sk.share_table(results["runs"]),
+        "share-kept-cider-per-site": lambda: sk.share_per_site_table(results["runs"]),
+        "share-kept-ce-f1-per-site": lambda: sk.share_per_site_table(results["runs"], "CE-F1"),
         "wall": lambda: sw.wall_table(results["runs"]),
         # from the cells, as the sweep computes it: a folder from before the table has them too
         "privacy-utility-ce-f1": lambda: sw.privacy_table(
@@ -351,11 +358,15 @@ def from_sweep(
     against: Path | None = None,
     names: tuple[str, str] = ("this sweep", "the other"),
     versus: str | None = None,
+    adding: Sequence[Path] = (),
 ) -> dict[str, Any]:
     """The doc JSON for one of the sweep's tables; ``only`` keeps the rows whose first cell is
-    listed, in the sweep's order."""
+    listed, in the sweep's order; ``adding``'s cells join the sweep's where it has none of that
+    (method, ε, seed)."""
     path = folder if folder.is_file() else folder / "results.json"  # named in the errors below
     results = _sweep_results(folder)
+    if adding:
+        results = results | {"runs": _joined_runs(path, results["runs"], adding)}
     other = _sweep_results(against) if against is not None else None
     md = sweep_markdown(results, table, other, names, versus)
     if not md and table.endswith("-vs-local"):
@@ -398,6 +409,27 @@ def _sweep_results(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         raise TableError(f"{path}: no such file; run the sweep into {folder} first")
     return json.loads(path.read_text(encoding="utf-8"))
+
+
+def _joined_runs(path: Path, runs: list[dict[str, Any]], adding: Sequence[Path]) -> list[dict[str, Any]]:
+    """The sweep's cells, then each added sweep's cells of a (method, ε, seed) not yet there: one
+    table over sweeps that ran parts of a grid on one base model (refused across bases, whose
+    scores do not pair)."""
+    joined = list(runs)
+    have = {(r["method"], r["epsilon"], r["seed"]) for r in joined}
+    bases = {r["base_model"] for r in joined if r.get("base_model")}
+    for other in adding:
+        for run in _sweep_results(other)["runs"]:
+            if run.get("base_model") and bases and run["base_model"] not in bases:
+                raise TableError(
+                    f"{other}: its cells ran on base model {run['base_model']}, {path}'s on "
+                    f"{', '.join(sorted(bases))}; --with only joins sweeps of one base"
+                )
+            key = (run["method"], run["epsilon"], run["seed"])
+            if key not in have:
+                have.add(key)
+                joined.append(run)
+    return joined
 
 
 def _sweep_name(path: Path) -> str:
@@ -468,6 +500,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "the sweep whose `local` cells to use where this one has none",
     )
     p.add_argument(
+        "--with",
+        dest="adding",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FOLDER",
+        help="with --from-sweep: another sweep (folder or kept record) on the same base whose cells "
+        "join this one's where it has none of that method, ε and seed (repeatable; for the share-kept "
+        "tables, whose base and non-private cells may have run in another sweep)",
+    )
+    p.add_argument(
         "--names",
         default="",
         help="with --table paired-between: the two sweeps' names, 'ours,theirs'; with paired-methods: "
@@ -499,6 +542,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.against,
                 _names(args.names, args.from_sweep, args.against),
                 args.against_method,
+                args.adding,
             )
             out = args.docs / "results" / f"{args.name}.json"
             out.parent.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,144 @@
+"""The share of a method's non-private gain over ``base`` that it keeps at each ε, with a 95 %
+interval, overall and per site (issue 30's privacy–utility table).
+
+The share is a ratio of paired mean gains, R = mean(g) / mean(G) with g_s = m_ε,s − base_s and
+G_s = m_∞,s − base_s over the seeds all three cells have: the point estimate the sweep's own
+privacy–utility table prints. Its interval is the delta method's for a ratio of paired means: the
+per-seed residuals z_s = g_s − R·G_s have mean zero, and R's standard error is
+sd(z) / (√n · mean(G)), taken with Student's t at n − 1 degrees of freedom. With three seeds it is
+wide, which is what three seeds can say."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from secure_fed.sweep import BASE, CENTRAL, FEDERATED, FINE_TUNED, labelled, t975
+
+Key = tuple[str, float | None]
+
+
+def ratio_ci(gains: Sequence[float], full: Sequence[float]) -> tuple[float, tuple[float, float] | None]:
+    """mean(gains) / mean(full) and its 95 % delta-method t interval (None for fewer than two
+    pairs); NaN where the non-private gain is not positive (no gain to keep a share of)."""
+    g = np.asarray(gains, dtype=np.float64)
+    big = np.asarray(full, dtype=np.float64)
+    keep = ~(np.isnan(g) | np.isnan(big))
+    g, big = g[keep], big[keep]
+    if len(g) == 0 or big.mean() <= 0:
+        return (math.nan, None)
+    ratio = float(g.mean() / big.mean())
+    if len(g) < 2:
+        return (ratio, None)
+    residual = g - ratio * big
+    half = t975(len(g) - 1) * float(residual.std(ddof=1)) / (math.sqrt(len(g)) * float(big.mean()))
+    return (ratio, (ratio - half, ratio + half))
+
+
+def _scores(run: dict[str, Any], metric: str, site: str | None) -> float:
+    if site is None:
+        return float(run["test"].get(metric, math.nan))
+    return float((run.get("per_site") or {}).get(site, {}).get(metric, math.nan))
+
+
+def _spent_per_site(runs: list[dict[str, Any]]) -> list[float]:
+    spent: list[float] = []
+    for run in runs:
+        for value in ((run.get("privacy") or {}).get("epsilon") or {}).values():
+            if isinstance(value, dict):
+                value = value.get("rdp", value.get("epsilon"))
+            if isinstance(value, int | float):
+                spent.append(float(value))
+    return spent
+
+
+def shares_kept(
+    runs: list[dict[str, Any]], metrics: Sequence[str] = ("CIDEr", "CE-F1"), site: str | None = None
+) -> list[dict[str, Any]]:
+    """Per private (method, ε) cell group with a non-private cell of its method and ``base`` cells:
+    n (the seeds all three have), the ε spent per site (lowest and highest over sites and seeds;
+    one pooled value for ``central``) and per metric the share kept with its interval, on the
+    whole test set or on one ``site``'s patients."""
+    by: dict[Key, dict[int, dict[str, Any]]] = {}
+    for run in runs:
+        by.setdefault((run["method"], run["epsilon"]), {})[run["seed"]] = run
+    base = by.get((BASE, None), {})
+    rows = []
+    for (method, epsilon), cells in sorted(by.items(), key=lambda kv: (kv[0][0], -(kv[0][1] or math.inf))):
+        plain = by.get((method, None), {})
+        if epsilon is None or method not in (*FEDERATED, *FINE_TUNED, CENTRAL):
+            continue
+        seeds = sorted(set(cells) & set(plain) & set(base))
+        if not seeds:
+            continue
+        spent = _spent_per_site([cells[s] for s in seeds])
+        row: dict[str, Any] = {
+            "method": method,
+            "epsilon": epsilon,
+            "n": len(seeds),
+            "spent": (min(spent), max(spent)) if spent else None,
+        }
+        for metric in metrics:
+            b = [_scores(base[s], metric, site) for s in seeds]
+            gains = [_scores(cells[s], metric, site) - bs for s, bs in zip(seeds, b, strict=True)]
+            full = [_scores(plain[s], metric, site) - bs for s, bs in zip(seeds, b, strict=True)]
+            row[metric] = ratio_ci(gains, full)
+        rows.append(row)
+    return rows
+
+
+def _share_cell(share: float, ci: tuple[float, float] | None) -> str:
+    if math.isnan(share):
+        return "—"
+    return f"{100 * share:.0f} %" + ("" if ci is None else f" [{100 * ci[0]:.0f}, {100 * ci[1]:.0f}]")
+
+
+def _spent_cell(spent: tuple[float, float] | None) -> str:
+    if spent is None:
+        return "—"
+    low, high = spent
+    return f"{high:.3f}" if high - low < 5e-4 else f"{low:.3f}–{high:.3f}"
+
+
+def share_table(runs: list[dict[str, Any]], metrics: Sequence[str] = ("CIDEr", "CE-F1")) -> str:
+    """Markdown: per private cell group, ε spent per site and the share kept on each metric."""
+    rows = shares_kept(runs, metrics)
+    if not rows:
+        return ""
+    head = (
+        "| method | ε spent per site | n | "
+        + " | ".join(f"{m} share kept [95 % CI]" for m in metrics)
+        + " |\n"
+    )
+    head += "|" + " --- |" * (3 + len(metrics)) + "\n"
+    lines = [
+        f"| {labelled(r['method'], r['epsilon'])} | {_spent_cell(r['spent'])} | {r['n']} | "
+        + " | ".join(_share_cell(*r[m]) for m in metrics)
+        + " |"
+        for r in rows
+    ]
+    return head + "\n".join(lines) + "\n"
+
+
+def share_per_site_table(runs: list[dict[str, Any]], metric: str = "CIDEr") -> str:
+    """Markdown: per private cell group, the share of the non-private gain kept at each site."""
+    sites = sorted({site for r in runs for site in (r.get("per_site") or {})})
+    per_site = {
+        site: {(r["method"], r["epsilon"]): r for r in shares_kept(runs, (metric,), site)} for site in sites
+    }
+    overall = shares_kept(runs, (metric,))
+    if not overall or not sites:
+        return ""
+    head = f"| method ({metric} share kept [95 % CI]) | n | " + " | ".join(sites) + " |\n"
+    head += "|" + " --- |" * (2 + len(sites)) + "\n"
+    lines = []
+    for r in overall:
+        key = (r["method"], r["epsilon"])
+        cells = [
+            _share_cell(*per_site[site][key][metric]) if key in per_site[site] else "—" for site in sites
+        ]
+        lines.append(f"| {labelled(*key)} | {r['n']} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"
