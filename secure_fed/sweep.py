@@ -956,6 +956,9 @@ def restore_cells(record: dict[str, Any], out: Path) -> list[Path]:
 
 def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     """results.json, results.md, privacy_utility.png and results.html from every cell in ``out``."""
+    # here, not at the top: share_kept builds on this module's names
+    from secure_fed.share_kept import share_per_site_table, share_table
+
     runs = load_cells(out)
     results = results_of(runs, wall_s)
     rows = results["summary"]
@@ -980,6 +983,9 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
         ("CE-F1 per site minus local, paired by seed", per_site_vs(runs, LOCAL, "CE-F1")),
         ("Privacy–utility: share of the non-private CIDEr gain over base kept", privacy_table(pu)),
         ("Privacy–utility: share of the non-private CE-F1 gain", privacy_table(pu_ce, "CE-F1")),
+        ("Share of the non-private gain kept, 95 % intervals, ε spent per site", share_table(runs)),
+        ("CIDEr share kept per site", share_per_site_table(runs)),
+        ("CE-F1 share kept per site", share_per_site_table(runs, "CE-F1")),
         ("Wall time per cell", wall_table(runs)),
     ]
     md = "".join(f"### {title}\n\n{table}\n" for title, table in sections if table)

@@ -310,6 +310,8 @@ def test_sweep_resumes_and_writes_plot_and_html(tmp_path: Path, monkeypatch):
     assert "data:image/png;base64," in page and "fedtar" in page
     md = (out / "results.md").read_text()
     assert "| fedtar | 4 | 3.960 | 2 |" in md and "CIDEr per site" in md
+    # gains 0.5 at ε = 4 against 1.0 without DP on both seeds that ran it: half, with no spread
+    assert "| fedtar ε=4 | 3.960 | 2 | 50 % [50, 50] | 50 % [50, 50] |" in md
     saved = json.loads((out / "results.json").read_text())
     assert saved["paired_vs_base"][0]["CIDEr"][0] == pytest.approx(1.0)
     # another configuration in the same folder is refused, not mixed in
