@@ -38,9 +38,10 @@ TARGETS = {"results-hospital-site": "site mode", "results-hospital-distributed":
 # where no newer one has it). Site-mode FedAvg and FedTAR at finite ε ran last on the shipped base,
 # two cells at a time and in passes; the other site-mode private cells but central ran before DP
 # steps ran in passes (one pass a step); central's shipped-base cells ran in passes where the table
-# says so; base, central at ∞ and private central at ε = 16 ran last, two at a time, in passes.
+# says so; base, central at ∞ and private central at ε = 16, then FedTAR at ∞, ran last, two at a time.
 WALL_TABLES = {
     "configs/hospital-scale.toml": [
+        "hospital-fedtar-inf-wall.json",
         "hospital-central-e16-wall.json",
         "hospital-site-shipped-wall.json",
         "hospital-central-here-wall.json",
