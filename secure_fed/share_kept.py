@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from secure_fed.sweep import BASE, CENTRAL, FEDERATED, FINE_TUNED, labelled, t975
+from secure_fed.sweep import BASE, CENTRAL, FEDERATED, FINE_TUNED, labelled, spent_per_site, t975
 
 Key = tuple[str, float | None]
 
@@ -44,17 +44,6 @@ def _scores(run: dict[str, Any], metric: str, site: str | None) -> float:
     return float((run.get("per_site") or {}).get(site, {}).get(metric, math.nan))
 
 
-def _spent_per_site(runs: list[dict[str, Any]]) -> list[float]:
-    spent: list[float] = []
-    for run in runs:
-        for value in ((run.get("privacy") or {}).get("epsilon") or {}).values():
-            if isinstance(value, dict):
-                value = value.get("rdp", value.get("epsilon"))
-            if isinstance(value, int | float):
-                spent.append(float(value))
-    return spent
-
-
 def shares_kept(
     runs: list[dict[str, Any]], metrics: Sequence[str] = ("CIDEr", "CE-F1"), site: str | None = None
 ) -> list[dict[str, Any]]:
@@ -74,7 +63,7 @@ def shares_kept(
         seeds = sorted(set(cells) & set(plain) & set(base))
         if not seeds:
             continue
-        spent = _spent_per_site([cells[s] for s in seeds])
+        spent = [e for s in seeds for e in spent_per_site(cells[s].get("privacy"))]
         row: dict[str, Any] = {
             "method": method,
             "epsilon": epsilon,

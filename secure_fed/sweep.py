@@ -500,16 +500,21 @@ def load_cells(out: Path) -> list[dict[str, Any]]:
     )
 
 
-def _max_epsilon(privacy: dict[str, Any] | None) -> float | None:
-    """The largest per-patient ε any site reports spent (RDP, the budget guard's accountant)."""
-    if not privacy:
-        return None
+def spent_per_site(privacy: dict[str, Any] | None) -> list[float]:
+    """Each site's per-patient ε spent (RDP, the budget guard's accountant); one pooled value for
+    ``central``; none without DP."""
     values: list[float] = []
-    for v in (privacy.get("epsilon") or {}).values():
+    for v in ((privacy or {}).get("epsilon") or {}).values():
         if isinstance(v, dict):
             v = v.get("rdp", v.get("epsilon"))
         if isinstance(v, int | float):
             values.append(float(v))
+    return values
+
+
+def _max_epsilon(privacy: dict[str, Any] | None) -> float | None:
+    """The largest per-patient ε any site reports spent."""
+    values = spent_per_site(privacy)
     return max(values) if values else None
 
 
