@@ -4,7 +4,8 @@ The sites price their releases with Opacus; the verifier must not trust that cod
 rebuilds each event as a dp_accounting DpEvent, prices it with dp_accounting's RdpAccountant on
 Opacus' default RDP orders (so the two RDP values are comparable to within numerical noise), composes
 by adding RDP curves and converts with dp_accounting's RDP-to-(ε, δ) conversion; the tight value comes
-from dp_accounting's privacy loss distributions (PLD).
+from dp_accounting's privacy loss distributions (PLD), except that unsampled Gaussian releases
+compose to one Gaussian exactly and are priced by its closed form (a PLD of a tiny σ is huge).
 
 dp_accounting has no Skellam mechanism, so a logged `skellam_sum` (distributed DP) is re-priced here
 from its parameters alone, written apart from dp's code: its sensitivities are re-derived from
@@ -26,7 +27,9 @@ from typing import Any
 
 import dp_accounting
 import numpy as np
+from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from dp_accounting.pld import privacy_loss_mechanism
 from dp_accounting.rdp import RdpAccountant, rdp_privacy_accountant
 
 # Opacus' default RDP orders (opacus.accountants.RDPAccountant.DEFAULT_ALPHAS).
@@ -107,6 +110,20 @@ def _leaf_pld(sampling_rate: float, noise_multiplier: float, count: int) -> pld_
         use_connect_dots=True,
     )
     return single.self_compose(count) if count > 1 else single
+
+
+@functools.lru_cache(maxsize=256)
+def _gaussian_epsilon(sigma: float, delta: float) -> float:
+    """Exact ε(δ) of one unsampled Gaussian of noise multiplier σ (sensitivity 1): dp_accounting's
+    closed-form δ(ε), inverted by bisection. A PLD of it would need ~1/(σ²·interval) buckets: at
+    σ = 0.002 (ε near 1e5) hundreds of millions, minutes for every record of a log."""
+    loss = privacy_loss_mechanism.GaussianPrivacyLoss(sigma, sensitivity=1.0)
+    high = 1.0
+    while loss.get_delta_for_epsilon(high) > delta:
+        high *= 2.0
+    search = pld_common.BinarySearchParameters(0.0, high, tolerance=1e-9 * high)
+    found = pld_common.inverse_monotone_function(loss.get_delta_for_epsilon, delta, search, increasing=False)
+    return high if found is None else float(found)  # None only when δ(high) > δ, excluded above
 
 
 def _pld_leaves(event: dp_accounting.DpEvent, times: int = 1) -> Iterator[tuple[float, float, int]]:
@@ -257,7 +274,8 @@ class StreamAccountant:
 
     def __init__(self) -> None:
         self._rdp = np.zeros(len(RDP_ORDERS))
-        self._pld: pld_lib.PrivacyLossDistribution | None = None
+        self._pld: pld_lib.PrivacyLossDistribution | None = None  # the Poisson-sampled leaves
+        self._full_precision = 0.0  # Σ count/σ² of the unsampled Gaussian leaves
         self._pld_infinite = False
         self._gaussian: list[str] = []  # the dp_accounting-priced leaves, for the extended orders
         self._skellam = np.zeros(len(EXTENDED_ORDERS))
@@ -286,6 +304,10 @@ class StreamAccountant:
                 if sigma == 0.0:
                     self._pld_infinite = True
                     continue
+                if q == 1.0:
+                    # unsampled Gaussians compose to one Gaussian exactly: no leaf, no discretisation
+                    self._full_precision += count / sigma**2
+                    continue
                 pld_leaf = _leaf_pld(q, sigma, count)
                 self._pld = pld_leaf if self._pld is None else self._pld.compose(pld_leaf)
 
@@ -306,9 +328,12 @@ class StreamAccountant:
             return math.nan
         if self._pld_infinite:
             return math.inf
+        if self._full_precision == 0.0:
+            return 0.0 if self._pld is None else float(self._pld.get_epsilon_for_delta(delta))
+        sigma = 1.0 / math.sqrt(self._full_precision)
         if self._pld is None:
-            return 0.0
-        return float(self._pld.get_epsilon_for_delta(delta))
+            return _gaussian_epsilon(sigma, delta)
+        return float(self._pld.compose(_leaf_pld(1.0, sigma, 1)).get_epsilon_for_delta(delta))
 
 
 def rdp_matches(logged: float, rederived: float, rel_tol: float = 0.01) -> bool:
