@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from secure_fed.sweep import BASE, CENTRAL, FEDERATED, FINE_TUNED, labelled, spent_per_site, t975
+from secure_fed.sweep import BASE, kept_groups, labelled, spent_per_site, t975
 
 Key = tuple[str, float | None]
 
@@ -56,13 +56,10 @@ def shares_kept(
         by.setdefault((run["method"], run["epsilon"]), {})[run["seed"]] = run
     base = by.get((BASE, None), {})
     rows = []
-    for (method, epsilon), cells in sorted(by.items(), key=lambda kv: (kv[0][0], -(kv[0][1] or math.inf))):
-        plain = by.get((method, None), {})
-        if epsilon is None or method not in (*FEDERATED, *FINE_TUNED, CENTRAL):
+    for method, epsilon, seeds in kept_groups(runs):
+        if epsilon is None:
             continue
-        seeds = sorted(set(cells) & set(plain) & set(base))
-        if not seeds:
-            continue
+        cells, plain = by[(method, epsilon)], by[(method, None)]
         spent = [e for s in seeds for e in spent_per_site(cells[s].get("privacy"))]
         row: dict[str, Any] = {
             "method": method,

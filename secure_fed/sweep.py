@@ -790,6 +790,21 @@ def wall_table(runs: list[dict[str, Any]]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
+def kept_groups(runs: list[dict[str, Any]]) -> Iterator[tuple[str, float | None, list[int]]]:
+    """Each (method, ε) of a method whose share of the non-private gain is reported (federated,
+    site-fine-tuned, ``central``; the non-private cell too), with the seeds it, the method without
+    DP and ``base`` all have, in table order; groups with no such seed are left out."""
+    seeds: dict[tuple[str, float | None], set[int]] = {}
+    for run in runs:
+        seeds.setdefault((run["method"], run["epsilon"]), set()).add(run["seed"])
+    for method, epsilon in sorted(seeds, key=lambda k: (k[0], -(k[1] or math.inf))):
+        if method not in (*FEDERATED, *FINE_TUNED, CENTRAL):
+            continue
+        common = seeds.get((BASE, None), set()) & seeds.get((method, None), set()) & seeds[(method, epsilon)]
+        if common:
+            yield method, epsilon, sorted(common)
+
+
 def privacy_utility(runs: list[dict[str, Any]], metric: str = "CIDEr") -> list[dict[str, Any]]:
     """Share of the non-private gain over ``base`` kept at each ε, per federated method, its
     site-fine-tuned variant (``fedavg-ft``: the private federated model, then each site's own
@@ -799,16 +814,8 @@ def privacy_utility(runs: list[dict[str, Any]], metric: str = "CIDEr") -> list[d
     Paired: each share is taken over the seeds that base, the method without DP and the method at
     that ε all have (a partial grid's means over different seeds would compare different cohorts);
     ``n`` says how many."""
-    seeds: dict[tuple[str, float | None], set[int]] = {}
-    for run in runs:
-        seeds.setdefault((run["method"], run["epsilon"]), set()).add(run["seed"])
     out = []
-    for method, epsilon in sorted(seeds, key=lambda k: (k[0], -(k[1] or math.inf))):
-        if method not in (*FEDERATED, *FINE_TUNED, CENTRAL):
-            continue
-        common = seeds.get((BASE, None), set()) & seeds.get((method, None), set()) & seeds[(method, epsilon)]
-        if not common:
-            continue
+    for method, epsilon, common in kept_groups(runs):
         keys = {(BASE, None), (method, None), (method, epsilon)}
         paired = [r for r in runs if r["seed"] in common and (r["method"], r["epsilon"]) in keys]
         rows = {(r["method"], r["epsilon"]): r for r in summarise(paired)}
