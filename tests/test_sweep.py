@@ -355,6 +355,9 @@ def _results_recipe() -> list[list[str]]:
     return commands
 
 
+SWEEP_FLAGS = {"--config", "--methods", "--seeds", "--epsilons", "-o", "--out", "--rounds", "--cells-from"}
+
+
 def _check_sweep_command(cmd: list[str]) -> None:
     from secure_fed.config import load_config
 
@@ -363,7 +366,9 @@ def _check_sweep_command(cmd: list[str]) -> None:
 
     pairs = list(zip(cmd[2::2], cmd[3::2], strict=True))
     args = {flag: value for flag, value in pairs if flag != "--set"}
-    assert set(args) <= {"--config", "--methods", "--seeds", "--epsilons", "-o", "--out", "--rounds"}
+    assert set(args) <= SWEEP_FLAGS
+    if "--cells-from" in args:  # a kept record the repository holds, so the command can run on a fresh clone
+        assert (Path(__file__).parents[1] / args["--cells-from"]).is_file(), args["--cells-from"]
     # read as the CLI reads them (a bare word such as `matched` is the string)
     overrides = _set_options([value for flag, value in pairs if flag == "--set"])
     load_config(Path(__file__).parents[1] / args["--config"], overrides)
