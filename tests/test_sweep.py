@@ -28,6 +28,7 @@ from secure_fed.sweep import (
     wall_table,
 )
 from tests.conftest import DISTRIBUTED_DP
+from tests.scripts import ROOT
 
 
 @pytest.fixture(autouse=True)
@@ -342,7 +343,7 @@ def test_unknown_method_is_refused_before_anything_runs(tmp_path: Path):
 def _results_recipe() -> list[list[str]]:
     """The `make results` commands, with the Makefile's variables expanded (docs are executable:
     RESULTS.md names this target, so its commands must at least parse and name real things)."""
-    text = (Path(__file__).parents[1] / "Makefile").read_text()
+    text = (ROOT / "Makefile").read_text()
     variables = dict(
         line.split(" := ", 1) for line in text.splitlines() if " := " in line and not line.startswith("\t")
     )
@@ -368,10 +369,10 @@ def _check_sweep_command(cmd: list[str]) -> None:
     args = {flag: value for flag, value in pairs if flag != "--set"}
     assert set(args) <= SWEEP_FLAGS
     if "--cells-from" in args:  # a kept record the repository holds, so the command can run on a fresh clone
-        assert (Path(__file__).parents[1] / args["--cells-from"]).is_file(), args["--cells-from"]
+        assert (ROOT / args["--cells-from"]).is_file(), args["--cells-from"]
     # read as the CLI reads them (a bare word such as `matched` is the string)
     overrides = _set_options([value for flag, value in pairs if flag == "--set"])
-    load_config(Path(__file__).parents[1] / args["--config"], overrides)
+    load_config(ROOT / args["--config"], overrides)
     assert set(args["--methods"].split(",")) <= set(sweep_module.METHODS)
     assert all(e == "inf" or float(e) > 0 for e in args["--epsilons"].split(","))
     assert all(int(x) >= 0 for x in args["--seeds"].split(","))
@@ -380,7 +381,7 @@ def _check_sweep_command(cmd: list[str]) -> None:
 def _config(name: str) -> RunConfig:
     from secure_fed.config import load_config
 
-    return load_config(Path(__file__).parents[1] / "configs" / f"{name}.toml")
+    return load_config(ROOT / "configs" / f"{name}.toml")
 
 
 def test_make_results_commands_name_real_methods_and_configs():
@@ -455,7 +456,7 @@ def test_sweep_help_lists_every_method():
 def test_results_md_sweep_commands_are_valid():
     """The sweep commands docs/RESULTS.md shows, and those its tables' JSON name as their source,
     parse and name real things."""
-    docs = Path(__file__).parents[1] / "docs"
+    docs = ROOT / "docs"
     text = (docs / "RESULTS.md").read_text()
     commands = [ln.split() for ln in text.splitlines() if ln.startswith("secure-fed sweep")]
     assert commands
@@ -758,7 +759,7 @@ def test_make_results_hospital_runs_issue_30s_grid_on_the_hospital_config():
     for issue 31) shared by two workers that `make -j2` runs at once, each one sweep then the other
     in opposite orders, and a last recipe that gathers both; the config is the 10,000-patient,
     5-unequal-site cohort (< 1 s)."""
-    text = (Path(__file__).parents[1] / "Makefile").read_text()
+    text = (ROOT / "Makefile").read_text()
 
     def recipe(target: str) -> tuple[list[str], list[str]]:
         head, body = text.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0].split("\n", 1)
