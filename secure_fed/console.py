@@ -86,6 +86,7 @@ PHASES = {
     "secagg_setup": "SecAgg+ key exchange",
     "secagg_shares": "SecAgg+ key shares",
     "secagg_masked": "SecAgg+ masked upload",
+    "secagg_consistency": "SecAgg+ signing the survivor set",
     "secagg_unmask": "SecAgg+ unmasking the sum",
     "plain_sum": "summing the updates",
     "hypergrad": "α hypergradients at the sites",

@@ -39,6 +39,7 @@ PHASES = (
     "secagg_setup",
     "secagg_shares",
     "secagg_masked",
+    "secagg_consistency",
     "secagg_unmask",
     "plain_scalars",
     "he_keys",

@@ -19,6 +19,7 @@ from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.crypto import scalars as scalar_sum
 from secure_fed.crypto import vectors as vector_sum
 from secure_fed.crypto.secagg_protocol import (
+    CONSISTENCY,
     PLAIN_SUM,
     SECAGG_PHASES,
     SETUP,
@@ -99,7 +100,7 @@ def _dispatch(
                 state,  # not {}: it records the updates already masked, so none is summed twice
                 runtime.stash["upload"],
                 identity=runtime.identity(),
-                context=runtime.stash.get("secagg_context", b""),
+                context=_secagg_context(runtime),
                 fingerprint=runtime.upload_fingerprint(),
                 rules=_secagg_rules(runtime),
             )
@@ -118,16 +119,19 @@ def _dispatch(
         upload = runtime.stash.get("upload")
         if upload is None:
             raise Refusal("no_update", "no update to aggregate this round")
-        return vector_sum.client_step(
+        reply, state = vector_sum.client_step(
             phase,
             request,
             state,
             upload,
             identity=runtime.identity,
-            context=runtime.stash.get("secagg_context", b""),
+            context=_secagg_context(runtime),
             fingerprint=runtime.upload_fingerprint(),
             rules=_secagg_rules(runtime),
         )
+        if phase == CONSISTENCY:
+            _log_survivors(runtime, state)
+        return reply, state
     if phase in SCALAR_PHASES:
         scalars = runtime.stash.get("scalars")
         if scalars is None:
@@ -149,6 +153,37 @@ def _dispatch(
             phase, request, state, scalars, secret_context, identity, minimum, node_id=runtime.node_id
         )
     raise Refusal("unknown_phase", f"unknown phase {phase!r}")
+
+
+def _secagg_context(runtime: SiteRuntime) -> bytes:
+    """What the site's SecAgg+ keys (and survivor signatures) are signed for: the server-chosen
+    factors it scaled its update by and, under distributed DP, its own plan's digest, so sites
+    that were told different plans (a round count, say) never mask or unmask together."""
+    context = bytes(runtime.stash.get("secagg_context", b""))
+    plan = getattr(getattr(runtime, "privacy", None), "distributed", None)
+    if plan is None:
+        return context
+    from secure_fed.distributed_plan import plan_digest
+
+    return context + b"|distributed-dp-plan|" + plan_digest(plan).encode()
+
+
+def _log_survivors(runtime: SiteRuntime, state: Payload) -> None:
+    """The survivor set this site signed (the only one it will unmask for), in its own signed log:
+    `audit verify` checks that every site of a round signed the same set, of at least h sites."""
+    trail = getattr(runtime, "trail", None)
+    if trail is None or trail.log.closed:
+        return
+    plan = getattr(getattr(runtime, "privacy", None), "distributed", None)
+    trail.append(
+        "secagg_survivors",
+        {
+            "site": runtime.site,
+            "survivors": sorted(state["survivor_sites"]),
+            "honest_min": None if plan is None else plan.honest_min,
+        },
+        state["round_id"] if isinstance(state["round_id"], int) else None,
+    )
 
 
 def _secagg_rules(runtime: SiteRuntime) -> vector_sum.SiteRules:

@@ -43,8 +43,14 @@ from cryptography.exceptions import InvalidTag
 from secure_fed.crypto import secagg_channel as channel
 from secure_fed.crypto.masking import add_masks, keystream_words
 from secure_fed.crypto.quantize import modulus_bits, quantise_to_ring, ring_dtype
-from secure_fed.crypto.secagg_identity import SIGNATURE_BYTES, SecAggIdentity, key_statement
+from secure_fed.crypto.secagg_identity import (
+    SIGNATURE_BYTES,
+    SecAggIdentity,
+    key_statement,
+    survivors_statement,
+)
 from secure_fed.crypto.secagg_protocol import (
+    CONSISTENCY,
     MASKED,
     SETUP,
     SHARES,
@@ -102,10 +108,12 @@ _SECRETS = ("enc_sk", "mask_sk", "seed", "peer_enc_pk", "peer_mask_pk", "peer_ch
 # relays one of them) so they need not be derived again from the secrets
 _OWN_PUBLIC = ("own_enc_pk", "own_mask_pk")
 
-# the phase a client must have completed before it accepts each request
-_AFTER = {SHARES: SETUP, MASKED: SHARES, UNMASK: MASKED}
-# the phases that sign (setup) or check (share distribution) identities
-IDENTIFIED_PHASES = frozenset({SETUP, SHARES})
+# the phases a client must have just completed before it accepts each request (an unmask follows
+# the consistency step where the site requires one: `SiteRules.honest_min`)
+_AFTER = {SHARES: (SETUP,), MASKED: (SHARES,), CONSISTENCY: (MASKED,), UNMASK: (MASKED, CONSISTENCY)}
+# the phases that sign (setup, consistency) or check (share distribution, an unmask after the
+# consistency step) identities
+IDENTIFIED_PHASES = frozenset({SETUP, SHARES, CONSISTENCY, UNMASK})
 
 # what one SecAgg+ round keeps in the state; a setup replaces exactly these and carries anything
 # else (the record of masked updates, other protocols' records in the same state) to the new round
@@ -133,9 +141,12 @@ _ROUND_KEYS = frozenset(
         "peer_enc_pk",
         "peer_mask_pk",
         "peer_channel_key",
+        "peer_sites",
         "partners",
         "held_seed",
         "pair_keys",
+        "survivors",
+        "survivor_sites",
     }
 )
 
@@ -213,9 +224,10 @@ def _round_id(request: Mapping[str, Any]) -> int | str:
 
 
 def _check_order(phase: str, request: Mapping[str, Any], state: State) -> None:
-    if state.get("stage") != _AFTER[phase]:
+    if state.get("stage") not in _AFTER[phase]:
         raise SecAggRefused(
-            f"{phase} arrived after {state.get('stage') or 'nothing'}, expected after {_AFTER[phase]}"
+            f"{phase} arrived after {state.get('stage') or 'nothing'}, expected after "
+            f"{' or '.join(_AFTER[phase])}"
         )
     if _round_id(request) != state["round_id"]:
         raise SecAggRefused(
@@ -381,9 +393,10 @@ def _check_identities(
     enc_pks: list[bytes],
     mask_pks: list[bytes],
     identity: SecAggIdentity,
-) -> None:
+) -> list[str]:
     """Refuse unless every peer is a distinct provisioned site (not this one) that signed the keys
-    relayed for it, for this node id, this round and this run, and enough of them for the threshold."""
+    relayed for it, for this node id, this round and this run, and enough of them for the threshold;
+    return the peers' sites."""
     sites = _strs(request, "peer_site", len(peers))
     signatures = _blobs(request, "peer_key_sig", len(peers), SIGNATURE_BYTES)
     seen: dict[str, int] = {}
@@ -420,6 +433,7 @@ def _check_identities(
             f"only {len(seen) + 1} distinct sites (this one included) in this node's neighbourhood; "
             f"the Shamir threshold {t} needs {t + 1}"
         )
+    return sites
 
 
 def _shares(
@@ -433,7 +447,7 @@ def _shares(
         raise SecAggRefused(
             f"peers {sorted(set(peers) - set(state['neighbours']))} are not this node's neighbours"
         )
-    _check_identities(request, state, peers, enc_pks, mask_pks, identity)
+    peer_sites = _check_identities(request, state, peers, enc_pks, mask_pks, identity)
     all_keys = [
         *enc_pks,
         *mask_pks,
@@ -456,6 +470,8 @@ def _shares(
         "peer_enc_pk": enc_pks,
         "peer_mask_pk": mask_pks,
         "peer_channel_key": keys,
+        # who each neighbour is: a survivor set naming one of them as another site is refused
+        "peer_sites": peer_sites,
     }
     return {"share_to": peers, "share_ct": sealed}, state
 
@@ -558,12 +574,98 @@ def _masked(
     return {"masked": y}, state
 
 
+def _consistency(
+    request: Mapping[str, Any], state: State, identity: SecAggIdentity, honest_min: int | None
+) -> tuple[dict[str, Any], State]:
+    """Sign the round's survivor set as the server shows it, once: the only set this site will
+    unmask for. Every honest site signs one set a round, so a server that shows sites different
+    sets cannot gather h signatures over two of them from fewer than 2(h − c) honest sites."""
+    nodes = _ids(request, "survivors")
+    sites = _strs(request, "survivor_sites", len(nodes))
+    me = state["node_id"]
+    named = dict(zip(nodes, sites, strict=True))
+    if named.get(me) != identity.site:
+        raise SecAggRefused(f"the survivor set does not name this site ({identity.site!r}) as node {me}")
+    if len(set(sites)) != len(sites):
+        raise SecAggRefused("the survivor set names a site twice")
+    unknown = sorted(s for s in sites if s != identity.site and s not in identity.peer_public_keys)
+    if unknown:
+        raise SecAggRefused(f"the survivor set names sites that are not provisioned: {', '.join(unknown)}")
+    for peer, site in zip(state["peers"], state["peer_sites"], strict=True):
+        if peer in named and named[peer] != site:
+            raise SecAggRefused(
+                f"the survivor set names node {peer} as site {named[peer]!r}, it signed as {site!r}"
+            )
+    if honest_min is not None and len(nodes) < honest_min:
+        raise SecAggRefused(
+            f"distributed DP: the server says {len(nodes)} sites survived (nodes {sorted(nodes)}, this one "
+            f"included), fewer than h = {honest_min} (dp.honest_min); nothing signed"
+        )
+    order = sorted(range(len(nodes)), key=nodes.__getitem__)
+    nodes, sites = [nodes[i] for i in order], [sites[i] for i in order]
+    signature = identity.sign(
+        survivors_statement(identity.run_id, state["round_id"], nodes, sites, state.get("context", b""))
+    )
+    state = {**state, "stage": CONSISTENCY, "survivors": nodes, "survivor_sites": sites}
+    return {"survivor_sig": signature}, state
+
+
+def _check_survivor_signatures(
+    request: Mapping[str, Any], state: State, identity: SecAggIdentity | None, honest_min: int | None
+) -> None:
+    """The unmask request must carry signatures over the set this site signed from at least h of
+    its members (this site counts itself), each checked against the provisioned key of the site the
+    set names for that node."""
+    if identity is None:
+        raise SecAggRefused(
+            "checking the survivors' signatures needs this site's identity (the sites' public keys)"
+        )
+    nodes, sites = state["survivors"], state["survivor_sites"]
+    signers = _ids(request, "signers")
+    signatures = _blobs(request, "signatures", len(signers), SIGNATURE_BYTES)
+    site_of = dict(zip(nodes, sites, strict=True))
+    context = state.get("context", b"")
+    statement = survivors_statement(identity.run_id, state["round_id"], nodes, sites, context)
+    confirmed = {state["node_id"]}
+    for node, signature in zip(signers, signatures, strict=True):
+        if node == state["node_id"]:
+            continue
+        if node not in site_of:
+            raise SecAggRefused(f"node {node} signed no part of the survivor set this site signed")
+        if not identity.signed_by(site_of[node], signature, statement):
+            raise SecAggRefused(
+                f"node {node}'s signature is not site {site_of[node]!r}'s over the survivor set this site "
+                "signed (the server showed the sites different survivor sets, or forged it)"
+            )
+        confirmed.add(node)
+    needed = honest_min or 1
+    if len(confirmed) < needed:
+        raise SecAggRefused(
+            f"distributed DP: {len(confirmed)} sites (this one included) signed the survivor set this "
+            f"site signed, fewer than h = {needed} (dp.honest_min); no unmasking share sent"
+        )
+
+
 def _unmask(
-    request: Mapping[str, Any], state: State, honest_min: int | None = None
+    request: Mapping[str, Any], state: State, identity: SecAggIdentity | None, honest_min: int | None = None
 ) -> tuple[dict[str, Any], State]:
     survived = _ids(request, "survived")
     dropped = _ids(request, "dropped")
     partners, t = state["partners"], state["threshold"]
+    if state["stage"] == CONSISTENCY:
+        _check_survivor_signatures(request, state, identity, honest_min)
+        if set(survived) != set(partners) & set(state["survivors"]):
+            raise SecAggRefused(
+                "the unmask request's survivors are not the survivor set this site signed: "
+                f"told {sorted(survived)}, signed {sorted(set(partners) & set(state['survivors']))}"
+            )
+    elif honest_min is not None:
+        # the list below is the server's word to this site alone: under distributed DP it counts
+        # only once every site has signed the same set (the consistency step)
+        raise SecAggRefused(
+            "distributed DP: an unmask request needs the round's signed survivor set first "
+            f"({CONSISTENCY}); no unmasking share sent"
+        )
     if set(survived) & set(dropped):
         raise SecAggRefused(
             f"nodes {sorted(set(survived) & set(dropped))} are listed as both survived and dropped"
@@ -622,16 +724,18 @@ def secagg_client_step(
     state = dict(state)
     rules = rules or SiteRules()
     _check_upload_id(rules.upload_id)
-    if phase in IDENTIFIED_PHASES:
-        if identity is None:
-            raise SecAggRefused(
-                "SecAgg+ needs this site's identity: its signing key and the sites' public keys"
-            )
-        if phase == SETUP:
-            return _setup(request, state, vector, identity, entropy, context, fingerprint, rules)
-        _check_order(phase, request, state)
-        return _shares(request, state, identity, entropy)
+    if phase in (SETUP, SHARES, CONSISTENCY) and identity is None:
+        raise SecAggRefused("SecAgg+ needs this site's identity: its signing key and the sites' public keys")
+    if phase == SETUP:
+        assert identity is not None
+        return _setup(request, state, vector, identity, entropy, context, fingerprint, rules)
     _check_order(phase, request, state)
+    if phase == SHARES:
+        assert identity is not None
+        return _shares(request, state, identity, entropy)
     if phase == MASKED:
         return _masked(request, state, vector, entropy, fingerprint, rules.upload_id)
-    return _unmask(request, state, rules.honest_min)
+    if phase == CONSISTENCY:
+        assert identity is not None
+        return _consistency(request, state, identity, rules.honest_min)
+    return _unmask(request, state, identity, rules.honest_min)

@@ -102,6 +102,18 @@ def key_statement(
     return statement(b"keys", run_id, round_id, node_id, site, enc_pk, mask_pk, context)
 
 
+def survivors_statement(
+    run_id: str, round_id: int | str, nodes: list[int], sites: list[str], context: bytes = b""
+) -> bytes:
+    """What a site signs in a distributed-DP round's consistency step: these nodes, as these sites,
+    are the round's survivors. Bound to the run, the round and the setup's `context` (which carries
+    the distributed-DP plan's digest), so a signature over one round's set or plan counts for no other."""
+    if len(nodes) != len(sites):
+        raise ValueError("one site per survivor node")
+    pairs = sorted(zip(nodes, sites, strict=True))
+    return statement(b"survivors", run_id, round_id, context, *(f for pair in pairs for f in pair))
+
+
 def load_identity(keys_dir: Path | str | None, site: str, run_id: str) -> SecAggIdentity:
     """The site's identity from its provisioned key folder; `SecAggRefused` naming the missing or
     bad file and the fix when it cannot be loaded (SecAgg+ never runs unauthenticated)."""

@@ -18,8 +18,11 @@ PLAIN_SUM = "plain_sum"
 SETUP = "secagg_setup"
 SHARES = "secagg_shares"
 MASKED = "secagg_masked"
+# Bell et al.'s ConsistencyCheck: each survivor signs the one survivor set it is shown, before any
+# secret that unmasks is revealed (run where the inputs are distributed-DP noise shares)
+CONSISTENCY = "secagg_consistency"
 UNMASK = "secagg_unmask"
-SECAGG_PHASES = (SETUP, SHARES, MASKED, UNMASK)
+SECAGG_PHASES = (SETUP, SHARES, MASKED, CONSISTENCY, UNMASK)
 # A setup request (and its reply) can ride inside another message, its fields under this prefix, so
 # that key advertisement shares the round trip that hands the sites their work.
 EMBEDDED_SETUP = "secagg_setup."
@@ -88,6 +91,13 @@ class SecAggSettings:
             raise ValueError("bits must be in [8, 40]")
         if self.ring_bits is not None and not 8 <= self.ring_bits <= 64:
             raise ValueError("ring_bits must be in [8, 64]")
+
+    @property
+    def checks_survivors(self) -> bool:
+        """Whether the round signs one survivor set before unmasking: with ring inputs (distributed
+        DP's noise shares), where a sum of fewer sites than the server claims carries less noise
+        than every site accounted. Sites with dp.honest_min refuse an unmask without it."""
+        return self.ring_bits is not None
 
     @classmethod
     def from_config(cls, cfg: SecAggConfig) -> SecAggSettings:

@@ -23,6 +23,7 @@ from secure_fed.crypto.quantize import dequantise, error_bound, from_ring, ring_
 from secure_fed.crypto.secagg_graph import neighbour_graph
 from secure_fed.crypto.secagg_identity import SIGNATURE_BYTES
 from secure_fed.crypto.secagg_protocol import (
+    CONSISTENCY,
     MASKED,
     SETUP,
     SHARES,
@@ -201,19 +202,48 @@ def _collect_masked(
     return (np.zeros(dim + 1, dtype=word) if total is None else total), sorted(senders)
 
 
+def _collect_survivor_signatures(
+    transport: Transport, survivors: list[int], keys: dict[int, AdvertisedKeys], round_id: int | str
+) -> dict[int, bytes]:
+    """The consistency step: show every survivor the one survivor set (nodes and the sites they
+    signed their keys as) and collect each one's signature over it."""
+    request = {
+        "round_id": round_id,
+        "survivors": survivors,
+        "survivor_sites": [keys[u].site for u in survivors],
+    }
+    signed = {}
+    for u, r in transport.exchange(CONSISTENCY, {u: dict(request) for u in survivors}).items():
+        signature = r.get("survivor_sig")
+        if u in keys and isinstance(signature, bytes) and len(signature) == SIGNATURE_BYTES:
+            signed[u] = signature
+    return signed
+
+
 def _collect_unmask_shares(
-    transport: Transport, partners: dict[int, list[int]], survivors: list[int], round_id: int | str
+    transport: Transport,
+    partners: dict[int, list[int]],
+    survivors: list[int],
+    round_id: int | str,
+    signatures: dict[int, bytes] | None = None,
 ) -> tuple[dict[int, list[bytes]], dict[tuple[int, int], bytes]]:
     """Ask each survivor for its shares of surviving partners' self-mask seeds and for the pairwise
-    mask keys it shares with partners that dropped."""
+    mask keys it shares with partners that dropped. With `signatures` (the consistency step's), only
+    the survivors that signed are asked, each shown every signature over the set."""
     alive = set(survivors)
+    signers = sorted(signatures or {})
+    signed = (
+        {} if signatures is None else {"signers": signers, "signatures": [signatures[u] for u in signers]}
+    )
     requests = {
         u: {
             "round_id": round_id,
             "survived": [w for w in partners[u] if w in alive],
             "dropped": [w for w in partners[u] if w not in alive],
+            **signed,
         }
         for u in survivors
+        if signatures is None or u in signatures
     }
     seed_shares: dict[int, list[bytes]] = {u: [] for u in survivors}
     pair_keys: dict[tuple[int, int], bytes] = {}
@@ -295,7 +325,11 @@ def run_secagg(
 
     # partners[v]: the nodes whose shares v was routed, i.e. whom v masked with
     partners = {v: r["share_from"] for v, r in masked_requests.items()}
-    seed_shares, pair_keys = _collect_unmask_shares(transport, partners, survivors, round_id)
+    signatures = None
+    if settings.checks_survivors:
+        signatures = _collect_survivor_signatures(transport, survivors, keys, round_id)
+        _require(sorted(signatures), params, CONSISTENCY)
+    seed_shares, pair_keys = _collect_unmask_shares(transport, partners, survivors, round_id, signatures)
     add_masks(total, _unmasking_keys(partners, survivors, seed_shares, pair_keys, params, round_id))
 
     if settings.ring_bits is not None:

@@ -9,6 +9,7 @@ legitimate round and then departs from it. Later attacks are new tests, not new 
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,12 +44,19 @@ class Site:
 
 
 class MaliciousServer:
-    def __init__(self, cfg: RunConfig) -> None:
+    """`told`: what the server told some sites that it told the others differently (a site's
+    configuration as that site then holds it, e.g. another round count from its `hello`)."""
+
+    def __init__(self, cfg: RunConfig, told: Mapping[str, RunConfig] | None = None) -> None:
         self.cfg = cfg
         names = site_names(cfg)
-        keys_dir = audit_keys_dir(cfg, names)
+        self.keys_dir = audit_keys_dir(cfg, names)
         run_id = run_id_for(Path(cfg.out))
-        self.sites = [Site(SiteRuntime.create(cfg, n, keys_dir=keys_dir, run_id=run_id)) for n in names]
+        told = told or {}
+        self.sites = [
+            Site(SiteRuntime.create(told.get(n, cfg), n, keys_dir=self.keys_dir, run_id=run_id))
+            for n in names
+        ]
         for node, site in enumerate(self.sites):
             site.runtime.node_id = node  # as the in-process runner numbers them
         self.global_state = initial_state(cfg)
@@ -66,9 +74,77 @@ class MaliciousServer:
             **extra,
         }
 
+    def log_paths(self) -> list[Path]:
+        return [Path(site.runtime.cfg.out) / "audit" / f"{site.runtime.site}.jsonl" for site in self.sites]
+
     def directions(self, scale: float = 1e-3, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """A `final` state and T directions of the shape FedTAR's residual chain produces."""
         rng = np.random.default_rng(seed)
         t_max = self.cfg.data.max_visits
         directions = scale * rng.standard_normal((t_max, self.global_state.size))
         return self.global_state + directions.sum(0) / t_max, directions
+
+
+@dataclass
+class SecureRound:
+    """A round of the server's SecAgg+ as far as the masked uploads: the transcript of what the
+    server holds, and each site's refusal (phase: reason) where it refused."""
+
+    transcript: Any
+    refused: dict[int, str]
+
+    def masked(self) -> list[int]:
+        return sorted(self.transcript.masked)
+
+
+def secure_round_until_masked(server: MaliciousServer, round_id: int) -> SecureRound:
+    """Training with the SecAgg+ setup inside it, share distribution and the masked uploads, as our
+    server runs them for the configured method (the upload's length from the victim's runtime)."""
+    from secure_fed.crypto.secagg_protocol import MASKED, SHARES, embed_setup, embedded_setup
+    from secure_fed.crypto.secagg_server import plan_setup
+    from secure_fed.server.aggregation import AggregationSettings
+    from tests.adversarial.harness_secagg import Transcript, inbox, keys_request, masked_request
+
+    settings = AggregationSettings.from_config(server.cfg).secagg
+    assert settings is not None
+    nodes = list(range(len(server.sites)))
+    refused: dict[int, str] = {}
+    keys = {}
+    dim = None
+    for node, site in enumerate(server.sites):
+        if dim is None:
+            dim = site.runtime.learner.distributed_dim(server.cfg.fed.method)
+            from secure_fed.dp.distributed import padded_size
+
+            dim = padded_size(dim)
+            plan = plan_setup(nodes, dim, settings, round_id)
+        reply = site.send("train", server.honest_train(round_id, **embed_setup(plan.requests[node])))
+        assert reply["status"] == "ok", reply
+        if "secagg_refused" in reply:
+            refused[node] = f"setup: {reply['secagg_refused']}"
+        else:
+            keys[node] = embedded_setup(reply)
+    shares = {}
+    for n in keys:
+        reply = server.sites[n].send(
+            SHARES, keys_request(round_id, [p for p in plan.graph[n] if p in keys], keys)
+        )
+        if "share_ct" in reply:
+            shares[n] = reply
+        else:
+            refused[n] = f"shares: {reply.get('error')}"
+    masked = {}
+    for n in shares:
+        reply = server.sites[n].send(MASKED, masked_request(round_id, inbox(shares, n)))
+        if "masked" in reply:
+            masked[n] = reply["masked"]
+        else:
+            refused[n] = f"masked: {reply.get('error')}"
+    transcript = Transcript(
+        plan=plan,
+        keys=keys,
+        shares=shares,
+        partners={n: [u for u, _ in inbox(shares, n)] for n in masked},
+        masked=masked,
+    )
+    return SecureRound(transcript, refused)

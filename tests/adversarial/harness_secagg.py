@@ -149,6 +149,13 @@ def unmask_request(round_id: int | str, survived: list[int], dropped: list[int])
     return {"round_id": round_id, "survived": survived, "dropped": dropped}
 
 
+def consistency_request(round_id: int | str, survivors: list[int], keys: Mapping[int, Payload]) -> Payload:
+    """The consistency step's request showing `survivors` as the round's survivor set, each node
+    named as the site its setup reply `keys[node]` signed as."""
+    sites = [keys[u]["site"] for u in survivors]
+    return {"round_id": round_id, "survivors": survivors, "survivor_sites": sites}
+
+
 @dataclass
 class Transcript:
     """What the server holds after an honest round's masked phase."""

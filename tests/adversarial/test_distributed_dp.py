@@ -2,8 +2,10 @@
 of the noise, so who must survive, and what one upload shows, are privacy questions.
 
 (a) A server that declares honest sites dropped, to unmask a sum with fewer than h sites' shares in
-it (less noise than the accounting assumes), gets no secret that unmasks anything: every site
-whose signed view of the survivors is below h refuses, naming h and its view.
+it (less noise than the accounting assumes), gets no secret that unmasks anything: a site signs no
+survivor set below h (naming h and the set it was shown), and answers no unmask request without
+the round's signed survivor set (tests/adversarial/test_survivor_views.py: sites shown different
+sets).
 (b) One site's masked upload, as the server holds it, looks uniform over the ring, and the share
 under the masks carries that site's own noise share (measured).
 (c) The sum minus any c colluding sites' shares (they know their own noise and signal and subtract
@@ -17,7 +19,7 @@ import numpy as np
 import pytest
 
 from secure_fed.crypto.secagg_client import SiteRules
-from secure_fed.crypto.secagg_protocol import UNMASK, SecAggRefused, SecAggSettings
+from secure_fed.crypto.secagg_protocol import CONSISTENCY, UNMASK, SecAggRefused, SecAggSettings
 from secure_fed.crypto.transport import LocalTransport
 from secure_fed.crypto.vectors import client_step, sum_vectors
 from secure_fed.dp.distributed import DistributedPlan, decode_sum, encode_share, padded_size
@@ -27,6 +29,7 @@ from tests.adversarial.harness_secagg import (
     Pki,
     Site,
     Transcript,
+    consistency_request,
     honest_until_unmask,
     unmask_request,
     what_is_learned,
@@ -68,11 +71,14 @@ def test_a_server_declaring_honest_sites_dropped_below_h_gets_no_sum() -> None:
     assert set(transcript.masked) == set(sites)
     answers = {}
     for n in (1, 2, 3):
-        request = _declare_dropped(transcript, n, {4})
+        shown = consistency_request(1, [1, 2, 3, 5], transcript.keys)
         with pytest.raises(SecAggRefused, match=r"fewer than h = 5 \(dp.honest_min\)") as refused:
-            sites[n].send(UNMASK, request)
+            sites[n].send(CONSISTENCY, shown)
         # the refusal names the view the site was shown: four sites, node 4 missing
         assert f"nodes {sorted({1, 2, 3, 5})}" in str(refused.value)
+        # and the unmask request the split relied on, without a signed set, is refused too
+        with pytest.raises(SecAggRefused, match="signed survivor set first"):
+            sites[n].send(UNMASK, _declare_dropped(transcript, n, {4}))
         answers[n] = None
     answers[4] = None  # declared dropped: never asked
     learned = what_is_learned(transcript, sites, answers)
@@ -206,7 +212,7 @@ def test_c_the_sum_minus_any_c_colluders_shares_keeps_mu_total(h: int, c: int, n
 
 def test_a_each_sites_refusal_below_h_goes_to_its_own_log(tmp_path) -> None:  # noqa: ANN001
     """The same lie through the site's dispatcher (`handle`, as the ClientApp and the in-process
-    engine call it): the unmask request is refused and the refusal is logged as the site's
+    engine call it): the survivor set is refused (nothing signed) and the refusal is logged as the site's
     instruction record, its detail naming h and the view it was shown."""
     from types import SimpleNamespace
 
@@ -232,14 +238,14 @@ def test_a_each_sites_refusal_below_h_goes_to_its_own_log(tmp_path) -> None:  # 
             site=f"site-{n}",
             stash={"upload": sites[n].vector},
             guard=SiteGuard(path=tmp_path / f"guard-{n}.json", run_id="run-1"),
-            privacy=SimpleNamespace(distributed=SimpleNamespace(bits=RING_BITS, honest_min=5)),
+            privacy=SimpleNamespace(distributed=SimpleNamespace(bits=RING_BITS, honest_min=5, to_json=dict)),
             identity=lambda n=n: sites[n].identity,
             log_instruction=lambda *record, logged=logged: logged.append(record),
             upload_fingerprint=lambda: None,
         )
-        request = _declare_dropped(transcript, n, {4})
-        reply, _ = handle(runtime, UNMASK, request, sites[n].state_for_checks)  # type: ignore[arg-type]
-        assert reply["status"] == "refused" and "seed_shares" not in reply and "pair_keys" not in reply
+        request = consistency_request(1, [1, 2, 3, 5], transcript.keys)
+        reply, _ = handle(runtime, CONSISTENCY, request, sites[n].state_for_checks)  # type: ignore[arg-type]
+        assert reply["status"] == "refused" and "survivor_sig" not in reply
         [(phase, round_id, _digest, outcome, code, detail)] = logged
-        assert (phase, round_id, outcome, code) == (UNMASK, 1, "refused", "secagg")
+        assert (phase, round_id, outcome, code) == (CONSISTENCY, 1, "refused", "secagg")
         assert "fewer than h = 5" in detail and "nodes [1, 2, 3, 5]" in detail
