@@ -44,6 +44,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from secure_fed.audits.accounting import EventError, StreamAccountant, prv_matches, rdp_matches
+from secure_fed.audits.distributed_checks import (
+    SURVIVORS_EVENT,
+    UNMASK_PHASE,
+    SiteRounds,
+    distributed_findings,
+)
 from secure_fed.audits.empirical_bound import check_record as check_empirical_record
 from secure_fed.audits.keys import key_fingerprint, keys_for_cli
 from secure_fed.audits.payloads import instruction_problem, record_round, round_sites, run_settings
@@ -194,6 +200,8 @@ class _LogState:
     named: set[str] = field(default_factory=set)  # sites this log speaks of (rounds, refusals, copies)
     # (phase, round) → how often this log's party acted on that instruction (2+: a retry)
     acted: Counter[tuple[str, int | None]] = field(default_factory=Counter)
+    # this log's own signed survivor sets (distributed DP's consistency step)
+    survivors: list[tuple[Line, dict[str, Any]]] = field(default_factory=list)
 
     def participated(self, site: str) -> dict[int, Line]:
         """Rounds in which this log says `site` took part, with the line that says so first."""
@@ -430,6 +438,8 @@ class _Checker:
                         record["round"],
                         f"the server's {what} record of round {record['round']}",
                     )
+        elif event == SURVIVORS_EVENT and record["party"] == state.party:
+            state.survivors.append((line, record))
         elif event == "budget_refusal" and isinstance(payload.get("site"), str):
             state.named.add(payload["site"])
         elif event == "instruction":
@@ -481,6 +491,12 @@ class _Checker:
                             f"round {round_}: {site} took part, but no log holds a privacy record of "
                             f"{site} for round {round_} (DP is on in the run_config)",
                         )
+
+    def check_distributed(self, states: list[_LogState]) -> None:
+        """Under distributed DP: one plan and one signed survivor set of at least h sites per round,
+        across the sites' own logs (`distributed_checks`), so a logged ε is an upper bound."""
+        for finding in distributed_findings([_site_rounds(state) for state in states if state.party]):
+            self.problems.append(Problem(finding.path, finding.line, finding.reason))
 
     def check_handed_over(self, states: list[_LogState]) -> None:
         """Each privacy record of a site's own log must be among the copies of a log that says the
@@ -702,6 +718,7 @@ def verify_logs(
         checker.check_copies(states)
         checker.check_participation(states)
         checker.check_handed_over(states)
+        checker.check_distributed(states)
     dropouts = checker.judge_unfinished(states)
     unsupplied = checker.note_unsupplied(states)
     rederived: dict[str, Rederived] = {}
@@ -737,6 +754,36 @@ def verify_logs(
         dropouts=dropouts,
         interruptions=checker.interruptions,
     )
+
+
+def _site_rounds(state: _LogState) -> SiteRounds:
+    """What a log's own records say about its party's distributed-DP rounds."""
+    assert state.party is not None
+    rounds = SiteRounds(state.path, state.party)
+    for item in state.privacy:
+        record = item.record
+        payload = record["payload"]
+        event = payload.get("event") if isinstance(payload, dict) else None
+        if (
+            not item.label
+            and isinstance(event, dict)
+            and event.get("type") == "skellam_sum"
+            and isinstance(record.get("round"), int)
+        ):
+            rounds.plans.setdefault(record["round"], (item.line.number, event))
+    for line, record in state.survivors:
+        payload = record["payload"]
+        sites = payload.get("survivors") if isinstance(payload, dict) else None
+        if isinstance(record.get("round"), int) and isinstance(sites, list):
+            h = payload.get("honest_min")
+            rounds.survivors.setdefault(
+                record["round"],
+                (line.number, tuple(str(s) for s in sites), h if isinstance(h, int) else None),
+            )
+    rounds.unmasked = {
+        r for (phase, r), n in state.acted.items() if phase == UNMASK_PHASE and isinstance(r, int) and n
+    }
+    return rounds
 
 
 def _signal_stop(state: _LogState) -> tuple[str, int | None] | None:

@@ -1,0 +1,146 @@
+"""What makes a logged distributed-DP ε an upper bound, checked across the sites' logs.
+
+Under distributed DP (`skellam_sum` events) each site's noise share carries only part of the noise,
+sized from a plan every site derives itself; the released sum carries the accounted noise only if
+every site of a round used the same plan and the server unmasked one sum over at least h sites.
+A server that tells sites different stories (a round count that changes one site's plan, a
+different survivor set per site) leaves the traces this module looks for in the sites' own signed
+logs: privacy events of one round with different mechanism parameters, survivor sets that differ
+or hold fewer than h sites, and an unmask a site answered without having signed a survivor set.
+
+Pure: it takes what the logs say (as `SiteRounds`) and returns findings; `verify.py` reads the
+logs and reports them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+SURVIVORS_EVENT = "secagg_survivors"
+UNMASK_PHASE = "secagg_unmask"
+
+
+@dataclass
+class SiteRounds:
+    """One site's own records that bear on distributed DP, each with the line it is on."""
+
+    path: str
+    site: str
+    # round → (line, the `skellam_sum` mechanism event of the site's privacy record)
+    plans: dict[int, tuple[int | None, Mapping[str, Any]]] = field(default_factory=dict)
+    # round → (line, the survivor sites the site signed, the h it checked them against)
+    survivors: dict[int, tuple[int | None, tuple[str, ...], int | None]] = field(default_factory=dict)
+    unmasked: set[int] = field(default_factory=set)  # rounds whose unmask request the site acted on
+
+
+@dataclass(frozen=True)
+class Finding:
+    path: str
+    line: int | None
+    reason: str
+
+
+def _canonical(event: Mapping[str, Any]) -> str:
+    return json.dumps(event, sort_keys=True)
+
+
+def _groups(values: Mapping[str, str]) -> list[list[str]]:
+    """Sites grouped by equal value, the largest group first."""
+    by_value: dict[str, list[str]] = {}
+    for site, value in sorted(values.items()):
+        by_value.setdefault(value, []).append(site)
+    return sorted(by_value.values(), key=lambda sites: (-len(sites), sites))
+
+
+def _differing_fields(events: Sequence[Mapping[str, Any]]) -> list[str]:
+    keys = sorted({k for e in events for k in e})
+    return [k for k in keys if len({json.dumps(e.get(k), sort_keys=True) for e in events}) > 1]
+
+
+def plan_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
+    """Every site's distributed-DP mechanism event of a round must be the same: one plan sized the
+    shares that add up to the released noise."""
+    findings = []
+    rounds = sorted({r for log in logs for r in log.plans})
+    for round_ in rounds:
+        present = {log.site: log for log in logs if round_ in log.plans}
+        if len(present) < 2:
+            continue
+        groups = _groups({site: _canonical(log.plans[round_][1]) for site, log in present.items()})
+        if len(groups) == 1:
+            continue
+        fields = _differing_fields([present[g[0]].plans[round_][1] for g in groups])
+        for group in groups[1:]:
+            for site in group:
+                line, _ = present[site].plans[round_]
+                findings.append(
+                    Finding(
+                        present[site].path,
+                        line,
+                        f"round {round_}: {site}'s distributed-DP plan differs from "
+                        f"{', '.join(groups[0])}'s in {', '.join(fields)}: the sites' noise shares were "
+                        "sized for different sums, so the logged ε is no bound (a server told the sites "
+                        "different plans)",
+                    )
+                )
+    return findings
+
+
+def survivor_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
+    """One survivor set per round, signed by every site that unmasked, of at least h sites; a site
+    that answered an unmask under distributed DP must have logged the set it signed."""
+    findings = []
+    distributed = [log for log in logs if log.plans]
+    for log in distributed:
+        for round_ in sorted(log.unmasked & set(log.plans)):
+            if round_ not in log.survivors:
+                findings.append(
+                    Finding(
+                        log.path,
+                        None,
+                        f"round {round_}: {log.site} answered an unmask request under distributed DP but "
+                        "its log holds no signed survivor set for the round",
+                    )
+                )
+        for round_, (line, sites, honest_min) in sorted(log.survivors.items()):
+            h = honest_min
+            if h is None and round_ in log.plans:
+                h = log.plans[round_][1].get("honest_min")
+            if isinstance(h, int) and len(sites) < h:
+                findings.append(
+                    Finding(
+                        log.path,
+                        line,
+                        f"round {round_}: {log.site} signed a survivor set of {len(sites)} sites, fewer "
+                        f"than h = {h}",
+                    )
+                )
+    rounds = sorted({r for log in distributed for r in log.survivors})
+    for round_ in rounds:
+        seen = {log.site: log for log in distributed if round_ in log.survivors}
+        groups = _groups({site: json.dumps(list(log.survivors[round_][1])) for site, log in seen.items()})
+        if len(groups) == 1:
+            continue
+        described = "; ".join(
+            f"{', '.join(group)} signed {{{', '.join(seen[group[0]].survivors[round_][1])}}}"
+            for group in groups
+        )
+        for group in groups[1:]:
+            for site in group:
+                findings.append(
+                    Finding(
+                        seen[site].path,
+                        seen[site].survivors[round_][0],
+                        f"round {round_}: the sites signed different survivor sets ({described}): the "
+                        "server showed them different survivors, and a sum over fewer sites carries less "
+                        "noise than the logged ε assumes",
+                    )
+                )
+    return findings
+
+
+def distributed_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
+    return plan_findings(logs) + survivor_findings(logs)
