@@ -28,8 +28,9 @@ from secure_fed.data.synthetic import (
 from secure_fed.data.tokenizer import PublicTokenizer
 from secure_fed.eval.labeler import label_report
 from tests.data.test_synthetic import PINNED_BEFORE_INSTITUTION_KNOBS, _cohort_digest, _tree_digest
+from tests.scripts import ROOT
 
-# the strengths a benchmark of the paper's drift uses
+# configs/paper-drift.toml's strengths (docs/experiments/paper-drift.md says why)
 PAPER = Knobs(institution_drift=0.5, institution_clusters=1.0)
 SITES = 3
 YEARS = range(FIRST_YEAR, LAST_YEAR + 1)
@@ -314,3 +315,19 @@ def test_strengths_outside_the_unit_interval_are_refused(tmp_path: Path) -> None
             synthesize(tmp_path / name, sites=1, patients=2, **{name: 1.5})  # type: ignore[arg-type]
         with pytest.raises(ConfigError, match=name):
             build_config({"data": {"synth": {name: -0.1}}})
+
+
+def test_paper_drift_config_is_the_benchmark_with_the_paper_strengths() -> None:
+    from secure_fed.config import load_config
+
+    drift = load_config(ROOT / "configs" / "paper-drift.toml")
+    default = load_config(ROOT / "configs" / "results.toml")
+    synth = drift.data.synth
+    assert (synth.institution_drift, synth.institution_clusters) == (
+        PAPER.institution_drift,
+        PAPER.institution_clusters,
+    )
+    off = synth.model_copy(update={"institution_drift": 0.0, "institution_clusters": 0.0})
+    assert drift.model_copy(update={"data": drift.data.model_copy(update={"synth": off})}) == default
+    doc = (ROOT / "docs" / "experiments" / "paper-drift.md").read_text()
+    assert "institution_drift = 0.5" in doc and "institution_clusters = 1.0" in doc
