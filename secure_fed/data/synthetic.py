@@ -197,7 +197,7 @@ COMPARISON_FIRST = "comparison_first"  # the comparison (or no-prior) sentence o
 TERSE_NORMALS = "terse_normals"  # the pleura and heart are named only when abnormal
 CONVENTIONS: tuple[str, ...] = (HEART_FIRST, COMPARISON_FIRST, TERSE_NORMALS)
 # A site drifts in this many conventions: enough for two sites to differ in direction (one adopts a
-# habit another drops), one fewer than all, so that no site's drift is every other site's too.
+# habit another drops), and one fewer than all, so that sites differ in which conventions drift too.
 DRIFTING_CONVENTIONS = 2
 PACE_RANGE = (0.5, 1.0)
 # Public, and shared with no cohort's seed: a site is the same hospital in every cohort.
@@ -410,7 +410,7 @@ def write_report(
     conventions: frozenset[str] = frozenset(),
 ) -> str:
     """``follow_up``: the temporal knob's protocol applies; ``remarks``: demographic sentences;
-    ``conventions``: the institution knobs' (``CONVENTIONS``) this report follows."""
+    ``conventions``: those of the institution knobs' ``CONVENTIONS`` that this report follows."""
     style = "new" if follow_up else lexicon.era(year)
     findings = [*finding_sentences(d, terms, style, conventions), *remarks]
     comparison = comparison_sentence(changes, terms, style, name_stable=follow_up)
@@ -530,6 +530,7 @@ def _patient(
     knob_rng = np.random.default_rng([seed, site, index, 1])
     wording_rng = np.random.default_rng([seed, site, index, 2])
     style_rng = np.random.default_rng([seed, site, index, 3])
+    # off means today's reports by construction, not by conventions drawn with chance 0
     institution = knobs.institution_drift > 0 or knobs.institution_clusters > 0
     standard = lexicon.standard_terms()
     slots = _visit_slots(rng, max_visits)
