@@ -64,6 +64,21 @@ class SynthConfig(_Strict):
     age_mix_shift: float = Field(
         1.0, ge=0.0, le=1.0, description="how far each site's mean age is from 58 (0 = all alike)"
     )
+    institution_drift: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="pace of each site's year-by-year report drift: in exam year y a report convention's "
+        "chance moves towards the site's own target by this x the site's pace (0.5-1) x (y - 2018) / 6, "
+        "each site in its own direction (0 = off, today's generator)",
+    )
+    institution_clusters: float = Field(
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="chance a report keeps each of its site's house conventions (sentence order, "
+        "pertinent negatives), so that sites' reports form separate clusters (0 = off, today's generator)",
+    )
 
     @model_validator(mode="after")
     def _one_size_per_site(self) -> SynthConfig:

@@ -11,7 +11,7 @@ from secure_fed.config import RunConfig
 from secure_fed.data.cache import made_once
 from secure_fed.data.cohort import Cohort, load_cohort
 from secure_fed.data.multimodal import imaging_split
-from secure_fed.data.synthetic import Knobs, synthesize
+from secure_fed.data.synthetic import TAGGED_WHEN_ON, Knobs, synthesize
 
 
 def cohort_manifest(cfg: RunConfig) -> Path:
@@ -22,7 +22,9 @@ def cohort_manifest(cfg: RunConfig) -> Path:
     s = cfg.data.synth
     # every generator knob, named once (by Knobs): a new one reaches the key and the call unasked
     knobs = {f.name: getattr(s, f.name) for f in dataclasses.fields(Knobs)}
-    tags = "".join(f"-{name}{value:g}" for name, value in knobs.items())
+    tags = "".join(
+        f"-{name}{value:g}" for name, value in knobs.items() if value or name not in TAGGED_WHEN_ON
+    )
     # unequal sites: every site's count in the name (a cohort of other sizes is another cohort)
     sizes = f"p{s.patients}" if s.site_patients is None else "p" + "_".join(map(str, s.site_patients))
     folder = (

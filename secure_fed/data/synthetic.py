@@ -41,6 +41,29 @@ towards a reference site (1 = the sites as drawn, the default; 0 = every site al
 
 With the wording knob at 0 as well, the sites differ only in their patients (IID sites).
 
+Two more model what the FedTAR paper observed in its own cohort (its Fig. 1): report semantics that
+drift year by year within each institution over 2018-2024, and institutions whose reports form
+separate clusters. Both act on three report conventions (``CONVENTIONS``), each a choice between
+today's way of writing and another made of the same sentences: the heart sentence first, the
+comparison sentence first, and no pertinent negatives for the pleura and heart. Each site has a
+public style (``institution_style``): the conventions of its house, a target its wording moves
+towards (two of the three conventions flipped) and a pace of its own. Both knobs are 0 by default,
+and at 0 the cohort is the generator without them, byte for byte:
+
+- ``institution_clusters``: the chance that a report keeps each of its site's house conventions;
+  at 1 every report of a site is written in its house style, and the first four sites' house
+  styles differ pairwise in two of the three conventions.
+- ``institution_drift``: the pace of the yearly drift. In exam year y a convention's chance moves
+  from where the house style puts it towards the site's target by
+  ``institution_drift * pace * (y - 2018) / 6``: each site changes two conventions of its own, in
+  its own direction (adopting a habit, or dropping one of its house) and at its own pace. The exam
+  year advances with the visit index (by about half a year a visit), so the visit index carries
+  each site's drift differently.
+
+Neither moves a disease, date or pixel (the conventions draw from a stream of their own), and
+neither writes a word the generator did not write before (they reorder and omit sentences), so the
+public vocabulary, the tokenizer and the bases pretrained with it are unchanged.
+
 ``domain="public"`` draws the public pretraining cohort instead: an archive unlike every site, with
 its own scanner look, a younger and wider age mix, and its own wording: half its reports in its own
 template and synonyms, the rest mixing every site's words at random, so that the base knows every
@@ -52,6 +75,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -149,6 +173,8 @@ class Knobs:
     site_wording: float = 1.0
     scanner_shift: float = 1.0
     age_mix_shift: float = 1.0
+    institution_drift: float = 0.0
+    institution_clusters: float = 0.0
 
     def __post_init__(self) -> None:
         for field in dataclasses.fields(self):
@@ -158,6 +184,73 @@ class Knobs:
 
 
 OFF = Knobs(0.0, 0.0)  # the null control: the site-difference knobs are not FedTAR's phenomena
+# The institution knobs came after results were recorded with the generator without them: a cohort
+# cached before they existed keeps its folder name while they are off (data/sites.py).
+TAGGED_WHEN_ON: frozenset[str] = frozenset({"institution_drift", "institution_clusters"})
+
+# The report conventions the institution knobs act on. Each is off in today's reports and only
+# reorders or omits the lexicon's sentences, so the public vocabulary does not change with the knobs.
+# Terminology is left to the wording knob on purpose: the lexicon's synonyms are the sites' own, so
+# drifting towards another set of them would pull a site into another's cluster over the years.
+HEART_FIRST = "heart_first"  # the heart sentence opens the findings
+COMPARISON_FIRST = "comparison_first"  # the comparison (or no-prior) sentence opens the report
+TERSE_NORMALS = "terse_normals"  # the pleura and heart are named only when abnormal
+CONVENTIONS: tuple[str, ...] = (HEART_FIRST, COMPARISON_FIRST, TERSE_NORMALS)
+# A site drifts in this many conventions: enough for two sites to differ in direction (one adopts a
+# habit another drops), and one fewer than all, so that sites differ in which conventions drift too.
+DRIFTING_CONVENTIONS = 2
+PACE_RANGE = (0.5, 1.0)
+# Public, and shared with no cohort's seed: a site is the same hospital in every cohort.
+STYLE_SEED = 3_000_017
+FIRST_YEAR, LAST_YEAR = FIRST_DAY.year, LAST_DAY.year
+
+
+@dataclass(frozen=True)
+class InstitutionStyle:
+    """A site's conventions: ``house`` (its cluster), ``target`` (where its wording moves over the
+    years at full pace) and ``pace`` (its own speed, in ``PACE_RANGE``)."""
+
+    house: frozenset[str]
+    target: frozenset[str]
+    pace: float
+
+
+def _house_patterns() -> list[frozenset[str]]:
+    """Every subset of the conventions, those of an even size first: the first four sites then
+    differ pairwise in two of the three (the most separation three binary habits allow)."""
+    subsets = [
+        frozenset(c for bit, c in enumerate(CONVENTIONS) if code >> bit & 1)
+        for code in range(2 ** len(CONVENTIONS))
+    ]
+    drawn = [subsets[i] for i in np.random.default_rng(STYLE_SEED).permutation(len(subsets))]
+    return [s for s in drawn if len(s) % 2 == 0] + [s for s in drawn if len(s) % 2 == 1]
+
+
+@functools.cache
+def institution_style(site: int) -> InstitutionStyle:
+    """Site ``site``'s public style: the same for every cohort seed, as a site's synonyms are."""
+    house = _house_patterns()[site % 2 ** len(CONVENTIONS)]
+    rng = np.random.default_rng([STYLE_SEED, site])
+    flipped = {CONVENTIONS[i] for i in rng.choice(len(CONVENTIONS), DRIFTING_CONVENTIONS, replace=False)}
+    pace = float(rng.uniform(*PACE_RANGE))
+    return InstitutionStyle(house, house.symmetric_difference(flipped), pace)
+
+
+def convention_share(style: InstitutionStyle, convention: str, year: int, knobs: Knobs) -> float:
+    """The chance that a report of exam year ``year`` follows ``convention`` at the site."""
+    house = knobs.institution_clusters * (convention in style.house)
+    elapsed = min(max(year - FIRST_YEAR, 0), LAST_YEAR - FIRST_YEAR) / (LAST_YEAR - FIRST_YEAR)
+    moved = knobs.institution_drift * style.pace * elapsed
+    return house + moved * ((convention in style.target) - house)
+
+
+def institution_conventions(site: int, year: int, knobs: Knobs, rng: np.random.Generator) -> frozenset[str]:
+    """The conventions one report follows (one draw per convention, from the style stream)."""
+    style = institution_style(site)
+    draws = rng.random(len(CONVENTIONS))
+    return frozenset(
+        c for c, u in zip(CONVENTIONS, draws, strict=True) if u < convention_share(style, c, year, knobs)
+    )
 
 
 def onset_probability(finding: str, age: float, sex: str) -> float:
@@ -263,9 +356,12 @@ def _size_word(value: float, cuts: tuple[float, float], words: tuple[str, ...]) 
     return words[int(value >= cuts[0]) + int(value >= cuts[1])]
 
 
-def finding_sentences(d: Disease, terms: dict[str, str], style: str) -> list[str]:
+def finding_sentences(
+    d: Disease, terms: dict[str, str], style: str, conventions: frozenset[str] = frozenset()
+) -> list[str]:
     t = lexicon.TEMPLATES[style]
     out: list[str] = []
+    terse = TERSE_NORMALS in conventions
     if d.nodule > 0:
         size = _size_word(d.nodule, (0.055, 0.08), lexicon.NODULE_SIZES)
         out.append(t["nodule"].format(size=size, term=terms["nodule"], side=lexicon.SIDES[d.nodule_side]))
@@ -280,14 +376,15 @@ def finding_sentences(d: Disease, terms: dict[str, str], style: str) -> list[str
         out.append(
             t["effusion"].format(size=size, term=terms["effusion"], side=lexicon.SIDES[d.effusion_side])
         )
-    else:
+    elif not terse:
         out.append(t["normal_effusion"].format(**terms))
+    heart: list[str] = []
     if d.cardiomegaly > 0:
         grade = lexicon.CARDIO_GRADES[d.cardiomegaly - 1]
-        out.append(t["cardiomegaly"].format(grade=grade, term=terms["cardiomegaly"]))
-    else:
-        out.append(t["normal_heart"])
-    return out
+        heart.append(t["cardiomegaly"].format(grade=grade, term=terms["cardiomegaly"]))
+    elif not terse:
+        heart.append(t["normal_heart"])
+    return heart + out if HEART_FIRST in conventions else out + heart
 
 
 def comparison_sentence(
@@ -310,16 +407,16 @@ def write_report(
     year: int,
     follow_up: bool = False,
     remarks: tuple[str, ...] = (),
+    conventions: frozenset[str] = frozenset(),
 ) -> str:
-    """``follow_up``: the temporal knob's protocol applies; ``remarks``: demographic sentences."""
+    """``follow_up``: the temporal knob's protocol applies; ``remarks``: demographic sentences;
+    ``conventions``: those of the institution knobs' ``CONVENTIONS`` that this report follows."""
     style = "new" if follow_up else lexicon.era(year)
-    return " ".join(
-        [
-            *finding_sentences(d, terms, style),
-            *remarks,
-            comparison_sentence(changes, terms, style, name_stable=follow_up),
-        ]
-    )
+    findings = [*finding_sentences(d, terms, style, conventions), *remarks]
+    comparison = comparison_sentence(changes, terms, style, name_stable=follow_up)
+    if COMPARISON_FIRST in conventions:
+        return " ".join([comparison, *findings])
+    return " ".join([*findings, comparison])
 
 
 PUBLIC_OWN_STYLE = 0.5  # share of public reports in the public department's own template
@@ -432,6 +529,9 @@ def _patient(
     # The knobs draw from their own stream, so switching one does not move any disease, date or pixel.
     knob_rng = np.random.default_rng([seed, site, index, 1])
     wording_rng = np.random.default_rng([seed, site, index, 2])
+    style_rng = np.random.default_rng([seed, site, index, 3])
+    # off means today's reports by construction, not by conventions drawn with chance 0
+    institution = knobs.institution_drift > 0 or knobs.institution_clusters > 0
     standard = lexicon.standard_terms()
     slots = _visit_slots(rng, max_visits)
     dates = _visit_dates(rng, slots[-1])
@@ -455,8 +555,11 @@ def _patient(
             follow_up = slot >= FOLLOW_UP_FROM_VISIT and knob_rng.random() < knobs.temporal_drift
             remarks = demographic_remarks(disease, age, sex, knobs.demographic_effect, knob_rng)
             own_words = wording_rng.random() < knobs.site_wording
+            conventions = (
+                institution_conventions(site, date.year, knobs, style_rng) if institution else frozenset()
+            )
             report = write_report(
-                disease, changes, terms if own_words else standard, date.year, follow_up, remarks
+                disease, changes, terms if own_words else standard, date.year, follow_up, remarks, conventions
             )
         records.append(
             {
@@ -496,6 +599,8 @@ def synthesize(
     scanner_shift: float = 1.0,
     age_mix_shift: float = 1.0,
     site_patients: Sequence[int] | None = None,
+    institution_drift: float = 0.0,
+    institution_clusters: float = 0.0,
 ) -> Path:
     """Write ``manifest.jsonl``, ``labels.jsonl`` and ``images/`` under ``out_dir``; return the manifest.
 
@@ -505,7 +610,15 @@ def synthesize(
     cohort (``sites`` of it, all in the public domain, knobs ignored). The same arguments always
     give byte-identical files.
     """
-    knobs = Knobs(temporal_drift, demographic_effect, site_wording, scanner_shift, age_mix_shift)
+    knobs = Knobs(
+        temporal_drift,
+        demographic_effect,
+        site_wording,
+        scanner_shift,
+        age_mix_shift,
+        institution_drift,
+        institution_clusters,
+    )
     out = Path(out_dir)
     manifest, labels = out / "manifest.jsonl", out / "labels.jsonl"
     all_records: list[dict] = []

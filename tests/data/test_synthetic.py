@@ -307,3 +307,49 @@ def test_unequal_site_sizes_keep_each_patient_and_are_validated(tmp_path):
     other = cfg.model_copy(deep=True)
     other.data.synth.site_patients = [4, 7]
     assert cohort_manifest(cfg).parent != cohort_manifest(other).parent  # cached apart
+
+
+# Digests of the generator at commit 4bed82b, before the institution knobs existed: the default
+# benchmark's cohort (configs/results.toml, seed 0), every older knob at an intermediate strength
+# over five sites, the public pretraining domain (what the shipped base was pretrained on) and
+# CIDEr's reference corpus.
+PINNED_BEFORE_INSTITUTION_KNOBS: dict[str, tuple[dict[str, object], str]] = {
+    "benchmark": (
+        {"sites": 3, "patients": 95, "visits": 5, "seed": 0, "image_size": 32},
+        "b7d849d70f9736f1053d3e3f2efa1f8452e46b6df1e57a4cf2d3f2faaf7bb876",
+    ),
+    "older knobs between 0 and 1": (
+        {
+            "sites": 5,
+            "patients": 8,
+            "visits": 5,
+            "seed": 2,
+            "image_size": 16,
+            "temporal_drift": 0.5,
+            "demographic_effect": 0.3,
+            "site_wording": 0.6,
+            "scanner_shift": 0.4,
+            "age_mix_shift": 0.2,
+        },
+        "62abacc10b6ad7d855d7d27fe79a05a6ce18396d548fcc6e0ad5dee270a80dbc",
+    ),
+    "public domain": (
+        {"sites": 1, "patients": 40, "visits": 5, "seed": 1_000_003, "image_size": 16, "domain": "public"},
+        "dc6b3c52c8aaca135fb6e08ac6894fa9a518f4c1e44b7a5d2bc05bf3a3eb6f3f",
+    ),
+}
+PINNED_REFERENCE_REPORTS = "fd721d35b3546c4f08492e25bb846a364a2ec770e8f3eaf37a5ec089d10e8126"
+
+
+@pytest.mark.parametrize("name", sorted(PINNED_BEFORE_INSTITUTION_KNOBS))
+def test_cohorts_of_today_are_pinned(tmp_path: Path, name: str) -> None:
+    """Recorded results, the shipped base and CIDEr's document frequencies were all made by the
+    generator as it was before the institution knobs: at 0 they must not move it by a draw."""
+    kwargs, pinned = PINNED_BEFORE_INSTITUTION_KNOBS[name]
+    synthesize(tmp_path, **kwargs)  # type: ignore[arg-type]
+    assert _cohort_digest(tmp_path) == pinned
+
+
+def test_reference_corpus_is_pinned() -> None:
+    text = "\n".join(reference_reports())
+    assert hashlib.sha256(text.encode()).hexdigest() == PINNED_REFERENCE_REPORTS
