@@ -771,6 +771,9 @@ def keys_init(
         str | None, typer.Option(help="comma-separated party names (overrides --sites)")
     ] = None,
     force: Annotated[bool, typer.Option(help="replace existing keys")] = False,
+    coordinator: Annotated[
+        str, typer.Option(help="the party that runs the server (one of the parties; never a SecAgg+ peer)")
+    ] = "server",
 ) -> None:
     """CKKS contexts (secret for sites, public for the server), Ed25519 signing keys, fingerprints.
 
@@ -789,7 +792,7 @@ def keys_init(
         _fail(f"--sites {sites}: a federation needs at least one site")
     else:
         names = ["server", *(f"site{k}" for k in range(sites))]
-    raise typer.Exit(keys_init_main(out, names, force))
+    raise typer.Exit(keys_init_main(out, names, force, coordinator))
 
 
 def _ceremony(step: Any, *args: Any) -> Any:
@@ -843,7 +846,8 @@ def keys_assemble(
         Path,
         typer.Option(
             help="parties.json agreed out of band, not via the server: "
-            '{"he_public": sha256, "signing": {party: sha256}} as keys new / he-init printed them'
+            '{"he_public": sha256, "signing": {party: sha256}, "coordinator": party} as keys new / '
+            "he-init printed them, the coordinator being the party that runs the server"
         ),
     ],
     expect_digest: Annotated[
@@ -862,6 +866,7 @@ def keys_assemble(
     typer.echo(f"{keys / 'fingerprints.json'}: he_public {fingerprints['he_public']}")
     for party, fingerprint in fingerprints["signing"].items():
         typer.echo(f"  {party}  {fingerprint}")
+    typer.echo(f"  coordinator {fingerprints['coordinator']}  (runs the server; never counted as a site)")
     typer.echo(f"ceremony digest {ceremony_digest(fingerprints)}")
     typer.echo("  compare it with every other party out of band (a call, a letter): all must read the same")
 

@@ -149,6 +149,37 @@ def test_client_checks_its_inputs_before_starting_anything(tmp_path, monkeypatch
             assert str(tmp_path.resolve()) in result.output  # the absolute path the node looked at
 
 
+@pytest.mark.parametrize(
+    ("parties", "coordinator", "named"),
+    [
+        ("coordinator,site0,site1", None, "names no coordinator"),  # a kit read before the marker
+        ("coordinator,site0,site1", "site0", "site0 is the kit's coordinator"),
+    ],
+)
+def test_client_refuses_a_kit_without_one_coordinator_apart_from_its_site(
+    tmp_path, monkeypatch, parties, coordinator, named
+):
+    """A kit that does not say which party runs the server would count that party's key as a site."""
+    _, ca, node_key = _node_kit(tmp_path)
+    keys = tmp_path / "named-keys"
+    made = ["keys", "init", "--out", str(keys), "--parties", parties]
+    made += ["--coordinator", coordinator or "coordinator"]
+    assert runner.invoke(app, made).exit_code == 0
+    if coordinator is None:
+        fingerprints = json.loads((keys / "fingerprints.json").read_text())
+        del fingerprints["coordinator"]
+        (keys / "fingerprints.json").write_text(json.dumps(fingerprints))
+    (tmp_path / "site0.toml").write_text("[dp]\nenabled = true\ntarget_epsilon = 4.0\n")
+    monkeypatch.chdir(tmp_path)
+    args = ["client", "--site", "site0", "--config", "site0.toml", "--keys", str(keys)]
+    args += ["--root-certificates", str(ca), "--auth-key", str(node_key), "--dry-run"]
+    result = runner.invoke(app, args)
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    fix = "secure-fed keys assemble" if coordinator is None else "start the node with its own site's kit"
+    assert named in lines[0] and fix in lines[0], lines[0]
+
+
 def test_he_without_keys_fails_at_the_config(tmp_path):
     policy = tmp_path / "site0.toml"
     policy.write_text("[he]\nenabled = true\n")

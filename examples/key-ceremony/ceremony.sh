@@ -40,9 +40,10 @@ for site in "${sites[@]:1}"; do
   cp "${sites[0]}-keys/he/secret.tenseal" "$site-keys/he/"
 done
 
-# 3. what the parties agreed out of band: exactly these names, exactly these keys. The relay
-#    (published/) can then neither swap a key nor add a party of its own
-printf '{"he_public": "%s", "signing": {%s}}\n' "$he_public" "$signing" >parties.json
+# 3. what the parties agreed out of band: exactly these names, exactly these keys, and which party
+#    runs the server (its key never counts as a site). The relay (published/) can then neither swap
+#    a key nor add a party of its own
+printf '{"he_public": "%s", "signing": {%s}, "coordinator": "server"}\n' "$he_public" "$signing" >parties.json
 
 # 4. every party pins the expected keys in its own kit, and all compare the one digest printed
 digests=()

@@ -10,9 +10,13 @@ compose to one Gaussian exactly and are priced by its closed form (a PLD of a ti
 dp_accounting has no Skellam mechanism, so a logged `skellam_sum` (distributed DP) is re-priced here
 from its parameters alone, written apart from dp's code: its sensitivities are re-derived from
 clip, gamma and padded_dim (a logged value that does not follow is refused), the Skellam RDP
-(Agarwal, Kairouz & Liu 2021) is amplified by Zhu & Wang (2019)'s general Poisson-subsampling
-bound at integer orders 2..256, and a stream holding one is converted on RDP_ORDERS plus those
-integer orders (+inf at the fractional ones, as the sites do). It has no PLD: epsilon_pld is nan.
+(Agarwal, Kairouz & Liu 2021) is amplified for Poisson subsampling at integer orders 2..256 by the
+bound the event logs as `amplification`: "symmetric" (the binomial expansion, which holds for the
+Skellam sum because its noise is symmetric: proof in docs/THREAT_MODEL.md) or "general" (Zhu &
+Wang 2019's bound for any mechanism, a factor 3 on the terms of order >= 3), an event logged
+without the key being priced as "general". A stream holding one is converted on RDP_ORDERS plus
+those integer orders (+inf at the fractional ones, as the sites do). It has no PLD: epsilon_pld is
+nan.
 """
 
 from __future__ import annotations

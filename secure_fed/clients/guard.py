@@ -53,6 +53,9 @@ class SiteGuard:
     trained: list[int] = field(default_factory=list)  # rounds whose update this site released
     alpha: dict[str, str] = field(default_factory=dict)  # round → digest of the request answered
     evaluated: bool = False
+    # a deployed site's last training message acted on: {"round", "sha256"} of the global it carried,
+    # the only weights that site scores its test split with (the vector is kept beside this file)
+    trained_from: dict[str, Any] = field(default_factory=dict)
     finished: str | None = None  # why training is over for this site ("" = the last round was done)
     # protocol records that must outlive the protocol state (updates masked, rounds encrypted):
     # Flower keeps that state in memory only, so a restarted node would otherwise forget them

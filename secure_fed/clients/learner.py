@@ -88,10 +88,6 @@ class Learner(Protocol):
 
     def score(self, global_vec: np.ndarray) -> dict[str, float]: ...
 
-    def test_digest(self, site: str) -> str | None:
-        """What identifies the test patients' data; None: the lifetime ledger's data set digest."""
-        ...
-
     def memory(self) -> dict[str, np.ndarray]:
         """Local state a Flower node keeps between messages (its context.state); `restore` reads it."""
         ...

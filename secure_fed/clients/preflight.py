@@ -70,6 +70,17 @@ def check_keys(cfg: RunConfig, site: str, keys: Path | None) -> None:
             )
         if not (keys / "fingerprints.json").is_file():
             raise PreflightError(f"--keys {keys.resolve()}: fingerprints.json is missing; {_KEYS_HINT}")
+        from secure_fed.crypto.keys import KeyMaterialError, kit_coordinator
+
+        try:
+            coordinator = kit_coordinator(keys)
+        except KeyMaterialError as err:  # a kit without exactly one would count the server as a site
+            raise PreflightError(f"--keys: {err}") from None
+        if coordinator == site:
+            raise PreflightError(
+                f"--keys {keys.resolve()}: {site} is the kit's coordinator (it runs the server), not a "
+                "site; start the node with its own site's kit"
+            )
     if cfg.he.enabled:
         he_dir = Path(str(cfg.he.keys_dir))
         secret = he_dir / "he" / "secret.tenseal"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import logging
@@ -259,6 +260,7 @@ class SiteRuntime:
                 self.stash["secagg_members"] = json.loads(members.read_text()) if members.exists() else []
                 self.stash["upload_round"] = round_id
                 self.guard.trained_round(round_id)
+                self._keep_trained_from(round_id, global_vec)
                 self.guard.save()
                 return {
                     "status": "ok",
@@ -320,6 +322,7 @@ class SiteRuntime:
             atomic_write_bytes(released.with_suffix(".factor-sites"), sites)
             save_release(released, upload)
         self.guard.trained_round(round_id)
+        self._keep_trained_from(round_id, global_vec)
         self.guard.save()
         reply: dict[str, Any] = {
             "status": "ok",
@@ -340,6 +343,30 @@ class SiteRuntime:
         if self.trail is not None:
             reply["audit_records"] = self.trail.take_pending()
         return reply
+
+    @property
+    def _trained_from_path(self) -> Path:
+        return self.folder / "trained-from.npy"
+
+    def _keep_trained_from(self, round_id: int, global_vec: np.ndarray) -> None:
+        """A deployed site scores its test split only with the global state it last trained from:
+        weights the server sends for the scoring alone could be made to probe the test patients."""
+        if not self.deployed:
+            return
+        save_release(self._trained_from_path, global_vec)
+        digest = hashlib.sha256(np.ascontiguousarray(global_vec).tobytes()).hexdigest()
+        self.guard.trained_from = {"round": round_id, "sha256": digest}
+
+    def _scored_weights(self, sent: np.ndarray) -> tuple[np.ndarray, str | None]:
+        """The weights to score and, for a deployed site, which global they are."""
+        if not self.deployed:
+            return sent, None
+        kept = self.guard.trained_from
+        path = self._trained_from_path
+        vec = np.load(path) if kept and path.exists() else None
+        if vec is None or hashlib.sha256(np.ascontiguousarray(vec).tobytes()).hexdigest() != kept["sha256"]:
+            raise Refusal("evaluate_untrained", "this site keeps no global state it trained from in this run")
+        return vec, f"global of round {kept['round']}"
 
     def finish(self, stopped_early: str | None = None, aborted: bool = False) -> dict[str, Any]:
         """End of run: close the site's audit log with a signed head record. Only after the last
@@ -436,31 +463,23 @@ class SiteRuntime:
         return {"status": "ok", "val_loss_sum": float(losses.sum()), "val_patients": int(losses.numel())}
 
     def _score_once(self) -> None:
-        """The test split is scored once in the life of the site's data, not once per run: the
-        server picks run ids, so a per-run rule is one exact scoring of its chosen weights per run.
-        Kept beside the lifetime ledger, marked before the scores exist."""
+        """The test split is scored once in the life of the site, not once per run: the server
+        picks run ids, so a per-run rule is one exact scoring of its chosen weights per run. Kept
+        beside the lifetime ledger under the site's name, as the ledger is: a digest of the test
+        rows would be a new key after a re-split, a refresh or one added row, for the same patients.
+        Marked before the scores exist."""
         if self.lifetime is None or not self.deployed:
             return
-        digest = self._test_digest()
-        earlier = self.lifetime.scored.get(digest)
-        if earlier is not None and earlier != self.run_id:
+        # any entry is this site's: ledgers before this rule keyed it by a digest of the test rows
+        if any(run != self.run_id for run in self.lifetime.scored.values()):
             raise Refusal(
                 "test_split_scored",
                 "this site's test split was scored in an earlier run; it is scored once for its patients",
             )
-        self.lifetime.mark_scored(digest, self.run_id)
+        self.lifetime.mark_scored(self.site, self.run_id)
         from secure_fed.clients.lifetime import keep_anchor
 
         keep_anchor(self.cfg, self.lifetime, self.keys_dir)
-
-    def _test_digest(self) -> str:
-        """What identifies the test patients' data (the learner's digest of its test split, or the
-        data set's digest the lifetime ledger keeps)."""
-        digest = self.learner.test_digest(self.site)
-        if digest is None:
-            assert self.lifetime is not None
-            return self.lifetime.dataset
-        return digest
 
     def _losses_leave(self) -> bool:
         """Per-site losses and validation counts are neither DP nor summed securely: under DP or
@@ -472,15 +491,22 @@ class SiteRuntime:
         self, global_vec: np.ndarray, split: str = "test", stopped_early: str | None = None
     ) -> dict[str, Any]:
         """Corpus-level scores of the test split for the run's final model, once: the validation
-        split is never scored for the server, and a second scoring would be an oracle on test data."""
+        split is never scored for the server, and a second scoring would be an oracle on test data.
+        A deployed site scores the global state of the last training message it acted on, whatever
+        `global_vec` holds: it never sees the aggregate after its last round, so that is the last
+        model it can tell the server did not make up for the scoring."""
         if split != "test":
             raise Refusal(
                 "split_not_released", f"only the test split is scored for the server, not {split!r}"
             )
         global_vec = self._check_state_vector(global_vec, "the model to score")
         self.guard.check_end("evaluate", self.cfg.fed.rounds, stopped_early)
+        weights, which = self._scored_weights(global_vec)
         self._score_once()
         self.guard.evaluated = True
         self.guard.save()
-        scores = self.learner.score(global_vec)
-        return {"status": "ok", "weight": bucket_floor(self.learner.n_test), **scores}
+        scores = self.learner.score(weights)
+        reply = {"status": "ok", "weight": bucket_floor(self.learner.n_test), **scores}
+        if which is not None:  # a deployed site says which model its scores are for
+            reply["scored"] = which
+        return reply

@@ -9,8 +9,9 @@ whoever ran it held every hospital's signing key. In a deployment:
    other sites over their own channel (the sites are the only parties able to decrypt, and a single
    site's ciphertext decrypts only to masked values), `he/public.tenseal` to everyone;
 3. the parties agree, over a channel the server does not relay (a call, a signed letter), on
-   `parties.json`: every party's name and the fingerprint its `keys new` printed, and the public
-   context's from `keys he-init` (`load_expectation`);
+   `parties.json`: every party's name and the fingerprint its `keys new` printed, the public
+   context's from `keys he-init`, and which party is the coordinator (runs the server; its key
+   never counts as a site) (`load_expectation`);
 4. each party runs `keys assemble --keys DIR --public PUBLIC --expect parties.json` with the
    published halves: they are copied in only if they are exactly the expected ones, and
    `fingerprints.json` is written, identical for every party; the one digest it prints
@@ -34,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from secure_fed.crypto import ckks
 from secure_fed.crypto.keys import (
+    COORDINATOR,
     FINGERPRINTS,
     HE_DIR,
     SIGNING_DIR,
@@ -42,6 +44,7 @@ from secure_fed.crypto.keys import (
     _load_public_key,
     _private_dir,
     _write,
+    coordinator_of,
     public_context_path,
     public_key_fingerprint,
     secret_context_path,
@@ -92,15 +95,24 @@ def new_he_context(
 
 
 EXPECT_KEYS = ("he_public", "signing")
+_OPTIONAL_KEYS = (COORDINATOR,)  # absent in a parties.json written before it: read as `server`
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_EXPECT_FIX = (
+    'add "coordinator": "<the party that runs the server>" to parties.json, agreed by every party '
+    "like the rest of it"
+)
 
 
 def load_expectation(path: Path | str) -> dict[str, Any]:
     """The keys every party expects, as agreed over a channel the server does not relay (a call
-    between the hospitals, a signed letter): `{"he_public": sha256, "signing": {party: sha256}}`,
-    each hash as `keys new` / `keys he-init` printed it."""
+    between the hospitals, a signed letter): `{"he_public": sha256, "signing": {party: sha256},
+    "coordinator": party}`, each hash as `keys new` / `keys he-init` printed it. Without
+    "coordinator", a party named `server` is the coordinator, and no other reading is taken."""
     path = Path(path)
-    shape = '{"he_public": "<sha256>", "signing": {"<party>": "<sha256>", ...}}'
+    shape = (
+        '{"he_public": "<sha256>", "signing": {"<party>": "<sha256>", ...}, '
+        '"coordinator": "<the party that runs the server>"}'
+    )
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -110,7 +122,7 @@ def load_expectation(path: Path | str) -> dict[str, Any]:
         ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise KeyMaterialError(f"{path}: not a JSON expectation ({err}); expected {shape}") from None
-    if not isinstance(data, dict) or sorted(data) != sorted(EXPECT_KEYS):
+    if not isinstance(data, dict) or not set(EXPECT_KEYS) <= set(data) <= {*EXPECT_KEYS, *_OPTIONAL_KEYS}:
         raise KeyMaterialError(f"{path}: expected exactly {shape}")
     signing, he_public = data["signing"], data["he_public"]
     if not isinstance(signing, dict) or not signing:
@@ -119,13 +131,26 @@ def load_expectation(path: Path | str) -> dict[str, Any]:
     for party, fingerprint in [*signing.items(), ("he_public", he_public)]:
         if not isinstance(fingerprint, str) or not _HEX64.match(fingerprint.lower()):
             raise KeyMaterialError(f"{path}: {party}: not a sha256 (64 hex digits) as `keys new` prints it")
-    return {"he_public": he_public.lower(), "signing": {p: f.lower() for p, f in signing.items()}}
+    coordinator = coordinator_of(signing, data.get(COORDINATOR), str(path), _EXPECT_FIX)
+    return {
+        "he_public": he_public.lower(),
+        "signing": {p: f.lower() for p, f in signing.items()},
+        COORDINATOR: coordinator,
+    }
 
 
 def ceremony_digest(fingerprints: dict[str, Any]) -> str:
-    """One hash of the whole pinned set (names, signing keys, CKKS public context): identical at
-    every party exactly when their kits pin the same keys: one line to compare out of band."""
-    pinned = {"he_public": fingerprints["he_public"], "signing": fingerprints["signing"]}
+    """One hash of the whole pinned set (names, signing keys, CKKS public context, coordinator):
+    identical at every party exactly when their kits pin the same keys and the same coordinator:
+    one line to compare out of band."""
+    coordinator = coordinator_of(
+        fingerprints["signing"], fingerprints.get(COORDINATOR), FINGERPRINTS, _EXPECT_FIX
+    )
+    pinned = {
+        "he_public": fingerprints["he_public"],
+        "signing": fingerprints["signing"],
+        COORDINATOR: coordinator,
+    }
     return sha256_hex(json.dumps(pinned, sort_keys=True, separators=(",", ":")).encode())
 
 
@@ -195,12 +220,15 @@ def assemble(
     secret = secret_context_path(root)
     if secret.exists() and ckks.he_key_id(ts.context_from(secret.read_bytes())) != sha256_hex(public_bytes):
         raise KeyMaterialError(f"{secret}: not the secret of {context_path}")
+    # a kit whose coordinator is not settled would count the server's key as a site's
+    coordinator = coordinator_of(expect["signing"], expect.get(COORDINATOR), "parties.json", _EXPECT_FIX)
     fingerprints = {
         "he_public": sha256_hex(public_bytes),
         # the secret's own hash would differ between the sites that hold it and those that do not;
         # the secret is checked against he_public instead (load_he_context)
         "he_secret": "",
         "signing": dict(sorted(pinned.items())),
+        COORDINATOR: coordinator,
     }
     digest = ceremony_digest(fingerprints)
     if expect_digest is not None and expect_digest.strip().lower() != digest:

@@ -6,11 +6,16 @@ Layout (a contract, see docs/ARCHITECTURE.md)::
     KEYS/he/public.tenseal      server's context: no secret, Galois or relinearisation keys
     KEYS/signing/<party>.pem    Ed25519 private key, PKCS8 PEM, 0600
     KEYS/signing/<party>.pub    Ed25519 public key, SubjectPublicKeyInfo PEM
-    KEYS/fingerprints.json      {"he_public": sha256, "he_secret": sha256, "signing": {party: sha256}}
+    KEYS/fingerprints.json      {"he_public": sha256, "he_secret": sha256, "signing": {party: sha256},
+                                 "coordinator": party}
 
 Fingerprints: `he_public` / `he_secret` are the SHA-256 of the file bytes (for the public context
 this equals `ckks.he_key_id` of either context); `signing[party]` is the SHA-256 of the DER
 SubjectPublicKeyInfo (`public_key_fingerprint`), so PEM line wrapping does not matter.
+`coordinator` marks the party that runs the server: its key is never a SecAgg+ or CKKS peer, so a
+coordinator under any name can neither vouch for a Sybil nor count as a site. A kit without the
+marker (made before it existed) is read as coordinator = `server` when it has a party of that name,
+and refused otherwise (`coordinator_of`).
 Like a PKI startup kit, the directory is made once; hand `he/secret.tenseal` and a site's own
 `signing/<site>.pem` to each site, and `he/public.tenseal` plus `signing/server.pem` to the server.
 """
@@ -46,6 +51,11 @@ _INIT_HINT = (
     "a party's kit is made with `secure-fed keys new` and completed with `secure-fed keys assemble` "
     "(docs/DEPLOYMENT.md); a simulation's with `secure-fed keys init --out DIR`"
 )
+
+
+# the name every kit made before the coordinator was marked gave the server's key
+LEGACY_COORDINATOR = "server"
+COORDINATOR = "coordinator"  # the key of fingerprints.json and parties.json that marks it
 
 
 class KeyMaterialError(KeyError):
@@ -114,6 +124,46 @@ def _check_parties(parties: Sequence[str]) -> list[str]:
     return names
 
 
+def coordinator_of(signing: Mapping[str, Any], marked: object, where: str, fix: str) -> str:
+    """The one party of `signing` that runs the server, as `marked` names it (`where`'s
+    "coordinator"). Unmarked, only a party named `server` can be read as the coordinator, which is
+    what every kit made before the marker meant; zero or two coordinators are refused with `fix`."""
+    if marked is None:
+        if LEGACY_COORDINATOR in signing:
+            return LEGACY_COORDINATOR
+        raise KeyMaterialError(
+            f"{where}: names no coordinator, and no party is called {LEGACY_COORDINATOR!r}; {fix}"
+        )
+    if isinstance(marked, list):
+        if len(marked) != 1:
+            raise KeyMaterialError(
+                f"{where}: {COORDINATOR} names {len(marked)} parties, not exactly one; {fix}"
+            )
+        (marked,) = marked
+    if not isinstance(marked, str) or marked not in signing:
+        raise KeyMaterialError(f"{where}: {COORDINATOR} {marked!r} is not among its parties; {fix}")
+    if marked != LEGACY_COORDINATOR and LEGACY_COORDINATOR in signing:
+        # unmarked kits read a party named `server` as the coordinator: this one would have two
+        raise KeyMaterialError(
+            f"{where}: {COORDINATOR} is {marked!r}, beside a party named {LEGACY_COORDINATOR!r}, which "
+            f"is always a coordinator: two coordinators; {fix}"
+        )
+    return marked
+
+
+_COORDINATOR_FIX = (
+    'name exactly one party that runs the server as "coordinator": "<party>" in parties.json and '
+    "re-run `secure-fed keys assemble` (a simulation: `secure-fed keys init --coordinator`)"
+)
+
+
+def kit_coordinator(keys_dir: Path | str) -> str:
+    """The coordinator a kit's fingerprints.json marks (KeyMaterialError naming the file if none)."""
+    path = Path(keys_dir) / FINGERPRINTS
+    data = load_fingerprints(keys_dir)
+    return coordinator_of(data["signing"], data.get(COORDINATOR), str(path), _COORDINATOR_FIX)
+
+
 def init_keys(
     out_dir: Path | str,
     parties: list[str],
@@ -121,10 +171,18 @@ def init_keys(
     poly_modulus_degree: int = 8192,
     coeff_mod_bit_sizes: Sequence[int] = (60, 40, 40, 60),
     scale_bits: int = 40,
+    coordinator: str = LEGACY_COORDINATOR,
 ) -> dict[str, Any]:
-    """Provision the whole key directory and return the fingerprints written to it."""
+    """Provision the whole key directory and return the fingerprints written to it; `coordinator`
+    is the party that runs the server (one of `parties`)."""
     root = Path(out_dir)
     names = _check_parties(parties)
+    if coordinator not in names:
+        raise ValueError(
+            f"coordinator {coordinator!r} is not among the parties {names}: name the party that runs "
+            "the server with --coordinator"
+        )
+    coordinator_of(dict.fromkeys(names, ""), coordinator, "keys init", "name it with --coordinator")
     existing = _existing_key_files(root)
     if existing and not force:
         listed = ", ".join(str(p) for p in existing[:5]) + (" …" if len(existing) > 5 else "")
@@ -164,6 +222,7 @@ def init_keys(
         "he_public": sha256_hex(public_bytes),
         "he_secret": sha256_hex(secret_bytes),
         "signing": signing,
+        COORDINATOR: coordinator,
     }
     _write(root / FINGERPRINTS, (json.dumps(fingerprints, indent=2, sort_keys=True) + "\n").encode(), 0o644)
     return fingerprints
@@ -298,10 +357,12 @@ def load_public_keys(keys_dir: Path | str) -> dict[str, Ed25519PublicKey]:
     return keys
 
 
-def keys_init_main(out: Path | str, parties: list[str], force: bool) -> int:
+def keys_init_main(
+    out: Path | str, parties: list[str], force: bool, coordinator: str = LEGACY_COORDINATOR
+) -> int:
     """CLI body of `secure-fed keys init --out DIR`; returns the exit status."""
     try:
-        fps = init_keys(out, parties, force=force)
+        fps = init_keys(out, parties, force=force, coordinator=coordinator)
     except (KeyMaterialError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -313,4 +374,5 @@ def keys_init_main(out: Path | str, parties: list[str], force: bool) -> int:
     print(f"  he_secret  {fps['he_secret']}")
     for party, fp in fps["signing"].items():
         print(f"  signing/{party}  {fp}")
+    print(f"  coordinator  {fps[COORDINATOR]}  (runs the server; never a SecAgg+ or CKKS peer)")
     return 0

@@ -23,7 +23,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from secure_fed.crypto.secagg_protocol import SecAggRefused
 
-# `secure-fed keys init` names the server's own signing key after this party; a key the server
+# the coordinator of a kit made before kits marked it (`keys.coordinator_of`); a key the server
 # holds must never vouch for a peer
 SERVER_PARTY = "server"
 SIGNATURE_BYTES = 64
@@ -36,17 +36,24 @@ class SecAggIdentity:
 
     run_id: the run every party of it agrees on ("" when none is known); signatures are bound to it
         so that what a site signed in one run is worthless in another.
-    peer_public_keys: every provisioned site, by name; may include this site, never the server.
+    peer_public_keys: every provisioned site, by name; may include this site, never the coordinator.
+    coordinator: the party that runs the server, as the kit marks it: its key vouches for no peer.
     """
 
     site: str
     run_id: str
     signing_key: Ed25519PrivateKey
     peer_public_keys: Mapping[str, Ed25519PublicKey]
+    coordinator: str = SERVER_PARTY
 
     def __post_init__(self) -> None:
-        if SERVER_PARTY in self.peer_public_keys:
-            raise ValueError(f"the {SERVER_PARTY!r} key cannot vouch for a SecAgg+ peer: the server holds it")
+        if self.coordinator in self.peer_public_keys:
+            raise ValueError(
+                f"the coordinator's key ({self.coordinator!r}) cannot vouch for a SecAgg+ peer: "
+                "the server holds it"
+            )
+        if self.site == self.coordinator:
+            raise ValueError(f"{self.site!r} is the kit's coordinator (it runs the server), not a site")
         own = self.peer_public_keys.get(self.site)
         if own is not None and own.public_bytes_raw() != self.signing_key.public_key().public_bytes_raw():
             raise ValueError(f"site {self.site!r}: the signing key is not the provisioned one")
@@ -127,6 +134,7 @@ def load_identity(keys_dir: Path | str | None, site: str, run_id: str) -> SecAgg
     try:
         signing_key = keys.load_signing_key(keys_dir, site)
         public = keys.load_public_keys(keys_dir)
+        coordinator = keys.kit_coordinator(keys_dir)
     except keys.KeyMaterialError as err:
         # the reason goes to the server; the file (a local path) only to the site's log
         raise SecAggRefused(
@@ -135,9 +143,11 @@ def load_identity(keys_dir: Path | str | None, site: str, run_id: str) -> SecAgg
             "keys assemble`",
             detail=f"SecAgg+ cannot load this site's keys: {err}",
         ) from None
-    peers = {party: key for party, key in public.items() if party != SERVER_PARTY}
+    peers = {party: key for party, key in public.items() if party != coordinator}
     try:
-        return SecAggIdentity(site=site, run_id=run_id, signing_key=signing_key, peer_public_keys=peers)
+        return SecAggIdentity(
+            site=site, run_id=run_id, signing_key=signing_key, peer_public_keys=peers, coordinator=coordinator
+        )
     except ValueError as err:
         raise SecAggRefused(
             f"SecAgg+ cannot use this site's keys: {err}",

@@ -162,18 +162,19 @@ def word_bits(num_nodes: int, dim: int) -> int:
     return _MAX_AUTO_BITS
 
 
-def collusion_safe_threshold(degree: int) -> int:
-    """The fewest shares of a site's self-mask seed that may open it: 2t >= k + 2.
+def collusion_safe_threshold(degree: int, colluders: int = 1) -> int:
+    """The fewest shares of a site's self-mask seed that may open it against `colluders`
+    colluding neighbours: 2t >= k + c + 1 (2t >= k + 2 for one, DESIGN.md's adversary).
 
     Each honest neighbour of a site answers one unmask request and, about that site, reveals either
     its self-mask share (the site survived) or the pairwise mask key the two share (the site
     dropped). A share costs the server nothing only from a neighbour the site does not mask with
     (it masks with p >= t partners: at most k - p of those) or whose key the site revealed itself
     (only for partners it is told dropped, at most p - t). To strip every mask off the site's input
-    the server needs t shares, so t <= (k - t) + c with c colluding neighbours; 2t >= k + 2 leaves
-    it, with one colluding site (DESIGN.md's adversary), a share short.
+    the server needs t shares, so t <= (k - t) + c with c colluding neighbours; 2t >= k + c + 1
+    leaves it a share short. Above k no threshold holds: the caller's check t <= k refuses it.
     """
-    return max(2, math.ceil((degree + 2) / 2))
+    return max(2, math.ceil((degree + colluders + 1) / 2))
 
 
 # Up to this degree (the complete graphs of up to 7 sites the project expects) t is raised to
@@ -183,13 +184,19 @@ _RAISED_UP_TO_DEGREE = 6
 
 
 def site_threshold(degree: int) -> int:
-    """The smallest Shamir threshold a site with `degree` neighbours accepts: 2t >= k + 2 (one
-    colluding site, `collusion_safe_threshold`), raised to k - 1 for k <= 6. A threshold t holds
-    against c colluding neighbours when 2t >= k + c + 1, and the round survives k - t dropouts: for
-    3-7 sites (k = n - 1) t = 2, 3, 3, 4, 5 tolerates 1, 2, 1, 2, 3 colluders and 0, 0, 1, 1, 1
-    dropouts. At 5 sites exactly one colluder: t = 4 would tolerate three but no dropout at all."""
-    safe = collusion_safe_threshold(degree)
-    return max(safe, degree - 1) if degree <= _RAISED_UP_TO_DEGREE else safe
+    """The smallest Shamir threshold a site with `degree` neighbours accepts. A threshold t holds
+    against c = 2t - k - 1 colluding neighbours and survives k - t dropouts: each step of t trades
+    one dropout for two colluders. The site takes the t that makes the smaller of the two largest,
+    and the one that holds against more colluders on a tie, never below one colluder
+    (`collusion_safe_threshold`): t = 2, 3, 3, 4, 5, 5, 6, 7, 7 for k = 2..10, which holds against
+    1, 2, 1, 2, 3, 2, 3, 4, 3 colluders and survives 0, 0, 1, 1, 1, 2, 2, 2, 3 dropouts. At k = 4
+    (5 sites) one colluder: t = 4 would hold against three but survive no dropout. Each (n, c) the
+    defaults hold against is tabled in docs/THREAT_MODEL.md and played in
+    tests/adversarial/test_secagg_collusion.py."""
+    return max(
+        range(collusion_safe_threshold(degree), degree + 1),
+        key=lambda t: (min(2 * t - degree - 1, degree - t), t),
+    )
 
 
 def shamir_threshold(degree: int, fraction: float) -> int:

@@ -7,7 +7,8 @@ changes the records, not the patients, so a refreshed data set keeps spending th
 (`datasets` lists the digests it was used with, for the auditors). It holds every run's releases,
 run by run, so that a new run starts from what was spent before and its budget guard prices each
 round on top of it; the one noisy GMM histogram the patients paid for (kept beside it, later runs
-refit from it); and which test splits were scored, once each. Nothing in it is sent anywhere.
+refit from it); and the run that scored the site's test split, once in the site's life. Nothing
+in it is sent anywhere.
 Deleting it is an operator's decision, made through `secure-fed ledger reset` (logged), never a
 side effect of starting a new run folder or pointing `dp.ledger_dir` elsewhere: the site's key
 folder records where its ledger is (`anchor`), and a ledger elsewhere is refused until a reset.
@@ -40,7 +41,8 @@ class SiteLedger:
     dataset: str  # digest of the records this run uses (informational: the key is the site)
     runs: dict[str, list[LedgerEntry]]
     datasets: list[str] = field(default_factory=list)
-    scored: dict[str, str] = field(default_factory=dict)  # test-split digest → the run that scored it
+    # the site → the run that scored its test split (older ledgers: a digest of the test rows)
+    scored: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def path_for(cls, folder: Path | str, site: str, dataset: str = "") -> Path:
@@ -107,10 +109,10 @@ class SiteLedger:
         """Whether a run other than `run_id` released (and was charged for) `mechanism`."""
         return any(e.mechanism == mechanism for run, es in self.runs.items() if run != run_id for e in es)
 
-    def mark_scored(self, test_digest: str, run_id: str) -> None:
-        """Record, before the scores exist, that `run_id` scores this test split (written at once:
-        a crash after scoring must not leave the split scoreable again)."""
-        self.scored[test_digest] = run_id
+    def mark_scored(self, site: str, run_id: str) -> None:
+        """Record, before the scores exist, that `run_id` scores the site's test split (written at
+        once: a crash after scoring must not leave the split scoreable again)."""
+        self.scored[site] = run_id
         self.save()
 
     def save(self) -> None:

@@ -412,6 +412,13 @@ class Orchestrator:
             for n, r in sorted(replies.items())
             if r.get("status") == "ok"
         }
+        scored = sorted(
+            {f"{self.sites.get(n, str(n))}: {r['scored']}" for n, r in replies.items() if r.get("scored")}
+        )
+        if scored:
+            # a deployed site scores the last global it trained from, never weights sent for the
+            # scoring alone: the test figures are for that model, not for the final aggregate
+            self.announce(f"test scores are for the model each site last trained from ({'; '.join(scored)})")
         return pool_scores(list(replies.values()))
 
 

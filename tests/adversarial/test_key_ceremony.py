@@ -27,7 +27,7 @@ from secure_fed.crypto.keys import (
     secret_context_path,
     sha256_hex,
 )
-from secure_fed.crypto.secagg_identity import load_identity
+from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
 from secure_fed.crypto.secagg_protocol import MASKED, SETUP, SHARES, SecAggRefused, share_associated_data
 from secure_fed.crypto.secagg_server import plan_setup
 from secure_fed.crypto.secagg_shamir import SHARE_BYTES
@@ -247,3 +247,143 @@ def test_every_party_prints_one_digest_and_a_different_one_is_refused(ceremony: 
     forged = _expectation(relayed, relayed=True)
     with pytest.raises(KeyMaterialError, match="is not the agreed"):
         assemble(kit, relayed, forged, expect_digest=digests[0])
+
+
+# A deployment whose coordinator made its key as `coordinator`, not `server`: the server holds
+# coordinator.pem, and site1 colludes with it (it hands the server its own signing key).
+NAMED = ["coordinator", "site0", "site1", "site2"]
+
+
+@pytest.fixture(scope="module")
+def named_ceremony(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("named")
+    published = work / "published"
+    (published / "he").mkdir(parents=True)
+    for party in NAMED:
+        new_signing_key(work / party, party)
+        shutil.copyfile(work / party / "signing" / f"{party}.pub", published / f"{party}.pub")
+    new_he_context(work / "site0")
+    shutil.copyfile(public_context_path(work / "site0"), published / "he" / "public.tenseal")
+    return work
+
+
+def _named_expectation(work: Path, **extra: object) -> dict:
+    pubs = {party: work / party / "signing" / f"{party}.pub" for party in NAMED}
+    return {
+        "he_public": sha256_hex(public_context_path(work / "site0").read_bytes()),
+        "signing": {party: public_key_fingerprint(_load_public_key(p)) for party, p in pubs.items()},
+        **extra,
+    }
+
+
+def _coordinator_and_colluder_attack(victim: Site, work: Path) -> np.ndarray:
+    """The server plays node 2 as `coordinator` (its own key) and node 3 as the colluding site1:
+    every neighbour of the victim is its own, so it opens the victim's self mask and both pairwise
+    masks. Returns what it reads as the victim's update."""
+    signers = {2: ("coordinator", load_signing_key(work / "coordinator", "coordinator"))}
+    signers[3] = ("site1", load_signing_key(work / "site1", "site1"))
+    nodes = sorted(signers)
+    plan = plan_setup([1, *nodes], DIM, SETTINGS, 1, random.Random(0))
+    keys, secrets = {1: victim.send(SETUP, plan.requests[1])}, {}
+    for node, (site, signer) in signers.items():
+        keys[node], secrets[node] = sybil_keys(1, node, site, signer)
+    shared = victim.send(SHARES, keys_request(1, nodes, keys))
+    channel_key = {s: channel.channel_key(secrets[s]["enc_sk"], keys[1]["enc_pk"]) for s in nodes}
+    opened = [
+        channel.open_sealed(channel_key[s], share_associated_data(1, 1, s), ct)
+        for s, ct in zip(shared["share_to"], shared["share_ct"], strict=True)
+    ]
+    junk = [
+        channel.seal(channel_key[s], share_associated_data(1, s, 1), bytes(SHARE_BYTES), random.randbytes)
+        for s in nodes
+    ]
+    reply = victim.send(MASKED, {"round_id": 1, "share_from": nodes, "share_ct": junk})
+    masks = [self_mask(opened, plan)]
+    for s in nodes:
+        key = channel.pairwise_mask_key(secrets[s]["mask_sk"], keys[1]["mask_pk"], 1)
+        masks.append((key, pair_sign(1, s)))
+    return strip(reply["masked"], masks, plan)
+
+
+def test_control_a_coordinator_counted_as_a_site_gives_the_server_the_victims_update(
+    named_ceremony: Path,
+) -> None:
+    """What every kit did with a coordinator key not named `server`: it became a provisioned peer,
+    one more "site" towards n, h and the threshold's count, and the server with one colluding site
+    played the victim's whole neighbourhood."""
+    peers = {party: _load_public_key(named_ceremony / "published" / f"{party}.pub") for party in NAMED}
+    counted = SecAggIdentity(VICTIM, RUN_ID, load_signing_key(named_ceremony / VICTIM, VICTIM), peers)
+    victim = Site(1, counted, np.random.default_rng(0).normal(0, 1, DIM))
+    read = _coordinator_and_colluder_attack(victim, named_ceremony)
+    plan = plan_setup([1, 2, 3], DIM, SETTINGS, 1, random.Random(0))
+    assert float(np.max(np.abs(read - victim.vector))) <= quantum(plan)
+
+
+def test_the_marked_coordinator_is_no_peer_and_the_attack_is_refused(
+    named_ceremony: Path, tmp_path: Path
+) -> None:
+    kit = tmp_path / "kit"
+    shutil.copytree(named_ceremony / VICTIM, kit)
+    pinned = assemble(
+        kit, named_ceremony / "published", _named_expectation(named_ceremony, coordinator="coordinator")
+    )
+    assert pinned["coordinator"] == "coordinator" and load_fingerprints(kit)["coordinator"] == "coordinator"
+    identity = load_identity(kit, VICTIM, RUN_ID)
+    assert sorted(identity.peer_public_keys) == ["site0", "site1", "site2"]  # three sites, not four
+    victim = Site(1, identity, np.random.default_rng(0).normal(0, 1, DIM))
+    with pytest.raises(SecAggRefused, match="coordinator"):
+        _coordinator_and_colluder_attack(victim, named_ceremony)
+
+
+@pytest.mark.parametrize(
+    ("marker", "refusal"),
+    [
+        ({}, "names no coordinator"),  # no marker, and no party called server to read as one
+        ({"coordinator": ["coordinator", "site0"]}, "names 2 parties, not exactly one"),
+        ({"coordinator": "site9"}, "'site9' is not among its parties"),
+    ],
+)
+def test_a_parties_json_without_exactly_one_coordinator_is_refused_in_one_line(
+    named_ceremony: Path, tmp_path: Path, marker: dict, refusal: str
+) -> None:
+    expect = tmp_path / "parties.json"
+    expect.write_text(json.dumps(_named_expectation(named_ceremony, **marker)))
+    kit = tmp_path / "kit"
+    shutil.copytree(named_ceremony / VICTIM, kit)
+    command = ["keys", "assemble", "--keys", str(kit), "--public", str(named_ceremony / "published")]
+    result = CliRunner().invoke(app, [*command, "--expect", str(expect)])
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert result.exit_code == 2 and len(lines) == 1, result.output
+    assert "parties.json" in lines[0] and refusal in lines[0] and '"coordinator": "<' in lines[0]
+    assert not (kit / "fingerprints.json").exists()
+
+
+def test_a_second_coordinator_beside_server_is_refused(ceremony: Path, tmp_path: Path) -> None:
+    """A party named `server` is the coordinator of every unmarked kit: marking another makes two."""
+    kit = _victim_kit(ceremony, tmp_path)
+    with pytest.raises(KeyMaterialError, match="two coordinators"):
+        assemble(kit, ceremony / "published", {**_expectation(ceremony), "coordinator": "site0"})
+
+
+def test_a_kit_made_before_the_marker_reads_server_as_the_coordinator_and_nothing_else(
+    ceremony: Path, named_ceremony: Path, tmp_path: Path
+) -> None:
+    kit = _victim_kit(ceremony, tmp_path)
+    assemble(kit, ceremony / "published", _expectation(ceremony))
+    fingerprints = json.loads((kit / "fingerprints.json").read_text())
+    del fingerprints["coordinator"]  # as an earlier version wrote it
+    (kit / "fingerprints.json").write_text(json.dumps(fingerprints))
+    assert sorted(load_identity(kit, VICTIM, RUN_ID).peer_public_keys) == ["site0", "site1", "site2"]
+    # the same without a party called server: nothing to read the coordinator from, refused
+    named = tmp_path / "named-kit"
+    shutil.copytree(named_ceremony / VICTIM, named)
+    assemble(
+        named, named_ceremony / "published", _named_expectation(named_ceremony, coordinator="coordinator")
+    )
+    fingerprints = json.loads((named / "fingerprints.json").read_text())
+    del fingerprints["coordinator"]
+    (named / "fingerprints.json").write_text(json.dumps(fingerprints))
+    with pytest.raises(SecAggRefused) as err:
+        load_identity(named, VICTIM, RUN_ID)
+    assert "fingerprints.json" in err.value.detail and "names no coordinator" in err.value.detail
+    assert "\n" not in err.value.detail and str(named) not in str(err.value)

@@ -10,6 +10,12 @@ The other tests play every unmask request the server could send (each honest sit
 so one choice per site is one attack) with the colluding site handing over all it holds, and show
 that the server can only ever compute sums over honest sites that include another honest site
 besides the victim: the victim's own update never comes out alone.
+
+`test_the_defaults_hold_against_c_colluders_and_no_more` plays, for each row of the table in
+docs/THREAT_MODEL.md (a round of n sites on the default graph), the best attack of the counting
+argument with c colluding neighbours of the victim (it fails) and with c + 1 (it reads the
+victim's update). `test_a_server_that_picks_the_round_needs_only_two_colluders` is what the table
+does not cover: the server chooses each round's sites.
 """
 
 from __future__ import annotations
@@ -20,9 +26,10 @@ from collections.abc import Iterator
 import numpy as np
 import pytest
 
-from secure_fed.crypto.secagg_protocol import UNMASK, SecAggRefused
+from secure_fed.crypto.secagg_protocol import UNMASK, SecAggRefused, SecAggSettings, round_params
 from tests.adversarial.harness_secagg import (
     DIM,
+    SETTINGS,
     Pki,
     Site,
     Transcript,
@@ -166,3 +173,90 @@ def test_what_is_known_never_strips_the_victims_input(world: str) -> None:
     residue = strip(transcript.masked[VICTIM], masks, plan)
     assert abs(np.corrcoef(residue, sites[VICTIM].vector)[0, 1]) < 0.1
     assert np.mean(np.abs(residue - sites[VICTIM].vector)) > 1.0
+
+
+# Under the defaults (`secagg.threshold` 0.6, `default_degree`), a round of n sites: (n, degree k,
+# threshold t, colluding sites it holds against, sites it can lose mid-round). docs/THREAT_MODEL.md
+# prints this table; t holds against c colluders while 2t >= k + c + 1 and survives k - t dropouts.
+DEFAULTS = [
+    (3, 2, 2, 1, 0),
+    (4, 3, 3, 2, 0),
+    (5, 4, 3, 1, 1),
+    (6, 5, 4, 2, 1),
+    (7, 6, 5, 3, 1),
+    (8, 6, 5, 3, 1),
+    (9, 8, 6, 3, 2),
+    (10, 7, 5, 2, 2),
+    (12, 8, 6, 3, 2),
+    (20, 9, 7, 4, 2),
+    (50, 12, 9, 5, 3),
+]
+
+
+@pytest.mark.parametrize(("n", "k", "t", "c", "d"), DEFAULTS)
+def test_the_table_is_what_the_defaults_give(n: int, k: int, t: int, c: int, d: int) -> None:
+    params = round_params(n, DIM, SecAggSettings())
+    assert (params.degree, params.threshold) == (k, t)
+    assert params.threshold == round_params(n, DIM, SETTINGS).threshold  # the attacks' rounds
+    assert c == min(2 * t - k - 1, n - 2) and d == k - t
+
+
+def _best_attack(n: int, colluders: int) -> tuple[dict[int, Site], Transcript, object]:
+    """An honest round of n sites on the default graph, then the attack the counting argument says
+    is best: `colluders` of the victim's neighbours hand over all they hold; k - t honest partners
+    hear "the victim survived" and hand over its seed shares, while the victim hears that exactly
+    they dropped and reveals its pairwise keys with them; every other honest partner hears "the
+    victim dropped" and reveals its key with it. Returns the sites, the transcript and what the
+    server then computes."""
+    pki = Pki([f"site-{i}" for i in range(1, n + 1)])
+    rng = np.random.default_rng(n)
+    sites = {i: Site(i, pki.identity(f"site-{i}"), rng.normal(0, 1, DIM)) for i in range(1, n + 1)}
+    transcript = honest_until_unmask(sites)
+    partners = transcript.partners[VICTIM]
+    for node in partners[:colluders]:
+        sites[node].honest = False  # it played the round honestly and gives the server everything
+    honest_partners = partners[colluders:]
+    free = honest_partners[: len(partners) - transcript.plan.params.threshold]
+    answers = {}
+    for node, site in sites.items():
+        if not site.honest:
+            continue
+        held = transcript.partners[node]
+        if node == VICTIM:
+            dropped = list(free)
+        elif node in honest_partners and node not in free:
+            dropped = [VICTIM]
+        else:
+            dropped = []
+        answers[node] = site.ask(UNMASK, unmask_request(1, [w for w in held if w not in dropped], dropped))
+    return sites, transcript, what_is_learned(transcript, sites, answers)
+
+
+@pytest.mark.parametrize(("n", "k", "t", "c", "d"), DEFAULTS)
+def test_the_defaults_hold_against_c_colluders_and_no_more(n: int, k: int, t: int, c: int, d: int) -> None:
+    sites, _, learned = _best_attack(n, c)
+    assert all(len(s) >= 2 for s in learned.sets), "the server computes one site's update alone"
+    smallest = learned.smallest_containing(VICTIM)
+    assert smallest is None or len(smallest) >= 2
+    if c + 1 > k:
+        return  # every neighbour of the victim colludes: no protocol hides what the sum minus them is
+    sites, transcript, learned = _best_attack(n, c + 1)
+    assert frozenset({VICTIM}) in learned.sets  # one colluder more, and the victim's update is out
+    read = sum_of(transcript, learned, frozenset({VICTIM}))
+    assert np.max(np.abs(read - np.clip(sites[VICTIM].vector, -8, 8))) <= quantum(transcript.plan)
+
+
+def test_a_server_that_picks_the_round_needs_only_two_colluders() -> None:
+    """Each round's sites are the server's choice (sampling and dropouts make smaller rounds
+    legitimate), and a site takes part in any round of 3 or more: with two colluders the server
+    runs a round of the victim and them, and the sum minus their updates is the victim's, however
+    many sites the federation has and whatever the table says for a round of all of them."""
+    pki = Pki([f"site-{i}" for i in range(1, 8)])  # a federation of 7: the table says 3 colluders
+    rng = np.random.default_rng(7)
+    sites = {i: Site(i, pki.identity(f"site-{i}"), rng.normal(0, 1, DIM)) for i in (VICTIM, 6, 7)}
+    transcript = honest_until_unmask(sites)
+    sites[6].honest = sites[7].honest = False
+    answer = sites[VICTIM].send(UNMASK, unmask_request(1, [6, 7], []))
+    learned = what_is_learned(transcript, sites, {VICTIM: answer})
+    read = sum_of(transcript, learned, frozenset({VICTIM}))
+    assert np.max(np.abs(read - np.clip(sites[VICTIM].vector, -8, 8))) <= quantum(transcript.plan)

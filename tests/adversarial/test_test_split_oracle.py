@@ -3,14 +3,16 @@ run id of its choosing, asking for an evaluation of weights of its choosing.
 
 The guard used to be per run (its file lives in the run's folder) and a free-text `stopped_early`
 stood in for training, so every new run gave one more exact, uncharged scoring of the site's test
-patients. Scoring once is now a property of the site's data, kept beside its lifetime ledger, and
-only after the site trained a round of the run.
+patients. Scoring once is now a property of the site, kept beside its lifetime ledger (not of a
+digest of its test rows, which a re-split changes), only after the site trained a round of the run,
+and only of the last global state the site trained from (not of weights the server picks for it).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from secure_fed.clients import app as client_app
@@ -70,3 +72,41 @@ def test_the_test_split_is_scored_once_across_runs(policy: RunConfig, one_torch_
         assert "CE-F1" not in reply
     refusals = [r for r in site.events("instruction") if r["payload"]["code"] == "test_split_scored"]
     assert refusals  # the refusal is in the site's own signed log
+
+
+def test_the_site_scores_the_last_global_it_trained_from_not_weights_the_server_picks(
+    policy: RunConfig, one_torch_thread
+) -> None:
+    """The one scoring a site's life allows, spent on weights the server made to probe the test
+    patients (here the model moved far along a random direction: scores unlike the trained one's)
+    instead of a model it trained."""
+    weights = initial_state(policy)
+    site = node(policy, "run-1")
+    assert (
+        site.send("train", {"round": 1, "method": "fedavg", "global": weights, "dp": True})["status"] == "ok"
+    )
+    probe = weights + np.random.default_rng(0).normal(0, 1, weights.size)
+    honest, probed = site.runtime.learner.score(weights), site.runtime.learner.score(probe)
+    assert honest != probed  # the probe would tell the server something the honest model does not
+    reply = site.send("evaluate", {"global": probe, "split": "test", "stopped_early": "x"})
+    assert reply["status"] == "ok", reply
+    assert {k: reply[k] for k in honest} == honest and reply["scored"] == "global of round 1"
+
+
+def test_a_changed_test_split_is_not_new_test_patients(policy: RunConfig, one_torch_thread) -> None:
+    """Adding rows to the test split (here: a larger test fraction, as a re-split or a refresh would)
+    changed the digest the scoring was keyed by, and bought a second scoring of the same patients."""
+    weights = initial_state(policy)
+    train = {"round": 1, "method": "fedavg", "global": weights, "dp": True}
+    first = node(policy, "run-1")
+    assert first.send("train", dict(train))["status"] == "ok"
+    assert (
+        first.send("evaluate", {"global": weights, "split": "test", "stopped_early": "x"})["status"] == "ok"
+    )
+    data = policy.data.model_copy(update={"test_fraction": 0.4})
+    resplit = policy.model_copy(update={"data": data})
+    second = node(resplit, "run-2")
+    assert second.runtime.learner.n_test > first.runtime.learner.n_test  # more test rows than before
+    assert second.send("train", dict(train))["status"] == "ok"
+    reply = second.send("evaluate", {"global": weights, "split": "test", "stopped_early": "x"})
+    assert reply["status"] == "refused" and reply["code"] == "test_split_scored", reply

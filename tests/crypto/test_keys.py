@@ -41,8 +41,8 @@ def test_layout_and_modes(keydir: Path) -> None:
         assert (keydir / "signing" / f"{party}.pub").read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----")
         assert (keydir / "signing" / f"{party}.pem").read_bytes().startswith(b"-----BEGIN PRIVATE KEY-----")
     fps = json.loads((keydir / "fingerprints.json").read_text())
-    assert set(fps) == {"he_public", "he_secret", "signing"}
-    assert set(fps["signing"]) == set(PARTIES)
+    assert set(fps) == {"he_public", "he_secret", "signing", "coordinator"}
+    assert set(fps["signing"]) == set(PARTIES) and fps["coordinator"] == "server"
 
 
 def test_public_context_has_no_secret_no_galois_no_relin(keydir: Path) -> None:

@@ -107,7 +107,7 @@ def tolerable(n: int) -> int:
 
 
 @pytest.mark.parametrize("phase", [SETUP, SHARES, MASKED, UNMASK])
-@pytest.mark.parametrize("n", [5, 10])
+@pytest.mark.parametrize("n", [5, 9, 10, 12, 20, 50])  # the rows of docs/THREAT_MODEL.md with dropouts
 def test_dropouts_at_each_phase(n, phase):
     inputs = make_inputs(n, seed=n)
     gone = random.Random(phase).sample(sorted(inputs), tolerable(n))

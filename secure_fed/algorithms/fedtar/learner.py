@@ -8,7 +8,6 @@ validation patients along the server's directions (`hypergrad.py`).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -267,18 +266,6 @@ class ReportLearner:
             self.cfg.data.max_report_tokens + 1,
             free_text_labeler(self.cfg),
         )
-
-    def test_digest(self, site: str) -> str | None:
-        """The test patients' reports and images."""
-        test = self.data.test
-        h = hashlib.sha256(f"secure_fed/test-split/v1|{site}|".encode())
-        rows = sorted(
-            hashlib.sha256(report.encode() + np.ascontiguousarray(image.numpy()).tobytes()).digest()
-            for report, image in zip(test.reports, test.images, strict=True)
-        )
-        for row in rows:
-            h.update(row)
-        return h.hexdigest()
 
     def memory(self) -> dict[str, np.ndarray]:
         return {} if self.scaffold_c is None else {"scaffold_c": flatten(self.scaffold_c).numpy()}

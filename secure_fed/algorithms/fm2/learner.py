@@ -161,9 +161,6 @@ class ImagingLearner:
     def hypergradients(self, final: np.ndarray, directions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         raise NotImplementedError("the imaging methods release no α scalars")
 
-    def test_digest(self, site: str) -> None:
-        return None  # the records' digest the lifetime ledger holds identifies the split
-
     def memory(self) -> dict[str, np.ndarray]:
         return {}  # local parameters are kept in the site's private folder instead
 
