@@ -501,12 +501,15 @@ def load_cells(out: Path) -> list[dict[str, Any]]:
 
 
 def spent_per_site(privacy: dict[str, Any] | None) -> list[float]:
-    """Each site's per-patient ε spent (RDP, the budget guard's accountant); one pooled value for
+    """Each site's per-patient ε spent by the accountant its budget guard enforced (the cell's
+    ``accountant``; RDP where the cell names none or PRV was not computed); one pooled value for
     ``central``; none without DP."""
     values: list[float] = []
+    accountant = (privacy or {}).get("accountant") or "rdp"
     for v in ((privacy or {}).get("epsilon") or {}).values():
         if isinstance(v, dict):
-            v = v.get("rdp", v.get("epsilon"))
+            chosen = v.get(accountant)
+            v = chosen if chosen is not None else v.get("rdp", v.get("epsilon"))
         if isinstance(v, int | float):
             values.append(float(v))
     return values

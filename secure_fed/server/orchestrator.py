@@ -375,7 +375,7 @@ class Orchestrator:
             "skipped_rounds": self.skipped,
         }
         if cfg.dp.enabled:
-            metrics["privacy"] = privacy_summary(per_round, self.site_deltas, ended)
+            metrics["privacy"] = privacy_summary(per_round, self.site_deltas, ended, cfg.dp.accountant)
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=_json_default))
         np.save(self.out / "global_adapters.npy", state)
@@ -470,16 +470,19 @@ def privacy_summary(
     per_round: list[dict[str, Any]],
     deltas: dict[str, float],
     ended: dict[str, dict[str, float | None]] | None = None,
+    accountant: str = "rdp",
 ) -> dict[str, Any]:
     """metrics.json's privacy block: each site's cumulative ε at the end of the run as the site's
     accountant holds it (its `finish` reply: what its last privacy records say, every population,
     releases before a resume and after the last round's training included); a site that sent none
-    keeps its ε after its last admitted round."""
+    keeps its ε after its last admitted round. `accountant`: the one the budget was enforced with,
+    whose value a table reports as spent."""
     latest: dict[str, dict[str, Any]] = {}
     for row in per_round:
         latest.update(row.get("epsilon") or {})
     latest.update(ended or {})
     return {
+        "accountant": accountant,
         "delta": max(deltas.values()) if deltas else None,
         "delta_per_site": deltas,
         "epsilon": latest,

@@ -186,6 +186,7 @@ def train_private_central(
     eps = ledger.epsilon(POOLED, "train", delta=delta)
     privacy = {
         "epsilon": {POOLED: {"rdp": eps["rdp"], "prv": eps.get("prv")}},
+        "accountant": dp.accountant,
         "delta": delta,
         "noise_multiplier": sigma,
         "histogram_noise_multiplier": hist_sigma if histogram else None,
