@@ -270,6 +270,16 @@ class FedConfig(_Strict):
         description="site policy: the methods this site trains for; a request for another is refused",
     )
     time_embedding_dim: int = Field(32, ge=1)
+    dp_weights: Literal["equal", "public_size"] = Field(
+        "equal",
+        description="site-mode DP: the weight of each site's private update in the server's mean. "
+        "equal: every site counts once; public_size: the power-of-two floor of its training "
+        "patients (the same public range its privacy records give, and the divisor of distributed "
+        "mode), so a 2,800-patient site counts 16 times a 210-patient one. Either is post-processing "
+        "of the sites' private updates (no ε); the weight travels as floor / secagg.count_scale, which "
+        "must stay within secagg.clip (a site refuses to plan otherwise). Non-private runs weigh by "
+        "rows whatever this says",
+    )
     engine: Literal["simulation", "inprocess"] = "simulation"
 
 

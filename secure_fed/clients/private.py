@@ -141,6 +141,10 @@ class SitePrivacy:
         dp = cfg.dp
         delta = {}
         distributed = dp.noise == "distributed"
+        if not distributed:
+            from secure_fed.clients.learner import check_private_weight
+
+            check_private_weight(cfg, n_train)  # before anything is released, not at round 1's sum
         for pop, n in ((TRAIN, n_train), (VALIDATION, max(n_val, 1))):
             d = dp.delta if dp.delta is not None else default_delta(n)
             if distributed and pop == TRAIN:
