@@ -195,9 +195,7 @@ class ReportLearner:
         # public power-of-two patient floor (fed.dp_weights)
         scale = cfg.secagg.count_scale  # public: keeps n·Δ and n inside the SecAgg+ clip range
         weights = (
-            [private_weight(cfg, self.n_train)] * len(deltas)
-            if private
-            else [n / scale for n in result.rows]
+            [private_weight(cfg, self.n_train)] * len(deltas) if private else [n / scale for n in result.rows]
         )
         parts = [
             torch.cat([w * d, torch.tensor([w], dtype=torch.float64)])
