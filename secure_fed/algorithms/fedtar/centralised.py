@@ -216,9 +216,7 @@ def train_private_central(
         # no ε: a number, even infinity, in this field would be read as a privacy level spent
         epsilon: dict[str, Any] | None = None
     else:
-        ledger.record(
-            POOLED, "train", 1, "dp_sgd", PoissonSampledGaussian(dp.sample_rate, sigma, steps)
-        )
+        ledger.record(POOLED, "train", 1, "dp_sgd", PoissonSampledGaussian(dp.sample_rate, sigma, steps))
         eps = ledger.epsilon(POOLED, "train", delta=delta)
         epsilon = {POOLED: {"rdp": eps["rdp"], "prv": eps.get("prv")}}
     privacy = {
