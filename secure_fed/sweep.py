@@ -999,7 +999,12 @@ def restore_cells(record: dict[str, Any], out: Path) -> list[Path]:
 def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     """results.json, results.md, privacy_utility.png and results.html from every cell in ``out``."""
     # here, not at the top: share_kept builds on this module's names
-    from secure_fed.share_kept import share_per_site_table, share_table
+    from secure_fed.share_kept import (
+        share_of_central_per_site_table,
+        share_of_central_table,
+        share_per_site_table,
+        share_table,
+    )
 
     runs = load_cells(out)
     results = results_of(runs, wall_s)
@@ -1028,6 +1033,8 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
         ("Share of the non-private gain kept, 95 % intervals, ε spent per site", share_table(runs)),
         ("CIDEr share kept per site", share_per_site_table(runs)),
         ("CE-F1 share kept per site", share_per_site_table(runs, "CE-F1")),
+        ("Share of non-private central's gain over base, 95 % intervals", share_of_central_table(runs)),
+        ("CIDEr share of central's gain per site", share_of_central_per_site_table(runs)),
         ("Wall time per cell", wall_table(runs)),
     ]
     md = "".join(f"### {title}\n\n{table}\n" for title, table in sections if table)
