@@ -330,11 +330,11 @@ def run(
 
     console.print(
         f"secure-fed: {cfg.fed.method}, {cfg.fed.rounds} rounds, engine={cfg.fed.engine}, "
-        f"dp={'on' if cfg.dp.enabled else 'off'}, secagg={'on' if cfg.secagg_on else 'off'}, "
+        f"dp={_dp_state(cfg)}, secagg={'on' if cfg.secagg_on else 'off'}, "
         f"he={'on' if cfg.he.enabled else 'off'} → {folder}",
         soft_wrap=True,
     )
-    if cfg.dp.enabled:
+    if cfg.dp.enabled and not cfg.dp.noise_free_reference:
         _say(_ledger_note(cfg))
     # a service manager stops a run with SIGTERM: end it as Ctrl-C does, with the same way back
     try:
@@ -361,6 +361,8 @@ def run(
         console.print(f"[yellow]stopped early:[/yellow] {outcome.stopped_early}")
     budget = (cfg.dp.budget_epsilon or cfg.dp.target_epsilon) if cfg.dp.enabled else None
     closing = privacy_line(outcome.metrics, cfg.dp.accountant, budget)
+    if cfg.dp.noise_free_reference:
+        closing = "privacy: NONE, noise-free reference (clipped, un-noised updates: ε = ∞)"
     console.print(closing or "privacy: DP off, no ε accounted (--dp turns it on)", soft_wrap=True)
     console.print(f"wrote {folder / 'metrics.json'}")
     report = folder / "report.html"
@@ -444,6 +446,12 @@ def _restore_cells(record_file: Path, out: Path) -> None:
     _say(f"{len(written)} finished cell(s) from {record_file} written into {out}")
 
 
+def _dp_state(cfg: RunConfig) -> str:
+    if cfg.dp.noise_free_reference:
+        return "OFF (noise-free reference: clipped, un-noised, ε = ∞)"
+    return "on" if cfg.dp.enabled else "off"
+
+
 def _ledger_note(cfg: RunConfig) -> str:
     if cfg.dp.ledger_dir is not None:
         return f"lifetime ledger: {cfg.dp.ledger_dir} (every run on these patients is charged there)"
@@ -461,7 +469,8 @@ def sweep(
             help="comma-separated methods: base (pretrained base, no training), local (each site alone), "
             "central (pooled, non-private), fedtar, fedtar-no-gmm, fedtar-no-temporal, fedavg, fedprox, "
             "fedadam, scaffold, drfa; fedavg-ft, fedtar-ft (that method's final model fine-tuned at each "
-            "site for one round's local epochs: personalised FL)"
+            "site for one round's local epochs: personalised FL); central-clip, fedavg-clip, fedtar-clip "
+            "(the private recipe's sampling and clipping with no noise: NOT private, ε = ∞ only)"
         ),
     ] = "fedtar,fedavg",
     seeds: Annotated[

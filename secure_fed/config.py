@@ -218,6 +218,22 @@ class TrainConfig(_Strict):
         "and non-private runs always chain",
     )
     local_epochs: int = Field(2, ge=1)
+    average: Literal["none", "ema", "tail"] = Field(
+        "none",
+        description="iterate averaging: the model evaluated and released at the end is an average of "
+        "the training iterates (the server's model after each round of a federated run, private or "
+        "not, distributed DP included; each optimiser step of `central`), while training goes on from "
+        "the raw iterate. ema: weights ∝ train.ema_decay^age, bias-corrected; tail: the mean of the "
+        "last train.tail_fraction of the iterates. Post-processing of iterates already released: it "
+        "costs no ε and nothing is charged for it. Checkpoints keep the average. `local` and the "
+        "`-ft` references are not averaged; none = the last iterate",
+    )
+    ema_decay: float = Field(
+        0.9, gt=0, lt=1, description="train.average = 'ema': the weight kept by the average per iterate"
+    )
+    tail_fraction: float = Field(
+        0.5, gt=0, le=1, description="train.average = 'tail': the share of the last iterates averaged"
+    )
     fine_tune_epochs: int | None = Field(
         None,
         ge=1,
@@ -285,6 +301,16 @@ class FedConfig(_Strict):
         description="site policy: the methods this site trains for; a request for another is refused",
     )
     time_embedding_dim: int = Field(32, ge=1)
+    dp_weights: Literal["equal", "public_size"] = Field(
+        "equal",
+        description="site-mode DP: the weight of each site's private update in the server's mean. "
+        "equal: every site counts once; public_size: the power-of-two floor of its training "
+        "patients (the same public range its privacy records give, and the divisor of distributed "
+        "mode), so a 2,800-patient site counts 16 times a 210-patient one. Either is post-processing "
+        "of the sites' private updates (no ε); the weight travels as floor / secagg.count_scale, which "
+        "must stay within secagg.clip (a site refuses to plan otherwise). Non-private runs weigh by "
+        "rows whatever this says",
+    )
     engine: Literal["simulation", "inprocess"] = "simulation"
 
 
@@ -302,7 +328,16 @@ class DPConfig(_Strict):
     alpha_direction_norm: float = Field(
         100.0, gt=0, description="largest L2 norm of one α direction the site accepts from the server"
     )
-    accountant: Literal["rdp", "prv"] = Field("rdp", description="accountant the budget guard uses")
+    accountant: Literal["rdp", "prv"] = Field(
+        "rdp",
+        description="the accountant σ is calibrated with and the budget guard enforces: rdp (Rényi DP, "
+        "a looser upper bound) or prv (the tight privacy-random-variable value, falling back to RDP "
+        "where it cannot be computed), so prv gives less noise for the same (ε, δ): σ 0.809 instead of "
+        "0.863 at ε = 8, δ = 1e-5, q = 0.1, 50 steps with the GMM histogram's share. It applies to "
+        "the Gaussian mechanisms of site mode and of the pooled `central` (DP-SGD, GMM histogram, α "
+        "scalars); refused with dp.noise = 'distributed', whose Skellam sum has RDP accounting only. "
+        "Every privacy record logs both values and `secure-fed audit verify` re-derives both",
+    )
     ledger_dir: Path | None = Field(
         None,
         description="site policy: folder of the site's persistent privacy ledgers (one per data set, "
@@ -342,8 +377,43 @@ class DPConfig(_Strict):
         "released gradient is the same); None = one pass",
     )
 
+    noise_free_reference: bool = Field(
+        False,
+        description="NOT PRIVATE, a reference only: train with the private recipe's Poisson sampling "
+        "(dp.sample_rate), steps and per-patient clipping (dp.max_grad_norm) but add no noise, so "
+        "every update, histogram and α scalar leaves un-noised (ε = ∞). It separates what clipping "
+        "and sampling cost from what the noise costs. Needs dp.enabled and no target_epsilon, "
+        "noise_multiplier or budget_epsilon (a number there would read as a guarantee); site mode "
+        "and the pooled central only. Nothing is charged or logged as a privacy release, so the "
+        "run's metrics name no ε and its audit report reads ε = ∞",
+    )
+
     @model_validator(mode="after")
     def _target(self) -> DPConfig:
+        if self.noise_free_reference:
+            if not self.enabled:
+                raise ValueError(
+                    "dp.noise_free_reference needs dp.enabled = true: it runs DP-SGD's sampling and "
+                    "clipping, without the noise"
+                )
+            keys = ("target_epsilon", "noise_multiplier", "budget_epsilon")
+            given = [f"dp.{k}" for k in keys if getattr(self, k) is not None]
+            if given:
+                raise ValueError(
+                    f"dp.noise_free_reference adds no noise (ε = ∞): unset {', '.join(given)}, which would "
+                    "read as a privacy guarantee"
+                )
+            if self.noise == "distributed":
+                raise ValueError(
+                    "dp.noise_free_reference runs in site mode only: set dp.noise = 'site' (distributed "
+                    "mode's plan is calibrated to a target ε)"
+                )
+            if self.ledger_dir is not None:
+                raise ValueError(
+                    "dp.noise_free_reference charges no ledger: unset dp.ledger_dir (a lifetime ledger "
+                    "is for the patients' private runs)"
+                )
+            return self
         if self.enabled and self.target_epsilon is None and self.noise_multiplier is None:
             raise ValueError("dp.target_epsilon (or dp.noise_multiplier) is required when dp.enabled")
         return self
@@ -459,6 +529,11 @@ class RunConfig(_Strict):
                 f"train.local_epochs = {self.train.local_epochs} with dp.noise = 'distributed': set it to "
                 "1. A distributed round is one DP step; local multi-step training on partially noised "
                 "gradients is not DP"
+            )
+        if self.dp.accountant == "prv":
+            raise ValueError(
+                "dp.accountant = 'prv' with dp.noise = 'distributed': the Skellam sum has no PRV "
+                "accountant (RDP only); set dp.accountant = 'rdp', or dp.noise = 'site' for PRV"
             )
         if self.dp.target_epsilon is None:
             raise ValueError(

@@ -1,12 +1,15 @@
 """The share of a method's non-private gain over ``base`` that it keeps at each ε, with a 95 %
-interval, overall and per site (issue 30's privacy–utility table).
+interval, overall and per site (issue 30's privacy–utility table); and the share of the pooled
+non-private ``central``'s gain over ``base`` that a cell reaches (one reference point for every
+method: what pooling all patients without privacy learns).
 
 The share is a ratio of paired mean gains, R = mean(g) / mean(G) with g_s = m_ε,s − base_s and
 G_s = m_∞,s − base_s over the seeds all three cells have: the point estimate the sweep's own
 privacy–utility table prints. Its interval is the delta method's for a ratio of paired means: the
 per-seed residuals z_s = g_s − R·G_s have mean zero, and R's standard error is
 sd(z) / (√n · mean(G)), taken with Student's t at n − 1 degrees of freedom. With three seeds it is
-wide, which is what three seeds can say."""
+wide, which is what three seeds can say. The share of central's gain is the same ratio with
+G_s = central_∞,s − base_s, over the seeds base, central at ε = ∞ and the cell all have."""
 
 from __future__ import annotations
 
@@ -16,7 +19,18 @@ from typing import Any
 
 import numpy as np
 
-from secure_fed.sweep import BASE, kept_groups, labelled, spent_per_site, t975
+from secure_fed.sweep import (
+    BASE,
+    CENTRAL,
+    FEDERATED,
+    FINE_TUNED,
+    NOISE_FREE_METHODS,
+    _order,
+    kept_groups,
+    labelled,
+    spent_per_site,
+    t975,
+)
 
 Key = tuple[str, float | None]
 
@@ -76,6 +90,42 @@ def shares_kept(
     return rows
 
 
+def shares_of_central(
+    runs: list[dict[str, Any]], metrics: Sequence[str] = ("CIDEr", "CE-F1"), site: str | None = None
+) -> list[dict[str, Any]]:
+    """Per (method, ε) cell group of a federated, fine-tuned or noise-free method (any ε) and of
+    private ``central``: the share of non-private ``central``'s gain over ``base`` it reaches, with
+    its interval, over the seeds it, ``base`` and ``central`` at ε = ∞ all have (n); the ε spent as
+    in ``shares_kept``. Groups without such a seed are left out."""
+    by: dict[Key, dict[int, dict[str, Any]]] = {}
+    for run in runs:
+        by.setdefault((run["method"], run["epsilon"]), {})[run["seed"]] = run
+    base, ceiling = by.get((BASE, None), {}), by.get((CENTRAL, None), {})
+    methods = (*FEDERATED, *FINE_TUNED, *NOISE_FREE_METHODS, CENTRAL)
+    rows = []
+    for method, epsilon in sorted(by, key=lambda key: _order(*key)):
+        if method not in methods or (method, epsilon) == (CENTRAL, None):
+            continue
+        cells = by[(method, epsilon)]
+        seeds = sorted(set(cells) & set(base) & set(ceiling))
+        if not seeds:
+            continue
+        spent = [e for s in seeds for e in spent_per_site(cells[s].get("privacy"))]
+        row: dict[str, Any] = {
+            "method": method,
+            "epsilon": epsilon,
+            "n": len(seeds),
+            "spent": (min(spent), max(spent)) if spent else None,
+        }
+        for metric in metrics:
+            b = [_scores(base[s], metric, site) for s in seeds]
+            gains = [_scores(cells[s], metric, site) - bs for s, bs in zip(seeds, b, strict=True)]
+            full = [_scores(ceiling[s], metric, site) - bs for s, bs in zip(seeds, b, strict=True)]
+            row[metric] = ratio_ci(gains, full)
+        rows.append(row)
+    return rows
+
+
 def _share_cell(share: float, ci: tuple[float, float] | None) -> str:
     if math.isnan(share):
         return "—"
@@ -119,6 +169,49 @@ def share_per_site_table(runs: list[dict[str, Any]], metric: str = "CIDEr") -> s
     if not overall or not sites:
         return ""
     head = f"| method ({metric} share kept [95 % CI]) | n | " + " | ".join(sites) + " |\n"
+    head += "|" + " --- |" * (2 + len(sites)) + "\n"
+    lines = []
+    for r in overall:
+        key = (r["method"], r["epsilon"])
+        cells = [
+            _share_cell(*per_site[site][key][metric]) if key in per_site[site] else "—" for site in sites
+        ]
+        lines.append(f"| {labelled(*key)} | {r['n']} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"
+
+
+def share_of_central_table(runs: list[dict[str, Any]], metrics: Sequence[str] = ("CIDEr", "CE-F1")) -> str:
+    """Markdown: per cell group, ε spent per site and the share of non-private central's gain over
+    base it reaches on each metric (the second reference point beside ``share_table``'s)."""
+    rows = shares_of_central(runs, metrics)
+    if not rows:
+        return ""
+    head = (
+        "| method | ε spent per site | n | "
+        + " | ".join(f"{m} share of central's gain [95 % CI]" for m in metrics)
+        + " |\n"
+    )
+    head += "|" + " --- |" * (3 + len(metrics)) + "\n"
+    lines = [
+        f"| {labelled(r['method'], r['epsilon'])} | {_spent_cell(r['spent'])} | {r['n']} | "
+        + " | ".join(_share_cell(*r[m]) for m in metrics)
+        + " |"
+        for r in rows
+    ]
+    return head + "\n".join(lines) + "\n"
+
+
+def share_of_central_per_site_table(runs: list[dict[str, Any]], metric: str = "CIDEr") -> str:
+    """Markdown: per cell group, the share of non-private central's gain it reaches at each site."""
+    sites = sorted({site for r in runs for site in (r.get("per_site") or {})})
+    per_site = {
+        site: {(r["method"], r["epsilon"]): r for r in shares_of_central(runs, (metric,), site)}
+        for site in sites
+    }
+    overall = shares_of_central(runs, (metric,))
+    if not overall or not sites:
+        return ""
+    head = f"| method ({metric} share of central's gain [95 % CI]) | n | " + " | ".join(sites) + " |\n"
     head += "|" + " --- |" * (2 + len(sites)) + "\n"
     lines = []
     for r in overall:

@@ -13,6 +13,11 @@ number of epochs: the ceiling; at a finite ε it is DP-SGD on the pooled patient
 private training at that ε). All three are scored exactly as a run's final evaluation:
 each site's test split, pooled with the weights a site releases.
 
+``<method>-clip`` (``central``, ``fedavg``, ``fedtar``) is the noise-free reference: the private
+recipe's Poisson sampling, steps and per-patient clipping with no noise (``dp.noise_free_reference``),
+not private, so it runs at ε = ∞ only and reports no ε; beside ``<method>`` at ε = ∞ and at a finite
+ε it says how much of the loss is clipping and sampling and how much is noise.
+
 ``<method>-ft`` is the personalised-FL reference (local adaptation of the federated model: each site
 fine-tunes the final global model of ``<method>``'s cell of the same seed and ε on its own train
 split, for ``train.fine_tune_epochs`` epochs, else one round's local epochs, and scores the result
@@ -48,7 +53,11 @@ REFERENCES: tuple[str, ...] = (BASE, LOCAL, CENTRAL)
 FEDERATED: tuple[str, ...] = METHODS_FOR["reports"]
 FINE_TUNE = "-ft"  # suffix: the federated method's final model, fine-tuned at each site
 FINE_TUNED: tuple[str, ...] = tuple(m + FINE_TUNE for m in ("fedavg", "fedtar"))
-METHODS: tuple[str, ...] = REFERENCES + FEDERATED + FINE_TUNED
+# suffix: the private recipe's sampling, steps and clipping with no noise (dp.noise_free_reference),
+# a non-private reference that runs at ε = ∞ only
+NOISE_FREE = "-clip"
+NOISE_FREE_METHODS: tuple[str, ...] = tuple(m + NOISE_FREE for m in (CENTRAL, "fedavg", "fedtar"))
+METHODS: tuple[str, ...] = REFERENCES + FEDERATED + FINE_TUNED + NOISE_FREE_METHODS
 # The columns tables show by default (every metric stays in results.json).
 TABLE_METRICS: tuple[str, ...] = (
     "CIDEr",
@@ -88,10 +97,25 @@ def seed_config(base: RunConfig, method: str, epsilon: float | None, seed: int) 
     split, so the spread over seeds is the training's alone.
     """
     cfg = base.model_copy(deep=True, update={"seed": seed})
-    if method.removesuffix(FINE_TUNE) in FEDERATED:
-        cfg.fed.method = method.removesuffix(FINE_TUNE)  # type: ignore[assignment]
+    name = method.removesuffix(FINE_TUNE).removesuffix(NOISE_FREE)
+    if name in FEDERATED:
+        cfg.fed.method = name  # type: ignore[assignment]
     if base.data.split_seed is None:
         cfg.data.synth.seed = seed
+    if method in NOISE_FREE_METHODS:
+        if epsilon is not None:
+            raise ValueError(f"{method} adds no noise: it runs at ε = ∞ only, not at ε = {epsilon:g}")
+        # validated whole: the switch is refused beside a target, which must go in the same step
+        data = cfg.model_dump()
+        data["dp"] |= {
+            "enabled": True,
+            "noise_free_reference": True,
+            "target_epsilon": None,
+            "noise_multiplier": None,
+            "budget_epsilon": None,
+            "ledger_dir": None,  # charged nowhere, as the non-private cells
+        }
+        return RunConfig.model_validate(data)
     if epsilon is not None:
         cfg.dp.target_epsilon = epsilon  # before enabling: the validator needs it
         cfg.dp.enabled = True
@@ -173,7 +197,7 @@ def sweep(
     started = time.monotonic()
     for epsilon in epsilons:
         for method in methods:
-            if method in (BASE, LOCAL) and epsilon is not None:
+            if (method in (BASE, LOCAL) or method in NOISE_FREE_METHODS) and epsilon is not None:
                 continue  # non-private references: they run once, at ε = ∞ (central has a private cell)
             for seed in seeds:
                 folder = cell_folder(out, method, epsilon, seed)
@@ -283,7 +307,7 @@ def run_cell(
     def progress(unit: str, estimate: bool = True) -> CellProgress | None:
         return CellProgress(label, say, unit=unit, estimate=estimate) if say is not None else None
 
-    if method == CENTRAL and epsilon is not None:
+    if (method == CENTRAL and epsilon is not None) or method == CENTRAL + NOISE_FREE:
         test, per_site, privacy = evaluate_private_central(cfg, folder, progress=progress("step"))
         return cell | {"test": test, "per_site": per_site, "alpha": None, "privacy": privacy}
     if method in REFERENCES:
@@ -370,7 +394,7 @@ def evaluate_reference(
 ) -> Scores:
     """``base``, ``local`` or ``central``, scored as a run's final evaluation; also per site.
     `progress` hears ``central``'s optimiser steps and ``local``'s sites as each is trained."""
-    from secure_fed.algorithms.fedtar.centralised import pooled_splits
+    from secure_fed.algorithms.fedtar.centralised import pooled_splits, train_averaged
     from secure_fed.clients.training import LocalTrainSettings, train_copies
     from secure_fed.data.sites import site_names
     from secure_fed.model.setup import build_report_model
@@ -381,7 +405,7 @@ def evaluate_reference(
     shared = start = model.trainable_state()
     if method == CENTRAL:
         pooled, _, _ = pooled_splits(cfg)
-        shared = train_copies(model, start, [pooled], settings, seed=cfg.seed, progress=progress).states[0]
+        shared, _ = train_averaged(cfg, model, [pooled], settings, progress=progress)
     trained = [0]
     sites = len(site_names(cfg))
 
@@ -407,8 +431,10 @@ def evaluate_private_central(
     from secure_fed.model.setup import build_report_model
 
     trained = train_private_central(cfg, build_report_model(cfg), progress=progress)
-    plain = cfg.model_copy(deep=True)
-    plain.dp.enabled = False  # scoring releases nothing: the sites' runtimes plan no private run
+    # scoring releases nothing: the sites' runtimes plan no private run (both keys at once: a
+    # noise-free reference's switch is refused without dp.enabled)
+    off = cfg.dp.model_copy(update={"enabled": False, "noise_free_reference": False})
+    plain = cfg.model_copy(deep=True, update={"dp": off})
     test, per_site = _score_sites(
         plain, out, lambda _train: trained.state, "private central reference", gmms=trained.gmms
     )
@@ -435,7 +461,8 @@ def evaluate_fine_tuned(cfg: RunConfig, federated: Path, out: Path) -> Scores:
     epochs = cfg.train.fine_tune_epochs or cfg.train.local_epochs
     settings = LocalTrainSettings(lr=cfg.train.lr, epochs=epochs, batch_patients=cfg.train.batch_size)
     model = build_report_model(cfg)
-    start = unflatten(torch.as_tensor(loaded[1]), model.trainable_state())
+    # the model the federated cell released (its iterate average with train.average), not its last iterate
+    start = unflatten(torch.as_tensor(loaded.released), model.trainable_state())
 
     def state_for(train: Any) -> Any:
         return train_copies(model, start, [train], settings, seed=cfg.seed).states[0]
@@ -501,12 +528,15 @@ def load_cells(out: Path) -> list[dict[str, Any]]:
 
 
 def spent_per_site(privacy: dict[str, Any] | None) -> list[float]:
-    """Each site's per-patient ε spent (RDP, the budget guard's accountant); one pooled value for
+    """Each site's per-patient ε spent by the accountant its budget guard enforced (the cell's
+    ``accountant``; RDP where the cell names none or PRV was not computed); one pooled value for
     ``central``; none without DP."""
     values: list[float] = []
+    accountant = (privacy or {}).get("accountant") or "rdp"
     for v in ((privacy or {}).get("epsilon") or {}).values():
         if isinstance(v, dict):
-            v = v.get("rdp", v.get("epsilon"))
+            chosen = v.get(accountant)
+            v = chosen if chosen is not None else v.get("rdp", v.get("epsilon"))
         if isinstance(v, int | float):
             values.append(float(v))
     return values
@@ -969,7 +999,12 @@ def restore_cells(record: dict[str, Any], out: Path) -> list[Path]:
 def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     """results.json, results.md, privacy_utility.png and results.html from every cell in ``out``."""
     # here, not at the top: share_kept builds on this module's names
-    from secure_fed.share_kept import share_per_site_table, share_table
+    from secure_fed.share_kept import (
+        share_of_central_per_site_table,
+        share_of_central_table,
+        share_per_site_table,
+        share_table,
+    )
 
     runs = load_cells(out)
     results = results_of(runs, wall_s)
@@ -998,6 +1033,8 @@ def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
         ("Share of the non-private gain kept, 95 % intervals, ε spent per site", share_table(runs)),
         ("CIDEr share kept per site", share_per_site_table(runs)),
         ("CE-F1 share kept per site", share_per_site_table(runs, "CE-F1")),
+        ("Share of non-private central's gain over base, 95 % intervals", share_of_central_table(runs)),
+        ("CIDEr share of central's gain per site", share_of_central_per_site_table(runs)),
         ("Wall time per cell", wall_table(runs)),
     ]
     md = "".join(f"### {title}\n\n{table}\n" for title, table in sections if table)

@@ -107,6 +107,7 @@ _DISTRIBUTED = {
         ({"fed": {"method": "fedprox"}}, "'fedprox' with dp.noise = 'distributed' is not yet supported"),
         ({"fed": {"participation": 0.5}}, "fed.participation = 0.5 with dp.noise = 'distributed'"),
         ({"dp": {"target_epsilon": None, "noise_multiplier": 1.0}}, "needs dp.target_epsilon"),
+        ({"dp": {"accountant": "prv"}}, "dp.accountant = 'prv' with dp.noise = 'distributed'.*'rdp'"),
     ],
 )
 def test_distributed_noise_is_refused_where_it_would_not_be_dp(change, message):

@@ -111,3 +111,47 @@ def test_the_doc_table_joins_sweeps_of_one_base_and_refuses_two_bases(tmp_path: 
     elsewhere = _folder(tmp_path, "elsewhere", [r for r in _grid() if r["epsilon"] is None], base_model="b2")
     with pytest.raises(doc_tables.TableError, match="base model b2"):
         doc_tables.from_sweep(private, "share-kept", "T", "cmd", "laptop", adding=[elsewhere])
+
+
+def _with_central() -> list[dict[str, Any]]:
+    # non-private pooled central: gains over base 4, 6, 5 on seeds 0, 1, 2 (siteB: 2 on every seed)
+    return _grid() + [_run("central", None, s, c, 3.0) for s, c in ((0, 5.0), (1, 7.0), (2, 6.0))]
+
+
+def test_the_share_of_centrals_gain_pairs_by_seed_with_the_delta_method_interval() -> None:
+    rows = {(r["method"], r["epsilon"]): r for r in sk.shares_of_central(_with_central())}
+    # base, central and the cell on the same seeds; no own non-private cell needed (fedtar)
+    assert list(rows) == [("fedtar", 8.0), ("fedavg", None), ("fedavg", 8.0)]
+    # fedavg ε=8, by hand: g = 2, 2.5, 3 (seed 3 has no base), G = 4, 6, 5: R = 2.5 / 5 = 0.5;
+    # residuals g - R G = 0, -0.5, 0.5 (sd 0.5); se = 0.5 / (sqrt(3) * 5); half = 4.303 se = 0.248434
+    row = rows[("fedavg", 8.0)]
+    assert row["n"] == 3 and row["spent"] == pytest.approx((7.94, 7.95))
+    share, ci = row["CIDEr"]
+    assert share == pytest.approx(0.5) and ci == pytest.approx((0.5 - 0.248434, 0.5 + 0.248434), abs=1e-6)
+    assert row["CE-F1"][0] == pytest.approx(0.5)
+    # fedavg ε=∞: g = 4 on every seed: R = 0.8; residuals 0.8, -0.8, 0 (sd 0.8); half 0.397495
+    share, ci = rows[("fedavg", None)]["CIDEr"]
+    assert share == pytest.approx(0.8) and ci == pytest.approx((0.8 - 0.397495, 0.8 + 0.397495), abs=1e-6)
+    assert rows[("fedavg", None)]["spent"] is None
+    # fedtar ε=8 on seeds 0, 1: g = 1, 1, G = 4, 6: R = 0.2; residuals 0.2, -0.2; half 12.706 * 0.04
+    share, ci = rows[("fedtar", 8.0)]["CIDEr"]
+    assert rows[("fedtar", 8.0)]["n"] == 2
+    assert share == pytest.approx(0.2) and ci == pytest.approx((0.2 - 0.50824, 0.2 + 0.50824), abs=1e-6)
+    site_b = {
+        (r["method"], r["epsilon"]): r for r in sk.shares_of_central(_with_central(), ("CIDEr",), "siteB")
+    }
+    share, ci = site_b[("fedavg", 8.0)]["CIDEr"]
+    assert share == pytest.approx(0.5) and ci == pytest.approx((0.5, 0.5))  # 1 of central's 2 on every seed
+    assert sk.shares_of_central(_grid()) == []  # no central cells: no second reference point
+
+
+def test_the_share_of_central_tables_and_their_doc_table(tmp_path: Path) -> None:
+    table = sk.share_of_central_table(_with_central())
+    assert "| method | ε spent per site | n | CIDEr share of central's gain [95 % CI] |" in table
+    assert "| fedavg ε=8 | 7.940–7.950 | 3 | 50 % [25, 75] | 50 % [25, 75] |" in table
+    assert "| fedavg ε=∞ | — | 3 | 80 % [40, 120] |" in table
+    per_site = sk.share_of_central_per_site_table(_with_central())
+    assert "| fedavg ε=8 | 3 | 50 % [25, 75] | 50 % [50, 50] |" in per_site
+    folder = _folder(tmp_path, "grid", _with_central())
+    data = doc_tables.from_sweep(folder, "share-of-central", "T", "cmd", "laptop")
+    assert [r[0] for r in data["rows"]] == ["fedtar ε=8", "fedavg ε=∞", "fedavg ε=8"]

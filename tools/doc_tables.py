@@ -260,6 +260,9 @@ SWEEP_TABLES = (
     "share-kept",
     "share-kept-cider-per-site",
     "share-kept-ce-f1-per-site",
+    "share-of-central",
+    "share-of-central-cider-per-site",
+    "share-of-central-ce-f1-per-site",
 )
 
 
@@ -324,6 +327,12 @@ def sweep_markdown(
         "share-kept": lambda: sk.share_table(results["runs"]),
         "share-kept-cider-per-site": lambda: sk.share_per_site_table(results["runs"]),
         "share-kept-ce-f1-per-site": lambda: sk.share_per_site_table(results["runs"], "CE-F1"),
+        # the second reference point: the share of non-private pooled central's gain over base
+        "share-of-central": lambda: sk.share_of_central_table(results["runs"]),
+        "share-of-central-cider-per-site": lambda: sk.share_of_central_per_site_table(results["runs"]),
+        "share-of-central-ce-f1-per-site": lambda: sk.share_of_central_per_site_table(
+            results["runs"], "CE-F1"
+        ),
         "wall": lambda: sw.wall_table(results["runs"]),
         # from the cells, as the sweep computes it: a folder from before the table has them too
         "privacy-utility-ce-f1": lambda: sw.privacy_table(

@@ -48,13 +48,16 @@ def _flag(section: Mapping[str, Any], key: str = "enabled") -> bool | None:
 
 
 def run_settings(config: Mapping[str, Any]) -> RunSettings:
-    dp = _flag(_section(config, "dp"))
+    dp_section = _section(config, "dp")
+    enabled = _flag(dp_section)
+    # a noise-free reference runs DP-SGD's sampling and clipping without noise: not DP, so no
+    # privacy record is owed and its releases read as ε = ∞
+    dp = False if enabled and _flag(dp_section, "noise_free_reference") else enabled
     secagg = _flag(_section(config, "secagg"))
     if secagg is None:
-        # secure_fed.config: secagg.enabled = None (the default) means "on exactly when DP is on".
-        secagg = dp
+        # secure_fed.config: secagg.enabled = None (the default) means "on exactly when dp.enabled".
+        secagg = enabled
     method = _section(config, "fed").get("method", config.get("method"))
-    dp_section = _section(config, "dp")
     noise, h, c = dp_section.get("noise"), dp_section.get("honest_min"), dp_section.get("colluders")
     # a distributed run's snapshot without the key predates it: its plan used the general bound
     amplification = dp_section.get("amplification", "general") if noise == "distributed" else None

@@ -254,6 +254,8 @@ def run_empirical_audit(
     refused when no M up to the cap does, since such an audit could only be inconclusive."""
     if not cfg.dp.enabled:
         raise ValueError("dp.enabled is false: there is no DP mechanism to audit (set dp.enabled = true)")
+    if cfg.dp.noise_free_reference:
+        raise ValueError("dp.noise_free_reference adds no noise: there is no DP mechanism to audit")
     started = time.monotonic()
     out = Path(out)
     cfg = cfg.model_copy(update={"out": out})

@@ -123,6 +123,8 @@ class SitePrivacy:
     distributed: Any = None
     # memory only: a step's sample runs in forward/backward passes of at most this many patients
     max_patients_per_pass: int | None = None
+    # dp.noise_free_reference: σ = 0 everywhere, nothing charged or logged, ε = ∞ (not private)
+    noise_free: bool = False
     _streams: dict[tuple[str, int], NoiseStream] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
@@ -141,6 +143,10 @@ class SitePrivacy:
         dp = cfg.dp
         delta = {}
         distributed = dp.noise == "distributed"
+        if not distributed:
+            from secure_fed.clients.learner import check_private_weight
+
+            check_private_weight(cfg, n_train)  # before anything is released, not at round 1's sum
         for pop, n in ((TRAIN, n_train), (VALIDATION, max(n_val, 1))):
             d = dp.delta if dp.delta is not None else default_delta(n)
             if distributed and pop == TRAIN:
@@ -152,7 +158,10 @@ class SitePrivacy:
             delta[pop] = d
         steps = passes * cfg.train.local_epochs * steps_per_epoch(dp.sample_rate)
         target = dp.target_epsilon
-        if distributed:
+        if dp.noise_free_reference:
+            # the recipe's sampling, steps and clipping with no noise: no σ to calibrate
+            sigma = hist_sigma = 0.0
+        elif distributed:
             assert target is not None  # the config refuses distributed mode without a target
             # one DP step a round; σ is set from the plan (the released sum's noise over C)
             steps, sigma = 1, float("nan")
@@ -175,8 +184,11 @@ class SitePrivacy:
             )
             sigma = split.dpsgd_noise_multiplier
             hist_sigma = split.gmm_noise_multiplier or sigma
-        alpha_sigma = dp.alpha_noise_multiplier or calibrate_gaussian_for(
-            target or 1.0, delta[VALIDATION], cfg.fed.rounds, dp.accountant
+        alpha_sigma = (
+            0.0
+            if dp.noise_free_reference
+            else dp.alpha_noise_multiplier
+            or calibrate_gaussian_for(target or 1.0, delta[VALIDATION], cfg.fed.rounds, dp.accountant)
         )
         if noise_key is None:
             raise ValueError("DP noise needs the site's secret noise key")
@@ -199,6 +211,7 @@ class SitePrivacy:
             accountant=dp.accountant,
             releases_alpha=alpha,
             max_patients_per_pass=dp.max_patients_per_pass,
+            noise_free=dp.noise_free_reference,
         )
 
     # -- releases ---------------------------------------------------------------------------
@@ -262,8 +275,10 @@ class SitePrivacy:
                 "ledger cannot charge. Keep it with fit_gmm(..., release_path=<site folder>/"
                 "gmm-histogram.json), or start a new run folder."
             )
-        if charged:
-            return  # refitted from the kept histogram: the same release, charged once
+        if charged or self.noise_free:
+            # refitted from the kept histogram (the same release, charged once), or un-noised: a
+            # finite ε of an un-noised release would be false, so none is logged
+            return
         self.ledger.record(self.site, TRAIN, 0, "gmm_histogram", event)
         self._log(0, TRAIN, "gmm_histogram", event)
 
@@ -289,6 +304,10 @@ class SitePrivacy:
 
     def admit_round(self, round_id: int) -> Admission:
         """Admit both populations' releases of this round, or neither."""
+        if self.noise_free:
+            # no budget can hold an un-noised release, and no ε is logged that could read as one
+            self.last_round = round_id
+            return Admission(True, math.inf, "noise-free reference: un-noised releases, ε = ∞")
         guard = BudgetGuard(self.ledger, self.budget, accountant=self.accountant)  # type: ignore[arg-type]
         planned = self.round_events()
         for pop, events in planned.items():
@@ -338,6 +357,9 @@ class SitePrivacy:
         return out
 
     def after_round_summary(self) -> dict[str, Any]:
+        if self.noise_free:
+            # no epsilon_* keys: the server then records no ε for this site, rather than a 0
+            return {"noise_free_reference": True, "noise_multiplier": 0.0}
         eps = self.epsilon()
         return {
             "epsilon_rdp": max((v["rdp"] for v in eps.values() if v.get("rdp") is not None), default=0.0),

@@ -123,6 +123,10 @@ def _trainable(module: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
     return [(n.removeprefix("_module."), p) for n, p in module.named_parameters() if p.requires_grad]
 
 
+def _state(module: torch.nn.Module) -> State:
+    return OrderedDict((n, p.detach().to("cpu", copy=True)) for n, p in _trainable(module))
+
+
 def train_copies(
     model: ReportModel,
     start: State,
@@ -131,8 +135,11 @@ def train_copies(
     seed: int,
     gradients: PatientGradients | None = None,
     progress: Callable[[int, int], None] | None = None,
+    after_step: Callable[[int, list[State]], None] | None = None,
 ) -> TrainResult:
-    """Train len(groups) copies of the adapters from `start`; copy i sees only groups[i]."""
+    """Train len(groups) copies of the adapters from `start`; copy i sees only groups[i].
+    `after_step(step, states)` sees every copy's state after each optimiser step (1-based): the
+    iterates an average is taken over (train.average)."""
     gen = torch.Generator().manual_seed(seed)
     grads = gradients or MinibatchGradients(settings.batch_patients, gen)
     n_patients = 1 + max((int(g.patient_slot.max()) for g in groups if len(g)), default=-1)
@@ -190,11 +197,11 @@ def train_copies(
                     if p.grad is not None:
                         p.grad.add_(correction[n])
             opt.step()
+        if after_step is not None:
+            after_step(step + 1, [_state(c) for c in copies])
         if progress is not None:
             progress(step + 1, steps)
-    states = []
-    for c in copies:
-        states.append(OrderedDict((n, p.detach().to("cpu", copy=True)) for n, p in _trainable(c)))
+    states = [_state(c) for c in copies]
     return TrainResult(
         states=states, rows=[len(g) for g in groups], steps=steps, mean_loss=loss_sum / max(loss_rows, 1)
     )

@@ -211,8 +211,11 @@ class ExpandedWeightsModule(GradSampleModuleExpandedWeights):
 @dataclass(frozen=True)
 class StepStats:
     per_patient_norms: torch.Tensor  # [num_patients] joint L2 norms before clipping
-    clipped_fraction: float  # share of patients whose gradient was scaled down
+    # of the step's sampled patients (those with a row), not the population: at q = 0.1 a share
+    # of the population would read ten times too low
+    clipped_fraction: float
     num_patients: int
+    sampled: int = 0  # patients with a row in this step
 
 
 class PatientDPSGD:
@@ -403,8 +406,11 @@ class PatientDPSGD:
             for p, piece in zip(params, torch.split(grads, sizes), strict=True):
                 p.grad = piece.view(p.shape)
         self._clear_grad_samples()
-        clipped = float((norms > self.max_grad_norm).double().mean()) if num_patients else 0.0
-        return StepStats(per_patient_norms=norms, clipped_fraction=clipped, num_patients=num_patients)
+        sampled = len(present)
+        clipped = float((norms[present] > self.max_grad_norm).double().mean()) if sampled else 0.0
+        return StepStats(
+            per_patient_norms=norms, clipped_fraction=clipped, num_patients=num_patients, sampled=sampled
+        )
 
     def _add_injected(
         self,

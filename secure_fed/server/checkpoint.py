@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -24,23 +24,49 @@ def _to_tensors(obj: Any) -> Any:
     return obj
 
 
+class Checkpoint(NamedTuple):
+    round: int
+    global_state: np.ndarray  # the raw iterate: training resumes from it
+    strategy: dict[str, Any]
+    meta: dict[str, Any]
+    # train.average's state (secure_fed.averaging), None when the run does not average
+    average: dict[str, Any] | None = None
+
+    @property
+    def released(self) -> np.ndarray:
+        """The model the run releases at this round: the iterate average where one was kept."""
+        if self.average is None:
+            return self.global_state
+        from secure_fed.averaging import IterateAverage
+
+        settings = self.average
+        average = IterateAverage(
+            str(settings["kind"]), int(settings["total"]), float(settings["decay"]),
+            float(settings["tail_fraction"]),
+        )  # fmt: skip
+        average.load_state_dict(self.average)
+        return average.released(self.global_state)
+
+
 def save_checkpoint(
     folder: Path,
     round_id: int,
     global_state: np.ndarray,
     strategy_state: dict[str, Any],
     meta: dict[str, Any],
+    average: dict[str, Any] | None = None,
 ) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / (STATE_FILE + ".tmp")
-    torch.save(
-        {
-            "round": round_id,
-            "global": torch.from_numpy(global_state.copy()),
-            "strategy": _to_tensors(strategy_state),
-        },
-        tmp,
-    )
+    data: dict[str, Any] = {
+        "round": round_id,
+        "global": torch.from_numpy(global_state.copy()),
+        "strategy": _to_tensors(strategy_state),
+    }
+    if average is not None:
+        # with the raw iterate in one file: a crash never pairs a model with another round's average
+        data["average"] = _to_tensors(average)
+    torch.save(data, tmp)
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
     tmp.replace(folder / STATE_FILE)
@@ -49,12 +75,16 @@ def save_checkpoint(
     meta_tmp.replace(folder / META_FILE)
 
 
-def load_checkpoint(folder: Path) -> tuple[int, np.ndarray, dict[str, Any], dict[str, Any]] | None:
+def _arrays(section: dict[str, Any]) -> dict[str, Any]:
+    return {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in section.items()}
+
+
+def load_checkpoint(folder: Path) -> Checkpoint | None:
     path = folder / STATE_FILE
     if not path.exists():
         return None
     # Only tensors and plain containers: a checkpoint cannot run code when loaded.
     data = torch.load(path, map_location="cpu", weights_only=True)
     meta = json.loads((folder / META_FILE).read_text()) if (folder / META_FILE).exists() else {}
-    strategy = {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in data["strategy"].items()}
-    return int(data["round"]), data["global"].numpy(), strategy, meta
+    average = _arrays(data["average"]) if "average" in data else None
+    return Checkpoint(int(data["round"]), data["global"].numpy(), _arrays(data["strategy"]), meta, average)

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from secure_fed.averaging import AverageMismatch, IterateAverage
 from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_protocol import SecAggAbort
 from secure_fed.crypto.transport import Transport
@@ -269,11 +270,24 @@ class Orchestrator:
         strategy = make_strategy(cfg.fed.method, self.initial_state.size, cfg.data.max_visits, cfg)
         checkpoint_dir = self.out / "checkpoint"
         state, first_round, per_round = self.initial_state.copy(), 1, []
+        # the server's model after each round is an iterate: released ones, so averaging is free
+        average = IterateAverage.from_config(cfg, cfg.fed.rounds)
         if resume:
             loaded = load_checkpoint(checkpoint_dir)
             if loaded is None:
                 raise FileNotFoundError(f"--resume: no checkpoint in {checkpoint_dir}")
-            done, state, strategy_state, meta = loaded
+            done, state, strategy_state, meta, saved_average = loaded
+            if average is not None:
+                if saved_average is None:
+                    raise RunAborted(
+                        f"--resume: the checkpoint after round {done} kept no iterate average, but "
+                        f"train.average = {cfg.train.average!r}: resume with the settings the run was "
+                        "started with, or start a new run"
+                    )
+                try:
+                    average.load_state_dict(saved_average)
+                except AverageMismatch as err:
+                    raise RunAborted(f"--resume: {err}") from None
             strategy.load_state_dict(strategy_state)
             per_round = list(meta.get("per_round", []))
             self.skipped = list(meta.get("skipped_rounds", []))
@@ -332,6 +346,8 @@ class Orchestrator:
                 self.nodes = alive
                 continue
             state = result.global_state
+            if average is not None:
+                average.update(state, r)
             row = {
                 "round": r,
                 "val_loss": result.val_loss,
@@ -349,13 +365,21 @@ class Orchestrator:
                 self.events("alpha", {"alpha": result.alpha}, r)
             meta_out = {"per_round": per_round, "skipped_rounds": self.skipped}
             raise_pending_stop()  # a round a stop cut short is not saved as done
-            save_checkpoint(checkpoint_dir, r, state, strategy.state_dict(), meta_out)
+            save_checkpoint(
+                checkpoint_dir,
+                r,
+                state,
+                strategy.state_dict(),
+                meta_out,
+                average.state_dict() if average is not None else None,
+            )
             self.settled = r
             if self.progress is not None:
                 self.progress(r, cfg.fed.rounds, result)
         if not per_round:  # every round was skipped: there is no trained model to score
             raise RunAborted(f"no round of {cfg.fed.rounds} completed; nothing is evaluated")
         raise_pending_stop()
+        raw, state = state, average.released(state) if average is not None else state
         test = self.evaluate(state, stopped)
         finished = self.transport.exchange("finish", {n: _end(stopped) for n in self.nodes})
         ended = self._site_privacy_at_end(finished)
@@ -374,11 +398,17 @@ class Orchestrator:
             "stopped_early": stopped,
             "skipped_rounds": self.skipped,
         }
-        if cfg.dp.enabled:
-            metrics["privacy"] = privacy_summary(per_round, self.site_deltas, ended)
+        if cfg.dp.noise_free_reference:
+            metrics["privacy"] = NOISE_FREE_PRIVACY
+        elif cfg.dp.enabled:
+            metrics["privacy"] = privacy_summary(per_round, self.site_deltas, ended, cfg.dp.accountant)
+        if average is not None:
+            metrics["average"] = average.settings() | {"iterates": average.count}
         self.out.mkdir(parents=True, exist_ok=True)
         (self.out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=_json_default))
-        np.save(self.out / "global_adapters.npy", state)
+        np.save(self.out / "global_adapters.npy", state)  # what was evaluated: the released model
+        if average is not None:
+            np.save(self.out / "last_iterate.npy", raw)
         self.final_state = state
         return RunOutcome(metrics=metrics, stopped_early=stopped, per_round=per_round)
 
@@ -473,20 +503,31 @@ def upload_size(dim: int, n_sites: int, aggregation: AggregationSettings) -> int
     return ring_dtype(params.modulus_bits).itemsize * (dim + 1)
 
 
+# what a noise-free reference's metrics say of privacy: no ε at all (a number would read as one)
+NOISE_FREE_PRIVACY: dict[str, Any] = {
+    "noise_free_reference": True,
+    "epsilon": None,
+    "note": "not private: the private recipe's sampling and clipping with no noise, ε = ∞",
+}
+
+
 def privacy_summary(
     per_round: list[dict[str, Any]],
     deltas: dict[str, float],
     ended: dict[str, dict[str, float | None]] | None = None,
+    accountant: str = "rdp",
 ) -> dict[str, Any]:
     """metrics.json's privacy block: each site's cumulative ε at the end of the run as the site's
     accountant holds it (its `finish` reply: what its last privacy records say, every population,
     releases before a resume and after the last round's training included); a site that sent none
-    keeps its ε after its last admitted round."""
+    keeps its ε after its last admitted round. `accountant`: the one the budget was enforced with,
+    whose value a table reports as spent."""
     latest: dict[str, dict[str, Any]] = {}
     for row in per_round:
         latest.update(row.get("epsilon") or {})
     latest.update(ended or {})
     return {
+        "accountant": accountant,
         "delta": max(deltas.values()) if deltas else None,
         "delta_per_site": deltas,
         "epsilon": latest,

@@ -185,6 +185,21 @@ def test_a_patient_with_five_visits_moves_the_sum_by_at_most_c() -> None:
     assert difference == pytest.approx(c, rel=1e-4)  # the whole patient, not one visit, was clipped
 
 
+def test_the_clipped_fraction_is_of_the_sampled_patients_not_the_population() -> None:
+    # 4 patients sampled out of a population of 40 (q = 0.1), every one of them clipped: the logged
+    # share must read 100 % of the step's patients, not 4/40 = 10 % of everyone
+    make, row_losses = _mlp_case()
+    models = make()
+    dp = PatientDPSGD(models, 1e-6, 0.0, 4.0, noise(3))
+    torch.stack([losses.sum() for losses in row_losses(dp.forward_modules)]).sum().backward()
+    stats = dp.privatize(INDEX, num_patients=10 * PATIENTS)
+    assert stats.clipped_fraction == pytest.approx(1.0)
+    assert stats.num_patients == 10 * PATIENTS and stats.sampled == PATIENTS
+    # a step that sampled nobody clipped nobody (and does not divide by zero)
+    empty = PatientDPSGD([nn.Linear(3, 2)], 1.0, 1.0, 1.0, noise(4))
+    assert empty.privatize([None], num_patients=10).clipped_fraction == 0.0
+
+
 def test_an_empty_batch_still_releases_noise() -> None:
     models = [nn.Linear(3, 2) for _ in range(2)]
     dp = PatientDPSGD(models, 1.0, 2.0, 4.0, noise(5))

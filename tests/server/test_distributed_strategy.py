@@ -105,3 +105,19 @@ def test_a_site_priced_with_the_other_subsampling_bound_is_on_another_plan(cfg: 
     digests[3] = plan_digest(general)
     with pytest.raises(ValueError, match="site3 encoded with another distributed-DP plan"):
         _round(cfg, digests)
+
+
+def test_the_servers_adam_resumes_from_a_checkpoint(tmp_path) -> None:
+    from secure_fed.server.checkpoint import load_checkpoint, save_checkpoint
+    from secure_fed.server.strategies.distributed import Adam
+
+    adam = Adam((3,), 1e-3)
+    state = adam.step(np.zeros(3), np.array([1.0, -2.0, 0.5]))
+    save_checkpoint(tmp_path, 1, state, adam.state_dict(), {})
+    loaded = load_checkpoint(tmp_path)
+    assert loaded is not None
+    resumed = Adam((3,), 1e-3)
+    resumed.load_state_dict(loaded.strategy)
+    assert resumed.steps == 1
+    gradient = np.array([0.3, 0.1, -0.2])
+    np.testing.assert_array_equal(resumed.step(state, gradient), adam.step(state, gradient))

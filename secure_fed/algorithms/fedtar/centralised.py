@@ -74,6 +74,40 @@ def pooled_splits(
     return _concat(train), _concat(val), _concat(test)
 
 
+def train_averaged(
+    cfg: RunConfig,
+    model: ReportModel,
+    groups: list[Examples],
+    settings: LocalTrainSettings,
+    gradients: DPGradients | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[State, int]:
+    """`train_copies` on the pooled patients, the state it releases (the last iterate, or with
+    `train.average` the average over its optimiser steps: post-processing of DP-SGD's released
+    steps, charged nothing) and the steps taken."""
+    from secure_fed.averaging import IterateAverage
+    from secure_fed.model.vectors import flatten, unflatten
+
+    n_patients = 1 + max((int(g.patient_slot.max()) for g in groups if len(g)), default=-1)
+    per_epoch = (gradients.steps_per_epoch(n_patients) if gradients is not None
+                 else max(1, -(-n_patients // settings.batch_patients)))  # fmt: skip
+    average = IterateAverage.from_config(cfg, max(1, settings.epochs * per_epoch))
+
+    def after_step(step: int, states: list[State]) -> None:
+        assert average is not None
+        average.update(flatten(states[0]).numpy(), step)
+
+    result = train_copies(
+        model, model.trainable_state(), groups, settings, seed=cfg.seed, gradients=gradients,
+        progress=progress, after_step=after_step if average is not None else None,
+    )  # fmt: skip
+    last = result.states[0]
+    if average is None:
+        return last, result.steps
+    released = average.released(flatten(last).numpy())
+    return unflatten(torch.from_numpy(released), last), result.steps
+
+
 def train_centralised(
     cfg: RunConfig, epochs: int, model: ReportModel | None = None
 ) -> tuple[ReportModel, dict]:
@@ -113,7 +147,8 @@ def train_private_central(
     With the hyper-LoRA each site's GMM is fitted from its noisy histogram (a patient is in one
     site's histogram: one Gaussian per patient), priced with DP-SGD by the same split as a site's
     plan; without it the profiles reach no layer and no histogram is released. ε is the ledger's
-    price of exactly the events that ran, not the target."""
+    price of exactly the events that ran, not the target. With ``dp.noise_free_reference`` the same
+    sampling, steps and clipping run with no noise: not private, and no ε is reported."""
     dp = cfg.dp
     if not dp.enabled:
         raise ValueError("train_private_central needs dp.enabled")
@@ -126,7 +161,10 @@ def train_private_central(
     epochs = cfg.fed.rounds * cfg.train.local_epochs
     steps = epochs * steps_per_epoch(dp.sample_rate)
     histogram = cfg.hyper_lora_on
-    if dp.noise_multiplier is not None:
+    noise_free = dp.noise_free_reference
+    if noise_free:
+        sigma = hist_sigma = 0.0  # the recipe's sampling, steps and clipping, un-noised: ε = ∞
+    elif dp.noise_multiplier is not None:
         sigma = dp.noise_multiplier
         hist_sigma = (
             calibrate_gaussian(dp.gmm_fraction * dp.target_epsilon, delta) if dp.target_epsilon else sigma
@@ -155,7 +193,7 @@ def train_private_central(
             gmm, event = fit_gmm(
                 profiles, cfg.model.gmm_components, cfg.model.gmm_reg_covar, cfg.seed, hist_sigma, stream
             )
-            if site == next(iter(site_names(cfg))):  # parallel composition: charged once
+            if not noise_free and site == next(iter(site_names(cfg))):  # parallel composition: charged once
                 assert event is not None
                 ledger.record(POOLED, "train", 0, "gmm_histogram", event)
         gmms[site] = gmm
@@ -173,27 +211,26 @@ def train_private_central(
         dp.max_patients_per_pass,
     )
     settings = LocalTrainSettings(lr=cfg.train.lr, epochs=epochs, batch_patients=cfg.train.batch_size)
-    result = train_copies(
-        model,
-        model.trainable_state(),
-        [train],
-        settings,
-        seed=cfg.seed,
-        gradients=gradients,
-        progress=progress,
-    )
-    ledger.record(POOLED, "train", 1, "dp_sgd", PoissonSampledGaussian(dp.sample_rate, sigma, result.steps))
-    eps = ledger.epsilon(POOLED, "train", delta=delta)
+    state, steps = train_averaged(cfg, model, [train], settings, gradients, progress)
+    if noise_free:
+        # no ε: a number, even infinity, in this field would be read as a privacy level spent
+        epsilon: dict[str, Any] | None = None
+    else:
+        ledger.record(POOLED, "train", 1, "dp_sgd", PoissonSampledGaussian(dp.sample_rate, sigma, steps))
+        eps = ledger.epsilon(POOLED, "train", delta=delta)
+        epsilon = {POOLED: {"rdp": eps["rdp"], "prv": eps.get("prv")}}
     privacy = {
-        "epsilon": {POOLED: {"rdp": eps["rdp"], "prv": eps.get("prv")}},
+        "epsilon": epsilon,
+        "accountant": dp.accountant,
+        "noise_free_reference": noise_free,
         "delta": delta,
         "noise_multiplier": sigma,
         "histogram_noise_multiplier": hist_sigma if histogram else None,
         "sample_rate": dp.sample_rate,
         "expected_batch": dp.sample_rate * n_pooled,
-        "steps": result.steps,
+        "steps": steps,
         "clip": dp.max_grad_norm,
         "patients": n_pooled,
         "clipped_fraction": float(np.mean(gradients.clipped)) if gradients.clipped else None,
     }
-    return PrivateCentral(result.states[0], gmms, privacy)
+    return PrivateCentral(state, gmms, privacy)

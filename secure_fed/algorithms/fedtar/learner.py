@@ -21,7 +21,7 @@ import torch
 from secure_fed.algorithms.fedtar.hypergrad import per_patient_hypergradients
 from secure_fed.algorithms.fedtar.profile import fit_gmm
 from secure_fed.clients.evaluation import evaluate_split, free_text_labeler
-from secure_fed.clients.learner import LocalUpdate, SiteStart
+from secure_fed.clients.learner import LocalUpdate, SiteStart, private_weight
 from secure_fed.clients.private import TRAIN, SitePrivacy
 from secure_fed.clients.runtime import BudgetExhausted
 from secure_fed.clients.site import SiteData, attach_profiles, load_site, patient_profiles
@@ -190,9 +190,12 @@ class ReportLearner:
         )
         start_vec = flatten(start)
         deltas = [flatten(s) - start_vec for s in result.states]
-        # DP: weights must be public (post-processing of DP-SGD only), so every site counts once.
+        # DP: weights must be public (post-processing of DP-SGD only): every site once, or its
+        # public power-of-two patient floor (fed.dp_weights)
         scale = cfg.secagg.count_scale  # public: keeps n·Δ and n inside the SecAgg+ clip range
-        weights = [1.0 / scale] * len(deltas) if private else [n / scale for n in result.rows]
+        weights = (
+            [private_weight(cfg, self.n_train)] * len(deltas) if private else [n / scale for n in result.rows]
+        )
         parts = [
             torch.cat([w * d, torch.tensor([w], dtype=torch.float64)])
             for w, d in zip(weights, deltas, strict=True)

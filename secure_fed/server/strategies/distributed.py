@@ -45,7 +45,8 @@ class Adam:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.m, self.v = np.asarray(state["m"]), np.asarray(state["v"])
-        self.steps = int(np.asarray(state["steps"]))
+        # a checkpoint stores the count as a one-element array (numpy 2 refuses int() of one)
+        self.steps = int(np.asarray(state["steps"]).reshape(-1)[0])
 
 
 def noisy_gradient(
