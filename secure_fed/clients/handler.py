@@ -202,6 +202,7 @@ def _secagg_rules(runtime: SiteRuntime) -> vector_sum.SiteRules:
         # with at least h sites in its signed view of the survivors
         ring_bits=None if plan is None else plan.bits,
         honest_min=None if plan is None else plan.honest_min,
+        colluders=runtime.cfg.dp.colluders,
     )
 
 

@@ -57,6 +57,7 @@ from secure_fed.crypto.secagg_protocol import (
     UNMASK,
     SecAggRefused,
     ShareRejected,
+    collusion_safe_threshold,
     share_associated_data,
     site_threshold,
     word_bits,
@@ -87,6 +88,7 @@ class SiteRules:
     masked as it is, and the round's ring must be exactly that. honest_min: h, the fewest sites
     (itself included) its signed view of the survivors must hold before it reveals anything that
     unmasks a sum: its share carries only part of the noise, which h sites' shares complete.
+    colluders: c, the colluding neighbours its Shamir threshold must hold against (dp.colluders).
     """
 
     quantisation: SiteQuantisation = field(default_factory=SiteQuantisation)
@@ -94,6 +96,7 @@ class SiteRules:
     upload_id: str | None = None
     ring_bits: int | None = None
     honest_min: int | None = None
+    colluders: int = 1
 
 
 # Updates this site has sent masked, as "fingerprint@round": carried over every setup, which
@@ -309,10 +312,13 @@ def _setup(
         raise SecAggRefused(f"neighbour list {neighbours} is not valid for node {me} among {num_nodes}")
     # below 2t >= k + 2, one colluding neighbour and the server could strip every mask off this
     # site's input (collusion_safe_threshold says how)
-    if not (site_threshold(len(neighbours)) <= threshold <= len(neighbours)):
+    # its own floor against the colluders it plans for: a server that shrinks the round cannot
+    # bring t under what c colluding neighbours need
+    floor = max(site_threshold(len(neighbours)), collusion_safe_threshold(len(neighbours), rules.colluders))
+    if not (floor <= threshold <= len(neighbours)):
         raise SecAggRefused(
-            f"threshold {threshold} is unsafe for {len(neighbours)} neighbours "
-            f"(this site needs {site_threshold(len(neighbours))}: 2t >= k + 2, raised where k allows)"
+            f"threshold {threshold} is unsafe for {len(neighbours)} neighbours (this site needs {floor}: "
+            f"2t >= k + c + 1 for c = {rules.colluders} colluders, raised where k allows)"
         )
     if np.ndim(vector) != 1 or len(vector) != dim:
         raise SecAggRefused(f"server expects a {dim}-vector, this client holds shape {np.shape(vector)}")

@@ -177,11 +177,6 @@ def collusion_safe_threshold(degree: int, colluders: int = 1) -> int:
     return max(2, math.ceil((degree + colluders + 1) / 2))
 
 
-# Up to this degree (the complete graphs of up to 7 sites the project expects) t is raised to
-# k - 1 where that exceeds the collusion-safe minimum: one dropout is still tolerated, more colluders
-# are. Larger graphs exist for scale, where dropouts are the norm: they keep the minimum.
-_RAISED_UP_TO_DEGREE = 6
-
 
 def site_threshold(degree: int) -> int:
     """The smallest Shamir threshold a site with `degree` neighbours accepts. A threshold t holds
