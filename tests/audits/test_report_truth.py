@@ -320,7 +320,7 @@ def test_run_interrupted_by_a_signal(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "cannot be relied on" not in text and "Verified, interrupted" in page
     assert verify_main(written.paths, written.keys) == EXIT_INTERRUPTED
     out = " ".join(capsys.readouterr().out.split())
-    assert "VERIFIED, INTERRUPTED" in out and "by SIGINT in round 1" in out
+    assert "INCOMPLETE: the run was interrupted (SIGINT in round 1: server, site0, site1, site2)" in out
     assert report_main(written.paths, tmp_path / "r2.html", written.keys) == EXIT_INTERRUPTED
 
 
@@ -330,7 +330,7 @@ def test_deployment_stopped_by_flwr_stop(tmp_path: Path, capsys: pytest.CaptureF
     written = write_run(tmp_path, Scenario(stop_after=1, signal="flwr stop", site_signal="SIGTERM"))
     assert verify_main(written.paths, written.keys) == EXIT_INTERRUPTED
     out = " ".join(capsys.readouterr().out.split())
-    assert "VERIFIED, INTERRUPTED" in out and "interrupted by flwr stop in round 1" in out
+    assert "INCOMPLETE: the run was interrupted" in out and "interrupted by flwr stop in round 1" in out
     for site in SITES:
         assert f"{site}'s log ends with its signed run_aborted: the run was interrupted by SIGTERM" in out
 
