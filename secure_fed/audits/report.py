@@ -57,6 +57,7 @@ caption { text-align: left; font-weight: 600; padding: .4rem 0; }
 table { border-collapse: collapse; font-size: .85rem; width: 100%; }
 th, td { border: 1px solid #d5dae2; padding: .3rem .5rem; text-align: left; }
 th { background: #eef1f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+#sites td.num { white-space: nowrap; }
 .plot svg { max-width: 100%; height: auto; }
 #mechanisms { font-size: .78rem; } #mechanisms th, #mechanisms td { padding: .25rem .3rem; }
 """
@@ -193,13 +194,20 @@ def _headline(data: ReportData, rows: list[SiteRow]) -> str:
     """What the run released, and whether differential privacy covered it: one sentence or two."""
     period = f" ({_e(data.period[0][:19])} to {_e(data.period[1][:19])} UTC)" if data.period else ""
     run = f"run <b>{_e(', '.join(data.run_ids))}</b>{period}"
-    exposed = [row.site for row in rows if not row.dp]
-    covered = [row.site for row in rows if row.dp]
-    count = _plural(len(rows), "site")
+    # a site named only by its refusals released nothing: it is neither exposed nor protected
+    active = [row for row in rows if row.released]
+    exposed = [row.site for row in active if not row.dp]
+    covered = [row.site for row in active if row.dp]
+    count = _plural(len(active), "site")
     if not rows:
         return (
             f"The logs of {run} name no site that took part and hold no privacy record: they show no "
             "release of patient data, and no protection of one either."
+        )
+    if not active:
+        return (
+            f"The logs of {run} name {_plural(len(rows), 'site')}, none of which took part in a round or "
+            "released anything: they show no release of patient data, and no protection of one either."
         )
     if not covered:
         configured = data.settings is not None and data.settings.get("dp") is False
@@ -239,9 +247,6 @@ def _release_norms(data: ReportData) -> tuple[list[str], list[str]]:
                 site.site
             )
     norms, exceptions = [], []
-    if taking_part and all(site.evaluated is False for site in taking_part):
-        # silence would leave a reader to guess; each site's own log says it scored nothing
-        norms.append("<li><b>test-set scores</b>: none released (no scoring in any site's log).</li>")
     for what, groups in kinds.items():
         ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
         (how, covered), sites = ordered[0]
@@ -259,6 +264,9 @@ def _release_norms(data: ReportData) -> tuple[list[str], list[str]]:
             )
         elif without:
             exceptions.append(f"{_e(', '.join(without))}: no {_e(what)} recorded in the logs given.")
+    if taking_part and all(site.evaluated is False for site in taking_part):
+        # silence would leave a reader to guess; each site's own log says it scored nothing
+        norms.append("<li><b>test-set scores</b>: none released (no scoring in any site's log).</li>")
     return norms, exceptions
 
 
@@ -454,7 +462,16 @@ def _site_table(rows: list[SiteRow], said: Verdict) -> str:
         ("refusals", _refusals_cell),
     ]
     head = "".join(f"<th>{_e(title)}</th>" for title, _ in columns)
-    body = "".join("<tr>" + "".join(f"<td>{cell(row)}</td>" for _, cell in columns) + "</tr>" for row in rows)
+    numeric = {"ε this run", "ε all runs", "budget ε", "δ"}
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td class='num'>{cell(row)}</td>" if title in numeric else f"<td>{cell(row)}</td>"
+            for title, cell in columns
+        )
+        + "</tr>"
+        for row in rows
+    )
     caption = f"{_mark(said)}{_plural(len(rows), 'site')}, one row each (the same figures as report.csv)"
     return f"<table id='sites'><caption>{caption}</caption><tr>{head}</tr>{body}</table>"
 
@@ -590,8 +607,9 @@ def _head_cell(log: Mapping[str, Any]) -> str:
     return "missing"
 
 
-def _verification_html(data: ReportData, said: Verdict) -> str:
-    """The verdict's evidence: every problem, every warning, and how each log ends."""
+def _verification_html(data: ReportData) -> str:
+    """The verdict's evidence (the verdict itself leads the page): every problem, every warning,
+    and how each log ends."""
     verdict = data.verification
     problems = "".join(f"<li><code>{_e(problem)}</code></li>" for problem in verdict.get("problems", []))
     warnings = "".join(f"<li>{_e(warning)}</li>" for warning in verdict.get("warnings", []))
@@ -605,12 +623,11 @@ def _verification_html(data: ReportData, said: Verdict) -> str:
         if logs
         else ""
     )
-    head = f"<p>{_e(said.line)}.</p>"
     listed = f"<p>Problems found:</p><ul id='problems'>{problems}</ul>" if problems else ""
     notes = (
         f"<p>Warnings (they limit what was checked):</p><ul id='warnings'>{warnings}</ul>" if warnings else ""
     )
-    return head + listed + notes + table
+    return listed + notes + table
 
 
 # Short cells only, so that every column fits a 1280 px window: the mechanisms in words are listed
@@ -901,7 +918,7 @@ def render_html(data: ReportData) -> str:
         f"{_empirical_html(data, said)}"
         f"{_h2('Privacy loss over rounds', said)}<div class='plot' id='plot'>{plot_svg(data)}</div>"
         f"{_plot_caption(data)}"
-        f"<h2>Verification</h2>{_verification_html(data, said)}"
+        f"<h2>Verification</h2>{_verification_html(data)}"
         f"{_h2('Every mechanism that touched patient data', said)}"
         f"{_mechanisms_html(data.mechanisms, data.settings)}"
         f"{_h2('Dropouts and refusals', said)}{_events_html(data)}"

@@ -306,3 +306,9 @@ def test_a_run_that_stopped_early_says_so_and_counts_each_refusal_once(tmp_path:
     assert [(r["site"], r["round"]) for r in data["refusals"]] == [("s0", 2)]
     assert data["stopped"] == "round 2: only 0 site(s) took part"
     assert "ended before its planned rounds: round 2: only 0 site(s) took part" in html_path.read_text()
+    # s0 only declined: nothing left it, so nothing is called released without protection
+    first = _first_sentence(html_path.read_text())
+    assert (
+        first.startswith("Unverified: The logs of run r1") and "none of which took part in a round" in first
+    )
+    assert "without differential privacy" not in html_path.read_text()

@@ -208,7 +208,7 @@ def site_table(page: str) -> list[dict[str, str]]:
     assert table, "no site table"
     rows = re.findall(r"<tr>(.*?)</tr>", table.group(1), re.DOTALL)
     cells = [
-        [htmllib.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<t[hd]>(.*?)</t[hd]>", r)]
+        [htmllib.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r)]
         for r in rows
     ]
     return [dict(zip(cells[0], row, strict=True)) for row in cells[1:]]
