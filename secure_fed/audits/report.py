@@ -2,7 +2,12 @@
 
 Self-contained means no network fetch of any kind: inline CSS, the plot as inline SVG (a bare
 matplotlib Figure, no pyplot or GUI backend, glyphs as paths), no scripts. The JSON holds every
-figure on the page; the CSV is the mechanism table.
+figure on the page; the CSV is the summary's site table (one row per site), the -mechanisms.csv
+the mechanism table.
+
+The page leads with the verdict (verdict.py, the words `audit verify` prints), then a summary that
+stays as long at 30 sites as at 3: the run's norm said once, one table row per site, and prose only
+for the sites that differ from it. Where the logs did not verify, every finding is marked so.
 """
 
 from __future__ import annotations

@@ -36,10 +36,6 @@ class Verdict:
         """Every record's hash, chain and signature held: findings may be stated as facts."""
         return self.exit_code in (EXIT_OK, EXIT_DROPOUT, EXIT_INTERRUPTED)
 
-    @property
-    def line(self) -> str:
-        return f"{self.word}: {self.why}"
-
     def to_json(self) -> dict[str, Any]:
         return {"word": self.word, "why": self.why, "exit_code": self.exit_code, "verified": self.verified}
 
