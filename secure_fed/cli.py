@@ -1006,10 +1006,11 @@ def audit_verify(
         typer.Option(help="folder of the parties' <party>.pub public keys (`keys export-public`)"),
     ] = None,
 ) -> None:
-    """Check chains, signatures, completeness and re-derive every ε. Exit 0 only if all hold; 3 if
-    all hold but a site dropped out (its log stops where the server's signed log says it left); 4 if
-    all hold but the run was interrupted (each log ends with its party's signed stop); 1 on any
-    problem.
+    """Check chains, signatures, completeness and re-derive every ε. Exit 0 (VERIFIED) only if all
+    hold; 3 (VERIFIED WITH A DROPOUT) if all hold but a site dropped out (its log stops where the
+    server's signed log says it left); 4 (INCOMPLETE) if all hold but the run was interrupted (each
+    log ends with its party's signed stop); 1 on any problem (FAILED) or without --keys (NOT
+    VERIFIED: signatures not checked).
 
     Example: secure-fed audit verify runs/demo/audit/*.jsonl --keys runs/demo/public-keys
     """
@@ -1029,7 +1030,8 @@ def audit_report(
         typer.Option(help="folder of the parties' <party>.pub public keys (`keys export-public`)"),
     ] = None,
 ) -> None:
-    """Write the compliance report (HTML + JSON + CSV).
+    """Write the compliance report (HTML + JSON + CSV), led by the verdict `audit verify` gives, with
+    its exit code.
 
     Example: secure-fed audit report runs/demo/audit/*.jsonl -o report.html --keys runs/demo/public-keys
     """

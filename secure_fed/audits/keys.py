@@ -105,10 +105,11 @@ def write_key_pair(keys_dir: Path | str, party: str, key: Ed25519PrivateKey) -> 
 
 
 def keys_for_cli(keys_dir: Path | str | None, console: Any, missing: str) -> tuple[bool, dict | None]:
-    """Load `--keys` for a CLI command: (ok, keys). No folder → (True, None) after printing `missing`;
-    an unreadable folder → (False, None) after printing why."""
+    """Load `--keys` for a CLI command: (ok, keys). No folder → (True, None) after printing `missing`
+    (if any); an unreadable folder → (False, None) after printing why."""
     if keys_dir is None:
-        console.print(missing)
+        if missing:
+            console.print(missing)
         return True, None
     try:
         keys = load_public_keys(keys_dir)

@@ -2,7 +2,12 @@
 
 Self-contained means no network fetch of any kind: inline CSS, the plot as inline SVG (a bare
 matplotlib Figure, no pyplot or GUI backend, glyphs as paths), no scripts. The JSON holds every
-figure on the page; the CSV is the mechanism table.
+figure on the page; the CSV is the summary's site table (one row per site), the -mechanisms.csv
+the mechanism table.
+
+The page leads with the verdict (verdict.py, the words `audit verify` prints), then a summary that
+stays as long at 30 sites as at 3: the run's norm said once, one table row per site, and prose only
+for the sites that differ from it. Where the logs did not verify, every finding is marked so.
 """
 
 from __future__ import annotations
@@ -33,12 +38,14 @@ from secure_fed.audits.report_data import (
     Guarantee,
     MechanismRow,
     ReportData,
-    SiteReport,
+    SiteRow,
     collect,
     epsilon_series,
-    lifetime_epsilon,
+    finite_json,
+    site_rows,
 )
-from secure_fed.audits.verify import EXIT_DROPOUT, EXIT_INTERRUPTED, verify_logs
+from secure_fed.audits.verdict import EXIT_DROPOUT, EXIT_INTERRUPTED, Verdict, verdict
+from secure_fed.audits.verify import verify_logs
 
 _CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2rem auto; max-width: 1100px;
@@ -47,11 +54,15 @@ h1 { font-size: 1.6rem; margin-bottom: .2rem; } h2 { font-size: 1.2rem; margin-t
 .muted { color: #5b6575; font-size: .9rem; }
 .verdict { padding: .8rem 1rem; border-radius: 6px; font-weight: 600; }
 .ok { background: #e3f5e8; border: 1px solid #58a86b; }
+.warn { background: #fff4d6; border: 1px solid #c99a2e; }
+.unv { color: #a32020; }
+caption { text-align: left; font-weight: 600; padding: .4rem 0; }
 .bad { background: #fbe5e5; border: 1px solid #c84a4a; }
 .summary { background: #f3f6fa; border-left: 4px solid #3b6fb6; padding: .8rem 1.2rem; }
 table { border-collapse: collapse; font-size: .85rem; width: 100%; }
 th, td { border: 1px solid #d5dae2; padding: .3rem .5rem; text-align: left; }
 th { background: #eef1f5; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+#sites td.num { white-space: nowrap; }
 .plot svg { max-width: 100%; height: auto; }
 #mechanisms { font-size: .78rem; } #mechanisms th, #mechanisms td { padding: .25rem .3rem; }
 """
@@ -141,236 +152,365 @@ def presentational(svg: str) -> str:
     return svg
 
 
-def _guarantee_sentence(g: Guarantee, refusals: list[dict[str, Any]]) -> str:
-    sizes = ", ".join(f"{size} {pop} patients" for pop, size in g.population_sizes.items())
-    data = f" ({sizes})" if sizes else ""
-    mechanisms = _e(", ".join(g.mechanisms))
-    if g.lifetime is not None:
-        # The budget belongs to the patients' data: earlier runs on it count, so the headline is
-        # the ledger's total and this run's ε its share.
-        sentence = (
-            f"<li><b>{_e(g.site)}</b>{_e(data)}: across every run on this data set, each patient's "
-            f"privacy loss is at most <b>(ε = {_num(g.lifetime, 3)}, δ = {g.delta:g}) per patient at "
-            f"{_e(g.site)}</b> by the {_e(g.accountant)} accountant, as the site's persistent ledger "
-            f"logged it; earlier runs had spent ε = {_num(g.lifetime_start or 0.0, 3)}, this run's "
-            f"releases ({mechanisms}) alone ε = {_num(g.epsilon, 3)}. "
-        )
-        limit = g.lifetime_budget
-    elif g.lifetime_start is not None:
-        sentence = (
-            f"<li><b>{_e(g.site)}</b>{_e(data)}: earlier runs on this data set had spent ε = "
-            f"{_num(g.lifetime_start, 3)} per patient (δ = {g.delta:g}, {_e(g.accountant)}); this run's "
-            f"releases ({mechanisms}) alone ε = {_num(g.epsilon, 3)}. <b>The ledger's total after this "
-            "run was not logged (the run did not reach its end)</b>, so no bound across runs is shown. "
-        )
-        limit = None
-    else:
-        sentence = (
-            f"<li><b>{_e(g.site)}</b>{_e(data)}: each patient's privacy loss in this run is at most "
-            f"<b>(ε = {_num(g.epsilon, 3)}, δ = {g.delta:g}) per patient at {_e(g.site)}</b> "
-            f"by the {_e(g.accountant)} accountant, the one its budget was enforced with "
-            "(the value `secure-fed run` prints last), "
-            f"over every release that touched patient data ({mechanisms}); the logs hold no ledger "
-            "of earlier runs on the same data. "
-        )
-        limit = g.budget
-    if g.exceeded:
-        shown = limit if limit is not None else g.budget
-        sentence += f"<b>Its budget of ε = {_num(shown)} was EXCEEDED.</b> "
-    elif limit is None and g.lifetime_start is None:
-        sentence += "No budget was set in the log. "
-    elif limit is not None:
-        sentence += f"This is within its budget of ε = {_num(limit)}"
-        sentence += " for all runs together. " if g.lifetime is not None else ". "
-    declined = [r for r in refusals if r.get("site", r.get("party")) == g.site]
-    for refusal in declined:
-        reason = refusal.get("reason", "it would have exceeded its privacy budget")
-        sentence += f"It declined round {_e(refusal.get('round'))}: {_e(reason)}. "
-    return sentence + "</li>"
-
-
-def _names(items: list[str]) -> str:
+def _names(items: Sequence[str]) -> str:
     return ", ".join(items) if items else "none logged"
 
 
-def _rounds(rounds: list[int]) -> str:
+def _rounds(rounds: Sequence[int]) -> str:
     return ("round " if len(rounds) == 1 else "rounds ") + ", ".join(map(str, rounds))
 
 
-def _no_dp_reasons(exposed: list[SiteReport], data: ReportData) -> str:
-    if data.settings is not None and data.settings.get("dp") is False:
-        return "the run was configured without differential privacy"
-    reasons = []
-    for site in exposed:
-        if site.uncovered_rounds:
-            which = "that round" if len(site.uncovered_rounds) == 1 else "those rounds"
-            rounds = _rounds(site.uncovered_rounds)
-            reasons.append(f"{site.site} took part in {rounds}, but no privacy record covers {which}")
+def _spans(rounds: Sequence[int]) -> str:
+    """1, 2, 3, 5 → '1–3, 5': a cell that stays short however many rounds a run has."""
+    spans: list[list[int]] = []
+    for value in sorted(set(rounds)):
+        if spans and value == spans[-1][1] + 1:
+            spans[-1][1] = value
         else:
-            reasons.append(f"no privacy record covers what {site.site} released")
-    return "; ".join(reasons)
+            spans.append([value, value])
+    return ", ".join(str(a) if a == b else f"{a}–{b}" for a, b in spans)
 
 
-def _release_item(site: SiteReport) -> str:
-    if site.dp:
-        status = "covered by differential privacy, except as marked"
-    else:
-        status = "<b>no differential privacy: ε = ∞</b>"
-    rounds = f"took part in {_rounds(site.rounds)}; " if site.rounds else ""
-    # At a site without DP nothing is covered, which its status already says once.
-    releases = "; ".join(
-        f"<b>{_e(release.what)}</b> — {_e(release.how)}"
-        + ("" if release.covered or not site.dp else " [not covered by ε]")
-        for release in site.releases
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
+def _group(by_site: Mapping[str, Any]) -> dict[Any, list[str]]:
+    """Sites that share a finding, in first-seen order: one sentence per finding, not per site."""
+    groups: dict[Any, list[str]] = {}
+    for site, key in by_site.items():
+        groups.setdefault(key, []).append(site)
+    return groups
+
+
+def _codes(counts: Mapping[str, int]) -> str:
+    return ", ".join(
+        f"{code} ×{n}" if n > 1 else code
+        for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
     )
+
+
+def _mark(said: Verdict) -> str:
+    """The prefix of every finding on a page whose logs did not verify."""
+    return "" if said.verified else "<b class='unv'>Unverified:</b> "
+
+
+def _headline(data: ReportData, rows: list[SiteRow]) -> str:
+    """What the run released, and whether differential privacy covered it: one sentence or two."""
+    period = f" ({_e(data.period[0][:19])} to {_e(data.period[1][:19])} UTC)" if data.period else ""
+    run = f"run <b>{_e(', '.join(data.run_ids))}</b>{period}"
+    # a site named only by its refusals released nothing: it is neither exposed nor protected
+    active = [row for row in rows if row.released]
+    exposed = [row.site for row in active if not row.dp]
+    covered = [row.site for row in active if row.dp]
+    count = _plural(len(active), "site")
+    if not rows:
+        return (
+            f"The logs of {run} name no site that took part and hold no privacy record: they show no "
+            "release of patient data, and no protection of one either."
+        )
+    if not active:
+        return (
+            f"The logs of {run} name {_plural(len(rows), 'site')}, none of which took part in a round or "
+            "released anything: they show no release of patient data, and no protection of one either."
+        )
+    if not covered:
+        configured = data.settings is not None and data.settings.get("dp") is False
+        why = (
+            "the run was configured without differential privacy"
+            if configured
+            else "no privacy record covers their releases, as listed below"
+        )
+        return (
+            f"Patient data was released without differential privacy (ε = ∞) in {run}: nothing bounds what "
+            f"could be learned about one patient from what the {count} sent out ({why}). Each trained the "
+            "shared model on its own patients' data, which stayed at the site."
+        )
+    if exposed:
+        return (
+            f"Patient data of {_e(', '.join(exposed))} was released without differential privacy (ε = ∞) "
+            f"in {run}, as listed below; the releases of training data of the other "
+            f"{_plural(len(covered), 'site')} are covered by differential privacy, as the table shows."
+        )
     return (
-        f"<li><b>{_e(site.site)}</b> ({rounds}{status}): {releases or 'not recorded in the logs given'}.</li>"
+        f"In {run}, {count} trained the shared model on their own patients' data, which stayed at each "
+        "site; every release of training data is covered by differential privacy, with each site's "
+        "privacy loss per patient in the table."
     )
 
 
-def _instruction_line(data: ReportData) -> str:
-    lines = []
-    for site in data.sites:
-        for counts, verb in (
-            (site.refused_instructions, "refused"),
-            (site.failed_instructions, "could not complete"),
-        ):
-            if counts:
-                total = sum(counts.values())
-                codes = ", ".join(
-                    f"{code} ×{n}" if n > 1 else code
-                    for code, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+def _release_norms(data: ReportData) -> tuple[list[str], list[str]]:
+    """(what left the sites and how, one item per kind of release; the sites that differ, in words).
+
+    A kind's norm is how most sites released it; a site that released it otherwise, or not at all
+    where the others did, is an exception, grouped with the sites that share it."""
+    taking_part = [site for site in data.sites if site.releases]
+    kinds: dict[str, dict[tuple[str, bool], list[str]]] = {}
+    for site in taking_part:
+        for release in site.releases:
+            kinds.setdefault(release.what, {}).setdefault((release.how, release.covered), []).append(
+                site.site
+            )
+    norms, exceptions = [], []
+    for what, groups in kinds.items():
+        ordered = sorted(groups.items(), key=lambda item: -len(item[1]))
+        (how, covered), sites = ordered[0]
+        who = "every site" if len(sites) == len(taking_part) else f"{len(sites)} of {len(taking_part)} sites"
+        # Under DP a release outside ε must say so; without DP the headline already says nothing is.
+        uncovered = " Not covered by ε: no noise was added." if not covered and data.mechanisms else ""
+        norms.append(f"<li><b>{_e(what)}</b> ({who}): {_e(how)}.{uncovered}</li>")
+        for (other, _), names in ordered[1:]:
+            exceptions.append(f"{_e(', '.join(names))}: {_e(what)} {_e(other)}.")
+        released = {site for _, names in groups.items() for site in names}
+        without = [site.site for site in taking_part if site.site not in released]
+        if without and what == "test-set scores":
+            exceptions.append(
+                f"{_e(', '.join(without))} released no test-set scores (no scoring in the site's log)."
+            )
+        elif without:
+            exceptions.append(f"{_e(', '.join(without))}: no {_e(what)} recorded in the logs given.")
+    if taking_part and all(site.evaluated is False for site in taking_part):
+        # silence would leave a reader to guess; each site's own log says it scored nothing
+        norms.append("<li><b>test-set scores</b>: none released (no scoring in any site's log).</li>")
+    return norms, exceptions
+
+
+def _exceptions(data: ReportData, rows: list[SiteRow]) -> list[str]:
+    """Every way a site departed from the run's norm, in words, sites that share one together."""
+    out: list[str] = []
+    configured_off = data.settings is not None and data.settings.get("dp") is False
+    if not configured_off and any(row.dp for row in rows):
+        bare = {
+            s.site: tuple(s.uncovered_rounds) for s in data.sites if not s.dp and (s.rounds or s.releases)
+        }
+        for rounds, names in _group(bare).items():
+            if rounds:
+                which = "that round" if len(rounds) == 1 else "those rounds"
+                out.append(
+                    f"{_e(', '.join(names))} took part in {_rounds(list(rounds))}, but no privacy record "
+                    f"covers {which}: what it released there is bounded by no ε (ε = ∞)."
                 )
-                noun = "server instruction" if total == 1 else "server instructions"
-                lines.append(f"{_e(site.site)} {verb} {total} {noun}: {_e(codes)}.")
-    if not lines and any(site.instructions_logged for site in data.sites):
-        lines.append("No site refused a server instruction.")
+            else:
+                out.append(f"No privacy record covers what {_e(', '.join(names))} released (ε = ∞).")
+    exceeded = [row.site for row in rows if row.exceeded]
+    if exceeded:
+        out.append(f"<b>Privacy budget EXCEEDED at {_e(', '.join(exceeded))}</b> (see the table).")
+    declined: dict[str, tuple[str, tuple[int, ...]]] = {}
+    for refusal in data.refusals:
+        site = str(refusal.get("site", refusal.get("party")))
+        reason = str(refusal.get("reason") or "it would have exceeded its privacy budget")
+        rounds = declined.get(site, (reason, ()))[1]
+        declined[site] = (reason, (*rounds, refusal.get("round")))
+    for (reason, rounds), names in _group(declined).items():
+        said = (
+            _rounds([r for r in rounds if r is not None]) if any(r is not None for r in rounds) else "a round"
+        )
+        out.append(f"{_e(', '.join(names))} declined {_e(said)}: {_e(reason)}.")
+    dropped = {c.party: c.dropped_in for c in data.courses if c.dropped_in is not None}
+    for round_, names in _group(dict(sorted(dropped.items()))).items():
+        logs = "its log stops" if len(names) == 1 else "their logs stop"
+        out.append(
+            f"<b>{_e(', '.join(names))} dropped out in round {_e(round_)}</b>: {logs} there without a head "
+            "record, as the server's signed log of that round says (a site that left, not tampering)."
+        )
+    for attribute, verb in (
+        ("refused_instructions", "refused"),
+        ("failed_instructions", "could not complete"),
+    ):
+        counts = {
+            s.site: tuple(sorted(getattr(s, attribute).items())) for s in data.sites if getattr(s, attribute)
+        }
+        for key, names in _group(counts).items():
+            total = sum(n for _, n in key)
+            each = " each" if len(names) > 1 else ""
+            noun = "server instruction" if total == 1 else "server instructions"
+            out.append(f"{_e(', '.join(names))}{each} {verb} {total} {noun}: {_e(_codes(dict(key)))}.")
+    unlogged = [g.site for g in protected(data) if g.lifetime_start is not None and g.lifetime is None]
+    if unlogged:
+        out.append(
+            f"The ledger total after this run of {_e(', '.join(unlogged))} was not logged (the run did not "
+            "reach its end): the table shows what earlier runs had spent, and no bound across runs."
+        )
+    _, differing = _release_norms(data)
+    out += differing
     unsupplied = data.verification.get("unsupplied") or []
     if unsupplied:
         # Refusals live only in a site's own log; silence about them would read as "none".
-        lines.append(
-            f"Which server instructions {_e(', '.join(unsupplied))} refused is not known: "
-            "their own logs were not supplied."
+        out.append(
+            f"Which server instructions {_e(', '.join(unsupplied))} refused is not known: their own logs "
+            "were not supplied."
         )
-    return "<p>" + " ".join(lines) + "</p>" if lines else ""
+    return out
 
 
-def _summary(data: ReportData) -> str:
-    period = f" from {_e(data.period[0][:19])} to {_e(data.period[1][:19])} UTC" if data.period else ""
-    run = f"the federated training run <b>{_e(', '.join(data.run_ids))}</b>{period}"
-    verdict = data.verification
-    recomputed = (
-        ", and every privacy figure was recomputed independently and matches"
-        if data.mechanisms
-        else "; they hold no privacy figure to recompute"
-    )
-    dropouts = verdict.get("dropouts") or []
-    stops = verdict.get("interruptions") or []
-    if verdict.get("ok") and stops:
-        integrity = (
-            "The audit logs were checked: they are unmodified and every entry carries a valid signature of "
-            f"the party that wrote it{recomputed}. They end with each party's signed record of the stop "
-            f"({_e(_stop_words(stops))}): the run was interrupted, not tampered with, and their records up "
-            "to there count."
+def _no_exceptions(data: ReportData, rows: list[SiteRow]) -> str:
+    """What the logs show no site did, naming only what they could show."""
+    checked = ["declined a round", "dropped out"]
+    if rows and all(row.instructions_known for row in rows):
+        checked.append("refused a server instruction")
+    if any(row.dp for row in rows):
+        checked.append("exceeded its privacy budget")
+    listed = ", ".join(checked[:-1]) + " or " + checked[-1]
+    return f"The logs record no site that {listed}."
+
+
+def _plain_words(data: ReportData, rows: list[SiteRow]) -> str:
+    """The terms the table uses, each explained once for the run (only those it uses)."""
+    protections = " ".join(protection for row in rows for _, protection in row.released)
+    words = []
+    if any(row.dp for row in rows):
+        words.append(
+            "ε (epsilon) bounds how much anyone could learn about one patient from everything a site "
+            "released: smaller is stronger (below about 1 is very strong, around 10 is weak); δ is the small "
+            "chance that this bound does not hold. A site's ε is the larger of its training and validation "
+            "patients' (different people), as its accountant (RDP or PRV) added it up over every release."
         )
-    elif verdict.get("ok") and dropouts:
-        gone = ", ".join(f"{d['site']} (round {d['round']})" for d in dropouts)
-        integrity = (
-            "The audit logs were checked: they are unmodified and every entry carries a valid signature of "
-            f"the party that wrote it{recomputed}. The logs of sites that dropped out ({_e(gone)}) stop "
-            "where the server's signed log says they left: their records up to there count."
+        if any(row.budget_all_runs for row in rows):
+            words.append(
+                "ε this run counts this run's releases; ε all runs counts every run on the same patients' "
+                "data, from the site's own ledger, and that is what its budget holds."
+            )
+    if any(row.epsilon_run is not None and math.isinf(row.epsilon_run) for row in rows):
+        words.append("ε = ∞: nothing bounds what could be learned about one patient from what the site sent.")
+    if "DP-SGD" in protections:
+        words.append(
+            "DP-SGD: each training step limits how much any one patient can change the update, then adds "
+            "random noise, so that no single patient can be singled out."
         )
-    elif verdict.get("ok"):
-        integrity = (
-            "The audit logs were checked: they are complete and unmodified, every entry carries a valid "
-            f"signature of the party that wrote it{recomputed}."
+    if "SecAgg+" in protections:
+        words.append(
+            "SecAgg+ (secure aggregation): each site masks its update so that the server can only add them "
+            "up: it learns the sum over the sites, never one site's own update."
         )
-    else:
-        integrity = (
-            "<b>The audit logs did NOT pass verification</b> (see below), so the figures in this report "
-            "cannot be relied on as they stand."
+    if "CKKS" in protections:
+        words.append(
+            "CKKS: homomorphic encryption; the sites' α scalars are added up while encrypted, and only "
+            "the total is decrypted."
         )
-    if verdict.get("unsupplied"):
-        integrity += (
-            f" The logs of {_e(', '.join(verdict['unsupplied']))} were not supplied: their records were "
-            "checked only as copied into the logs that were."
-        )
-    exposed = [site for site in data.sites if not site.dp]
-    guarantees = protected(data)
-    covered = [g.site for g in guarantees]
+    if not words:
+        return ""
+    return "<p id='words'><b>In plain words.</b> " + " ".join(_e(w) for w in words) + "</p>"
+
+
+def _epsilon_cell(row: SiteRow) -> str:
+    if row.epsilon_run is None:
+        return "—"
+    if math.isinf(row.epsilon_run):
+        return "<b>∞</b> (no DP)"
+    return _num(row.epsilon_run, 3)
+
+
+def _all_runs_cell(row: SiteRow) -> str:
+    if row.epsilon_all_runs is not None:
+        return _num(row.epsilon_all_runs, 3)
+    if row.epsilon_before is not None:
+        return f"{_num(row.epsilon_before, 3)} before this run; total not logged"
+    return "—"
+
+
+def _budget_cell(row: SiteRow) -> str:
+    if not row.dp:
+        return "—"
+    if row.budget is None:
+        return "none set"
+    text = _num(row.budget) + (" (all runs)" if row.budget_all_runs else "")
+    return text + (" <b>EXCEEDED</b>" if row.exceeded else "")
+
+
+def _refusals_cell(row: SiteRow) -> str:
     parts = []
-    if not exposed and not covered:
+    if row.declined_rounds:
+        parts.append(f"declined {_rounds(row.declined_rounds)}")
+    for counts, verb in (
+        (row.refused_instructions, "refused"),
+        (row.failed_instructions, "could not complete"),
+    ):
+        if counts:
+            parts.append(f"{verb} {_plural(sum(counts.values()), 'instruction')} ({_codes(counts)})")
+    if not row.instructions_known:
+        parts.append("instructions not known (own log not given)")
+    return _e("; ".join(parts) or "none")
+
+
+def _site_table(rows: list[SiteRow], said: Verdict) -> str:
+    """One row per site: the same figures as report.csv."""
+    dp = any(row.dp for row in rows)
+    ledger = any(row.epsilon_before is not None for row in rows)
+    columns: list[tuple[str, Any]] = [
+        ("site", lambda r: f"<b>{_e(r.site)}</b>"),
+        (
+            "patients (train / validation)",
+            lambda r: f"{_e(r.patients_train or '—')} / {_e(r.patients_validation or '—')}",
+        ),
+        (
+            "rounds taken part in",
+            lambda r: (
+                _e(_spans(r.rounds) or "none")
+                + (f" (left in {_e(r.dropped_in)})" if r.dropped_in is not None else "")
+            ),
+        ),
+        ("ε this run", _epsilon_cell),
+    ]
+    if ledger:
+        columns.append(("ε all runs", _all_runs_cell))
+    if dp:
+        columns += [
+            ("budget ε", _budget_cell),
+            ("δ", lambda r: "—" if r.delta is None else f"{r.delta:g}"),
+            ("accountant", lambda r: _e(r.accountant)),
+        ]
+    columns += [
+        (
+            "what left the site: protection",
+            lambda r: _e("; ".join(f"{what}: {how}" for what, how in r.released) or "nothing recorded"),
+        ),
+        ("refusals", _refusals_cell),
+    ]
+    head = "".join(f"<th>{_e(title)}</th>" for title, _ in columns)
+    numeric = {"ε this run", "ε all runs", "budget ε", "δ"}
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f"<td class='num'>{cell(row)}</td>" if title in numeric else f"<td>{cell(row)}</td>"
+            for title, cell in columns
+        )
+        + "</tr>"
+        for row in rows
+    )
+    caption = f"{_mark(said)}{_plural(len(rows), 'site')}, one row each (the same figures as report.csv)"
+    return f"<table id='sites'><caption>{caption}</caption><tr>{head}</tr>{body}</table>"
+
+
+def _summary(data: ReportData, said: Verdict, rows: list[SiteRow]) -> str:
+    mark = _mark(said)
+    parts = []
+    if not said.verified:
+        why = (
+            "no signature was checked (no keys given)"
+            if said.word == "NOT VERIFIED"
+            else "the logs did not pass verification (the problems are listed under Verification)"
+        )
         parts.append(
-            f"<p>This report covers {run}. The logs name no hospital that took part and hold no privacy "
-            "record: they show no release of patient data, and no protection of one either.</p>"
+            f"<p id='unverified' class='unv'><b>Every finding below is unverified</b>: {why}. Each is what "
+            "the logs state, not what they prove, and is marked so.</p>"
         )
-    elif exposed and not covered:
+    parts.append(f"<p id='headline'>{mark}{_headline(data, rows)}</p>")
+    parts += [f"<p id='{key}'>{mark}{text}</p>" for key, text in _course(data)]
+    norms, _ = _release_norms(data)
+    if norms:
         parts.append(
-            f"<p>Patient data was released without differential privacy (ε = ∞) in {run}: nothing bounds "
-            "what could be learned about an individual patient from what the hospitals taking part "
-            f"({_e(_names([site.site for site in data.sites]))}) sent out. Each trained the shared model on "
-            "its own patients' records and images, which stayed at the hospital; what did leave it "
-            f"is listed below ({_e(_no_dp_reasons(exposed, data))}).</p>"
+            f"<p>{mark}What left the sites, and how it was protected:</p>"
+            f"<ul id='releases'>{''.join(norm.replace('<li>', '<li>' + mark, 1) for norm in norms)}</ul>"
         )
-    else:
-        if exposed:
-            names = ", ".join(site.site for site in exposed)
-            parts.append(
-                f"<p>Patient data of {_e(names)} was released without differential privacy (ε = ∞) in "
-                f"{run}: {_e(_no_dp_reasons(exposed, data))}. At the other "
-                f"hospitals ({_e(', '.join(covered))}), "
-            )
-        else:
-            parts.append(
-                f"<p>This report covers {run}. The hospitals taking part ({_e(_names(covered))}) each "
-                "trained the shared model on their own patients' records and images; patient data "
-                "never left a hospital, and "
-            )
-        parts.append(
-            "what did leave during training (model updates and a few statistics) was deliberately blurred "
-            "with random noise so that no individual patient can be singled out. "
-            f"{_scores_sentence(data)}</p>"
-            "<p>How strong that protection is, per hospital — ε measures the most anyone could learn about "
-            "one patient from everything released (smaller is stronger; below about 1 is very strong, "
-            "around 10 is weak), and δ is the tiny chance that this bound does not hold:</p>"
-            f"<ul>{''.join(_guarantee_sentence(g, data.refusals) for g in guarantees)}</ul>"
-        )
-        exceeded = [g.site for g in guarantees if g.exceeded]
-        if exceeded:
-            budget_line = f"<b>Privacy budget exceeded at: {_e(', '.join(exceeded))}.</b>"
-        elif exposed:  # a site with ε = ∞ has no budget it could be said to keep
-            budget_line = f"None of {_e(', '.join(covered))} exceeded its privacy budget."
-        else:
-            budget_line = "No site exceeded its privacy budget."
-        refusal_line = (
-            f" {len(data.refusals)} training round(s) were declined by a site (its reason is given above)."
-            if data.refusals
-            else " No site had to decline a round."
-        )
-        parts.append(f"<p>{budget_line}{refusal_line}</p>")
-    parts.append(_course(data))
-    if data.stopped is not None:
-        parts.append(f"<p id='stopped'>The run ended before its planned rounds: {_e(data.stopped)}</p>")
-    if data.absent is not None:
-        present = [str(s) for s in data.absent.get("present", [])]
-        parts.append(
-            f"<p id='absent'>{len(present)} of {_e(data.absent.get('expected'))} configured sites came to "
-            f"this run ({_e(', '.join(present))}); each absent site counts as a dropout.</p>"
-        )
-    if data.skipped_rounds:
-        rounds = "; ".join(_skipped(item) for item in data.skipped_rounds)
-        # only a DP run charged the skipped rounds' releases; a run without DP has no ε to count them in
-        charged = " A skipped round's DP releases are still counted in ε." if data.mechanisms else ""
-        parts.append(
-            "<p id='skipped'>Skipped because sites left or declined mid-round, with no aggregate released "
-            f"and the model kept: {_e(rounds)}.{charged}</p>"
-        )
-    if data.site_budgets:
-        parts.append(_lifetime_line(data))
-    items = "".join(_release_item(site) for site in data.sites)
-    parts.append(f"<p>What left each hospital:</p><ul id='releases'>{items}</ul>")
-    parts.append(_instruction_line(data))
-    parts.append(f"<p>{integrity}</p>")
+    if rows:
+        parts.append(_site_table(rows, said))
+    exceptions = _exceptions(data, rows)
+    if exceptions:
+        items = "".join(f"<li>{mark}{text}</li>" for text in exceptions)
+        parts.append(f"<p>{mark}Where a site differs from the rest:</p><ul id='exceptions'>{items}</ul>")
+    elif rows:
+        parts.append(f"<p id='exceptions'>{mark}{_no_exceptions(data, rows)}</p>")
+    parts.append(_plain_words(data, rows))
     return '<div class="summary" id="summary">' + "".join(parts) + "</div>"
 
 
@@ -385,37 +525,15 @@ def _skipped(item: Mapping[str, Any]) -> str:
     return text + ")"
 
 
-def _scores_sentence(data: ReportData) -> str:
-    """Test-set scores, as each site's own log records them: never claimed where none is logged."""
-    scored = [site.site for site in data.sites if site.evaluated]
-    unscored = [site.site for site in data.sites if site.evaluated is False]
-    unknown = [site.site for site in data.sites if site.evaluated is None]
-    parts = []
-    if scored:
-        parts.append(
-            f"The exception is the test-set scores of {_e(', '.join(scored))}: corpus-level figures of the "
-            "final model, released once at the end of the run (as each site's log records), carry no noise "
-            "and are not covered by ε."
-        )
-    if unscored:
-        parts.append(f"{_e(', '.join(unscored))} released no test-set scores (no scoring in their logs).")
-    if unknown:
-        parts.append(
-            f"Whether {_e(', '.join(unknown))} released test-set scores is not known: the site's own log, "
-            "which records the scoring, was not given."
-        )
-    return " ".join(parts)
-
-
 def _signal_words(signal: Any) -> str:
     return f" by {signal}" if isinstance(signal, str) and signal else ""
 
 
-def _course(data: ReportData) -> str:
-    """How the run went, from the logs alone: finished, interrupted (and resumed), aborted, or a
-    log that simply stops; a site that dropped out, as the server's signed log says."""
+def _course(data: ReportData) -> list[tuple[str, str]]:
+    """How the run went, from the logs alone, as (id, paragraph) pairs: finished, interrupted (and
+    resumed), aborted, or logs that simply stop; why it stopped early, who was absent, what was skipped."""
+    out: list[tuple[str, str]] = []
     parts = []
-    aborted = ""
     for item in data.resumed:
         where = f" in round {item['round']}" if item.get("round") is not None else ""
         parts.append(
@@ -427,27 +545,28 @@ def _course(data: ReportData) -> str:
         signal = data.aborted.get("signal")
         what = "interrupted" + _signal_words(signal) if signal else "aborted"
         reason = f": {data.aborted['reason']}" if data.aborted.get("reason") else ""
-        aborted = (
-            f"<p id='aborted'><b>The run was {_e(what)}{_e(where)} and did not finish</b>{_e(reason)}. "
-            "The logs that record it show no release after it.</p>"
-        )
-    dropped = {course.party: course for course in data.courses if course.dropped_in is not None}
-    for site, course in sorted(dropped.items()):
-        parts.append(
-            f"<b>{_e(site)} dropped out in round {_e(course.dropped_in)}</b>: its log stops there without a "
-            "head record, as the server's signed log of that round says (a site that left, not tampering)."
+        out.append(
+            (
+                "aborted",
+                f"<b>The run was {_e(what)}{_e(where)} and did not finish</b>{_e(reason)}. "
+                "The logs that record it show no release after it.",
+            )
         )
     stops = [
         course
         for course in data.courses
         if not course.closed and course.dropped_in is None and course.end not in ("run_end", "run_aborted")
     ]
-    for course in stops:
-        after = f" after round {course.last_round}" if course.last_round is not None else ""
+    for last, parties in _group({c.party: c.last_round for c in stops}).items():
+        after = f" after round {last}" if last is not None else ""
+        logs = (
+            f"The log of {parties[0]} stops"
+            if len(parties) == 1
+            else f"The logs of {', '.join(parties)} stop"
+        )
         parts.append(
-            f"<b>The log of {_e(course.party)} stops{_e(after)} with no end record</b>: the run was "
-            "interrupted there (its process ended, or the log was cut short) and what followed is not "
-            "recorded."
+            f"<b>{_e(logs)}{_e(after)} with no end record</b>: the run was interrupted there (its process "
+            "ended, or the log was cut short) and what followed is not recorded."
         )
     if data.aborted is None and not stops:
         done = data.rounds_done
@@ -456,32 +575,31 @@ def _course(data: ReportData) -> str:
             parts.append(f"The server's log records the sums of {_rounds(done)}{_e(planned)}.")
         if data.model_hash is not None:
             parts.append("It closes with the released model's hash: the run finished.")
-    text = " ".join(parts)
-    return aborted + (f"<p id='course'>{text}</p>" if text else "")
-
-
-def _lifetime_line(data: ReportData) -> str:
-    """Each site's ε across every run on its data set (its persistent ledger), beside this run's."""
-
-    def worst(by_population: Any) -> float | None:
-        return lifetime_epsilon(by_population, data.accountant)
-
-    items = []
-    for site, b in sorted(data.site_budgets.items()):
-        start, run, total = worst(b.get("lifetime_start")), worst(b.get("run")), worst(b.get("lifetime"))
-        budget = b.get("budget")
-        text = f"{site}: ε = {start or 0:.2f} spent by earlier runs on the same data set"
-        if total is not None:
-            text += f", {run or 0:.2f} by this run, {total:.2f} in all"
-        else:
-            text += " (this run's end was not logged)"
-        text += f" of its budget {budget:g}" if isinstance(budget, int | float) else ", no budget set"
-        items.append(f"<li>{_e(text)}</li>")
-    return (
-        "<p>Across runs — a site's budget belongs to its data, not to one run (persistent site ledger, "
-        f"ε per patient, {_e(data.accountant.upper())} accountant):</p>"
-        f"<ul id='lifetime'>{''.join(items)}</ul>"
-    )
+    if parts:
+        out.append(("course", " ".join(parts)))
+    if data.stopped is not None:
+        out.append(("stopped", f"The run ended before its planned rounds: {_e(data.stopped)}"))
+    if data.absent is not None:
+        present = [str(s) for s in data.absent.get("present", [])]
+        out.append(
+            (
+                "absent",
+                f"{len(present)} of {_e(data.absent.get('expected'))} configured sites came to this run "
+                f"({_e(', '.join(present))}); each absent site counts as a dropout.",
+            )
+        )
+    if data.skipped_rounds:
+        rounds = "; ".join(_skipped(item) for item in data.skipped_rounds)
+        # only a DP run charged the skipped rounds' releases; a run without DP has no ε to count them in
+        charged = " A skipped round's DP releases are still counted in ε." if data.mechanisms else ""
+        out.append(
+            (
+                "skipped",
+                "Skipped because sites left or declined mid-round, with no aggregate released and the "
+                f"model kept: {_e(rounds)}.{charged}",
+            )
+        )
+    return out
 
 
 def _head_cell(log: Mapping[str, Any]) -> str:
@@ -494,41 +612,10 @@ def _head_cell(log: Mapping[str, Any]) -> str:
     return "missing"
 
 
-def _stop_words(stops: list[dict[str, Any]]) -> str:
-    """'SIGINT in round 2: server, site0, site1' — who signed which stop."""
-    groups: dict[str, list[str]] = {}
-    for stop in stops:
-        where = f" in round {stop['round']}" if stop.get("round") is not None else ""
-        groups.setdefault(f"{stop['signal']}{where}", []).append(str(stop["party"]))
-    return "; ".join(f"{what}: {', '.join(parties)}" for what, parties in groups.items())
-
-
 def _verification_html(data: ReportData) -> str:
+    """The verdict's evidence (the verdict itself leads the page): every problem, every warning,
+    and how each log ends."""
     verdict = data.verification
-    rederived = "every ε re-derived" if data.mechanisms else "no privacy record, so no ε to re-derive"
-    dropouts = verdict.get("dropouts") or []
-    stops = verdict.get("interruptions") or []
-    if verdict.get("ok") and stops:
-        head = (
-            f'<p class="verdict ok">Verified, interrupted: logs unmodified, signed; {_e(rederived)}. '
-            f"Each ends with its party's signed record of the stop ({_e(_stop_words(stops))}); the run "
-            "did not finish.</p>"
-        )
-    elif verdict.get("ok") and dropouts:
-        gone = "; ".join(
-            f"{d['site']} in round {d['round']} ({d['records']} records, then no head record)"
-            for d in dropouts
-        )
-        head = (
-            f'<p class="verdict ok">Verified, with a dropout: logs unmodified, signed; {_e(rederived)}. '
-            f"Dropped out, as the server's signed log says: {_e(gone)}.</p>"
-        )
-    elif verdict.get("ok"):
-        head = f'<p class="verdict ok">Verified: logs complete, unmodified, signed; {_e(rederived)}.</p>'
-    else:
-        head = (
-            f'<p class="verdict bad">Verification FAILED ({len(verdict.get("problems", []))} problem(s)).</p>'
-        )
     problems = "".join(f"<li><code>{_e(problem)}</code></li>" for problem in verdict.get("problems", []))
     warnings = "".join(f"<li>{_e(warning)}</li>" for warning in verdict.get("warnings", []))
     logs = "".join(
@@ -541,8 +628,11 @@ def _verification_html(data: ReportData) -> str:
         if logs
         else ""
     )
-    notes = f"<p>Warnings (the logs still verify):</p><ul id='warnings'>{warnings}</ul>" if warnings else ""
-    return head + (f"<ul>{problems}</ul>" if problems else "") + notes + table
+    listed = f"<p>Problems found:</p><ul id='problems'>{problems}</ul>" if problems else ""
+    notes = (
+        f"<p>Warnings (they limit what was checked):</p><ul id='warnings'>{warnings}</ul>" if warnings else ""
+    )
+    return listed + notes + table
 
 
 # Short cells only, so that every column fits a 1280 px window: the mechanisms in words are listed
@@ -726,7 +816,7 @@ _AUDITED = {
 }
 
 
-def _empirical_html(data: ReportData) -> str:
+def _empirical_html(data: ReportData, said: Verdict) -> str:
     """ε̂ beside ε per audited site, with what a measured lower bound does and does not say."""
     if not data.empirical_audits:
         return ""
@@ -768,7 +858,7 @@ def _empirical_html(data: ReportData) -> str:
             f"{_num(100 * float(audit.get('confidence', 0)), 3)} % confidence; ε̂ {check}.{verdict}</li>"
         )
     return (
-        "<h2>Empirical privacy audit</h2><div id='empirical'>"
+        f"{_h2('Empirical privacy audit', said)}<div id='empirical'>"
         "<p>An audit run planted artificial test patients (canaries) in a site's own training code, each "
         "included or not by a coin flip, and then tried to tell from what the training released which "
         "ones had been included. How often it was right gives ε̂, a <b>measured lower bound</b>: the "
@@ -781,7 +871,7 @@ def _empirical_html(data: ReportData) -> str:
     )
 
 
-def _code_html(data: ReportData) -> str:
+def _code_html(data: ReportData, said: Verdict) -> str:
     """Code each site ran: the FAB it approved and the digest of its installed package."""
     if not data.code:
         return ""
@@ -793,45 +883,79 @@ def _code_html(data: ReportData) -> str:
         for item in data.code
     )
     return (
-        "<h2>Code each site ran</h2><table id='code'><tr><th>site</th><th>run</th><th>FAB SHA-256</th>"
+        f"{_h2('Code each site ran', said)}<table id='code'><tr><th>site</th><th>run</th><th>FAB SHA-256</th>"
         f"<th>installed package digest</th><th>version</th></tr>{rows}</table>"
     )
 
 
+def _h2(title: str, said: Verdict) -> str:
+    return f"<h2>{_e(title)}{'' if said.verified else ' (unverified)'}</h2>"
+
+
 def render_html(data: ReportData) -> str:
     generated = datetime.now(UTC).isoformat(timespec="seconds")
+    said = verdict(data.verification)
+    rows = site_rows(data, said.verified)
     # Only this stylesheet may style the page: markup that got in through a log could not add any.
     style = "'sha256-" + base64.b64encode(hashlib.sha256(_CSS.encode("utf-8")).digest()).decode() + "'"
+    tone = {EXIT_DROPOUT: "warn", EXIT_INTERRUPTED: "warn"}.get(
+        said.exit_code, "ok" if said.verified else "bad"
+    )
+    notes = ""
+    unsupplied = data.verification.get("unsupplied") or []
+    if unsupplied:
+        notes = (
+            f"<p class='muted' id='verdict-notes'>The logs of {_e(', '.join(unsupplied))} "
+            "were not supplied: their records were checked only as copied into the logs that were.</p>"
+        )
     return (
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
         f"<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src {style}; "
         'img-src data:">'
-        f"<title>Privacy compliance report — {_e(', '.join(data.run_ids))}</title>"
+        f"<title>{_e(said.word)} — privacy compliance report — {_e(', '.join(data.run_ids))}</title>"
         f"<style>{_CSS}</style></head><body>"
-        f"<h1>Privacy compliance report</h1><p class='muted'>Generated {generated} by secure-fed audit "
-        "report "
-        f"from the signed audit logs of: {_e(', '.join(data.parties))}.</p>"
-        f"<h2>Summary</h2>{_summary(data)}"
-        f"{_empirical_html(data)}"
-        f"<h2>Privacy loss over rounds</h2><div class='plot' id='plot'>{plot_svg(data)}</div>"
+        f"<h1 id='title'>{_e(said.word)} — privacy compliance report</h1>"
+        f"<p class='verdict {tone}' id='verdict'><b>{_e(said.word)}</b>: {_e(said.why)}.</p>{notes}"
+        f"<p class='muted'>Generated {generated} by secure-fed audit report from "
+        f"the audit logs of {len(data.parties)} {'party' if len(data.parties) == 1 else 'parties'} "
+        "(listed under Verification).</p>"
+        f"{_h2('Summary', said)}{_summary(data, said, rows)}"
+        f"{_empirical_html(data, said)}"
+        f"{_h2('Privacy loss over rounds', said)}<div class='plot' id='plot'>{plot_svg(data)}</div>"
         f"{_plot_caption(data)}"
         f"<h2>Verification</h2>{_verification_html(data)}"
-        "<h2>Every mechanism that touched patient data</h2>"
+        f"{_h2('Every mechanism that touched patient data', said)}"
         f"{_mechanisms_html(data.mechanisms, data.settings)}"
-        f"<h2>Dropouts and refusals</h2>{_events_html(data)}"
-        f"{_code_html(data)}"
+        f"{_h2('Dropouts and refusals', said)}{_events_html(data)}"
+        f"{_code_html(data, said)}"
         "</body></html>"
     )
 
 
-def _csv(rows: list[MechanismRow]) -> str:
+def _csv(names: Sequence[str], rows: Sequence[Mapping[str, Any]]) -> str:
     buffer = io.StringIO()
-    names = [item.name for item in fields(MechanismRow)]
-    writer = csv.DictWriter(buffer, fieldnames=names, lineterminator="\n")
+    writer = csv.DictWriter(buffer, fieldnames=list(names), lineterminator="\n")
     writer.writeheader()
     for row in rows:
-        writer.writerow({key: ("" if value is None else value) for key, value in asdict(row).items()})
+        writer.writerow({key: ("" if value is None else value) for key, value in row.items()})
     return buffer.getvalue()
+
+
+def _site_csv_row(row: SiteRow) -> dict[str, Any]:
+    """A table row as flat cells: lists ';'-joined, instruction counts as 'code×n', ∞ as 'inf'."""
+    flat: dict[str, Any] = finite_json(asdict(row))
+    flat["rounds"] = ";".join(map(str, row.rounds))
+    flat["declined_rounds"] = ";".join(map(str, row.declined_rounds))
+    flat["released"] = "; ".join(f"{what}: {how}" for what, how in row.released)
+    for name in ("refused_instructions", "failed_instructions"):
+        flat[name] = ";".join(f"{code}×{n}" for code, n in sorted(getattr(row, name).items()))
+    return flat
+
+
+def mechanisms_csv_path(out_html: Path | str) -> Path:
+    """Where the mechanism table goes beside the report: <stem>-mechanisms.csv."""
+    out_html = Path(out_html)
+    return out_html.with_name(out_html.stem + "-mechanisms.csv")
 
 
 def write_report(
@@ -839,52 +963,48 @@ def write_report(
     out_html: Path | str,
     public_keys: Mapping[str, Ed25519PublicKey] | None = None,
 ) -> tuple[Path, Path, Path]:
-    """Verify the logs, then write out_html and the same figures as .json and .csv beside it."""
+    """Verify the logs, then write out_html and beside it the same figures: .json (everything),
+    .csv (the summary's table, one row per site) and -mechanisms.csv (every privacy record)."""
     verification = verify_logs(paths, public_keys)
     data = collect(paths, verification)
+    said = verdict(data.verification)
+    rows = site_rows(data, said.verified)
     out_html = Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out_html.with_suffix(".json"), out_html.with_suffix(".csv")
     out_html.write_text(render_html(data), encoding="utf-8")
-    json_path.write_text(json.dumps(data.to_json(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    csv_path.write_text(_csv(data.mechanisms), encoding="utf-8")
+    content = {"verdict": said.to_json(), "site_table": [finite_json(asdict(row)) for row in rows]}
+    content |= data.to_json()
+    json_path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    site_names = [item.name for item in fields(SiteRow)]
+    csv_path.write_text(_csv(site_names, [_site_csv_row(row) for row in rows]), encoding="utf-8")
+    mechanism_names = [item.name for item in fields(MechanismRow)]
+    mechanisms_csv_path(out_html).write_text(
+        _csv(mechanism_names, [asdict(row) for row in data.mechanisms]), encoding="utf-8"
+    )
     return out_html, json_path, csv_path
+
+
+_COLOUR = {EXIT_DROPOUT: "bold yellow", EXIT_INTERRUPTED: "bold yellow"}
 
 
 def report_main(
     paths: Sequence[Path | str], out: Path | str, keys_dir: Path | str | None, console: Console | None = None
 ) -> int:
-    """`secure-fed audit report`: writes the report in every case; exits as `audit verify` does (0 the
-    logs verified, 3 they verified but a site dropped out, 4 they verified but the run was interrupted
-    by a signal, 1 they did not)."""
+    """`secure-fed audit report`: writes the report in every case; prints the verdict the report
+    leads with, in `audit verify`'s words, and exits as it does (0 VERIFIED, 3 VERIFIED WITH A
+    DROPOUT, 4 INCOMPLETE, 1 FAILED or NOT VERIFIED)."""
     console = console or Console(soft_wrap=True)
-    ok, public_keys = keys_for_cli(
-        keys_dir,
-        console,
-        "[yellow]No --keys DIR given: the report will say that signatures were not checked.[/]",
-    )
+    ok, public_keys = keys_for_cli(keys_dir, console, "")
     if not ok:
         return 1
     html_path, json_path, csv_path = write_report(paths, out, public_keys)
-    verdict = json.loads(json_path.read_text(encoding="utf-8"))["verification"]
-    console.print(f"Wrote {html_path}, {json_path}, {csv_path}", markup=False, highlight=False)
-    if verdict["ok"] and verdict.get("interruptions"):
-        console.print(
-            f"[yellow]Logs verified, interrupted (exit {EXIT_INTERRUPTED}): the run was stopped by a "
-            f"signal ({escape(_stop_words(verdict['interruptions']))}) and did not finish.[/]"
-        )
-        return EXIT_INTERRUPTED
-    if verdict["ok"] and verdict["dropouts"]:
-        gone = ", ".join(f"{d['site']} (round {d['round']})" for d in verdict["dropouts"])
-        console.print(
-            f"[yellow]Logs verified, with a dropout (exit {EXIT_DROPOUT}): {escape(gone)} left the run, "
-            "as the server's signed log says.[/]"
-        )
-        return EXIT_DROPOUT
-    if verdict["ok"]:
-        console.print("[green]Logs verified.[/]")
-        return 0
+    said = verdict(json.loads(json_path.read_text(encoding="utf-8"))["verification"])
     console.print(
-        f"[red]Logs did not verify: {len(verdict['problems'])} problem(s), listed in the report.[/]"
+        f"Wrote {html_path}, {json_path}, {csv_path}, {mechanisms_csv_path(html_path)}",
+        markup=False,
+        highlight=False,
     )
-    return 1
+    colour = "bold green" if said.exit_code == 0 else _COLOUR.get(said.exit_code, "bold red")
+    console.print(f"[{colour}]{said.word}[/]: {escape(said.why)}", highlight=False)
+    return said.exit_code

@@ -13,6 +13,7 @@ cover every round it took part in; anything else is reported as released with ε
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -23,6 +24,7 @@ from secure_fed.audits.payloads import RunSettings, round_sites, run_settings
 from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
 from secure_fed.audits.reader import read_log
 from secure_fed.audits.records import shape_problem
+from secure_fed.audits.verdict import verification_json
 from secure_fed.audits.verify import Verification, time_problem
 
 
@@ -79,6 +81,7 @@ class Release:
     what: str
     how: str
     covered: bool  # priced in the site's ε by a privacy record
+    protection: str = ""  # the same in a table cell's words: "DP-SGD + SecAgg+", "CKKS", "none"
 
 
 @dataclass
@@ -156,6 +159,11 @@ def _finite(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_finite(item) for item in value]
     return value
+
+
+def finite_json(value: Any) -> Any:
+    """`value` with every infinite float as the string "inf" (JSON has no infinity)."""
+    return _finite(value)
 
 
 def _leaves(event: Mapping[str, Any]) -> Iterator[Mapping[str, Any]]:
@@ -263,28 +271,6 @@ def _guarantees(rows: list[MechanismRow], accountant: str = "rdp") -> list[Guara
     return result
 
 
-def _verification_json(verification: Verification | None) -> dict[str, Any]:
-    if verification is None:
-        return {
-            "ok": False,
-            "keys_checked": False,
-            "problems": ["verification was not run"],
-            "warnings": [],
-            "unsupplied": [],
-        }
-    return {
-        "ok": verification.ok,
-        "complete": verification.complete,
-        "dropouts": [asdict(dropout) for dropout in verification.dropouts],
-        "interruptions": [asdict(stop) for stop in verification.interruptions],
-        "keys_checked": verification.keys_checked,
-        "problems": [str(problem) for problem in verification.problems],
-        "warnings": list(verification.warnings),
-        "unsupplied": list(verification.unsupplied),
-        "logs": [asdict(log) for log in verification.logs],
-    }
-
-
 def _settings(configs: list[dict[str, Any]]) -> RunSettings | None:
     """One view of every logged run_config (a resumed run logs it again); a switch counts as on
     only if every snapshot that states it has it on."""
@@ -312,6 +298,12 @@ def _summed(secure: bool | None, secure_how: str, plain_how: str) -> str:
     if secure is None:
         return "how it was summed is not recorded in the logs"
     return secure_how if secure else plain_how
+
+
+def _label(secure: bool | None, name: str, dp: str | None) -> str:
+    """'DP-SGD + SecAgg+', 'CKKS', 'plain sum', 'DP + plain sum', 'sum not recorded'."""
+    summed = "sum not recorded" if secure is None else name if secure else "plain sum"
+    return f"{dp} + {summed}" if dp else summed
 
 
 def _releases(
@@ -344,34 +336,46 @@ def _releases(
             "model updates",
             how + ("; clipped and noised per patient (DP-SGD) first" if covered else ""),
             covered,
+            _label(secagg, "SecAgg+", "DP-SGD" if covered else None),
         )
     ]
     if (alpha_logged and rounds) or "alpha_scalars" in mechanisms:
         covered = dp and "alpha_scalars" in mechanisms
+        he = None if settings is None else settings.he
         how = _summed(
-            None if settings is None else settings.he,
+            he,
             "summed under CKKS encryption: the server saw only the total",
             "summed as plain values: the server saw this site's own values",
         )
         out.append(
-            Release("α scalars", how + ("; clipped and noised per patient first" if covered else ""), covered)
+            Release(
+                "α scalars",
+                how + ("; clipped and noised per patient first" if covered else ""),
+                covered,
+                _label(he, "CKKS", "DP" if covered else None),
+            )
         )
     if not dp and secagg is False:
         # sites keep these at home under DP or SecAgg+ (there they would sit beside a protected sum)
         losses = "the site's own training loss and validation loss sum and count, each round, in the clear"
-        out.append(Release("losses", losses, False))
+        out.append(Release("losses", losses, False, "none"))
     if evaluated:
         scores = (
             "corpus-level scores of the final model on the site's test split, released once at the end "
             "of the run (its log records the scoring)"
         )
-        out.append(Release("test-set scores", scores, False))
+        out.append(Release("test-set scores", scores, False, "not covered by ε"))
     elif evaluated is None:
         unknown = (
             "whether they were released is not known: the site's own log, which records it, was not given"
         )
-        out.append(Release("test-set scores", unknown, False))
+        out.append(Release("test-set scores", unknown, False, "not known"))
     return out
+
+
+def _natural(name: str) -> tuple[tuple[int, int | str], ...]:
+    """site2 before site10: a table of twenty sites reads in their order."""
+    return tuple((0, int(part)) if part.isdigit() else (1, part) for part in re.split(r"(\d+)", name) if part)
 
 
 def _sites(
@@ -390,7 +394,7 @@ def _sites(
     names = set(took_part) | {row.site for row in data.mechanisms} | {party for party, _ in instructions}
     names |= {str(r["site"]) for r in data.refusals if isinstance(r.get("site"), str)}
     out = []
-    for site in sorted(names):
+    for site in sorted(names, key=_natural):
         rows = [row for row in data.mechanisms if row.site == site]
         rounds = sorted(took_part.get(site, set()))
         priced = {row.round for row in rows}
@@ -423,7 +427,7 @@ def _sites(
 
 
 def collect(paths: Sequence[Path | str], verification: Verification | None) -> ReportData:
-    data = ReportData(verification=_verification_json(verification))
+    data = ReportData(verification=verification_json(verification))
     aborts: list[dict[str, Any]] = []
     ongoing: dict[str, int] = {}  # party → seq of its last record of a run going on
     seen: set[str] = set()
@@ -513,6 +517,76 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
         _with_lifetime(g, data.site_budgets.get(g.site), data.accountant) for g in data.guarantees
     ]
     return data
+
+
+@dataclass(frozen=True)
+class SiteRow:
+    """One site's line of the report's table, and of report.csv: the same figures, once each."""
+
+    site: str
+    patients_train: str | None  # the population range the logs hold ("32-63"), never an exact count
+    patients_validation: str | None
+    rounds: list[int]  # rounds it took part in, as the server's log says
+    dropped_in: int | None  # the server's signed log says it left the run in this round
+    dp: bool
+    epsilon_run: float | None  # this run's ε per patient (inf: released without DP; None: no release)
+    epsilon_before: float | None  # spent by earlier runs on the same data (its ledger)
+    epsilon_all_runs: float | None  # the ledger's total after this run
+    budget: float | None  # the budget it was held to: all runs' where it keeps a ledger
+    budget_all_runs: bool
+    exceeded: bool
+    delta: float | None
+    accountant: str | None
+    released: list[tuple[str, str]]  # (what, protection), e.g. ("model updates", "DP-SGD + SecAgg+")
+    declined_rounds: list[int]  # budget refusals
+    refused_instructions: dict[str, int]
+    failed_instructions: dict[str, int]
+    instructions_known: bool  # its own log (which holds its instruction records) was given
+    verified: bool  # the logs it comes from passed verification with keys
+
+
+def site_rows(data: ReportData, verified: bool) -> list[SiteRow]:
+    """The table of the report's summary: one row per site that took part or is named."""
+    guarantees = {g.site: g for g in data.guarantees}
+    dropped = {c.party: c.dropped_in for c in data.courses if c.dropped_in is not None}
+    rows = []
+    for site in data.sites:
+        g = guarantees.get(site.site) if site.dp else None
+        sizes = g.population_sizes if g is not None else {}
+        released_anything = bool(site.rounds or site.releases)
+        declined = sorted(
+            {
+                int(r["round"])
+                for r in data.refusals
+                if r.get("site", r.get("party")) == site.site and isinstance(r.get("round"), int)
+            }
+        )
+        ledger = g is not None and (g.lifetime_start is not None or g.lifetime is not None)
+        rows.append(
+            SiteRow(
+                site=site.site,
+                patients_train=None if sizes.get("train") is None else str(sizes["train"]),
+                patients_validation=None if sizes.get("validation") is None else str(sizes["validation"]),
+                rounds=list(site.rounds),
+                dropped_in=dropped.get(site.site),
+                dp=site.dp,
+                epsilon_run=g.epsilon if g is not None else (math.inf if released_anything else None),
+                epsilon_before=g.lifetime_start if g is not None else None,
+                epsilon_all_runs=g.lifetime if g is not None else None,
+                budget=(g.lifetime_budget if ledger else g.budget) if g is not None else None,
+                budget_all_runs=ledger,
+                exceeded=g.exceeded if g is not None else False,
+                delta=g.delta if g is not None else None,
+                accountant=g.accountant if g is not None else None,
+                released=[(r.what, r.protection) for r in site.releases],
+                declined_rounds=declined,
+                refused_instructions=dict(site.refused_instructions),
+                failed_instructions=dict(site.failed_instructions),
+                instructions_known=site.instructions_logged > 0,
+                verified=verified,
+            )
+        )
+    return rows
 
 
 def lifetime_epsilon(by_population: Any, accountant: str) -> float | None:

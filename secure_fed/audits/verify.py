@@ -56,6 +56,9 @@ from secure_fed.audits.payloads import instruction_problem, record_round, round_
 from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
 from secure_fed.audits.reader import TORN, Line, read_log
 from secure_fed.audits.records import GENESIS_HASH, record_hash, shape_problem, signature_holds
+from secure_fed.audits.verdict import EXIT_DROPOUT as EXIT_DROPOUT  # re-exported for callers
+from secure_fed.audits.verdict import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from secure_fed.audits.verdict import verdict, verification_json
 
 # What AuditLog writes: datetime.now(UTC).isoformat(timespec="microseconds"). Anything else in a
 # `time` field was not written by the log (and would reach the report's page as text).
@@ -213,8 +216,11 @@ class _LogState:
 
 
 class _Checker:
-    def __init__(self, public_keys: Mapping[str, Ed25519PublicKey]) -> None:
+    def __init__(self, public_keys: Mapping[str, Ed25519PublicKey], unkeyed: bool = False) -> None:
         self.keys = public_keys
+        # No keys given at all: signatures go unchecked (said once, by the verdict), and everything
+        # else is checked as if they held, so that a copy is not called dropped for want of a key.
+        self.unkeyed = unkeyed
         self.problems: list[Problem] = []
         self.warnings: list[str] = []
         self._missing_key_reported: set[tuple[str, str]] = set()
@@ -228,17 +234,19 @@ class _Checker:
         self.problems.append(Problem(path, line.number if line else None, reason, seq))
 
     def signature_problem(self, path: str, line: Line, record: dict[str, Any], label: str = "") -> bool:
-        """Report a bad hash or signature of `record`; True when one was found."""
+        """Report a bad hash or signature of `record`; True when one was found. A signature that
+        could not be checked (no key) is not a bad one: the record still takes part in the
+        cross-log checks by its hash, and the missing key is named once per log and party."""
         if record_hash(record) != record["hash"]:
             self.report(path, line, f"{label}hash mismatch (record was modified)", record["seq"])
             return True
         party = record["party"]
         key = self.keys.get(party)
         if key is None:
-            if (path, party) not in self._missing_key_reported:
+            if not self.unkeyed and (path, party) not in self._missing_key_reported:
                 self._missing_key_reported.add((path, party))
                 self.report(path, line, f"{label}no public key for party {party!r}: signatures not checked")
-            return True
+            return False
         checked = self._signed.setdefault((path, party), [0, 0])
         checked[0] += 1
         if not signature_holds(record["hash"], record["signature"], key):
@@ -593,7 +601,7 @@ class _Checker:
                 stop is not None
                 and state.path not in problem_paths
                 and state.run_id in stopped
-                and {"server", str(state.party)} <= set(self.keys)
+                and (self.unkeyed or {"server", str(state.party)} <= set(self.keys))
                 and not self.wrong_keys
             ):
                 signal, round_ = stop
@@ -624,7 +632,8 @@ class _Checker:
                 for r in state.records.values()
                 if r is not own_stop
             )
-            if said is None or "server" not in self.keys or self.wrong_keys or later or ended:
+            unsigned = "server" not in self.keys and not self.unkeyed
+            if said is None or unsigned or self.wrong_keys or later or ended:
                 detail = (
                     f"; it holds records of round {max(later)}, after it left in round {said[0]}"
                     if said and later
@@ -687,7 +696,7 @@ def verify_logs(
 ) -> Verification:
     """Verify the logs together (copies across logs are cross-checked). `public_keys=None` checks
     everything but signatures, and the result is then never ok."""
-    checker = _Checker(public_keys or {})
+    checker = _Checker(public_keys or {}, unkeyed=public_keys is None)
     states: list[_LogState] = []
     for raw in paths:
         path = str(raw)
@@ -743,7 +752,7 @@ def verify_logs(
         for s in states
     ]
     return Verification(
-        not problems,
+        not problems and public_keys is not None,
         problems,
         logs,
         rederived,
@@ -815,27 +824,23 @@ def _check_empirical_audits(checker: _Checker, states: list[_LogState]) -> dict[
     return found
 
 
-# `audit verify` / `audit report` exit codes: 0 every log verifies and is closed; 1 a problem (a
-# record changed, missing, unsigned, a wrong ε, a log cut short); 3 every record verifies but a
-# site's log stops where the server's signed log says that site left the run (a dropout); 4 every
-# record verifies but the run was interrupted by a signal (each log ends with its signed run_aborted).
-EXIT_DROPOUT = 3
-EXIT_INTERRUPTED = 4
+# `audit verify` / `audit report` exit codes (secure_fed/audits/verdict.py words them): 0 every log
+# verifies and is closed; 1 a problem (a record changed, missing, unsigned, a wrong ε, a log cut
+# short) or no keys given; 3 every record verifies but a site's log stops where the server's signed
+# log says that site left the run (a dropout); 4 every record verifies but the run was interrupted
+# by a signal (each log ends with its signed run_aborted).
+
+_COLOUR = {0: "bold green", 3: "bold yellow", 4: "bold yellow"}
 
 
 def verify_main(
     paths: Sequence[Path | str], keys_dir: Path | str | None, console: Console | None = None
 ) -> int:
-    """Print a readable verdict for `secure-fed audit verify`: 0 when everything holds, 3 when it
-    holds but a site dropped out (its log stops where the server's log says it left), 4 when it holds
-    but the run was interrupted by a signal (resumable), else 1."""
+    """Print a readable verdict for `secure-fed audit verify`, in the words the report leads with:
+    VERIFIED 0, VERIFIED WITH A DROPOUT 3, INCOMPLETE 4 (interrupted by a signal, resumable),
+    FAILED or NOT VERIFIED (no --keys: signatures not checked) 1."""
     console = console or Console(soft_wrap=True)
-    ok, public_keys = keys_for_cli(
-        keys_dir,
-        console,
-        "[bold red]No --keys DIR given:[/] signatures cannot be checked. The verifier only trusts "
-        "public keys you supply (KEYS/signing/<party>.pub), never keys found inside a log.",
-    )
+    ok, public_keys = keys_for_cli(keys_dir, console, "")
     if not ok:
         return 1
     result = verify_logs(paths, public_keys)
@@ -860,41 +865,16 @@ def verify_main(
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     _print_empirical(console, result)
-    checked = len(result.rederived)
-    figures = (
-        f"{checked} privacy record(s) re-derived with dp_accounting and matching."
-        if checked
-        else "no privacy record in them (no ε to re-derive)."
-    )
-    if result.ok and result.interruptions:
+    said = verdict(verification_json(result))
+    colour = _COLOUR.get(said.exit_code, "bold red")
+    console.print(f"[{colour}]{said.word}[/]: {escape(said.why)}", highlight=False)
+    if not result.keys_checked:
+        # The one place that says how to check them; the verifier never trusts a key from a log.
         console.print(
-            f"[bold yellow]VERIFIED, INTERRUPTED[/] (exit {EXIT_INTERRUPTED}): every record verifies and "
-            f"every signature holds; {figures} Not tampering: the run was stopped (a signal, or "
-            "`flwr stop` in a deployment) and did not finish (a `secure-fed run` goes on from its last "
-            "checkpoint with --resume):"
+            "  The verifier trusts only public keys you supply (KEYS/signing/<party>.pub, or the folder"
+            " `secure-fed keys export-public` writes), never keys found inside a log.",
+            highlight=False,
         )
-        for stop in result.interruptions:
-            console.print(f"  {stop}", markup=False, highlight=False)
-        for dropout in result.dropouts:
-            console.print(f"  {dropout}", markup=False, highlight=False)
-        return EXIT_INTERRUPTED
-    if result.ok and result.dropouts:
-        console.print(
-            f"[bold yellow]VERIFIED, WITH A DROPOUT[/] (exit {EXIT_DROPOUT}): every record verifies and "
-            f"every signature holds; {figures} Not tampering, a site that left the run:"
-        )
-        for dropout in result.dropouts:
-            console.print(f"  {dropout}", markup=False, highlight=False)
-        return EXIT_DROPOUT
-    if result.ok:
-        console.print(
-            f"[bold green]OK[/]: {len(result.logs)} log(s) complete and unmodified, every signature "
-            f"verifies, {figures}"
-        )
-        return 0
-    console.print(
-        f"[bold red]FAILED[/]: {len(result.problems)} problem(s); the first one names the first bad record."
-    )
-    for problem in result.problems:
-        console.print(f"  {problem}", markup=False, highlight=False)
-    return 1
+    for item in [*result.problems, *result.interruptions, *result.dropouts]:
+        console.print(f"  {item}", markup=False, highlight=False)
+    return said.exit_code

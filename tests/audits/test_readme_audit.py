@@ -63,4 +63,6 @@ def test_readme_verifier_commands_run_and_never_use_private_keys(
         assert result.exit_code == 0, (line, result.output)
         assert "private keys" not in result.output
     assert Path("report.html").is_file()
-    assert re.search(r"by the RDP accountant", Path("report.html").read_text())
+    page = Path("report.html").read_text()
+    assert "<h1 id='title'>VERIFIED — privacy compliance report</h1>" in page
+    assert re.search(r"<th>accountant</th>.*<td>RDP</td>", page, re.DOTALL)

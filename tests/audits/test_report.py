@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.log import AuditLog
-from secure_fed.audits.report import report_main, write_report
+from secure_fed.audits.report import mechanisms_csv_path, report_main, write_report
 
 from .conftest import BUDGETS, DELTA, Run, mechanism_json, opacus_epsilon
 from .tamper import read_records, remove_records, write_records
@@ -23,7 +23,15 @@ def _report(run: Run, tmp_path: Path, paths: list[Path] | None = None, keys: boo
         tmp_path / "out" / "report.html",
         load_public_keys(run.keys_dir) if keys else None,
     )
-    return html_path.read_text(), json.loads(json_path.read_text()), list(csv.DictReader(csv_path.open()))
+    mechanisms = mechanisms_csv_path(html_path)
+    return html_path.read_text(), json.loads(json_path.read_text()), list(csv.DictReader(mechanisms.open()))
+
+
+def _sites(html: str) -> dict[str, dict[str, str]]:
+    """The summary's site table as a reader sees it, by site."""
+    from .test_report_truth import site_table
+
+    return {row["site"]: row for row in site_table(html)}
 
 
 def test_report_figures(pristine: Run, tmp_path: Path) -> None:
@@ -47,9 +55,16 @@ def test_report_figures(pristine: Run, tmp_path: Path) -> None:
         ("0.25", "1.1", "8", "1.0")
     }
     assert all(r["matches"] == "True" for r in rows)
-    assert "(ε = 8.47, δ = 1e-05) per patient at site-0" in html
-    assert "It declined round 3" in html and "No site exceeded its privacy budget" in html
-    assert "<svg" in html and "Verified" in html
+    sites = _sites(html)
+    assert (sites["site-0"]["ε this run"], sites["site-0"]["δ"], sites["site-0"]["budget ε"]) == (
+        "8.47",
+        "1e-05",
+        "10",
+    )
+    assert sites["site-1"]["refusals"] == "declined round 3"
+    assert "site-1 declined round 3: the round would exceed the site's privacy budget." in _summary_text(html)
+    assert "EXCEEDED" not in html
+    assert "<svg" in html and "<h1 id='title'>VERIFIED — privacy compliance report</h1>" in html
 
 
 def test_report_is_self_contained(pristine: Run, tmp_path: Path) -> None:
@@ -70,8 +85,18 @@ def test_report_shows_failed_verification(run: Run, tmp_path: Path) -> None:
     records = read_records(run.paths["site-0"])
     write_records(run.paths["site-0"], records[:-1])
     html, data, _ = _report(run, tmp_path)
-    assert data["verification"]["ok"] is False
-    assert "did NOT pass verification" in html and "truncated: no head record" in html
+    assert data["verification"]["ok"] is False and data["verdict"]["word"] == "FAILED"
+    # the failure leads: the title, the first line, then every finding of the summary marked
+    assert "<title>FAILED — " in html and "<h1 id='title'>FAILED — privacy compliance report</h1>" in html
+    first = re.search(r"<p class='verdict bad' id='verdict'>(.*?)</p>", html)
+    assert first and f"site-0.jsonl:{len(records) - 1}: truncated: no head record" in first.group(1)
+    assert _summary_text(html).startswith("Every finding below is unverified")
+    block = re.search(r'<div class="summary" id="summary">(.*?)</div>', html, re.DOTALL)
+    assert block
+    findings = re.findall(r"<(?:p|li|caption)(?: id='(\w+)')?[^>]*>(.*?)</(?:p|li|caption)>", block.group(1))
+    for key, finding in findings:
+        if key not in ("unverified", "words"):
+            assert finding.startswith("<b class='unv'>Unverified:</b>"), finding
     _, unsigned, _ = _report(run, tmp_path, keys=False)
     assert unsigned["verification"]["keys_checked"] is False and not unsigned["verification"]["ok"]
 
@@ -96,15 +121,20 @@ def test_exceeded_budget_is_said_plainly(tmp_path: Path) -> None:
     html_path, json_path, _ = write_report([path], tmp_path / "r.html", {"site-9": key.public_key()})
     data = json.loads(json_path.read_text())
     assert data["guarantees"][0]["exceeded"] is True
-    assert "Privacy budget exceeded at: site-9" in html_path.read_text()
+    assert "Privacy budget EXCEEDED at site-9" in _summary_text(html_path.read_text())
+    assert _sites(html_path.read_text())["site-9"]["budget ε"] == "2 EXCEEDED"
 
 
 def test_report_main(pristine: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = tmp_path / "r" / "report.html"
     assert report_main(pristine.all_paths, out, pristine.keys_dir) == 0
     assert out.exists() and out.with_suffix(".json").exists() and out.with_suffix(".csv").exists()
+    assert "VERIFIED: every log is complete" in capsys.readouterr().out
     assert report_main(pristine.all_paths, out, None) == 1
-    assert "signatures were not checked" in capsys.readouterr().out
+    said = " ".join(capsys.readouterr().out.split())
+    assert "NOT VERIFIED: signatures not checked: no keys given" in said
+    assert said.count("signatures not checked") == 1
+    assert "<h1 id='title'>NOT VERIFIED — " in out.read_text()
 
 
 def _summary_text(html: str) -> str:
@@ -115,7 +145,10 @@ def _summary_text(html: str) -> str:
 
 
 def _first_sentence(html: str) -> str:
-    text = _summary_text(html)
+    """The summary's headline: what was released and whether differential privacy covered it."""
+    block = re.search(r"<p id='headline'>(.*?)</p>", html, re.DOTALL)
+    assert block, "no headline"
+    text = htmllib.unescape(re.sub(r"<[^>]+>", "", block.group(1))) + " "
     return text[: text.index(". ") + 1]
 
 
@@ -139,8 +172,13 @@ def test_run_without_dp_says_so_first_and_claims_no_protection(pristine_plain: R
         assert "corpus-level" in releases["test-set scores"]["how"]
         assert not any(release["covered"] for release in site["releases"])
     listed = re.search(r"<ul id='releases'>(.*?)</ul>", html, re.DOTALL)
-    assert listed and "site-0" in listed.group(1) and "site-1" in listed.group(1)
-    assert "model updates" in listed.group(1) and "test-set scores" in listed.group(1)
+    assert listed and "model updates</b> (every site)" in listed.group(1)
+    assert "test-set scores</b> (every site)" in listed.group(1)
+    table = _sites(html)
+    assert set(table) == {"site-0", "site-1"} and all(
+        row["ε this run"] == "∞ (no DP)" for row in table.values()
+    )
+    assert "budget ε" not in next(iter(table.values()))  # no budget column where no site has DP
     # No guarantee, budget line or plot for a site without DP, and no word of noise anywhere.
     assert data["guarantees"] == [] and rows == []
     lowered = html.lower()
@@ -152,9 +190,10 @@ def test_run_without_dp_says_so_first_and_claims_no_protection(pristine_plain: R
 def test_dp_run_still_reads_as_before_and_names_uncovered_releases(pristine: Run, tmp_path: Path) -> None:
     html, data, _ = _report(pristine, tmp_path)
     first = _first_sentence(html)
-    assert first.startswith("This report covers the federated training run"), first
+    assert first.startswith("In run run-2024-test"), first
     text = _summary_text(html)
-    assert "deliberately blurred with random noise" in text
+    assert "every release of training data is covered by differential privacy" in text
+    assert "adds random noise" in text  # DP-SGD in plain words, once
     assert "without differential privacy" not in text
     # The test-set scores are never DP: said plainly, and not folded into ε.
     assert "test-set scores" in text and "not covered by ε" in text
@@ -176,14 +215,23 @@ def test_participant_without_privacy_record_gets_no_bound(run: Run, tmp_path: Pa
             lambda r: r["party"] == "site-0" and r["round"] == 3 and r["event"] == "privacy",
         )
     html, data, _ = _report(run, tmp_path)
+    # DP is on, so a participant without a privacy record is also a verification problem: it leads
+    assert data["verdict"]["word"] == "FAILED" and "site-0 took part" in data["verdict"]["why"]
     first = _first_sentence(html)
-    assert first.startswith("Patient data of site-0 was released without differential privacy (ε = ∞)"), first
+    assert first.startswith(
+        "Unverified: Patient data of site-0 was released without differential privacy (ε = ∞)"
+    ), first
     sites = {site["site"]: site for site in data["sites"]}
     assert sites["site-0"]["dp"] is False and sites["site-0"]["uncovered_rounds"] == [3]
     assert sites["site-1"]["dp"] is True and sites["site-1"]["uncovered_rounds"] == []
     text = _summary_text(html)
-    assert "per patient at site-1" in text and "per patient at site-0" not in text
-    assert "budget of ε = 10" not in text  # site-0's budget: no "within budget" line for it
+    table = _sites(html)
+    assert (
+        table["site-1"]["ε this run"] not in ("∞ (no DP)", "—")
+        and table["site-0"]["ε this run"] == "∞ (no DP)"
+    )
+    assert table["site-0"]["budget ε"] == "—"  # site-0's budget: not shown as kept
+    assert "site-0 took part in round 3, but no privacy record covers that round" in text
     # Only site-1 gets a panel in the ε plot (matplotlib names each panel axes_N).
     plot = re.search(r"<div class='plot' id='plot'>(.*?)</div>", html, re.DOTALL)
     assert plot and len(re.findall(r'<g id="axes_\d+"', plot.group(1))) == 1
@@ -258,3 +306,9 @@ def test_a_run_that_stopped_early_says_so_and_counts_each_refusal_once(tmp_path:
     assert [(r["site"], r["round"]) for r in data["refusals"]] == [("s0", 2)]
     assert data["stopped"] == "round 2: only 0 site(s) took part"
     assert "ended before its planned rounds: round 2: only 0 site(s) took part" in html_path.read_text()
+    # s0 only declined: nothing left it, so nothing is called released without protection
+    first = _first_sentence(html_path.read_text())
+    assert (
+        first.startswith("Unverified: The logs of run r1") and "none of which took part in a round" in first
+    )
+    assert "without differential privacy" not in html_path.read_text()

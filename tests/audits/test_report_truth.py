@@ -31,6 +31,7 @@ from .conftest import DELTA, instruction, mechanism_json, opacus_epsilon
 from .tamper import read_records
 
 SITES = ("site0", "site1", "site2")
+RELEASED = "what left the site: protection"
 Q, SIGMA, STEPS = 0.5, 1.2, 4
 ALPHA_SIGMA = 2.0
 BUDGET = 20.0
@@ -48,6 +49,8 @@ class Scenario:
     drop: str | None = None  # this site dies in round 2's secure sum after its training reply
     drop_signal: str | None = None  # with drop: the dropped site's node was stopped and signed its stop
     lifetime_start: float | None = None  # ε earlier runs spent on the same data (a site ledger)
+    sites: int = 3  # site0, site1, …
+    decline: str | None = None  # this site declines the last round: it would exceed its budget
 
 
 @dataclass
@@ -67,16 +70,17 @@ def _run_config(s: Scenario) -> dict[str, Any]:
 
 
 def write_run(root: Path, s: Scenario) -> Written:
-    keys = {party: Ed25519PrivateKey.generate() for party in ("server", *SITES)}
+    names = tuple(f"site{index}" for index in range(s.sites))
+    keys = {party: Ed25519PrivateKey.generate() for party in ("server", *names)}
     for party, key in keys.items():
         write_key_pair(root / "keys", party, key)
     paths = {party: root / "audit" / f"{party}.jsonl" for party in keys}
     run_id = "run-truth"
     logs = {party: AuditLog(paths[party], party, run_id, keys[party]) for party in keys}
     server = logs["server"]
-    history: dict[str, list[tuple[float, float, int]]] = {site: [] for site in SITES}
-    alpha_history: dict[str, list[tuple[float, float, int]]] = {site: [] for site in SITES}
-    alive = list(SITES)
+    history: dict[str, list[tuple[float, float, int]]] = {site: [] for site in names}
+    alpha_history: dict[str, list[tuple[float, float, int]]] = {site: [] for site in names}
+    alive = list(names)
     mode = "secagg+" if s.dp else "plain"  # secagg.enabled = None: on exactly when DP is on
 
     def copy(record: dict[str, Any], site: str) -> None:
@@ -94,6 +98,8 @@ def write_run(root: Path, s: Scenario) -> Written:
         }
         if mechanism == "dp_sgd":
             payload |= {"clip_norm": 1.0, "population_bucket": "32-63", "steps": STEPS}
+        else:
+            payload |= {"population_bucket": "8-15"}
         copy(logs[site].append("privacy", payload, round=round_), site)
 
     def start(resumed: bool) -> None:
@@ -104,7 +110,17 @@ def write_run(root: Path, s: Scenario) -> Written:
                 logs[site].append("site_budget", _budget(site, run_id, s.lifetime_start))
 
     def train(round_: int) -> None:
-        for site in list(alive):
+        declined = [s.decline] if s.decline in alive and round_ == s.rounds else []
+        for site in declined:
+            refusal = {
+                "site": site,
+                "population": "train",
+                "epsilon_after": BUDGET + 1.0,
+                "budget": BUDGET,
+                "reason": "the round would exceed the site's privacy budget",
+            }
+            copy(logs[site].append("budget_refusal", refusal, round=round_), site)
+        for site in [site for site in alive if site not in declined]:
             logs[site].append("instruction", instruction("train", round_), round=round_)
             if s.dp:
                 history[site].append((Q, SIGMA, STEPS))
@@ -117,8 +133,8 @@ def write_run(root: Path, s: Scenario) -> Written:
             {
                 "round": round_,
                 "mode": mode,
-                "participants": list(alive),
-                "survivors": [site for site in alive if site not in dropped],
+                "participants": [site for site in alive if site not in declined],
+                "survivors": [site for site in alive if site not in dropped + declined],
                 "dropped": dropped,
             },
             round=round_,
@@ -142,7 +158,7 @@ def write_run(root: Path, s: Scenario) -> Written:
         if not s.resume:
             for log in logs.values():
                 log.abandon()
-            return Written([paths["server"], *(paths[site] for site in SITES)], root / "keys")
+            return Written([paths["server"], *(paths[site] for site in names)], root / "keys")
         for party in logs:  # a new process continues each log's chain (AuditLog reopens it)
             logs[party].abandon()
             logs[party] = AuditLog(paths[party], party, run_id, keys[party])
@@ -161,7 +177,7 @@ def write_run(root: Path, s: Scenario) -> Written:
         logs[site].close()
     server.append("model_hash", {"sha256": "ab" * 32})
     server.close()
-    return Written([paths["server"], *(paths[site] for site in SITES)], root / "keys")
+    return Written([paths["server"], *(paths[site] for site in names)], root / "keys")
 
 
 def _budget(site: str, run_id: str, start: float, run: float | None = None) -> dict[str, Any]:
@@ -184,6 +200,18 @@ def summary_text(page: str) -> str:
     block = re.search(r'<div class="summary" id="summary">(.*?)</div>', page, re.DOTALL)
     assert block, "no summary"
     return htmllib.unescape(re.sub(r"<[^>]+>", "", block.group(1)))
+
+
+def site_table(page: str) -> list[dict[str, str]]:
+    """The summary's table as a reader sees it: one {column: cell text} per site."""
+    table = re.search(r"<table id='sites'>(.*?)</table>", page, re.DOTALL)
+    assert table, "no site table"
+    rows = re.findall(r"<tr>(.*?)</tr>", table.group(1), re.DOTALL)
+    cells = [
+        [htmllib.unescape(re.sub(r"<[^>]+>", "", c)) for c in re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", r)]
+        for r in rows
+    ]
+    return [dict(zip(cells[0], row, strict=True)) for row in cells[1:]]
 
 
 def _all_records(paths: list[Path]) -> list[dict[str, Any]]:
@@ -216,16 +244,17 @@ def claims_hold(page: str, paths: list[Path]) -> str:
         assert he_on, "the report claims encryption, the run_config says he is off"
     if he_off:
         assert "CKKS" not in page and "under encryption" not in page
-    # evaluation: each site named as releasing test-set scores logged the scoring
-    for names in re.findall(r"test-set scores of ([^:]+):", text):
-        for site in names.split(", "):
+    # evaluation: each site whose row lists test-set scores as released logged the scoring
+    table = site_table(page) if "<table id='sites'>" in page else []
+    for row in table:
+        if "test-set scores: not covered by ε" in row["what left the site: protection"]:
             assert any(
                 r["event"] == "instruction"
-                and r["party"] == site
+                and r["party"] == row["site"]
                 and r["payload"]["phase"] == "evaluate"
                 and r["payload"]["outcome"] == "acted"
                 for r in records
-            ), f"{site}: scores claimed, no scoring logged"
+            ), f"{row['site']}: scores claimed, no scoring logged"
     if not any(r["event"] == "instruction" and r["payload"]["phase"] == "evaluate" for r in records):
         assert "released once at the end" not in text
     # completion
@@ -256,11 +285,17 @@ def claims_hold(page: str, paths: list[Path]) -> str:
                 for value in (r["payload"].get(key) or {}).values():
                     logged.add(_g3(value["rdp"]))
     logged.add("0")
+    budgets = {_g3(r["payload"]["budget"]) for r in records if r["event"] in ("privacy", "site_budget")}
     for figure in re.findall(r"ε = ([0-9]+(?:\.[0-9]+)?)", text):
-        budgets = {_g3(r["payload"]["budget"]) for r in records if r["event"] in ("privacy", "site_budget")}
         assert _g3(float(figure)) in logged | budgets, f"ε = {figure} is in no record"
+    for row in table:
+        for column in ("ε this run", "ε all runs", "budget ε"):
+            figure = re.match(r"[0-9]+(?:\.[0-9]+)?", row.get(column, ""))
+            if figure:
+                assert _g3(float(figure.group())) in logged | budgets, f"{row['site']}: {column} {figure}"
     if not any(r["event"] == "privacy" for r in records):
-        assert "every ε re-derived" not in page and "every privacy figure was recomputed" not in text
+        assert "re-derived with dp_accounting" not in page
+        assert all(row["ε this run"] in ("∞ (no DP)", "—") for row in table)
     return text
 
 
@@ -274,19 +309,25 @@ def _report(root: Path, s: Scenario) -> tuple[str, dict[str, Any], Written]:
 def test_non_dp_run(tmp_path: Path) -> None:
     page, data, written = _report(tmp_path, Scenario(dp=False))
     text = claims_hold(page, written.paths)
-    assert data["verification"]["ok"] and "no privacy record, so no ε to re-derive" in page
+    assert data["verification"]["ok"] and "no privacy record in them, so no ε to re-derive" in page
     assert "plain values" in text and "the run finished" in text
+    assert [row["ε this run"] for row in site_table(page)] == ["∞ (no DP)"] * 3
 
 
 def test_dp_run(tmp_path: Path) -> None:
     page, data, written = _report(tmp_path, Scenario(dp=True))
     text = claims_hold(page, written.paths)
-    assert data["verification"]["ok"] and "every ε re-derived" in page
-    assert "test-set scores of site0, site1, site2" in text and "the run finished" in text
+    assert (
+        data["verification"]["ok"] and "18 privacy records re-derived with dp_accounting and matching" in page
+    )
+    assert "test-set scores (every site)" in text and "the run finished" in text
     # he off: the α scalars' words say plain values, in the summary and in the mechanism table
     words = re.search(r"<ul id='mechanism-words'>(.*?)</ul>", page, re.DOTALL)
     assert words and "plain values" in words.group(1) and "encryption (" not in words.group(1)
-    assert "each patient's privacy loss in this run is at most" in text
+    # no ledger logged: this run's ε is the bound, beside the budget it was held to
+    for row, g in zip(site_table(page), data["guarantees"], strict=True):
+        assert row["ε this run"] == f"{g['epsilon']:.3g}" and row["budget ε"] == f"{BUDGET:g}"
+        assert "ε all runs" not in row and "test-set scores: not covered by ε" in row[RELEASED]
 
 
 def test_dp_ckks_run(tmp_path: Path) -> None:
@@ -300,8 +341,8 @@ def test_dp_ckks_run(tmp_path: Path) -> None:
 def test_interrupted_run(tmp_path: Path) -> None:
     page, data, written = _report(tmp_path, Scenario(stop_after=1))
     text = claims_hold(page, written.paths)
-    assert "stops after round 1 with no end record" in text and "the run finished" not in text
-    assert "test-set scores of" not in text and "released no test-set scores" in text
+    assert "The logs of server, site0, site1, site2 stop after round 1 with no end record" in text
+    assert "the run finished" not in text and "test-set scores: none released" in text
     assert not data["verification"]["ok"]  # a log cut short that no server record explains
 
 
@@ -309,7 +350,7 @@ def test_run_interrupted_by_a_signal(tmp_path: Path, capsys: pytest.CaptureFixtu
     page, data, written = _report(tmp_path, Scenario(stop_after=1, signal="SIGINT"))
     text = claims_hold(page, written.paths)
     assert "The run was interrupted by SIGINT in round 1 and did not finish" in text
-    assert "test-set scores of" not in text and "the run finished" not in text
+    assert "test-set scores: none released" in text and "the run finished" not in text
     # each log ends with its own party's signed run_aborted naming the signal: an interruption, its
     # own verdict and exit code, not "truncated" (it read as tampering: "cannot be relied on")
     verdict = data["verification"]
@@ -317,10 +358,11 @@ def test_run_interrupted_by_a_signal(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert sorted((i["party"], i["signal"], i["round"]) for i in verdict["interruptions"]) == [
         (party, "SIGINT", 1) for party in ("server", *SITES)
     ]
-    assert "cannot be relied on" not in text and "Verified, interrupted" in page
+    assert page.startswith("<!DOCTYPE html>") and "<h1 id='title'>INCOMPLETE — " in page
+    assert "Every finding below is unverified" not in text
     assert verify_main(written.paths, written.keys) == EXIT_INTERRUPTED
     out = " ".join(capsys.readouterr().out.split())
-    assert "VERIFIED, INTERRUPTED" in out and "by SIGINT in round 1" in out
+    assert "INCOMPLETE: the run was interrupted (SIGINT in round 1: server, site0, site1, site2)" in out
     assert report_main(written.paths, tmp_path / "r2.html", written.keys) == EXIT_INTERRUPTED
 
 
@@ -330,7 +372,7 @@ def test_deployment_stopped_by_flwr_stop(tmp_path: Path, capsys: pytest.CaptureF
     written = write_run(tmp_path, Scenario(stop_after=1, signal="flwr stop", site_signal="SIGTERM"))
     assert verify_main(written.paths, written.keys) == EXIT_INTERRUPTED
     out = " ".join(capsys.readouterr().out.split())
-    assert "VERIFIED, INTERRUPTED" in out and "interrupted by flwr stop in round 1" in out
+    assert "INCOMPLETE: the run was interrupted" in out and "interrupted by flwr stop in round 1" in out
     for site in SITES:
         assert f"{site}'s log ends with its signed run_aborted: the run was interrupted by SIGTERM" in out
 
@@ -368,7 +410,7 @@ def test_resumed_run(tmp_path: Path) -> None:
     text = claims_hold(page, written.paths)
     assert data["verification"]["ok"], data["verification"]["problems"]
     assert "interrupted by SIGINT in round 1 and resumed" in text and "did not finish" not in text
-    assert "the run finished" in text and "test-set scores of site0, site1, site2" in text
+    assert "the run finished" in text and "test-set scores (every site)" in text
     assert "rounds 1, 2, 3 of 3 planned" in text
 
 
@@ -378,9 +420,10 @@ def test_deployment_with_a_dropped_site(tmp_path: Path, capsys: pytest.CaptureFi
     verdict = data["verification"]
     assert verdict["ok"] and not verdict["complete"]
     assert [(d["site"], d["round"]) for d in verdict["dropouts"]] == [("site2", 2)]
-    assert "site2 dropped out in round 2" in text and "cannot be relied on" not in text
-    assert "test-set scores of site0, site1:" in text and "Whether site2" not in text
-    assert "Verified, with a dropout" in page
+    assert "site2 dropped out in round 2" in text and "unverified" not in text
+    assert "test-set scores (2 of 3 sites)" in text and "site2 released no test-set scores" in text
+    assert "<h1 id='title'>VERIFIED WITH A DROPOUT — " in page
+    assert [row["rounds taken part in"] for row in site_table(page)] == ["1–3", "1–3", "1–2 (left in 2)"]
     # its own exit code, distinct from tampering (1) and from a complete run (0)
     assert verify_main(written.paths, written.keys) == EXIT_DROPOUT
     out = capsys.readouterr().out
@@ -427,14 +470,12 @@ def test_third_run_on_the_same_data(tmp_path: Path) -> None:
     guarantee = {g["site"]: g for g in data["guarantees"]}["site0"]
     run = opacus_epsilon([(Q, SIGMA, STEPS)] * 3)
     assert guarantee["lifetime"] == pytest.approx(7.63 + run * 0.9)
-    # the headline is the lifetime ε against the lifetime budget, this run's share beside it
-    assert (
-        f"across every run on this data set, each patient's privacy loss is at most "
-        f"(ε = {guarantee['lifetime']:.3g}, δ = {DELTA:g}) per patient at site0" in text
-    )
-    assert f"this run's releases (alpha_scalars, dp_sgd) alone ε = {guarantee['epsilon']:.3g}" in text
-    assert f"within its budget of ε = {BUDGET:g} for all runs together" in text
-    assert "each patient's privacy loss in this run is at most" not in text
+    # the lifetime ε against the lifetime budget, this run's share beside it
+    row = site_table(page)[0]
+    assert row["site"] == "site0" and row["ε all runs"] == f"{guarantee['lifetime']:.3g}"
+    assert row["ε this run"] == f"{guarantee['epsilon']:.3g}" and row["δ"] == f"{DELTA:g}"
+    assert row["budget ε"] == f"{BUDGET:g} (all runs)"
+    assert "ε all runs counts every run on the same patients' data" in text
     # the plot starts where the earlier runs left the patients
     plot = re.search(r"id='plot'>(.*?)</div>", page, re.DOTALL)
     assert plot and "all runs on this data (ledger)" in plot.group(1)
@@ -443,7 +484,9 @@ def test_third_run_on_the_same_data(tmp_path: Path) -> None:
 def test_a_lifetime_over_budget_is_exceeded(tmp_path: Path) -> None:
     page, data, written = _report(tmp_path, Scenario(lifetime_start=16.0))
     text = claims_hold(page, written.paths)
-    assert "Its budget of ε = 20 was EXCEEDED" in text and "within its budget" not in text
+    assert "Privacy budget EXCEEDED at site0, site1, site2" in text
+    assert all(row["budget ε"] == "20 (all runs) EXCEEDED" for row in site_table(page))
+    assert "exceeded its privacy budget" not in text  # the no-exceptions line is not said
 
 
 def test_wrong_keys_still_count_the_privacy_records(

@@ -23,8 +23,12 @@ def test_headline_is_the_runs_accountant_and_the_max_over_groups(pristine: Run, 
         assert g.accountant == "RDP" and g.epsilon == max(row.epsilon_rdp for row in last.values())
     html, _, _ = write_report(pristine.all_paths, tmp_path / "r.html", load_public_keys(pristine.keys_dir))
     text = html.read_text()
-    for site in SITES:
-        assert f"per patient at {site}</b> by the RDP accountant" in text
+    from .test_report_truth import site_table
+
+    table = {row["site"]: row for row in site_table(text)}
+    for g in data.guarantees:
+        assert set(table) == set(SITES) and table[g.site]["accountant"] == "RDP"
+        assert table[g.site]["ε this run"] == f"{g.epsilon:.3g}"
     for mechanism in {row.mechanism for row in data.mechanisms}:
         assert html_escape(MECHANISM_WORDS[mechanism]) in text  # each mechanism in words
     assert "<th>patient group</th><th>group size</th>" in text

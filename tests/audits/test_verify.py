@@ -10,6 +10,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.log import AuditLog
 from secure_fed.audits.records import seal
+from secure_fed.audits.verdict import verdict, verification_json
 from secure_fed.audits.verify import verify_logs, verify_main
 
 from .conftest import DELTA, Run, instruction, mechanism_json
@@ -202,10 +203,39 @@ def test_prv_epsilon_is_rederived(tmp_path: Path) -> None:
     assert "prv epsilon" in _first(verify_logs([path], {"site-0": key.public_key()}))
 
 
-def test_without_keys_nothing_is_ok(pristine: Run) -> None:
+def test_without_keys_nothing_is_ok_and_only_what_was_checked_is_reported(pristine: Run) -> None:
     result = verify_logs(pristine.all_paths, None)
     assert not result.ok and not result.keys_checked
-    assert "no public key for party 'site-0': signatures not checked" in str(result.problems[0])
+    # The copies are in the server's log: without keys only their signatures go unchecked, so no
+    # "copy dropped" (nor a missing-key problem per log and party): the verdict says it once.
+    assert result.problems == [], [str(p) for p in result.problems]
+    assert len(result.rederived) == 12
+    said = verdict(verification_json(result))
+    assert (said.word, said.exit_code) == ("NOT VERIFIED", 1)
+    assert said.why.startswith("signatures not checked: no keys given")
+
+
+def test_without_keys_a_changed_record_still_fails(run: Run) -> None:
+    path = run.paths["site-0"]
+    lines = path.read_text().splitlines()
+    index = next(i for i, line in enumerate(lines) if '"dp_sgd"' in line)
+    lines[index] = lines[index].replace('"noise_multiplier":1.1', '"noise_multiplier":1.5')
+    path.write_text("\n".join(lines) + "\n")
+    result = verify_logs(run.all_paths, None)
+    said = verdict(verification_json(result))
+    assert said.word == "FAILED" and "signatures not checked: no keys given" in said.why
+    assert f"site-0.jsonl:{index + 1}: hash mismatch (record was modified)" in said.why
+    assert str(path.parent) not in said.why  # the file's name, not the folder it was read from
+
+
+def test_a_missing_key_is_named_once_and_its_copies_still_cross_checked(pristine: Run) -> None:
+    keys = load_public_keys(pristine.keys_dir)
+    del keys["site-0"]
+    result = verify_logs(pristine.all_paths, keys)
+    reasons = [p.reason for p in result.problems]
+    assert all("no public key for party 'site-0'" in reason for reason in reasons), reasons
+    assert len(reasons) == 2  # site-0's own log, and its copies in the server's log
+    assert not [reason for reason in reasons if "copy dropped" in reason]
 
 
 def test_malformed_privacy_record_is_reported(tmp_path: Path) -> None:
@@ -223,14 +253,17 @@ def test_malformed_privacy_record_is_reported(tmp_path: Path) -> None:
 
 def test_verify_main_output_and_exit_codes(run: Run, capsys: pytest.CaptureFixture[str]) -> None:
     assert verify_main(run.all_paths, run.keys_dir) == 0
-    assert "OK" in capsys.readouterr().out
+    assert "VERIFIED: every log is complete and unmodified" in capsys.readouterr().out
     assert verify_main(run.all_paths, None) == 1
-    assert "No --keys DIR given" in capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())
+    assert "NOT VERIFIED: signatures not checked: no keys given" in out
+    assert out.count("signatures not checked") == 1 and "copy dropped" not in out
     records = read_records(run.paths["site-1"])
     write_records(run.paths["site-1"], records[:-1])
     assert verify_main(run.all_paths, run.keys_dir) == 1
     out = capsys.readouterr().out
-    assert "FAILED" in out and f"{run.paths['site-1']}:{len(records) - 1}: truncated: no head record" in out
+    assert "\nFAILED: 1 problem in the logs; the first: site-1.jsonl:" in out
+    assert f"{run.paths['site-1']}:{len(records) - 1}: truncated: no head record" in out
     assert verify_main(run.all_paths, run.root / "nowhere") == 1
     assert "Cannot load keys" in capsys.readouterr().out
 

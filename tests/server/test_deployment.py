@@ -860,7 +860,7 @@ def test_the_documented_deployment_script(tmp_path: Path, cache_dir: Path) -> No
     said = checked.stdout + checked.stderr
     # a dropout the server's signed log explains: its own verdict and exit code, not tampering
     assert checked.returncode == 3, said
-    assert "VERIFIED, WITH A DROPOUT" in said and f"{victim} dropped out in round" in said, said
+    assert "VERIFIED WITH A DROPOUT" in said and f"{victim} dropped out in round" in said, said
     server_log = audit_records(folder / "audit" / "server.jsonl")
     gone = [
         r["payload"]

@@ -104,7 +104,7 @@ def test_two_runs_on_the_same_site_data_continue_its_epsilon(make_config, tmp_pa
     page = render_html(collect(sorted((second / "audit").glob("*.jsonl")), None))
     end = budget_records(second, "site0")[1]
     total = max(v["rdp"] for v in end["lifetime"].values())
-    assert "id='lifetime'" in page and f"{total:.2f} in all" in page
+    assert "<th>ε all runs</th>" in page and f"<td class='num'>{total:.3g}</td>" in page
 
     # The budget holds across runs: a policy whose budget one more round would fit alone, but not
     # on top of what the two runs spent, is refused at round 1 and the run fails.
