@@ -749,6 +749,8 @@ def _events_html(data: ReportData) -> str:
             "<h3>Aggregation rounds: participants and dropouts</h3>"
             f"<table><tr><th>round</th><th>sum</th><th>participants</th><th>dropped</th></tr>{rows}</table>"
         )
+    if data.survivor_sets:
+        parts.append(_survivors_html(data.survivor_sets))
     if data.refusals:
         rows = "".join(
             f"<tr><td>{_e(item.get('site', item.get('party')))}</td><td>{_e(item.get('round'))}</td>"
@@ -779,6 +781,47 @@ def _events_html(data: ReportData) -> str:
     if data.model_hash is not None:
         parts.append(f"<p>Released model: <code>{_e(json.dumps(data.model_hash))}</code></p>")
     return "".join(parts)
+
+
+def survivor_rounds(sets: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Per round of distributed DP: how many sites the signed survivor set holds against h, which
+    sites signed it, and whether every site signed the same set (what makes the round's ε a bound)."""
+    by_round: dict[Any, list[Mapping[str, Any]]] = {}
+    for item in sets:
+        by_round.setdefault(item.get("round"), []).append(item)
+    out = []
+    for round_, items in sorted(by_round.items(), key=lambda kv: (kv[0] is None, kv[0])):
+        views = {tuple(map(str, item.get("survivors") or [])) for item in items}
+        largest = max(views, key=len)
+        hs = {item.get("honest_min") for item in items if isinstance(item.get("honest_min"), int)}
+        out.append(
+            {
+                "round": round_,
+                "survivors": len(largest),
+                "honest_min": min(hs) if hs else None,
+                "signed_by": sorted(str(item.get("site")) for item in items),
+                "one_set": len(views) == 1,
+                "holds": len(views) == 1 and (not hs or len(largest) >= min(hs)),
+            }
+        )
+    return out
+
+
+def _survivors_html(sets: Sequence[Mapping[str, Any]]) -> str:
+    rows = "".join(
+        f"<tr><td>{_e(r['round'])}</td><td>{_e(r['survivors'])}</td><td>{_e(r['honest_min'])}</td>"
+        f"<td>{_e(', '.join(r['signed_by']))}</td>"
+        f"<td>{'yes' if r['holds'] else 'NO'}</td></tr>"
+        for r in survivor_rounds(sets)
+    )
+    return (
+        "<h3>Distributed DP: the survivor set each round, against h</h3>"
+        "<p class='muted'>Each site's noise share carries part of the noise; the sum carries all of it only "
+        "if at least h sites' shares are in it. Before anything was unmasked, every surviving site signed "
+        "the survivor set it was shown; a round holds when all signed one set of at least h sites.</p>"
+        "<table><tr><th>round</th><th>survivors</th><th>h</th><th>signed by</th><th>holds</th></tr>"
+        f"{rows}</table>"
+    )
 
 
 def _plot_caption(data: ReportData) -> str:

@@ -119,6 +119,8 @@ class ReportData:
     mechanisms: list[MechanismRow] = field(default_factory=list)
     refusals: list[dict[str, Any]] = field(default_factory=list)
     secagg_rounds: list[dict[str, Any]] = field(default_factory=list)
+    # distributed DP: each site's signed survivor set, {"round", "site", "survivors", "honest_min"}
+    survivor_sets: list[dict[str, Any]] = field(default_factory=list)
     alpha: Any = None
     model_hash: Any = None
     verification: dict[str, Any] = field(default_factory=dict)
@@ -480,6 +482,8 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
                 data.site_budgets[site] = dict(payload)
         elif event == "secagg_round":
             data.secagg_rounds.append({"party": record["party"], "round": record["round"], **payload})
+        elif event == "secagg_survivors" and record["party"] == payload.get("site"):
+            data.survivor_sets.append({"round": record["round"], **payload})
         elif event == "alpha":
             data.alpha = payload
         elif event == "model_hash":

@@ -76,6 +76,11 @@ def test_distributed_run_completes_verifies_and_releases_the_planned_noise(make_
     words = html.read_text()
     assert "distributed noise" in words and "h = 3 survivors" in words and "c = 1 of them" in words
     assert "symmetric about zero" in words and "Zhu &amp; Wang" not in words
+    # every round: the one survivor set all three sites signed, against h
+    survivors = [r for r in records if r["event"] == "secagg_survivors"]
+    assert [r["round"] for r in survivors] == [1, 2]
+    assert all(r["payload"]["survivors"] == ["site0", "site1", "site2"] for r in survivors)
+    assert "<td>1</td><td>3</td><td>3</td><td>site0, site1, site2</td><td>yes</td>" in words
 
     for round_id, (noisy, plan) in enumerate(released, start=1):
         assert len(clipped[round_id]) == 3  # every site's sum went into the released one
