@@ -260,6 +260,8 @@ SWEEP_TABLES = (
     "share-kept",
     "share-kept-cider-per-site",
     "share-kept-ce-f1-per-site",
+    "paper",
+    "paper-differences",
 )
 
 
@@ -325,6 +327,9 @@ def sweep_markdown(
         "share-kept-cider-per-site": lambda: sk.share_per_site_table(results["runs"]),
         "share-kept-ce-f1-per-site": lambda: sk.share_per_site_table(results["runs"], "CE-F1"),
         "wall": lambda: sw.wall_table(results["runs"]),
+        # the FedTAR paper's Table 1 layout (--with the distributed-DP sweep for its ε = 8 cells)
+        "paper": lambda: sw.paper_table(results["runs"]),
+        "paper-differences": lambda: sw.paired_table(sw.paper_differences(results["runs"]), sw.PAPER_METRICS),
         # from the cells, as the sweep computes it: a folder from before the table has them too
         "privacy-utility-ce-f1": lambda: sw.privacy_table(
             sw.privacy_utility(results["runs"], "CE-F1"), "CE-F1"
