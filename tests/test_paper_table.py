@@ -184,3 +184,19 @@ def test_the_makefile_recipe_runs_every_paper_method_at_both_drifts() -> None:
                 RunConfig.model_validate(cfg.model_dump())  # a DP variant exists
     wanted = {*sw.PLAIN_BASELINES, "fedavg", "fedtar", "fedtar-no-gmm", "fedtar-no-temporal", "fedtar-convex"}
     assert wanted <= set(names["PAPER_METHODS"].split(","))
+
+
+def test_the_committed_wall_time_estimate_is_what_the_records_give() -> None:
+    """docs/results/paper-grid-time.json is benchmarks/paper_grid_time.py's table of the committed
+    records and the Makefile's recipe; the estimate is each drift's cells at their kind's rate."""
+    grid_time = load_script("benchmarks/paper_grid_time.py")
+    committed = json.loads((ROOT / "docs" / "results" / "paper-grid-time.json").read_text())
+    est = grid_time.estimate()
+    fresh = grid_time.table(est, committed["source"]["commit"], committed["source"]["date"])
+    assert fresh == committed, "stale: run python benchmarks/paper_grid_time.py --write"
+    rates = est["rates"]
+    assert rates["non_private"] == pytest.approx(65 / 60)  # the default benchmark: 12 methods x 5 seeds
+    assert rates["site_private"] == pytest.approx(74.7 / 30)  # fedavg, fedtar x 5 ε x 3 seeds
+    drift = next(t for t in est["targets"] if t["target"] == "results-paper-drift")
+    assert drift["cells"] == 12 * 3 + 6 * 3
+    assert est["j2_hours"] <= 8

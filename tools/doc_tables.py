@@ -1,6 +1,6 @@
 """Tables and figures in the docs, rendered from committed JSON so text and data cannot drift.
 
-In README.md and docs/*.md a block
+In README.md, docs/*.md and docs/experiments/*.md a block
 
     <!-- table: results/NAME.json -->
     ...
@@ -70,8 +70,9 @@ class Stale:
 
 
 def doc_files(root: Path = ROOT) -> list[Path]:
-    """The documents whose blocks are rendered: README.md and every docs/*.md."""
-    return [p for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.is_file()]
+    """The documents whose blocks are rendered: README.md, every docs/*.md and docs/experiments/*.md."""
+    docs = [*sorted((root / "docs").glob("*.md")), *sorted((root / "docs" / "experiments").glob("*.md"))]
+    return [p for p in [root / "README.md", *docs] if p.is_file()]
 
 
 def load_table(path: Path) -> dict[str, Any]:
@@ -528,7 +529,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--against sweep at the same ε (e.g. central, the private pooled ceiling)",
     )
     p.add_argument("--docs", type=Path, default=DOCS, help="the folder block paths are relative to")
-    p.add_argument("files", nargs="*", type=Path, help="documents (default: README.md and docs/*.md)")
+    p.add_argument(
+        "files", nargs="*", type=Path, help="documents (default: README.md, docs/*.md, docs/experiments/*.md)"
+    )
     args = p.parse_args(argv)
     try:
         if args.from_sweep is not None:
