@@ -12,7 +12,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser test test-deploy demo lint bench clean results results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2
+.PHONY: install browser test test-deploy demo lint bench clean results results-paper results-paper-drift0 results-paper-drift results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || bash .ci/check-install-space $(dir $(abspath $(VENV))) $(INSTALL_NEEDS_GIB)
@@ -48,6 +48,25 @@ results: $(STAMP)
 	$(SWEEP) --config configs/iid-sites.toml --methods base,local,central,fedavg --seeds 0,1,2,3,4 --epsilons inf -o runs/results-iid
 	$(SWEEP) --config configs/small-iid-sites.toml --methods base,local,central,fedavg,fedavg-ft,fedtar --seeds 0,1,2,3,4,5,6,7,8,9 --epsilons inf -o runs/results-small-iid
 	$(SWEEP) --config configs/training-noise.toml --methods base,local,central,fedavg --seeds 0,1,2,3,4 --epsilons inf -o runs/results-training-noise
+
+# The FedTAR paper's Table 1 beside ours (docs/experiments/paper-table.md): its baselines as it runs
+# them (time points pooled, a plain adapter: <method>-plain), ours with the patient hyper-LoRA,
+# FedTAR and its ablations with the temporal step read both ways (<method>-convex), without DP and
+# at ε = 8 with distributed DP (the methods that have it), on the drift-0 cohort and at the
+# paper's drift. Resumable; the two drifts run side by side under -j2:
+#   nohup make -j2 results-paper > runs/results-paper.log 2>&1 &
+# Wall time: docs/experiments/paper-table.md (benchmarks/paper_grid_time.py).
+PAPER_METHODS := fedavg-plain,fedprox-plain,scaffold-plain,fedadam-plain,drfa-plain,fedavg,fedtar,fedtar-no-gmm,fedtar-no-temporal,fedtar-convex,fedtar-no-gmm-convex,fedtar-no-temporal-convex
+PAPER_PRIVATE := fedavg-plain,fedavg,fedtar,fedtar-no-gmm,fedtar-no-temporal,fedtar-convex
+results-paper: results-paper-drift0 results-paper-drift
+
+results-paper-drift0: $(STAMP)
+	$(SWEEP) --config configs/paper-drift-0.toml --methods $(PAPER_METHODS) --seeds 0,1,2 --epsilons inf -o runs/results-paper-drift0
+	$(SWEEP) --config configs/paper-drift-0-distributed.toml --methods $(PAPER_PRIVATE) --seeds 0,1,2 --epsilons 8 -o runs/results-paper-drift0-distributed
+
+results-paper-drift: $(STAMP)
+	$(SWEEP) --config configs/paper-drift.toml --methods $(PAPER_METHODS) --seeds 0,1,2 --epsilons inf -o runs/results-paper-drift
+	$(SWEEP) --config configs/paper-drift-distributed.toml --methods $(PAPER_PRIVATE) --seeds 0,1,2 --epsilons 8 -o runs/results-paper-drift-distributed
 
 # docs/RESULTS.md's "Hospital scale" grid (issue 30): 10,000 patients over 5 unequal sites; central at
 # a finite ε is DP-SGD on the pooled patients. Resumable like `results` (finished cells are skipped):

@@ -468,9 +468,13 @@ def sweep(
         typer.Option(
             help="comma-separated methods: base (pretrained base, no training), local (each site alone), "
             "central (pooled, non-private), fedtar, fedtar-no-gmm, fedtar-no-temporal, fedavg, fedprox, "
-            "fedadam, scaffold, drfa; fedavg-ft, fedtar-ft (that method's final model fine-tuned at each "
-            "site for one round's local epochs: personalised FL); central-clip, fedavg-clip, fedtar-clip "
-            "(the private recipe's sampling and clipping with no noise: NOT private, ε = ∞ only)"
+            "fedadam, scaffold, drfa; fedavg-plain, fedprox-plain, scaffold-plain, fedadam-plain, "
+            "drfa-plain (the baseline with a plain adapter, no patient hyper-LoRA: the FedTAR paper's "
+            "protocol); fedtar-convex, fedtar-no-gmm-convex, fedtar-no-temporal-convex (FedTAR's temporal "
+            "step as the full convex combination of the snapshots); fedavg-ft, fedtar-ft (that method's "
+            "final model fine-tuned at each site for one round's local epochs: personalised FL); "
+            "central-clip, fedavg-clip, fedtar-clip (the private recipe's sampling and clipping with no "
+            "noise: NOT private, ε = ∞ only)"
         ),
     ] = "fedtar,fedavg",
     seeds: Annotated[

@@ -217,6 +217,12 @@ class TrainConfig(_Strict):
         "1/√Σc_t² from the round's α, so a round moves the model as far as FedAvg's); site mode "
         "and non-private runs always chain",
     )
+    fedtar_chain: Literal["residual", "convex"] = Field(
+        "residual",
+        description="FedTAR's temporal step, read either way its Theorem 1 allows: 'residual' "
+        "(w^(t) = w^(t-1) + α_t (w̄^(t) - w^(t-1)) from the round's start, which keeps "
+        "Π(1 - α_t) of the start: 0.33 at uniform α, T = 5) or 'convex' (w = Σ_t α_t w̄^(t))",
+    )
     local_epochs: int = Field(2, ge=1)
     average: Literal["none", "ema", "tail"] = Field(
         "none",

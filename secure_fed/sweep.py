@@ -18,6 +18,11 @@ recipe's Poisson sampling, steps and per-patient clipping with no noise (``dp.no
 not private, so it runs at ε = ∞ only and reports no ε; beside ``<method>`` at ε = ∞ and at a finite
 ε it says how much of the loss is clipping and sampling and how much is noise.
 
+``<baseline>-plain`` (fedavg, fedprox, scaffold, fedadam, drfa) is the baseline as the FedTAR paper
+runs it: a plain adapter (``model.hyper_lora = false``), without the patient hyper-LoRA our
+baselines share with FedTAR. ``<fedtar>-convex`` (fedtar and its ablations) reads FedTAR's temporal
+step as the full convex combination of the snapshots (``train.fedtar_chain = "convex"``).
+
 ``<method>-ft`` is the personalised-FL reference (local adaptation of the federated model: each site
 fine-tunes the final global model of ``<method>``'s cell of the same seed and ε on its own train
 split, for ``train.fine_tune_epochs`` epochs, else one round's local epochs, and scores the result
@@ -51,13 +56,24 @@ LOCAL = "local"  # each site alone
 CENTRAL = "central"  # pooled, non-private: the ceiling
 REFERENCES: tuple[str, ...] = (BASE, LOCAL, CENTRAL)
 FEDERATED: tuple[str, ...] = METHODS_FOR["reports"]
+# The FedTAR paper's protocol for its baselines: time points pooled (as every baseline here pools
+# them) and a plain adapter, without the patient hyper-LoRA that our baselines get
+PLAIN = "-plain"  # suffix: the method with model.hyper_lora = false
+PLAIN_BASELINES: tuple[str, ...] = tuple(
+    m + PLAIN for m in ("fedavg", "fedprox", "scaffold", "fedadam", "drfa")
+)
+CONVEX = "-convex"  # suffix: FedTAR (or an ablation) with train.fedtar_chain = "convex"
+CONVEX_VARIANTS: tuple[str, ...] = tuple(
+    m + CONVEX for m in ("fedtar", "fedtar-no-gmm", "fedtar-no-temporal")
+)
+VARIANTS: tuple[str, ...] = PLAIN_BASELINES + CONVEX_VARIANTS
 FINE_TUNE = "-ft"  # suffix: the federated method's final model, fine-tuned at each site
 FINE_TUNED: tuple[str, ...] = tuple(m + FINE_TUNE for m in ("fedavg", "fedtar"))
 # suffix: the private recipe's sampling, steps and clipping with no noise (dp.noise_free_reference),
 # a non-private reference that runs at ε = ∞ only
 NOISE_FREE = "-clip"
 NOISE_FREE_METHODS: tuple[str, ...] = tuple(m + NOISE_FREE for m in (CENTRAL, "fedavg", "fedtar"))
-METHODS: tuple[str, ...] = REFERENCES + FEDERATED + FINE_TUNED + NOISE_FREE_METHODS
+METHODS: tuple[str, ...] = REFERENCES + FEDERATED + VARIANTS + FINE_TUNED + NOISE_FREE_METHODS
 # The columns tables show by default (every metric stays in results.json).
 TABLE_METRICS: tuple[str, ...] = (
     "CIDEr",
@@ -98,6 +114,12 @@ def seed_config(base: RunConfig, method: str, epsilon: float | None, seed: int) 
     """
     cfg = base.model_copy(deep=True, update={"seed": seed})
     name = method.removesuffix(FINE_TUNE).removesuffix(NOISE_FREE)
+    if name in PLAIN_BASELINES:
+        name = name.removesuffix(PLAIN)
+        cfg.model.hyper_lora = False
+    elif name in CONVEX_VARIANTS:
+        name = name.removesuffix(CONVEX)
+        cfg.train.fedtar_chain = "convex"
     if name in FEDERATED:
         cfg.fed.method = name  # type: ignore[assignment]
     if base.data.split_seed is None:
@@ -628,6 +650,63 @@ def paired_between(
     return rows
 
 
+# The FedTAR paper's Table 1 columns, in its order
+PAPER_METRICS: tuple[str, ...] = ("BLEU-1", "BLEU-4", "ROUGE-L", "CIDEr", "CE-F1")
+# FedTAR against FedAvg both ways the baseline can be run (ours with the hyper-LoRA, the paper's
+# plain), and the convex reading of FedTAR's step against ours
+PAPER_PAIRS: tuple[tuple[str, str], ...] = (
+    ("fedtar", "fedavg"),
+    ("fedtar", "fedavg-plain"),
+    ("fedtar-convex", "fedavg"),
+    ("fedtar-convex", "fedavg-plain"),
+)
+
+
+def paper_table(
+    runs: list[dict[str, Any]], private: float = 8.0, metrics: Sequence[str] = PAPER_METRICS
+) -> str:
+    """The FedTAR paper's Table 1 as this sweep gives it: one row per method, each metric's mean
+    with its 95 % t interval over the seeds without DP and at ε = ``private``; "—" where a method
+    has no cell at that ε (a method without a DP variant)."""
+    by = _tests_by_cell(runs)
+    methods = sorted({m for m, _ in by}, key=lambda m: _order(m, None))
+    if not methods:
+        return ""
+
+    def shown(tests: dict[int, dict[str, float]] | None, metric: str) -> str:
+        if not tests:
+            return "—"
+        mean, ci = _mean_ci([t.get(metric, math.nan) for t in tests.values()])
+        if math.isnan(mean):
+            return "—"
+        return f"{mean:.3f}" + ("" if ci is None else f" [{ci[0]:.3f}, {ci[1]:.3f}]")
+
+    eps = f"{private:g}"
+    cols = [f"{m} ε=∞" for m in metrics] + [f"{m} ε={eps}" for m in metrics]
+    head = f"| method | seeds (ε=∞ / ε={eps}) | " + " | ".join(cols) + " |\n"
+    head += "|" + " --- |" * (2 + len(cols)) + "\n"
+    lines = []
+    for method in methods:
+        plain, dp = by.get((method, None)), by.get((method, private))
+        seeds = f"{len(plain) if plain else '—'} / {len(dp) if dp else '—'}"
+        cells = [shown(plain, m) for m in metrics] + [shown(dp, m) for m in metrics]
+        lines.append(f"| {method} | {seeds} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n"
+
+
+def paper_differences(
+    runs: list[dict[str, Any]],
+    pairs: Sequence[tuple[str, str]] = PAPER_PAIRS,
+    metrics: Sequence[str] = PAPER_METRICS,
+) -> list[dict[str, Any]]:
+    """``paired_methods`` for each pair the sweep ran (FedTAR − FedAvg, each way), one heading."""
+    rows = []
+    for method, against in pairs:
+        for row in paired_methods(runs, method, against, metrics):
+            rows.append(row | {"heading": "method − against, same ε"})
+    return rows
+
+
 def paired_methods(
     runs: list[dict[str, Any]], method: str, against: str, metrics: Sequence[str] = PAIRED_METRICS
 ) -> list[dict[str, Any]]:
@@ -828,7 +907,7 @@ def kept_groups(runs: list[dict[str, Any]]) -> Iterator[tuple[str, float | None,
     for run in runs:
         seeds.setdefault((run["method"], run["epsilon"]), set()).add(run["seed"])
     for method, epsilon in sorted(seeds, key=lambda k: (k[0], -(k[1] or math.inf))):
-        if method not in (*FEDERATED, *FINE_TUNED, CENTRAL):
+        if method not in (*FEDERATED, *VARIANTS, *FINE_TUNED, CENTRAL):
             continue
         common = seeds.get((BASE, None), set()) & seeds.get((method, None), set()) & seeds[(method, epsilon)]
         if common:
@@ -867,7 +946,7 @@ def privacy_utility(runs: list[dict[str, Any]], metric: str = "CIDEr") -> list[d
 def plot_privacy_utility(rows: list[dict[str, Any]], path: Path, metric: str = "CIDEr") -> bool:
     """PNG of the metric against ε (∞ drawn at the right, base as a line); a sweep without private
     cells gets the metric per method at ε = ∞ instead. False only when no cell has the metric."""
-    private = [r for r in rows if r["method"] in FEDERATED and r["epsilon"] is not None]
+    private = [r for r in rows if r["method"] in (*FEDERATED, *VARIANTS) and r["epsilon"] is not None]
     import matplotlib
 
     matplotlib.use("Agg")

@@ -1,6 +1,6 @@
 """Tables and figures in the docs, rendered from committed JSON so text and data cannot drift.
 
-In README.md and docs/*.md a block
+In README.md, docs/*.md and docs/experiments/*.md a block
 
     <!-- table: results/NAME.json -->
     ...
@@ -70,8 +70,9 @@ class Stale:
 
 
 def doc_files(root: Path = ROOT) -> list[Path]:
-    """The documents whose blocks are rendered: README.md and every docs/*.md."""
-    return [p for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))] if p.is_file()]
+    """The documents whose blocks are rendered: README.md, every docs/*.md and docs/experiments/*.md."""
+    docs = [*sorted((root / "docs").glob("*.md")), *sorted((root / "docs" / "experiments").glob("*.md"))]
+    return [p for p in [root / "README.md", *docs] if p.is_file()]
 
 
 def load_table(path: Path) -> dict[str, Any]:
@@ -263,6 +264,8 @@ SWEEP_TABLES = (
     "share-of-central",
     "share-of-central-cider-per-site",
     "share-of-central-ce-f1-per-site",
+    "paper",
+    "paper-differences",
 )
 
 
@@ -334,6 +337,9 @@ def sweep_markdown(
             results["runs"], "CE-F1"
         ),
         "wall": lambda: sw.wall_table(results["runs"]),
+        # the FedTAR paper's Table 1 layout (--with the distributed-DP sweep for its ε = 8 cells)
+        "paper": lambda: sw.paper_table(results["runs"]),
+        "paper-differences": lambda: sw.paired_table(sw.paper_differences(results["runs"]), sw.PAPER_METRICS),
         # from the cells, as the sweep computes it: a folder from before the table has them too
         "privacy-utility-ce-f1": lambda: sw.privacy_table(
             sw.privacy_utility(results["runs"], "CE-F1"), "CE-F1"
@@ -532,7 +538,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--against sweep at the same ε (e.g. central, the private pooled ceiling)",
     )
     p.add_argument("--docs", type=Path, default=DOCS, help="the folder block paths are relative to")
-    p.add_argument("files", nargs="*", type=Path, help="documents (default: README.md and docs/*.md)")
+    p.add_argument(
+        "files", nargs="*", type=Path, help="documents (default: README.md, docs/*.md, docs/experiments/*.md)"
+    )
     args = p.parse_args(argv)
     try:
         if args.from_sweep is not None:

@@ -11,8 +11,10 @@ from secure_fed.algorithms.fedtar.temporal import (
     MetaUpdater,
     TemporalMetaLearner,
     chain_weights,
+    convex_combination,
     matched_step_scale,
     residual_chain,
+    temporal_step,
     weighted_snapshots,
 )
 
@@ -295,3 +297,100 @@ def test_distributed_fedtar_scales_its_copies_steps_only_when_matched(make_confi
     factor = matched_step_scale(alpha) if step == "matched" else 1.0
     np.testing.assert_allclose(moved[step], factor * moved["chained"], rtol=1e-12)
     assert np.abs(moved["chained"]).max() > 0
+
+
+# -- the convex reading (train.fedtar_chain = "convex"): w = Σ_t α_t w̄^(t) ------------------------
+
+
+def test_convex_combination_by_hand() -> None:
+    start, sums, counts, alpha = hand_example()
+    snaps = weighted_snapshots(start, sums, counts)  # [2, 2], [3, 0], [−1, 2]
+    step = convex_combination(start, snaps, alpha)
+    # ½[2, 2] + ¼[3, 0] + ¼[−1, 2] = [1.5, 1.5]: none of w^(0) = [0, 1] is kept
+    np.testing.assert_allclose(step.final, [1.5, 1.5], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(step.directions, snaps - start, rtol=0, atol=1e-15)
+    np.testing.assert_array_equal(step.states[0], start)
+    np.testing.assert_allclose(chain_weights(alpha, kind="convex"), alpha)
+
+
+def test_the_chain_keeps_a_third_of_the_start_and_the_convex_reading_none() -> None:
+    """The two readings at uniform α, T = 5: the chain keeps Π(1 − α_t) = 0.8⁵ ≈ 0.33 of the round's
+    start; the convex combination keeps nothing of it."""
+    alpha = np.full(5, 0.2)
+    assert 1.0 - chain_weights(alpha).sum() == pytest.approx(0.8**5, rel=1e-12)
+    assert 0.8**5 == pytest.approx(0.328, abs=1e-3)
+    assert 1.0 - chain_weights(alpha, kind="convex").sum() == pytest.approx(0.0, abs=1e-15)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_convex_final_state_is_the_alpha_weighted_snapshots(seed: int) -> None:
+    """Thm. 1 for the convex reading: with α on the simplex, w is a convex combination of the
+    snapshots with weights α (solved from the points, then compared with α); an absent visit
+    index's weight stays with the round's start."""
+    rng = np.random.default_rng(2000 + seed)
+    start, snapshots, _ = random_case(seed)
+    alpha = rng.dirichlet(np.ones(len(snapshots)))
+    step = convex_combination(start, snapshots, alpha)
+    system = np.vstack([snapshots.T, np.ones(len(snapshots))])  # (D + 1, T)
+    solved, *_ = np.linalg.lstsq(system, np.concatenate([step.final, [1.0]]), rcond=None)
+    assert solved.min() >= -1e-10
+    np.testing.assert_allclose(solved, alpha, atol=1e-8)
+    np.testing.assert_allclose(alpha @ snapshots, step.final, atol=1e-12)
+    present = np.array([True, False, True, True])
+    partial = convex_combination(start, snapshots, alpha, present)
+    expected = alpha[~present].sum() * start + alpha[present] @ snapshots[present]
+    np.testing.assert_allclose(partial.final, expected, atol=1e-12)
+    np.testing.assert_array_equal(partial.directions[1], np.zeros_like(start))
+
+
+def softmax(u: np.ndarray) -> np.ndarray:
+    e = np.exp(u - u.max())
+    return e / e.sum()
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_convex_hypergradient_matches_finite_differences(seed: int) -> None:
+    """∂L/∂u for the meta-learner's scores u (α = softmax(u)) of L(w) = ½‖w − y‖², w = Σ_t α_t w̄^(t):
+    the directions' scalars ⟨∇L(w), d_t⟩, projected through the softmax Jacobian as MetaUpdater
+    does, equal central differences of L in u. The sent directions w̄^(t) − w^(0) differ from
+    ∂w/∂α_t = w̄^(t) by a shift common to every t, which the projection removes: both give the
+    same gradient."""
+    rng = np.random.default_rng(3000 + seed)
+    start, snapshots, _ = random_case(seed, dim=9, t_max=5)
+    target = rng.normal(size=start.size)
+    u = rng.normal(size=5)
+
+    def loss(scores: np.ndarray) -> float:
+        w = convex_combination(start, snapshots, softmax(scores)).final
+        return 0.5 * float(np.sum((w - target) ** 2))
+
+    alpha = softmax(u)
+    step = convex_combination(start, snapshots, alpha)
+    grad_w = step.final - target
+    jacobian = np.diag(alpha) - np.outer(alpha, alpha)
+    sent = jacobian.T @ (step.directions @ grad_w)
+    exact = jacobian.T @ (snapshots @ grad_w)  # ∂w/∂α_t = w̄^(t)
+    h = 1e-6
+    fd = np.array([(loss(u + h * np.eye(5)[t]) - loss(u - h * np.eye(5)[t])) / (2 * h) for t in range(5)])
+    np.testing.assert_allclose(exact, fd, rtol=1e-6, atol=1e-8)
+    np.testing.assert_allclose(sent, fd, rtol=1e-6, atol=1e-8)
+    # and through the real meta-learner: ψ receives the same gradient from either set of scalars
+    grads = []
+    for scalars in (step.directions @ grad_w, snapshots @ grad_w):
+        learner = TemporalMetaLearner(5, seed=seed)
+        MetaUpdater(learner, lr=0.1).step(scalars)
+        grads.append(torch.cat([p.grad.flatten() for p in learner.parameters()]))
+    # float32 ψ: the softmax's shift-invariant direction (the last bias) is 0 only up to the
+    # rounding of the larger, uncentred scalars
+    scale = float(np.abs(snapshots @ grad_w).max())
+    torch.testing.assert_close(grads[0], grads[1], rtol=1e-4, atol=1e-6 * scale)
+
+
+def test_temporal_step_reads_the_configured_kind() -> None:
+    start, snapshots, alpha = random_case(1)
+    for kind, step in (("residual", residual_chain), ("convex", convex_combination)):
+        np.testing.assert_array_equal(
+            temporal_step(kind, start, snapshots, alpha).final, step(start, snapshots, alpha).final
+        )
+    # uniform α, T = 5: the matched scale of the convex reading is √5
+    assert matched_step_scale(np.full(5, 0.2), "convex") == pytest.approx(np.sqrt(5.0), rel=1e-12)

@@ -114,7 +114,7 @@ def test_a_federated_reference_run_logs_no_privacy_record_and_its_report_reads_i
     assert "privacy" not in events and "secagg_round" in events  # SecAgg+ as in the private recipe
     assert verify_logs(logs, load_public_keys(cfg.out / "keys")).ok
     write_report(logs, cfg.out / "report.html")
-    assert "no differential privacy: ε = ∞" in (cfg.out / "report.html").read_text()
+    assert "released without differential privacy (ε = ∞)" in (cfg.out / "report.html").read_text()
 
 
 def test_the_audit_reads_a_reference_run_config_as_no_dp_with_its_secure_sum() -> None:

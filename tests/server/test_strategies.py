@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from secure_fed.algorithms.fedtar.strategy import FedTAR
-from secure_fed.algorithms.fedtar.temporal import residual_chain, weighted_snapshots
+from secure_fed.algorithms.fedtar.temporal import convex_combination, residual_chain, weighted_snapshots
 from secure_fed.crypto.scalars import PLAIN_PHASE
 from secure_fed.crypto.secagg_protocol import PLAIN_SUM
 from secure_fed.server.aggregation import AggregationSettings
@@ -195,6 +195,36 @@ def test_drfa_factors_never_fall_below_the_floor(make_config) -> None:
     factors = strategy.factors(["a", "b", "c"])
     assert factors == pytest.approx([0.25 + 0.75 * 3, 0.25, 0.25])
     assert sum(factors) / 3 == pytest.approx(1.0)
+
+
+def test_fedtar_round_with_the_convex_reading_sends_its_directions(make_config) -> None:
+    """train.fedtar_chain = "convex": the round's model is Σ_t α_t w̄^(t) and the sites are asked
+    for scalars along w̄^(t) − w^(0); visit 3, which nobody has, keeps its weight on the start."""
+    cfg = make_config(fed__method="fedtar", train__fedtar_chain="convex")
+    dim, t_max = 3, 3
+    rng = np.random.default_rng(5)
+    start = rng.normal(size=dim)
+    per_site = {}
+    for node, counts in {0: [2.0, 1.0, 0.0], 1: [1.0, 2.0, 0.0]}.items():
+        deltas = rng.normal(size=(t_max, dim))
+        per_site[node] = np.concatenate(
+            [np.concatenate([c * d, [c]]) for c, d in zip(counts, deltas, strict=True)]
+        )
+    scalars = {0: np.array([-1.0, 0.5, 0.0]), 1: np.array([-0.5, 0.2, 0.0])}
+    strategy = FedTAR(dim, t_max, cfg)
+    alpha_before = strategy.alpha()
+    transport = StubTransport(per_site, scalars)
+    result = strategy.run_round(context(cfg, transport, [0, 1]), start)
+    total = (per_site[0] + per_site[1]).reshape(t_max, dim + 1)
+    snaps = weighted_snapshots(start, total[:, :dim], total[:, dim])
+    expected = convex_combination(start, snaps, alpha_before, present=total[:, dim] > 0)
+    np.testing.assert_allclose(result.global_state, alpha_before @ snaps, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(result.global_state, expected.final, rtol=0, atol=1e-12)
+    sent = transport.requests["hypergrad"][0]
+    np.testing.assert_allclose(sent["directions"], snaps - start, atol=1e-12)
+    assert not np.allclose(
+        result.global_state, residual_chain(start, snaps, alpha_before, present=total[:, dim] > 0).final
+    )
 
 
 def test_fedtar_round_applies_chain_and_meta_step(make_config) -> None:

@@ -50,7 +50,8 @@ class DistributedFedTAR(FedTAR):
         snapshots = self.adam.step(start, gradient.reshape(self.t_max, self.dim))
         if self.cfg.train.fedtar_step == "matched":
             # the chain would pass on only √Σc_t² of the copies' (mostly noise) steps
-            snapshots = start + matched_step_scale(self.alpha()) * (snapshots - start)
+            scale = matched_step_scale(self.alpha(), self.cfg.train.fedtar_chain)
+            snapshots = start + scale * (snapshots - start)
         present = np.ones(self.t_max, dtype=bool)
         return self.combine(ctx, global_state, snapshots, present, summed, declined, info)
 

@@ -16,7 +16,7 @@ import torch
 from secure_fed.algorithms.fedtar.temporal import (
     MetaUpdater,
     TemporalMetaLearner,
-    residual_chain,
+    temporal_step,
     weighted_snapshots,
 )
 from secure_fed.config import RunConfig
@@ -62,10 +62,11 @@ class FedTAR(Strategy):
         declined: dict[str, str],
         info: dict[str, Any],
     ) -> RoundResult:
-        """Phases (c)–(f) from the round's snapshots w̄^(1..T): the residual chain, the survivors'
-        α hypergradient sum and ψ's step."""
+        """Phases (c)–(f) from the round's snapshots w̄^(1..T): the temporal step (the residual
+        chain, or the convex combination: `train.fedtar_chain`), the survivors' α hypergradient sum
+        and ψ's step."""
         alpha = self.alpha()
-        chain = residual_chain(global_state, snapshots, alpha, present=present)
+        chain = temporal_step(self.cfg.train.fedtar_chain, global_state, snapshots, alpha, present=present)
         val_loss = None
         if self.temporal:
             request = {"round": ctx.round, "final": chain.final, "directions": chain.directions}

@@ -4,21 +4,29 @@ w^(t) = w^(t−1) + α_t (w̄^(t) − w^(t−1)), w^(0) = w_g. Each w^(t) is a c
 w^(0) and the snapshots w̄^(1..t) (paper Thm. 1) and each step moves by α_t‖w̄^(t) − w^(t−1)‖
 (Thm. 2). Because w^(T) is linear in the snapshots, ∂w^(T)/∂α_t = Π_{s>t}(1 − α_s)(w̄^(t) − w^(t−1)),
 so a site's validation hypergradient is a directional derivative along these T directions.
+
+Theorem 1 allows a second reading of the step, `train.fedtar_chain = "convex"`: the round's model is
+the full convex combination w = Σ_t α_t w̄^(t) (α on the simplex), which keeps none of the round's
+start where every visit index is present; the chain keeps Π_t(1 − α_t) of it (0.33 at uniform α,
+T = 5). `temporal_step` applies the configured one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import torch
 from torch import nn
 
+ChainKind = Literal["residual", "convex"]
+
 
 @dataclass(frozen=True)
 class ResidualChain:
-    states: np.ndarray  # (T + 1, D): w^(0) … w^(T)
-    directions: np.ndarray  # (T, D): ∂w^(T)/∂α_t
+    states: np.ndarray  # (T + 1, D): w^(0) … w^(T); the convex reading: (2, D), w^(0) and w
+    directions: np.ndarray  # (T, D): the directions a site's α hypergradient scalars are taken along
 
     @property
     def final(self) -> np.ndarray:
@@ -56,10 +64,44 @@ def residual_chain(
     return ResidualChain(states=states, directions=directions)
 
 
-def chain_weights(alpha: np.ndarray, present: np.ndarray | None = None) -> np.ndarray:
-    """c_t of Thm. 1: w^(T) − w^(0) = Σ_t c_t (w̄^(t) − w^(0)), c_t = α_t Π_{s>t, present}(1 − α_s);
-    an absent visit index gets 0 and passes everything on. w^(0)'s own weight is 1 − Σ_t c_t."""
+def convex_combination(
+    start: np.ndarray, snapshots: np.ndarray, alpha: np.ndarray, present: np.ndarray | None = None
+) -> ResidualChain:
+    """w = Σ_t α_t w̄^(t), written w^(0) + Σ_t α_t (w̄^(t) − w^(0)) so that an absent visit index
+    (its snapshot is w^(0) in a round, `weighted_snapshots`) leaves its weight with the start.
+
+    ∂w/∂α_t = w̄^(t). The directions sent are w̄^(t) − w^(0) instead: α = softmax(u) and the
+    softmax Jacobian diag(α) − αα^T maps a shift common to every t to 0, so ψ takes the same step,
+    while each direction is one round's update in size rather than the whole adapter's (a site
+    refuses a direction longer than dp.alpha_direction_norm, and C_α clips the T scalars together)."""
+    present = np.ones(len(snapshots), dtype=bool) if present is None else present
+    directions = np.where(present[:, None], snapshots - start[None, :], 0.0).astype(np.float64)
+    final = start.astype(np.float64) + alpha @ directions
+    return ResidualChain(states=np.stack([start.astype(np.float64), final]), directions=directions)
+
+
+def temporal_step(
+    kind: ChainKind,
+    start: np.ndarray,
+    snapshots: np.ndarray,
+    alpha: np.ndarray,
+    present: np.ndarray | None = None,
+) -> ResidualChain:
+    """The round's model from its snapshots, read as `train.fedtar_chain` says."""
+    if kind == "convex":
+        return convex_combination(start, snapshots, alpha, present)
+    return residual_chain(start, snapshots, alpha, present)
+
+
+def chain_weights(
+    alpha: np.ndarray, present: np.ndarray | None = None, kind: ChainKind = "residual"
+) -> np.ndarray:
+    """c_t of Thm. 1: w^(T) − w^(0) = Σ_t c_t (w̄^(t) − w^(0)), c_t = α_t Π_{s>t, present}(1 − α_s)
+    for the chain (α_t for the convex reading); an absent visit index gets 0 and, in the chain,
+    passes everything on. w^(0)'s own weight is 1 − Σ_t c_t."""
     present = np.ones(len(alpha), dtype=bool) if present is None else present
+    if kind == "convex":
+        return np.where(present, alpha, 0.0)
     c = np.zeros(len(alpha))
     carry = 1.0
     for t in range(len(alpha) - 1, -1, -1):
@@ -69,12 +111,12 @@ def chain_weights(alpha: np.ndarray, present: np.ndarray | None = None) -> np.nd
     return c
 
 
-def matched_step_scale(alpha: np.ndarray) -> float:
+def matched_step_scale(alpha: np.ndarray, kind: ChainKind = "residual") -> float:
     """The factor on every visit index's server step that lets a FedTAR round move the model as far
     as one step at train.lr (FedAvg's round) when the steps are independent noise of one size, as
     a private step's mostly are: the chain passes on Σ_t c_t Δ_t, of size √(Σ_t c_t²)·|Δ|.
-    Uniform α at T = 5: 3.18; one-hot α: 1 (the chain is then one copy's step)."""
-    return float(1.0 / np.sqrt(np.sum(chain_weights(alpha) ** 2)))
+    Uniform α at T = 5: 3.18 (convex: √5 = 2.24); one-hot α: 1 (the model is then one copy's step)."""
+    return float(1.0 / np.sqrt(np.sum(chain_weights(alpha, kind=kind) ** 2)))
 
 
 class TemporalMetaLearner(nn.Module):
