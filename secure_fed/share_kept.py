@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from secure_fed.sweep import BASE, kept_groups, labelled, spent_per_site, t975
+from secure_fed.sweep_cells import BASE, kept_groups, labelled, spent_per_site, t975
 
 Key = tuple[str, float | None]
 
