@@ -5,12 +5,22 @@ imports one: each folder under `secure_fed/algorithms/` registers its server str
 learner and initial global state for the `data.kind` it trains on, and any model head, when it is
 imported. `load_algorithms` imports the installed folders once, at the first lookup, so every
 process (the CLI, a Ray actor, a SuperNode's ClientApp, the ServerApp) finds the same table.
+
+The folders are plugins: `load_algorithms` finds them by listing the packages under
+`secure_fed/algorithms/` at run time and names none of them, so no import statement leads from the
+core (or from here) to an algorithm, while every algorithm imports the core: the package's import
+graph has no cycle (tests/test_layers.py). Package metadata entry points would do the same for
+installed packages only; a FAB and a source checkout carry no metadata, hence the listing.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+
+import secure_fed.algorithms as algorithm_folders
 
 if TYPE_CHECKING:
     import numpy as np
@@ -28,13 +38,14 @@ _loaded = False
 
 
 def load_algorithms() -> None:
-    """Import the installed algorithm folders (each registers itself on import), once a process."""
+    """Import every algorithm folder (each registers itself on import), once a process."""
     global _loaded
     if _loaded:
         return
-    import secure_fed.algorithms.fedtar  # noqa: F401
-    import secure_fed.algorithms.fm2  # noqa: F401
-
+    prefix = f"{algorithm_folders.__name__}."
+    for found in pkgutil.iter_modules(algorithm_folders.__path__, prefix):
+        if found.ispkg:  # an algorithm is a folder; a loose module there is no plugin
+            importlib.import_module(found.name)
     _loaded = True
 
 

@@ -14,10 +14,12 @@ from typing import Any
 
 from secure_fed.audits.log import AuditLog, AuditLogBusy
 from secure_fed.clients.handler import handle
+from secure_fed.clients.lifetime import log_lifetime_end
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
 from secure_fed.console import Terminated
 from secure_fed.data.sites import site_names
+from secure_fed.dp.site_ledger import SiteLedger
 from secure_fed.keyring import audit_keys_dir
 from secure_fed.registry import initial_state
 from secure_fed.run_context import site_secret_context
@@ -34,6 +36,23 @@ def make_site_handler(runtime: SiteRuntime, secret_context: object | None) -> Ca
 
     def call(phase: str, request: dict[str, Any]) -> dict[str, Any]:
         nonlocal state
+        reply, state = handle(runtime, phase, request, state, secret_context)
+        return reply
+
+    return call
+
+
+def lifetime_handler(
+    runtime: SiteRuntime, store: SiteLedger | None, run_id: str, secret_context: object | None = None
+) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
+    """`make_site_handler` with the lifetime record written before `finish` closes the log (what
+    clients/app.py does for a deployed node)."""
+    state: dict[str, Any] = {}
+
+    def call(phase: str, request: dict[str, Any]) -> dict[str, Any]:
+        nonlocal state
+        if phase == "finish":
+            log_lifetime_end(runtime.trail, runtime.site, runtime.privacy, store, run_id)
         reply, state = handle(runtime, phase, request, state, secret_context)
         return reply
 

@@ -48,32 +48,37 @@ import numpy as np
 from pydantic import ValidationError
 
 from secure_fed.clients.evaluation import METRIC_NAMES
-from secure_fed.config import METHODS_FOR, RunConfig
+from secure_fed.config import RunConfig
 from secure_fed.runner import run_inprocess
+from secure_fed.share_kept import (
+    share_of_central_per_site_table,
+    share_of_central_table,
+    share_per_site_table,
+    share_table,
+)
+from secure_fed.sweep_cells import (
+    BASE,
+    CENTRAL,
+    CONVEX,
+    CONVEX_VARIANTS,
+    FEDERATED,
+    FINE_TUNE,
+    FINE_TUNED,
+    LOCAL,
+    METHODS,
+    NOISE_FREE,
+    NOISE_FREE_METHODS,
+    PLAIN,
+    PLAIN_BASELINES,
+    REFERENCES,
+    VARIANTS,
+    _order,
+    kept_groups,
+    labelled,
+    spent_per_site,
+    t975,
+)
 
-BASE = "base"  # the pretrained base with untrained adapters: the "no federated training" reference
-LOCAL = "local"  # each site alone
-CENTRAL = "central"  # pooled, non-private: the ceiling
-REFERENCES: tuple[str, ...] = (BASE, LOCAL, CENTRAL)
-FEDERATED: tuple[str, ...] = METHODS_FOR["reports"]
-# The FedTAR paper's protocol for its baselines: time points pooled (as every baseline here pools
-# them) and a plain adapter, without the patient hyper-LoRA that our baselines get
-PLAIN = "-plain"  # suffix: the method with model.hyper_lora = false
-PLAIN_BASELINES: tuple[str, ...] = tuple(
-    m + PLAIN for m in ("fedavg", "fedprox", "scaffold", "fedadam", "drfa")
-)
-CONVEX = "-convex"  # suffix: FedTAR (or an ablation) with train.fedtar_chain = "convex"
-CONVEX_VARIANTS: tuple[str, ...] = tuple(
-    m + CONVEX for m in ("fedtar", "fedtar-no-gmm", "fedtar-no-temporal")
-)
-VARIANTS: tuple[str, ...] = PLAIN_BASELINES + CONVEX_VARIANTS
-FINE_TUNE = "-ft"  # suffix: the federated method's final model, fine-tuned at each site
-FINE_TUNED: tuple[str, ...] = tuple(m + FINE_TUNE for m in ("fedavg", "fedtar"))
-# suffix: the private recipe's sampling, steps and clipping with no noise (dp.noise_free_reference),
-# a non-private reference that runs at ε = ∞ only
-NOISE_FREE = "-clip"
-NOISE_FREE_METHODS: tuple[str, ...] = tuple(m + NOISE_FREE for m in (CENTRAL, "fedavg", "fedtar"))
-METHODS: tuple[str, ...] = REFERENCES + FEDERATED + VARIANTS + FINE_TUNED + NOISE_FREE_METHODS
 # The columns tables show by default (every metric stays in results.json).
 TABLE_METRICS: tuple[str, ...] = (
     "CIDEr",
@@ -85,21 +90,9 @@ TABLE_METRICS: tuple[str, ...] = (
 )
 PAIRED_METRICS: tuple[str, ...] = ("CIDEr", "CE-F1", "CE-F1-micro")
 
-# Two-sided 95 % Student t quantiles by degrees of freedom (no scipy at run time).
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
-
-
-def t975(df: int) -> float:
-    return _T975.get(df, 2.228 if df < 15 else 2.0)  # df 10-14: ≤ 2.228 (conservative), then ≈ 2
-
 
 def run_label(method: str, epsilon: float | None) -> str:
     return method if epsilon is None else f"{method} ε={epsilon:g}"
-
-
-def labelled(method: str, epsilon: float | None) -> str:
-    """A table row's name that says its privacy either way: "fedavg ε=∞", "fedavg ε=8"."""
-    return f"{method} ε={'∞' if epsilon is None else f'{epsilon:g}'}"
 
 
 def cell_folder(out: Path, method: str, epsilon: float | None, seed: int) -> Path:
@@ -528,14 +521,6 @@ def _score_sites(
 
 
 # -- summaries ------------------------------------------------------------------------------------
-def _order(method: str, epsilon: float | None) -> tuple[int, float]:
-    """Methods in METHODS order; per method ε = ∞ first, then the weaker privacy first."""
-    return (
-        METHODS.index(method) if method in METHODS else 99,
-        -(epsilon if epsilon is not None else math.inf),
-    )
-
-
 def load_cells(out: Path) -> list[dict[str, Any]]:
     cells = [json.loads(p.read_text()) for p in sorted(out.glob("*/cell.json"))]
     order = {m: i for i, m in enumerate(METHODS)}
@@ -547,21 +532,6 @@ def load_cells(out: Path) -> list[dict[str, Any]]:
             c["seed"],
         ),
     )
-
-
-def spent_per_site(privacy: dict[str, Any] | None) -> list[float]:
-    """Each site's per-patient ε spent by the accountant its budget guard enforced (the cell's
-    ``accountant``; RDP where the cell names none or PRV was not computed); one pooled value for
-    ``central``; none without DP."""
-    values: list[float] = []
-    accountant = (privacy or {}).get("accountant") or "rdp"
-    for v in ((privacy or {}).get("epsilon") or {}).values():
-        if isinstance(v, dict):
-            chosen = v.get(accountant)
-            v = chosen if chosen is not None else v.get("rdp", v.get("epsilon"))
-        if isinstance(v, int | float):
-            values.append(float(v))
-    return values
 
 
 def _max_epsilon(privacy: dict[str, Any] | None) -> float | None:
@@ -899,21 +869,6 @@ def wall_table(runs: list[dict[str, Any]]) -> str:
     return head + "\n".join(lines) + "\n"
 
 
-def kept_groups(runs: list[dict[str, Any]]) -> Iterator[tuple[str, float | None, list[int]]]:
-    """Each (method, ε) of a method whose share of the non-private gain is reported (federated,
-    site-fine-tuned, ``central``; the non-private cell too), with the seeds it, the method without
-    DP and ``base`` all have, in table order; groups with no such seed are left out."""
-    seeds: dict[tuple[str, float | None], set[int]] = {}
-    for run in runs:
-        seeds.setdefault((run["method"], run["epsilon"]), set()).add(run["seed"])
-    for method, epsilon in sorted(seeds, key=lambda k: (k[0], -(k[1] or math.inf))):
-        if method not in (*FEDERATED, *VARIANTS, *FINE_TUNED, CENTRAL):
-            continue
-        common = seeds.get((BASE, None), set()) & seeds.get((method, None), set()) & seeds[(method, epsilon)]
-        if common:
-            yield method, epsilon, sorted(common)
-
-
 def privacy_utility(runs: list[dict[str, Any]], metric: str = "CIDEr") -> list[dict[str, Any]]:
     """Share of the non-private gain over ``base`` kept at each ε, per federated method, its
     site-fine-tuned variant (``fedavg-ft``: the private federated model, then each site's own
@@ -1077,14 +1032,6 @@ def restore_cells(record: dict[str, Any], out: Path) -> list[Path]:
 
 def write_outputs(out: Path, wall_s: float = 0.0) -> dict[str, Any]:
     """results.json, results.md, privacy_utility.png and results.html from every cell in ``out``."""
-    # here, not at the top: share_kept builds on this module's names
-    from secure_fed.share_kept import (
-        share_of_central_per_site_table,
-        share_of_central_table,
-        share_per_site_table,
-        share_table,
-    )
-
     runs = load_cells(out)
     results = results_of(runs, wall_s)
     rows = results["summary"]

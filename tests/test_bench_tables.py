@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 
 from secure_fed.dp.accountants import epsilon_rdp
-from secure_fed.dp.distributed import ORDERS, _subsampled_curve, rdp_to_epsilon
+from secure_fed.dp.distributed import rdp_to_epsilon
 from secure_fed.dp.events import PoissonSampledGaussian
+from secure_fed.dp.skellam import ORDERS, _subsampled_curve
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"

@@ -2,12 +2,13 @@
 
 dp, crypto and audits know nothing of FedTAR, FM2 or Flower messages; data knows no model; the
 server knows no client code; an algorithm folder registers itself with the core
-(secure_fed.registry), and no core folder imports an algorithm; runner, clients/app and server/app
-import no cycle."""
+(secure_fed.registry), and no core folder imports an algorithm; and no module of the package
+imports itself back through others, not even from inside a function (no import cycle)."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "secure_fed"
@@ -75,16 +76,43 @@ def test_the_check_sees_a_violation(tmp_path: Path) -> None:
 CORE = ("clients", "server", "crypto", "dp", "audits", "data", "model")
 
 
-def _imported_modules(path: Path) -> set[str]:
+def _module_name(path: Path, root: Path = PACKAGE) -> str:
+    parts = list(path.relative_to(root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _ancestors(module: str) -> list[str]:
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts))]
+
+
+def _import_statements(path: Path, root: Path = PACKAGE) -> Iterator[tuple[str, tuple[str, ...]]]:
+    """(module, names) per import in the file, at any depth: an import inside a function or under
+    `if TYPE_CHECKING:` counts (it still runs, or still ties the two modules together); relative
+    imports resolved; names is () for `import m`."""
+    name = _module_name(path, root)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, ()
+        elif isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:
+                parts = package.split(".")
+                module = ".".join([*parts[: len(parts) - node.level + 1], *filter(None, [node.module])])
+            yield module, tuple(alias.name for alias in node.names)
+
+
+def _imported_modules(path: Path, root: Path = PACKAGE) -> set[str]:
     """Every secure_fed module a file imports, at any depth (lazy imports in functions count)."""
     found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("secure_fed"):
-            found.add(node.module)
+    for module, names in _import_statements(path, root):
+        if module.startswith("secure_fed"):
             # `from secure_fed.x import y` may name a module y as well as an attribute
-            found |= {f"{node.module}.{a.name}" for a in node.names}
-        elif isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("secure_fed")}
+            found |= {module, *(f"{module}.{n}" for n in names)}
     return found
 
 
@@ -102,15 +130,34 @@ def test_the_core_imports_no_algorithm() -> None:
     assert wrong == []
 
 
+def test_the_registry_names_no_algorithm_folder() -> None:
+    """It lists the folders at run time (its plugin discovery): naming one would import the
+    algorithm, and through it the core, from the module the core looks algorithms up in."""
+    path = PACKAGE / "registry.py"
+    assert {m for m in _imported_modules(path) if m.startswith("secure_fed.algorithms.")} == set()
+    assert "secure_fed.algorithms." not in path.read_text()
+
+
 def _module_graph(root: Path) -> dict[str, set[str]]:
-    """secure_fed module name → the secure_fed modules it imports (those that exist as files)."""
-    modules = {}
-    for path in root.rglob("*.py"):
-        parts = list(path.relative_to(root.parent).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        modules[".".join(parts)] = path
-    return {name: _imported_modules(path) & modules.keys() for name, path in modules.items()}
+    """secure_fed module → the secure_fed modules whose code its imports may run.
+
+    `import a.b.c` or `from a.b.c import x` runs a/__init__.py, a/b/__init__.py and a/b/c.py (and
+    a/b/c/x.py where x is a submodule), so each is an edge; but not the importer's own packages:
+    Python starts a module's parent packages before the module, so naming them runs nothing new.
+    Reading an attribute of a package (`from a import f`, even inside a/) needs its __init__ to
+    have run that far, so that is an edge whoever reads it."""
+    paths = {_module_name(path, root): path for path in root.rglob("*.py")}
+    graph = {}
+    for name, path in paths.items():
+        own = {*_ancestors(name), name}
+        targets = set()
+        for module, names in _import_statements(path, root):
+            submodules = {f"{module}.{n}" for n in names if f"{module}.{n}" in paths}
+            targets |= submodules | ({module, *_ancestors(module)} - own)
+            if len(submodules) < len(names):
+                targets.add(module)
+        graph[name] = (targets & paths.keys()) - {name}
+    return graph
 
 
 def _cycle_through(graph: dict[str, set[str]], start: str) -> list[str] | None:
@@ -128,31 +175,64 @@ def _cycle_through(graph: dict[str, set[str]], start: str) -> list[str] | None:
     return None
 
 
-ENTRY_MODULES = (
-    "secure_fed.runner",
-    "secure_fed.clients.app",
-    "secure_fed.server.app",
-    "secure_fed.flower_apps",
-    "secure_fed.superlink",
-)
+def _reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for nxt in graph.get(todo.pop(), ()):
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return seen
 
 
-def test_no_import_cycle_through_the_runner_or_the_flower_apps() -> None:
-    graph = _module_graph(PACKAGE)
-    cycles = [c for c in (_cycle_through(graph, m) for m in ENTRY_MODULES) if c is not None]
-    assert cycles == []
+def _import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """One cycle per strongly connected component (modules that import each other, however
+    indirectly), through the component's first module by name."""
+    reach = {module: _reachable(graph, module) for module in graph}
+    cycles = []
+    done: set[str] = set()
+    for module in sorted(graph):
+        if module in done or module not in reach[module]:
+            continue
+        component = {other for other in reach[module] if module in reach[other]}
+        done |= component
+        cycle = _cycle_through({m: graph[m] & component for m in component}, module)
+        assert cycle is not None  # every member of a component reaches every other
+        cycles.append(cycle)
+    return cycles
+
+
+def test_the_package_imports_no_cycle() -> None:
+    cycles = _import_cycles(_module_graph(PACKAGE))
+    assert cycles == [], "import cycles:\n" + "\n".join(" → ".join(cycle) for cycle in cycles)
 
 
 def test_the_cycle_check_sees_a_cycle(tmp_path: Path) -> None:
     pkg = tmp_path / "secure_fed"
-    (pkg / "clients").mkdir(parents=True)
-    (pkg / "runner.py").write_text("def f():\n    from secure_fed.clients.app import g\n")
-    (pkg / "clients" / "app.py").write_text("from secure_fed import runner\n")
-    (pkg / "algorithms_probe.py").write_text("X = 'secure_fed.algorithms'\n")
+    files = {
+        # relative, inside a function, under TYPE_CHECKING, through a package's __init__: all count
+        "x.py": "def f():\n    from .y import g\n",
+        "y.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import secure_fed.z.w\n",
+        "z/__init__.py": "from secure_fed import x\n",
+        "z/w.py": "",
+        # a package's __init__ importing its submodules, which import each other: no cycle
+        "a/__init__.py": "from secure_fed.a.b import f\n",
+        "a/b.py": "from secure_fed.a import c\n",
+        "a/c.py": "X = 1\n",
+        # but reading the package's own attribute depends on its __init__: a cycle
+        "p/__init__.py": "from secure_fed.p.q import h\n",
+        "p/q.py": "from secure_fed.p import CONSTANT\n",
+        # a module named in a string is not an import
+        "s.py": "X = 'secure_fed.x'\n",
+    }
+    for name, text in files.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
     graph = _module_graph(pkg)
-    assert _cycle_through(graph, "secure_fed.runner") == [
-        "secure_fed.runner",
-        "secure_fed.clients.app",
-        "secure_fed.runner",
+    assert graph["secure_fed.a.b"] == {"secure_fed.a.c"}
+    assert graph["secure_fed.s"] == set()
+    assert _import_cycles(graph) == [
+        ["secure_fed.p", "secure_fed.p.q", "secure_fed.p"],
+        ["secure_fed.x", "secure_fed.y", "secure_fed.z", "secure_fed.x"],
     ]
-    assert _cycle_through(graph, "secure_fed.algorithms_probe") is None

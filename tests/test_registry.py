@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
+import secure_fed.algorithms
 from secure_fed import registry
 
 
@@ -24,3 +28,23 @@ def test_a_second_algorithm_cannot_take_a_registered_name() -> None:
     with pytest.raises(ValueError, match="two algorithms register the method 'fedtar'"):
         registry.register_strategy("fedtar", lambda dim, t_max, cfg: None)
     assert registry.strategy_factory("fedtar") is taken
+
+
+def test_an_algorithm_folder_is_found_by_listing_the_algorithms_package(tmp_path: Path, monkeypatch) -> None:
+    """No list of folders to keep up to date: a new folder registers at the first lookup."""
+    probe = tmp_path / "probe_algorithm"
+    probe.mkdir()
+    (probe / "__init__.py").write_text(
+        "from secure_fed import registry\n"
+        "registry.register_strategy('probe-method', lambda dim, t_max, cfg: None)\n"
+    )
+    (tmp_path / "loose_module.py").write_text("raise AssertionError('a module is not an algorithm folder')\n")
+    registry.load_algorithms()  # the real table first: what the monkeypatches restore is complete
+    monkeypatch.setattr(secure_fed.algorithms, "__path__", [*secure_fed.algorithms.__path__, str(tmp_path)])
+    monkeypatch.setattr(registry, "_strategies", dict(registry._strategies))
+    monkeypatch.setattr(registry, "_loaded", False)
+    try:
+        assert "probe-method" in registry.strategy_names()
+        assert {"fedtar", "fm2"} <= set(registry.strategy_names())
+    finally:
+        sys.modules.pop("secure_fed.algorithms.probe_algorithm", None)

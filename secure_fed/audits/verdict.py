@@ -11,11 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from secure_fed.audits.verify import Problem, Verification
+from typing import Any
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
@@ -55,43 +51,6 @@ def _gone(dropouts: Sequence[Mapping[str, Any]]) -> str:
 
 def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
-
-
-def problem_line(problem: Problem) -> str:
-    """A problem named by the log's file name, not the folder it was read from (a host detail)."""
-    where = Path(problem.path).name + (f":{problem.line}" if problem.line is not None else "")
-    return f"{where}: {problem.reason}"
-
-
-def verification_json(verification: Verification | None) -> dict[str, Any]:
-    """What the report keeps of a verification: JSON-ready, and what `verdict` reads."""
-    if verification is None:
-        return {
-            "ok": False,
-            "ran": False,
-            "keys_checked": False,
-            "problems": [],
-            "first_problem": None,
-            "warnings": [],
-            "unsupplied": [],
-            "rederived": 0,
-        }
-    from dataclasses import asdict
-
-    return {
-        "ok": verification.ok,
-        "ran": True,
-        "complete": verification.complete,
-        "dropouts": [asdict(dropout) for dropout in verification.dropouts],
-        "interruptions": [asdict(stop) for stop in verification.interruptions],
-        "keys_checked": verification.keys_checked,
-        "problems": [str(problem) for problem in verification.problems],
-        "first_problem": problem_line(verification.problems[0]) if verification.problems else None,
-        "warnings": list(verification.warnings),
-        "unsupplied": list(verification.unsupplied),
-        "logs": [asdict(log) for log in verification.logs],
-        "rederived": len(verification.rederived),
-    }
 
 
 def verdict(result: Mapping[str, Any]) -> Verdict:

@@ -33,7 +33,7 @@ import math
 import re
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -58,7 +58,7 @@ from secure_fed.audits.reader import TORN, Line, read_log
 from secure_fed.audits.records import GENESIS_HASH, record_hash, shape_problem, signature_holds
 from secure_fed.audits.verdict import EXIT_DROPOUT as EXIT_DROPOUT  # re-exported for callers
 from secure_fed.audits.verdict import EXIT_INTERRUPTED as EXIT_INTERRUPTED
-from secure_fed.audits.verdict import verdict, verification_json
+from secure_fed.audits.verdict import verdict
 
 # What AuditLog writes: datetime.now(UTC).isoformat(timespec="microseconds"). Anything else in a
 # `time` field was not written by the log (and would reach the report's page as text).
@@ -878,3 +878,38 @@ def verify_main(
     for item in [*result.problems, *result.interruptions, *result.dropouts]:
         console.print(f"  {item}", markup=False, highlight=False)
     return said.exit_code
+
+
+def problem_line(problem: Problem) -> str:
+    """A problem named by the log's file name, not the folder it was read from (a host detail)."""
+    where = Path(problem.path).name + (f":{problem.line}" if problem.line is not None else "")
+    return f"{where}: {problem.reason}"
+
+
+def verification_json(verification: Verification | None) -> dict[str, Any]:
+    """What the report keeps of a verification: JSON-ready, and what `verdict` reads."""
+    if verification is None:
+        return {
+            "ok": False,
+            "ran": False,
+            "keys_checked": False,
+            "problems": [],
+            "first_problem": None,
+            "warnings": [],
+            "unsupplied": [],
+            "rederived": 0,
+        }
+    return {
+        "ok": verification.ok,
+        "ran": True,
+        "complete": verification.complete,
+        "dropouts": [asdict(dropout) for dropout in verification.dropouts],
+        "interruptions": [asdict(stop) for stop in verification.interruptions],
+        "keys_checked": verification.keys_checked,
+        "problems": [str(problem) for problem in verification.problems],
+        "first_problem": problem_line(verification.problems[0]) if verification.problems else None,
+        "warnings": list(verification.warnings),
+        "unsupplied": list(verification.unsupplied),
+        "logs": [asdict(log) for log in verification.logs],
+        "rederived": len(verification.rederived),
+    }

@@ -181,7 +181,8 @@ def make_client_app(
         runtime.node_id = int(context.node_id)  # the SuperNode's, not any id the server's message names
         _restore_memory(runtime, context)
         if phase == "finish":  # the run's and the lifetime ε, before `finish` closes the log
-            log_lifetime_end(runtime, _LIFETIME.get((run_cfg.model_dump_json(), site, this_run)), this_run)
+            store = _LIFETIME.get((run_cfg.model_dump_json(), site, this_run))
+            log_lifetime_end(runtime.trail, runtime.site, runtime.privacy, store, this_run)
         state = load_state(context.state, _STATE_KEY)
         reply, state = handle(runtime, phase, request, state, _secret_context(run_cfg))
         store_state(context.state, _STATE_KEY, state)

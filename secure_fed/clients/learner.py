@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import torch
 
+from secure_fed.clients.coarsen import private_weight as private_weight  # re-exported for the learners
 from secure_fed.clients.training import PatientGradients
 from secure_fed.config import RunConfig
 
@@ -23,33 +24,6 @@ if TYPE_CHECKING:
     from secure_fed.clients.private import SitePrivacy
     from secure_fed.clients.trail import SiteTrail
     from secure_fed.dp.site_ledger import SiteLedger
-
-
-def private_weight(cfg: RunConfig, n_train: int) -> float:
-    """The weight a site's private (site-mode DP) update carries in the secure sum: public, so the
-    mean stays post-processing of the DP releases. `fed.dp_weights`: 1 for every site, or the
-    power-of-two floor of its training patients (the range its privacy records already give);
-    over `secagg.count_scale` either way, as the non-private n is."""
-    from secure_fed.clients.coarsen import bucket_floor
-
-    weight = bucket_floor(n_train) if cfg.fed.dp_weights == "public_size" else 1
-    return weight / cfg.secagg.count_scale
-
-
-def check_private_weight(cfg: RunConfig, n_train: int) -> None:
-    """ValueError (one line, naming the keys and the fix) when the weight would not survive the
-    secure sum: SecAgg+ clips every value to ±secagg.clip, the weight too, which would then weigh
-    the largest sites alike without a word."""
-    weight = private_weight(cfg, n_train)
-    if cfg.secagg_on and weight > cfg.secagg.clip:
-        from secure_fed.clients.coarsen import bucket_floor
-
-        need = bucket_floor(n_train) / cfg.secagg.clip
-        raise ValueError(
-            f"fed.dp_weights = 'public_size': this site's weight {bucket_floor(n_train)} / "
-            f"secagg.count_scale = {weight:g} exceeds secagg.clip = {cfg.secagg.clip:g} and would be "
-            f"clipped in the secure sum; set secagg.count_scale to {need:g} or more"
-        )
 
 
 @dataclass

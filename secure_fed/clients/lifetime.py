@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from secure_fed.clients.handler import handle
 from secure_fed.clients.private import SitePrivacy
-from secure_fed.clients.runtime import SiteRuntime
+from secure_fed.clients.trail import SiteTrail
 from secure_fed.config import RunConfig
 from secure_fed.data.sites import cohort_manifest
 from secure_fed.dp.private_files import atomic_write_bytes
@@ -125,7 +123,7 @@ def _payload(site: str, privacy: SitePrivacy, store: SiteLedger, run_id: str, en
 
 
 def log_lifetime_start(
-    trail: Any, folder: Path, site: str, privacy: SitePrivacy, store: SiteLedger, run_id: str
+    trail: SiteTrail | None, folder: Path, site: str, privacy: SitePrivacy, store: SiteLedger, run_id: str
 ) -> None:
     """The lifetime ε at the start of the run, once per run (a restarted node does not repeat it)."""
     marker = folder / _STARTED
@@ -134,27 +132,13 @@ def log_lifetime_start(
         atomic_write_bytes(marker, b"{}")
 
 
-def log_lifetime_end(runtime: SiteRuntime, store: SiteLedger | None, run_id: str) -> None:
+def log_lifetime_end(
+    trail: SiteTrail | None, site: str, privacy: SitePrivacy | None, store: SiteLedger | None, run_id: str
+) -> None:
     """The run's and the lifetime ε, in the site's log before it closes."""
-    if store is None or runtime.privacy is None or runtime.trail is None or runtime.trail.log.closed:
+    if store is None or privacy is None or trail is None or trail.log.closed:
         return
-    runtime.trail.append("site_budget", _payload(runtime.site, runtime.privacy, store, run_id, end=True))
-
-
-def lifetime_handler(
-    runtime: SiteRuntime, store: SiteLedger | None, run_id: str, secret_context: object | None = None
-) -> Callable[[str, dict[str, Any]], dict[str, Any]]:
-    """`runner.make_site_handler` with the lifetime record written before `finish` closes the log."""
-    state: dict[str, Any] = {}
-
-    def call(phase: str, request: dict[str, Any]) -> dict[str, Any]:
-        nonlocal state
-        if phase == "finish":
-            log_lifetime_end(runtime, store, run_id)
-        reply, state = handle(runtime, phase, request, state, secret_context)
-        return reply
-
-    return call
+    trail.append("site_budget", _payload(site, privacy, store, run_id, end=True))
 
 
 def site_ledger_of(cfg: RunConfig, site: str) -> SiteLedger:

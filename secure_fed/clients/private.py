@@ -144,7 +144,7 @@ class SitePrivacy:
         delta = {}
         distributed = dp.noise == "distributed"
         if not distributed:
-            from secure_fed.clients.learner import check_private_weight
+            from secure_fed.clients.coarsen import check_private_weight
 
             check_private_weight(cfg, n_train)  # before anything is released, not at round 1's sum
         for pop, n in ((TRAIN, n_train), (VALIDATION, max(n_val, 1))):

@@ -16,6 +16,7 @@ import torch
 from secure_fed.clients.coarsen import bucket_floor
 from secure_fed.clients.factors import check_factors
 from secure_fed.clients.guard import Refusal, SiteGuard
+from secure_fed.clients.lifetime import keep_anchor, log_lifetime_start, open_lifetime
 from secure_fed.clients.private import TRAIN, SitePrivacy
 from secure_fed.clients.trail import SiteTrail
 from secure_fed.config import RunConfig
@@ -81,8 +82,6 @@ def _join_lifetime(
 ) -> SiteLedger | None:
     """The site's persistent ledger (`[dp] ledger_dir`), joined to this run's before anything is
     released: the earlier runs' spending counts towards every admission from the GMM on."""
-    from secure_fed.clients.lifetime import keep_anchor, log_lifetime_start, open_lifetime
-
     store = open_lifetime(cfg, site, keys_dir)
     if store is None:
         return None
@@ -477,8 +476,6 @@ class SiteRuntime:
                 "this site's test split was scored in an earlier run; it is scored once for its patients",
             )
         self.lifetime.mark_scored(self.site, self.run_id)
-        from secure_fed.clients.lifetime import keep_anchor
-
         keep_anchor(self.cfg, self.lifetime, self.keys_dir)
 
     def _losses_leave(self) -> bool:

@@ -177,7 +177,6 @@ def collusion_safe_threshold(degree: int, colluders: int = 1) -> int:
     return max(2, math.ceil((degree + colluders + 1) / 2))
 
 
-
 def site_threshold(degree: int) -> int:
     """The smallest Shamir threshold a site with `degree` neighbours accepts. A threshold t holds
     against c = 2t - k - 1 colluding neighbours and survives k - t dropouts: each step of t trades

@@ -28,6 +28,7 @@ from opacus.accountants.analysis.prv import (
 
 from secure_fed.dp import analytic_gaussian
 from secure_fed.dp.events import Event, PoissonSampledGaussian, SkellamSum, leaves
+from secure_fed.dp.skellam import ORDERS, skellam_subsampled_curve
 
 DEFAULT_ORDERS: tuple[float, ...] = tuple(float(a) for a in RDPAccountant.DEFAULT_ALPHAS)
 # A history with a Skellam sum is priced on Opacus' orders plus every integer order up to 256 (the
@@ -77,8 +78,6 @@ def _split(events: Event | Iterable[Event]) -> tuple[list[Event], list[SkellamSu
 
 
 def _skellam_one_step(event: SkellamSum, orders: tuple[float, ...]) -> np.ndarray:
-    from secure_fed.dp.distributed import ORDERS, skellam_subsampled_curve
-
     curve = skellam_subsampled_curve(
         event.sampling_rate, event.l1_sensitivity, event.l2_sensitivity, event.mu_total, event.amplification
     )

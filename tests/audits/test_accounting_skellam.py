@@ -11,8 +11,8 @@ import pytest
 
 from secure_fed.audits.accounting import EventError, StreamAccountant, skellam_sampled_rdp
 from secure_fed.dp.accountants import epsilon_rdp
-from secure_fed.dp.distributed import skellam_subsampled_curve
 from secure_fed.dp.events import Gaussian, SkellamSum, rounded_sensitivities
+from secure_fed.dp.skellam import skellam_subsampled_curve
 
 
 def _event(q: float, count: int, gamma: float, padded: int, z: float) -> SkellamSum:

@@ -10,8 +10,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.log import AuditLog
 from secure_fed.audits.records import seal
-from secure_fed.audits.verdict import verdict, verification_json
-from secure_fed.audits.verify import verify_logs, verify_main
+from secure_fed.audits.verdict import verdict
+from secure_fed.audits.verify import verification_json, verify_logs, verify_main
 
 from .conftest import DELTA, Run, instruction, mechanism_json
 from .tamper import first_index, read_records, remove_records, reseal_from, write_records

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from secure_fed.clients.learner import check_private_weight, private_weight
+from secure_fed.clients.coarsen import check_private_weight, private_weight
 from secure_fed.clients.private import SitePrivacy
 from secure_fed.config import build_config
 from secure_fed.server.strategies.fedavg import FedAvg

@@ -13,7 +13,6 @@ from scipy.special import logsumexp
 
 from secure_fed.dp.accountants import epsilon_rdp, prv_epsilon
 from secure_fed.dp.distributed import (
-    ORDERS,
     DistributedPlan,
     centre,
     decode_sum,
@@ -21,13 +20,12 @@ from secure_fed.dp.distributed import (
     encode_share,
     padded_size,
     plan_distributed,
-    poisson_subsampled_rdp,
     rotate,
-    skellam_rdp,
     unrotate,
 )
 from secure_fed.dp.events import EventFormatError, SkellamSum, from_json, rounded_sensitivities
 from secure_fed.dp.keystream import NoiseStream
+from secure_fed.dp.skellam import ORDERS, poisson_subsampled_rdp, skellam_rdp
 
 SEED = bytes(range(32))
 Q, STEPS, DELTA = 0.02, 200, 1e-5

@@ -20,8 +20,8 @@ from scipy.stats import skellam
 
 from secure_fed.audits.accounting import StreamAccountant
 from secure_fed.dp.accountants import epsilon_rdp
-from secure_fed.dp.distributed import ORDERS, _subsampled_curve, skellam_rdp
 from secure_fed.dp.events import SkellamSum, from_json, rounded_sensitivities
+from secure_fed.dp.skellam import ORDERS, _subsampled_curve, skellam_rdp
 
 
 def _two_point_gap(q: float, ratio: float, alpha: float) -> mpmath.mpf:

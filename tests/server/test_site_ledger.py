@@ -15,7 +15,7 @@ from secure_fed.audits.report import render_html
 from secure_fed.audits.report_data import collect
 from secure_fed.audits.verify import verify_logs
 from secure_fed.cli import app
-from secure_fed.clients.lifetime import lifetime_handler, site_ledger_of, site_run_config
+from secure_fed.clients.lifetime import site_ledger_of, site_run_config
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.clients.site import deployment_site_key
 from secure_fed.config import RunConfig
@@ -23,6 +23,7 @@ from secure_fed.crypto.keys import init_keys
 from secure_fed.data.sites import site_names
 from secure_fed.registry import initial_state
 from secure_fed.run_context import run_folder
+from secure_fed.runner import lifetime_handler
 from secure_fed.server.orchestrator import Orchestrator, RunAborted
 from secure_fed.server.trail import ServerTrail
 from secure_fed.server.transports import InProcessTransport
