@@ -789,3 +789,34 @@ def test_sweep_set_errors_are_one_line_naming_the_key(tmp_path, given, said):
     result = runner.invoke(app, ["sweep", "--methods", "base", "--set", given, "-o", str(out)])
     _one_error(result, said)
     assert not out.exists()
+
+
+def test_a_long_path_is_printed_whole_on_one_line(tmp_path, monkeypatch):
+    """Seen: a captured log held run folders cut mid-path at the terminal's width."""
+    monkeypatch.setenv("COLUMNS", "40")
+    out = tmp_path / ("a-rather-long-folder-name-" * 4) / "cohort"
+    result = runner.invoke(
+        app, ["data", "synth", "--out", str(out), "--sites", "2", "--patients", "4", "--visits", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    assert any(line.startswith(f"wrote {out / 'manifest.jsonl'} (") for line in result.output.splitlines()), (
+        result.output
+    )
+
+
+def test_the_round_line_counts_the_sites_that_delivered_the_round():
+    from secure_fed.cli import _round_line
+    from secure_fed.server.strategies.base import RoundResult
+
+    def line(**given) -> str:
+        return _round_line(
+            1, 10, RoundResult(global_state=None, participants=[0, 1, 2], declined={}, **given)
+        )
+
+    assert line().startswith("[bold]round 1/10[/bold] sites=3")
+    # the sum of three, then no site's α: none delivered the round, α kept its value
+    assert "sites=0 (of 3 that trained; α kept, none summed)" in line(
+        delivered=[], alpha_kept=True, alpha=[0.5]
+    )
+    assert "sites=2 (of 3 that trained)" in line(delivered=[0, 2], alpha=[0.5])
+    assert "sites=3 " in line(delivered=[0, 1, 2], alpha=[0.5]) + " "
