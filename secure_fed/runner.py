@@ -21,7 +21,7 @@ from secure_fed.data.sites import site_names
 from secure_fed.keyring import audit_keys_dir
 from secure_fed.registry import initial_state
 from secure_fed.run_context import site_secret_context
-from secure_fed.server.orchestrator import Orchestrator, RunOutcome
+from secure_fed.server.orchestrator import Orchestrator, RunOutcome, SitesLost
 from secure_fed.server.strategies.base import RoundResult
 from secure_fed.server.trail import ServerTrail
 from secure_fed.server.transports import InProcessTransport
@@ -90,6 +90,15 @@ def run_inprocess(
             _hand_over_pending(trail, [site.log.path for site in sites])
         logs = [trail.log] if trail else []
         sign_interrupt(signal_name(stop), orchestrator.interrupted_round(), logs, runtimes.values())
+        raise
+    except SitesLost:
+        # the run goes on with `--resume`, maybe in this very process (a sweep's cells): every log
+        # is let go without a head record, the sites' too, as their lost workers would have
+        for log_ in [trail.log] if trail else []:
+            log_.abandon()
+        for runtime in runtimes.values():
+            if runtime.trail is not None:
+                runtime.trail.log.abandon()
         raise
     except BaseException:
         if trail is not None and orchestrator.aborted:

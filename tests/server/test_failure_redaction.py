@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -206,3 +207,122 @@ def test_a_clientapp_exception_is_a_site_error() -> None:
 
 def _records(out: Path, party: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (out / "audit" / f"{party}.jsonl").read_text().splitlines()]
+
+
+# what the dying handler's text holds and no signed log may: a whole log carries hashes and the
+# run's paths of its own, so it is searched for the framework's words, and the failure records for
+# any host detail at all
+LEAK = re.compile(r"Top 10|MEM\(GB\)|\bPID\b|pid[:=]|actor_id|ActorDiedError|UNEXPECTED_SYSTEM_EXIT|alice")
+
+
+def _no_leak(out: Path) -> None:
+    for path in (out / "audit").glob("*.jsonl"):
+        assert not LEAK.search(path.read_text()), (path.name, LEAK.search(path.read_text()))
+        for record in map(json.loads, path.read_text().splitlines()):
+            if record["event"] in ("run_aborted", "run_stopped", "round_skipped", "run_end", "alpha_skipped"):
+                assert not has_host_detail(json.dumps(record["payload"])), record
+
+
+def _dying_site1(
+    monkeypatch: pytest.MonkeyPatch, sites: tuple[str, ...] = ("site1",), at: str = "train"
+) -> Any:
+    """The sites' handlers die as a killed Ray worker's does, from round 2's training on (or from
+    the final evaluation on: ``at="evaluate"``)."""
+    from secure_fed import runner
+
+    made = runner.make_site_handler
+    dead: set[str] = set()
+
+    def dying(runtime: Any, secret: Any) -> Any:
+        call = made(runtime, secret)
+
+        def answer(phase: str, request: dict[str, Any]) -> dict[str, Any]:
+            starts = phase == at and (at != "train" or request.get("round") == 2)
+            if runtime.site in sites and (dead or starts):
+                dead.add(phase)
+                raise _oom_died()
+            return call(phase, request)
+
+        return answer
+
+    monkeypatch.setattr(runner, "make_site_handler", dying)
+    return made
+
+
+def test_a_lost_worker_stops_an_inprocess_run_for_resume_and_signs_only_our_words(
+    make_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The orchestrator's side, without Ray: with every site needed (fed.min_sites = 3), site1's
+    lost worker stops the run (SitesLost); the server's log ends with our code and reason and no
+    head record, nothing is evaluated or written as a result; `--resume` finishes it."""
+    from secure_fed import runner
+    from secure_fed.audits.keys import load_public_keys
+    from secure_fed.audits.verify import verify_logs
+    from secure_fed.data.sites import site_names
+    from secure_fed.server.orchestrator import SitesLost
+
+    cfg = make_config("lost", fed__method="fedavg", fed__rounds=3, fed__min_sites=3)
+    made = _dying_site1(monkeypatch)
+    with pytest.raises(SitesLost) as stopped:
+        runner.run_inprocess(cfg, cfg.out)
+    assert stopped.value.code == OUT_OF_MEMORY and set(stopped.value.lost) == {"site1"}
+    assert f"`secure-fed run --resume {cfg.out}`" in stopped.value.console_line(cfg.out)
+    server = _records(cfg.out, "server")
+    assert server[-1]["event"] == "run_aborted", server[-1]
+    assert server[-1]["payload"] == {
+        "reason": "round 2 stopped: too few sites could train (site1: its worker was ended by the "
+        "out-of-memory monitor)",
+        "code": OUT_OF_MEMORY,
+        "round": 2,
+    }
+    _no_leak(cfg.out)
+    assert not (cfg.out / "metrics.json").exists()
+
+    monkeypatch.setattr(runner, "make_site_handler", made)  # memory freed: the worker is back
+    outcome = runner.run_inprocess(cfg, cfg.out, resume=True)
+    assert [r["round"] for r in outcome.metrics["per_round"]] == [1, 2, 3]
+    assert outcome.unfinished == {}
+    keys = load_public_keys(runner.run_keys_dir(cfg, site_names(cfg)))
+    result = verify_logs(sorted((cfg.out / "audit").glob("*.jsonl")), keys)
+    assert result.ok, [str(p) for p in result.problems]
+
+
+def test_a_lost_worker_the_run_tolerates_leaves_its_log_without_an_end_and_says_so(
+    make_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One of three sites lost where two suffice: the run finishes on two, and names the site
+    whose log lacks its end record (the CLI exits 1 on it)."""
+    from secure_fed import runner
+
+    cfg = make_config("tolerated", fed__method="fedavg", fed__rounds=3)
+    _dying_site1(monkeypatch)
+    outcome = runner.run_inprocess(cfg, cfg.out)
+    assert [r["participants"] for r in outcome.metrics["per_round"]][1:] == [["site0", "site2"]] * 2
+    assert outcome.unfinished == {"site1": "its worker was ended by the out-of-memory monitor"}
+    assert set(outcome.metrics["test_per_site"]) == {"site0", "site2"}
+    _no_leak(cfg.out)
+
+
+def test_no_site_evaluating_the_final_model_stops_the_run_for_resume(
+    make_config, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen: a run whose every `evaluate` and `finish` failed exited 0 with NaN scores. Now there
+    is no result: the run stops for `--resume`, which goes straight to the evaluation."""
+    from secure_fed import runner
+    from secure_fed.server.orchestrator import SitesLost
+
+    cfg = make_config("no-eval", fed__method="fedavg", fed__rounds=2)
+    made = _dying_site1(monkeypatch, ("site0", "site1", "site2"), at="evaluate")
+    with pytest.raises(SitesLost, match="no site evaluated the final model"):
+        runner.run_inprocess(cfg, cfg.out)
+    assert not (cfg.out / "metrics.json").exists()
+    server = _records(cfg.out, "server")
+    assert (server[-1]["event"], server[-1]["payload"]["code"]) == ("run_aborted", OUT_OF_MEMORY)
+    _no_leak(cfg.out)
+    monkeypatch.setattr(runner, "make_site_handler", made)
+    outcome = runner.run_inprocess(cfg, cfg.out, resume=True)
+    assert len(outcome.metrics["per_round"]) == 2 and set(outcome.metrics["test_per_site"]) == {
+        "site0",
+        "site1",
+        "site2",
+    }

@@ -118,3 +118,12 @@ def test_a_killed_worker_stops_the_run_clearly_and_resume_finishes_it(
     assert proc.returncode == 0, again.read_text()[-4000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["rounds"] == ROUNDS and [r["round"] for r in metrics["per_round"]] == [1, 2, 3]
+    # the resumed run's logs go on from where the kill left them: every one verifies and is closed
+    verify = subprocess.run(
+        [str(BIN / "secure-fed"), "audit", "verify", *map(str, logs), "--keys", str(out / "keys")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    assert not RAW.search((out / "report.html").read_text())
