@@ -155,8 +155,9 @@ def _round_line(round_id: int, rounds: int, result: Any) -> str:
     trained = len(result.participants)
     delivered = trained if getattr(result, "delivered", None) is None else len(result.delivered)
     sites = f"sites={delivered}"
-    if delivered < trained or getattr(result, "alpha_kept", False):
-        sites += f" (of {trained} that trained{'; α kept, none summed' if result.alpha_kept else ''})"
+    kept = bool(getattr(result, "alpha_kept", False))
+    if delivered < trained or kept:
+        sites += f" (of {trained} that trained{'; α kept, none summed' if kept else ''})"
     return f"[bold]round {round_id}/{rounds}[/bold] {sites}{loss}{alpha}{eps}{declined}"
 
 

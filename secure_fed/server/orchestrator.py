@@ -375,7 +375,7 @@ class Orchestrator:
                     raise self._lost(f"round {r} stopped: too few sites could train", lost) from None
                 if not per_round:  # nothing trained: no model to evaluate, the run failed
                     raise RunAborted(f"{err}\n  no round completed; nothing is evaluated") from None
-                code, stopped = signed_reason(err)
+                stopped = signed_reason(err)[1]
                 log.warning("%s", err)
                 self.events("run_stopped", {"reason": stopped, "code": "too_few_sites"}, r)
                 break
