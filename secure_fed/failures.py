@@ -24,7 +24,9 @@ SITE_ERROR = "site_error"
 UNKNOWN = "error"
 LOST_WORKER = frozenset({OUT_OF_MEMORY, WORKER_KILLED, WORKER_CRASHED})
 
-MAX_LINE = 240
+# a signed reason's length cap: a reason names every site that declined and why (three sites' budget
+# refusals run to ~400 characters); a longer text is no reason but a dump
+MAX_LINE = 1000
 
 
 @dataclass(frozen=True)
