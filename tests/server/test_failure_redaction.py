@@ -181,7 +181,7 @@ def test_a_dead_worker_is_one_console_line_per_site_and_its_text_stays_in_flower
         "then `secure-fed run --resume runs/hard`"
         for site in ("site0", "site1", "site2")
     ]
-    assert "Flower node" not in caplog.text.split("flwr")[0]
+    assert not any("Flower node" in line for line in ours)  # node 77 named by its partition's site
     raw = [r.getMessage() for r in caplog.records if r.name == "flwr"]
     assert len(raw) == 12 and all("Top 10 memory users" in m for m in raw)  # Flower's log keeps it all
     for reply in replies.values():
@@ -326,3 +326,24 @@ def test_no_site_evaluating_the_final_model_stops_the_run_for_resume(
         "site1",
         "site2",
     }
+
+
+def test_the_simulation_names_a_node_by_its_partitions_site_before_hello() -> None:
+    """Flower's simulation registers its nodes with random ids; the partition each got is kept, so
+    a node that fails before it answered hello is named by its site, not as `Flower node <id>`."""
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    from secure_fed.config import build_config
+    from secure_fed.runner import _naming_simulated_nodes
+    from secure_fed.server.app import SIMULATED_NODES, simulated_site_of
+
+    ids = iter([9001, 7, 123456789])
+    state = SimpleNamespace(
+        create_node=lambda *args, **kwargs: next(ids), acknowledge_node_heartbeat=lambda **kwargs: True
+    )
+    SIMULATED_NODES.clear()
+    with _naming_simulated_nodes():
+        vce_api._register_nodes(num_nodes=3, state_factory=SimpleNamespace(state=lambda: state))
+    site_of = simulated_site_of(build_config({"data": {"synth": {"sites": 3}}}))
+    assert [site_of(n) for n in (9001, 7, 123456789, 5)] == ["site0", "site1", "site2", None]
+    SIMULATED_NODES.clear()
