@@ -204,6 +204,7 @@ class Orchestrator:
         self.test_per_site: dict[str, dict[str, float]] = {}
         self.skipped: list[dict[str, Any]] = []  # rounds with no aggregate: who left, who declined, why
         self.aborted = False  # set once `run_aborted` went to every log
+        self.evaluation_failed: list[int] = []  # the nodes whose final evaluation failed (no refusal)
 
     def hello(self) -> dict[int, str]:
         # the method and rounds travel with hello: a deployed site learns them from the server that
@@ -427,8 +428,10 @@ class Orchestrator:
         raise_pending_stop()
         self._forget_failures()
         test = self.evaluate(state, stopped)
-        if not self.test_per_site:
-            # no score of the model: the run has no result, so it is not written as one
+        if not self.test_per_site and self.evaluation_failed:
+            # no score of the model because sites failed (not because each declined by its own
+            # rule, as a deployed site does for a test split scored in an earlier run): the run has
+            # no result, so it is not written as one
             lost = self._lost_workers(self.nodes)
             if lost:
                 raise self._lost("no site evaluated the final model", lost)
@@ -494,6 +497,9 @@ class Orchestrator:
             for n, r in sorted(replies.items())
             if r.get("status") == "ok"
         }
+        self.evaluation_failed = [
+            n for n in self.nodes if n not in replies or replies[n].get("status", "error") == "error"
+        ]
         return pool_scores(list(replies.values()))
 
 
