@@ -396,8 +396,9 @@ def run(
     if outcome.unfinished:
         # a site log without its end record does not verify: the run is not the one asked for
         for site, why in sorted(outcome.unfinished.items()):
+            path = folder / "audit" / f"{site}.jsonl"
             console.print(
-                Text.assemble(("error:", "red"), f" {site}: its audit log lacks its end record ({why})"),
+                Text.assemble(("error:", "red"), f" {path}: {site}'s log lacks its end record: {why}"),
                 highlight=False,
                 soft_wrap=True,
             )

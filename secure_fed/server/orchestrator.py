@@ -39,7 +39,7 @@ class RunOutcome:
     metrics: dict[str, Any]
     stopped_early: str | None = None
     per_round: list[dict[str, Any]] = field(default_factory=list)
-    # sites whose `finish` failed: their logs lack their end record (site → our one-line reason)
+    # sites whose `finish` failed: their logs lack their end record (site → our reason; the fix)
     unfinished: dict[str, str] = field(default_factory=dict)
 
 
@@ -439,7 +439,7 @@ class Orchestrator:
         finished = self.transport.exchange("finish", {n: _end(stopped) for n in self.nodes})
         failures: dict[int, Failure] = getattr(self.transport, "failures", {})
         unfinished = {
-            sites[n]: (failures[n].reason if n in failures else "it did not answer")
+            sites[n]: (f"{failures[n].reason}; {failures[n].fix}" if n in failures else "it did not answer")
             for n in self.nodes
             if not (isinstance(finished.get(n), dict) and finished[n].get("status", "ok") == "ok")
         }

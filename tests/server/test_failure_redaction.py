@@ -298,7 +298,9 @@ def test_a_lost_worker_the_run_tolerates_leaves_its_log_without_an_end_and_says_
     _dying_site1(monkeypatch)
     outcome = runner.run_inprocess(cfg, cfg.out)
     assert [r["participants"] for r in outcome.metrics["per_round"]][1:] == [["site0", "site2"]] * 2
-    assert outcome.unfinished == {"site1": "its worker was ended by the out-of-memory monitor"}
+    assert outcome.unfinished == {
+        "site1": "its worker was ended by the out-of-memory monitor; free memory or lower `[train] threads`"
+    }
     assert set(outcome.metrics["test_per_site"]) == {"site0", "site2"}
     _no_leak(cfg.out)
 
