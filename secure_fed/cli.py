@@ -78,7 +78,9 @@ code_app = typer.Typer(
     no_args_is_help=True, help="The code a deployed site runs: review a run's FAB, approve (pin) its hash."
 )
 app.add_typer(code_app, name="code")
-console = Console(stderr=True)
+# soft_wrap: a path is printed whole on one line (a hard wrap at the terminal's width cut run
+# folders in two in a captured log, where no one can copy them back)
+console = Console(stderr=True, soft_wrap=True)
 
 
 def _say(message: str) -> None:
@@ -149,9 +151,14 @@ def _round_line(round_id: int, rounds: int, result: Any) -> str:
         eps = " ε=" + ", ".join(f"{s}:{v['rdp']:.2f}" for s, v in sorted(result.epsilon.items()))
     loss = f" val_loss={result.val_loss:.4f}" if result.val_loss is not None else ""
     declined = f" declined={sorted(result.declined)}" if result.declined else ""
-    return (
-        f"[bold]round {round_id}/{rounds}[/bold] sites={len(result.participants)}{loss}{alpha}{eps}{declined}"
-    )
+    # the sites that delivered the whole round: a site whose worker ended after the sum sent no α
+    trained = len(result.participants)
+    delivered = trained if getattr(result, "delivered", None) is None else len(result.delivered)
+    sites = f"sites={delivered}"
+    kept = bool(getattr(result, "alpha_kept", False))
+    if delivered < trained or kept:
+        sites += f" (of {trained} that trained{'; α kept, none summed' if kept else ''})"
+    return f"[bold]round {round_id}/{rounds}[/bold] {sites}{loss}{alpha}{eps}{declined}"
 
 
 def _print_metrics(metrics: dict[str, Any]) -> None:
@@ -171,6 +178,16 @@ def _run_in_folder(folder: Path) -> str | None:
     marks = ("run_id", "config.json", "audit", "checkpoint", "metrics.json")
     found = [name for name in marks if (folder / name).exists()]
     return ", ".join(f"{n}/" if (folder / n).is_dir() else n for n in found) or None
+
+
+def _enclosing_run(folder: Path) -> Path | None:
+    """The run folder `folder` lies inside, if any: a run's own folder (its audit/, checkpoint/)
+    is its run's, and a new run written there mixed its logs with the run's."""
+    for parent in folder.resolve().parents:
+        held = _run_in_folder(parent) or ""
+        if "config.json" in held and held != "config.json":
+            return parent
+    return None
 
 
 _Terminated = Terminated
@@ -299,6 +316,12 @@ def run(
             else f"`secure-fed run --resume {folder}` continues it, or"
         )
         _fail(f"--out {folder}: holds a run already ({held}); {way_on} give another --out for a new run")
+    inside = _enclosing_run(folder) if resume is None else None
+    if inside is not None:
+        _fail(
+            f"--out {folder}: lies inside the run folder {inside}, which belongs to that run; give an --out "
+            "outside it for a new run"
+        )
     for flag, given in (("--keys", keys), ("he.keys_dir", cfg.he.keys_dir if cfg.he.enabled else None)):
         if given is not None and not Path(given).is_dir():
             _fail(f"{flag} {given}: no such key folder; make one with `secure-fed keys init --out {given}`")
@@ -326,6 +349,7 @@ def run(
         _fail(f"--out {folder}: cannot write the run folder ({err.strerror}); choose a writable folder")
     from secure_fed.audits.log import AuditLogError
     from secure_fed.runner import SimulationFailed, run_federated
+    from secure_fed.server.orchestrator import SitesLost
     from secure_fed.superlink import SuperLinkError
 
     console.print(
@@ -342,6 +366,9 @@ def run(
             outcome = run_federated(
                 cfg, folder, resume=resume is not None, progress=shown.on_round, on_phase=shown.on_phase
             )
+    except SitesLost as err:
+        _fail(err.console_line(folder), 1)
+        raise
     except (
         ValueError,
         FileNotFoundError,
@@ -368,6 +395,16 @@ def run(
     report = folder / "report.html"
     if report.exists():
         console.print(f"wrote {report}")
+    if outcome.unfinished:
+        # a site log without its end record does not verify: the run is not the one asked for
+        for site, why in sorted(outcome.unfinished.items()):
+            path = folder / "audit" / f"{site}.jsonl"
+            console.print(
+                Text.assemble(("error:", "red"), f" {path}: {site}'s log lacks its end record: {why}"),
+                highlight=False,
+                soft_wrap=True,
+            )
+        raise typer.Exit(1)
     short = _short_of_rounds(outcome.metrics, cfg.fed.rounds)
     if short:
         # fewer rounds than configured is not the run that was asked for: a script must not read

@@ -23,7 +23,7 @@ from secure_fed.dp.site_ledger import SiteLedger
 from secure_fed.keyring import audit_keys_dir
 from secure_fed.registry import initial_state
 from secure_fed.run_context import site_secret_context
-from secure_fed.server.orchestrator import Orchestrator, RunOutcome
+from secure_fed.server.orchestrator import Orchestrator, RunOutcome, SitesLost
 from secure_fed.server.strategies.base import RoundResult
 from secure_fed.server.trail import ServerTrail
 from secure_fed.server.transports import InProcessTransport
@@ -109,6 +109,15 @@ def run_inprocess(
             _hand_over_pending(trail, [site.log.path for site in sites])
         logs = [trail.log] if trail else []
         sign_interrupt(signal_name(stop), orchestrator.interrupted_round(), logs, runtimes.values())
+        raise
+    except SitesLost:
+        # the run goes on with `--resume`, maybe in this very process (a sweep's cells): every log
+        # is let go without a head record, the sites' too, as their lost workers would have
+        for log_ in [trail.log] if trail else []:
+            log_.abandon()
+        for runtime in runtimes.values():
+            if runtime.trail is not None:
+                runtime.trail.log.abandon()
         raise
     except BaseException:
         if trail is not None and orchestrator.aborted:
@@ -534,6 +543,8 @@ def run_simulation(
                 logging.shutdown()
                 shutil.rmtree(home, ignore_errors=True)  # the task secret and spec go as on a normal end
                 _exit_and_end_ray(child.exitcode if (child.exitcode or 0) > 128 else 128 + stop["signal"])
+    if "lost" in received:
+        raise received["lost"]
     if "outcome" not in received:
         why = received.get("error") or f"the simulation process ended with exit code {child.exitcode}"
         raise SimulationFailed(
@@ -572,7 +583,7 @@ def _relay(
             logging.getLogger(record.name).handle(record)
         elif kind == "armed":
             armed()
-        elif kind in ("outcome", "error"):
+        elif kind in ("outcome", "error", "lost"):
             received[kind] = body[0]
 
 
@@ -619,7 +630,9 @@ def _simulation_process(job: _SimulationJob, writer: Any, verbose: bool) -> None
         from flwr.common.logger import FLOWER_LOGGER
 
         FLOWER_LOGGER.error("the simulation process failed", exc_info=err)
-        writer.send(("error", f"{type(err).__name__}: {err}"))
+        from secure_fed.failures import signed_reason
+
+        writer.send(("error", signed_reason(err)[1]))
 
 
 def _simulate(job: _SimulationJob, writer: Any) -> None:
@@ -658,7 +671,8 @@ def _simulate(job: _SimulationJob, writer: Any) -> None:
         return _reopen_ray_site_logs(paths, keys_dir, run_id) if keys_dir is not None else []
 
     armed = lambda: writer.send(("armed",))  # noqa: E731
-    with _stop_promptly_on_interrupt(trail, Path(out), box, site_logs, armed), without_ray_dashboard():
+    stops = _stop_promptly_on_interrupt(trail, Path(out), box, site_logs, armed)
+    with _naming_simulated_nodes(), stops, without_ray_dashboard():
         try:
             run_simulation_process(
                 runtime_api_address=job.address, log_queue=queue.Queue(), token=job.token, insecure=True
@@ -670,11 +684,35 @@ def _simulate(job: _SimulationJob, writer: Any) -> None:
             trail.log.close()  # it ends with the orchestrator's signed `run_aborted` record
         elif trail is not None:
             trail.log.abandon()
+        if "lost" in box:
+            writer.send(("lost", box["lost"]))
         writer.send(("error", box.get("error", "see Flower's log")))
         return
     if trail is not None:
         trail.finish(box["final_state"])
     writer.send(("outcome", box["outcome"]))
+
+
+@contextlib.contextmanager
+def _naming_simulated_nodes() -> Iterator[None]:
+    """Keep the partition of each node Flower's simulation registers: a node that fails before it
+    answered hello is then named by its site, not by Flower's random node id."""
+    from flwr.server.superlink.fleet.vce import vce_api
+
+    from secure_fed.server.app import SIMULATED_NODES
+
+    register = vce_api._register_nodes
+
+    def keeping(*args: Any, **kwargs: Any) -> Any:
+        mapping = register(*args, **kwargs)
+        SIMULATED_NODES.update(mapping)
+        return mapping
+
+    vce_api._register_nodes = keeping
+    try:
+        yield
+    finally:
+        vce_api._register_nodes = register
 
 
 def _simulation_logging(folder: Path, writer: Any, verbose: bool) -> None:

@@ -820,3 +820,69 @@ def test_sweep_set_errors_are_one_line_naming_the_key(tmp_path, given, said):
     result = runner.invoke(app, ["sweep", "--methods", "base", "--set", given, "-o", str(out)])
     _one_error(result, said)
     assert not out.exists()
+
+
+def test_a_long_path_is_printed_whole_on_one_line(tmp_path, monkeypatch):
+    """Seen: a captured log held run folders cut mid-path at the terminal's width."""
+    monkeypatch.setenv("COLUMNS", "40")
+    out = tmp_path / ("a-rather-long-folder-name-" * 4) / "cohort"
+    result = runner.invoke(
+        app, ["data", "synth", "--out", str(out), "--sites", "2", "--patients", "4", "--visits", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    assert any(line.startswith(f"wrote {out / 'manifest.jsonl'} (") for line in result.output.splitlines()), (
+        result.output
+    )
+
+
+def test_the_round_line_counts_the_sites_that_delivered_the_round():
+    from secure_fed.cli import _round_line
+    from secure_fed.server.strategies.base import RoundResult
+
+    def line(**given) -> str:
+        return _round_line(
+            1, 10, RoundResult(global_state=None, participants=[0, 1, 2], declined={}, **given)
+        )
+
+    assert line().startswith("[bold]round 1/10[/bold] sites=3")
+    # the sum of three, then no site's α: none delivered the round, α kept its value
+    assert "sites=0 (of 3 that trained; α kept, none summed)" in line(
+        delivered=[], alpha_kept=True, alpha=[0.5]
+    )
+    assert "sites=2 (of 3 that trained)" in line(delivered=[0, 2], alpha=[0.5])
+    assert "sites=3 " in line(delivered=[0, 1, 2], alpha=[0.5]) + " "
+
+
+def test_a_lost_worker_is_one_line_with_the_way_back_and_exit_1(tmp_path, monkeypatch):
+    import secure_fed.runner
+    from secure_fed.failures import WORKER_KILLED, failure
+    from secure_fed.server.orchestrator import SitesLost
+
+    def lost(*args, **kwargs):
+        raise SitesLost(
+            "round 2 stopped: too few sites could train", WORKER_KILLED, {"site1": failure(WORKER_KILLED)}
+        )
+
+    monkeypatch.setattr(secure_fed.runner, "run_federated", lost)
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["run", "--rounds", "2", "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    (line,) = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert "round 2 stopped" in line and "site1" in line and "lower `[train] threads`" in line
+    assert line.endswith(f"`secure-fed run --resume {out}` continues from the last checkpoint")
+    assert "Traceback" not in result.output
+
+
+def test_a_site_log_left_without_its_end_exits_1_naming_the_log(tmp_path, monkeypatch):
+    """Seen: a run whose every `finish` failed exited 0."""
+    import secure_fed.runner
+    from secure_fed.server.orchestrator import RunOutcome
+
+    metrics = {"method": "fedavg", "seed": 0, "rounds": 2, "test": {"CIDEr": 0.5}}
+    outcome = RunOutcome(metrics=metrics, unfinished={"site1": "its worker process crashed; see its log"})
+    monkeypatch.setattr(secure_fed.runner, "run_federated", lambda *a, **k: outcome)
+    out = tmp_path / "o"
+    result = runner.invoke(app, ["run", "--rounds", "2", "-o", str(out)])
+    assert result.exit_code == 1, result.output
+    path = out / "audit" / "site1.jsonl"
+    assert f"error: {path}: site1's log lacks its end record: its worker process crashed" in result.output

@@ -43,3 +43,31 @@ def test_a_renamed_heading_breaks_the_link(tmp_path):
     assert "fedtar-vs-fedavg" in anchors(doc) and "not-a-heading" not in anchors(doc)
     doc.write_text("# Title\n\n## FedTAR against FedAvg\n", encoding="utf-8")
     assert "fedtar-vs-fedavg" not in anchors(doc)
+
+
+def _paragraph(text: str, start: str) -> str:
+    return next(p for p in text.split("\n\n") if p.startswith(start))
+
+
+def test_readme_says_how_to_activate_the_venv_make_creates():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    venv = re.search(r"^VENV \?= (\S+)$", (ROOT / "Makefile").read_text(), flags=re.MULTILINE)
+    assert venv is not None
+    line = _paragraph(text, "The `secure-fed` command lives in")
+    assert f"`. {venv[1]}/bin/activate`" in line and f"`{venv[1]}/bin/secure-fed`" in line
+    assert text.index(line) < text.index("## Command line")  # before the first command that needs it
+
+
+def test_readme_says_what_to_do_when_memory_runs_out():
+    from secure_fed.config import RunConfig
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    line = " ".join(_paragraph(text, "Out of memory:").split())
+    assert "threads" in RunConfig.model_fields["train"].annotation.model_fields  # the key it names exists
+    for said in (
+        "`[train] threads`",
+        "`secure-fed run --resume DIR`",
+        "`DIR/flower/simulation.log`",
+        "exits 1",
+    ):
+        assert said in line, said

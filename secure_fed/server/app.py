@@ -13,7 +13,8 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from secure_fed.config import RunConfig
-from secure_fed.server.orchestrator import EventSink, Orchestrator
+from secure_fed.failures import signed_reason
+from secure_fed.server.orchestrator import EventSink, Orchestrator, SitesLost
 from secure_fed.server.trail import ServerTrail
 from secure_fed.server.transports import GridTransport
 from secure_fed.stops import signed_on_stop
@@ -42,6 +43,23 @@ def wait_for_nodes(grid: Grid, expected: int, minimum: int, timeout: float = NOD
                 return nodes
             raise RuntimeError(f"only {len(nodes)} of {expected} sites connected within {timeout:.0f} s")
         time.sleep(0.5)
+
+
+# Flower node id → partition id of the simulation this process runs (filled by the runner's hook
+# on Flower's node registration): a site's name is known before the site answers hello
+SIMULATED_NODES: dict[int, int] = {}
+
+
+def simulated_site_of(cfg: RunConfig) -> Callable[[int], str | None]:
+    from secure_fed.data.sites import site_names
+
+    names = site_names(cfg)
+
+    def site_of(node: int) -> str | None:
+        part = SIMULATED_NODES.get(node)
+        return names[part] if part is not None and 0 <= part < len(names) else None
+
+    return site_of
 
 
 def deployment_trail(cfg: RunConfig, out: Path, run_id: str) -> ServerTrail | None:
@@ -128,7 +146,11 @@ def make_server_app(
         trail = deployment_trail(run_cfg, target, str(context.run_id)) if cfg is None else None
         orchestrator = Orchestrator(
             run_cfg,
-            GridTransport(grid),
+            GridTransport(
+                grid,
+                site_of=simulated_site_of(run_cfg),
+                resume=f"`secure-fed run --resume {target}`" if cfg is not None else None,
+            ),
             nodes,
             initial_state(run_cfg),
             target,
@@ -149,8 +171,11 @@ def make_server_app(
             elif trail is not None:
                 trail.log.abandon()  # no head record: the log shows the run did not stop cleanly
             if result is not None:
-                result["error"] = repr(err)
+                # the console's line: our words, never a framework's text (Flower's log has that)
+                result["error"] = signed_reason(err)[1]
                 result["aborted"] = orchestrator.aborted
+                if isinstance(err, SitesLost):
+                    result["lost"] = err
             raise
         if trail is not None:
             trail.finish(orchestrator.final_state)

@@ -22,6 +22,7 @@ from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_protocol import SecAggAbort
 from secure_fed.crypto.transport import Transport
 from secure_fed.eval.metrics import REPORT_SCORES
+from secure_fed.failures import LOST_WORKER, Failure, one_line, signed_reason
 from secure_fed.server.aggregation import AggregationSettings
 from secure_fed.server.checkpoint import load_checkpoint, save_checkpoint
 from secure_fed.server.participation import sample_sites
@@ -39,6 +40,8 @@ class RunOutcome:
     metrics: dict[str, Any]
     stopped_early: str | None = None
     per_round: list[dict[str, Any]] = field(default_factory=list)
+    # sites whose `finish` failed: their logs lack their end record (site → our reason; the fix)
+    unfinished: dict[str, str] = field(default_factory=dict)
 
 
 def _no_events(event: str, payload: dict[str, Any], round_id: int | None) -> None:
@@ -51,6 +54,29 @@ def _say(line: str) -> None:
 
 class RunAborted(ValueError):
     """The run cannot go on (or could not start) safely; every log was closed with `run_aborted`."""
+
+
+class SitesLost(RuntimeError):
+    """Sites' worker processes ended (the out-of-memory monitor, a kill, a crash) and the run cannot
+    go on without them. The server's log ends with a signed `run_aborted` carrying `code` and this
+    message (our words only) and no head record, the sites are told nothing (their workers are
+    gone), and the last checkpoint stays: `--resume` continues once the cause is dealt with."""
+
+    def __init__(self, what: str, code: str, lost: dict[str, Failure]) -> None:
+        who = "; ".join(f"{site}: {found.reason}" for site, found in sorted(lost.items()))
+        super().__init__(f"{what} ({who})" if who else what)
+        self.what, self.code, self.lost = what, code, lost
+
+    def __reduce__(self) -> tuple[Any, ...]:  # it crosses the simulation process's pipe
+        return (SitesLost, (self.what, self.code, self.lost))
+
+    def console_line(self, folder: Path | str) -> str:
+        """The console's closing line: the sites' own lines said each cause already."""
+        fixes = "; ".join(dict.fromkeys(found.fix for found in self.lost.values()))
+        return (
+            f"{self.what}: the worker of {', '.join(sorted(self.lost))} ended; {fixes}, then "
+            f"`secure-fed run --resume {folder}` continues from the last checkpoint"
+        )
 
 
 @dataclass(frozen=True)
@@ -179,6 +205,7 @@ class Orchestrator:
         self.test_per_site: dict[str, dict[str, float]] = {}
         self.skipped: list[dict[str, Any]] = []  # rounds with no aggregate: who left, who declined, why
         self.aborted = False  # set once `run_aborted` went to every log
+        self.evaluation_failed: list[int] = []  # the nodes whose final evaluation failed (no refusal)
 
     def hello(self) -> dict[int, str]:
         # the method and rounds travel with hello: a deployed site learns them from the server that
@@ -190,9 +217,10 @@ class Orchestrator:
         if not sites:
             raise RuntimeError(f"no node answered hello: {[replies.get(n) for n in missing]}")
         if missing:  # a node the SuperLink still lists but that is gone (killed, unplugged)
+            named = getattr(self.transport, "name", lambda node: f"Flower node {node}")
             self.announce(
-                f"{len(missing)} node(s) the SuperLink lists did not answer hello (Flower node ids "
-                f"{missing}: no site name reached the server); going on with "
+                f"{len(missing)} node(s) the SuperLink lists did not answer hello "
+                f"({', '.join(named(n) for n in missing)}); going on with "
                 + ", ".join(sorted(sites.values()))
             )
             self.nodes = [n for n in self.nodes if n in sites]
@@ -232,9 +260,42 @@ class Orchestrator:
     def run(self, resume: bool = False) -> RunOutcome:
         try:
             return self._run(resume)
+        except SitesLost as err:
+            self.stop_resumable(err)
+            raise
         except Exception as err:
             self.abort(err)
             raise
+
+    def stop_resumable(self, err: SitesLost) -> None:
+        """Sign why the run stopped in the server's log and leave every log open for `--resume`:
+        no head record, and no `finish` to sites whose workers are gone (one that answered would
+        close its log for good)."""
+        round_id = self.interrupted_round()
+        payload = {"reason": signed_reason(err)[1], "code": err.code, "round": round_id}
+        try:
+            self.events("run_aborted", payload, round_id)
+        except Exception:  # noqa: BLE001 (the stop itself must reach the caller)
+            log.exception("could not log run_aborted")
+
+    def _lost_workers(self, nodes: list[int]) -> dict[str, Failure]:
+        """The sites among ``nodes`` whose worker process ended (the transport's failures since the
+        round began): the run stops for `--resume`, not for good."""
+        failures: dict[int, Failure] = getattr(self.transport, "failures", {})
+        return {
+            self.sites.get(n, str(n)): failures[n]
+            for n in nodes
+            if n in failures and failures[n].kind in LOST_WORKER
+        }
+
+    def _forget_failures(self) -> None:
+        failures = getattr(self.transport, "failures", None)
+        if isinstance(failures, dict):
+            failures.clear()
+
+    def _lost(self, what: str, lost: dict[str, Failure]) -> SitesLost:
+        kinds = list(dict.fromkeys(found.kind for found in lost.values()))
+        return SitesLost(what, kinds[0] if len(kinds) == 1 else "workers_lost", lost)
 
     def interrupted_round(self) -> int | None:
         """The round a stop signal cuts short: the one under way, or the next to start when the
@@ -244,12 +305,12 @@ class Orchestrator:
     def abort(self, err: BaseException) -> None:
         """Close every party's log with a signed `run_aborted` record: the server's through the
         event sink (its caller closes that log), each site's through `finish` with the reason."""
-        reason = str(err) if isinstance(err, RunAborted) else f"{type(err).__name__}: {err}"
+        code, reason = signed_reason(err)
         round_id = self.current_round or None
         sites = getattr(self, "sites", {})
         self.aborted = True
         try:
-            self.events("run_aborted", {"reason": reason, "round": round_id}, round_id)
+            self.events("run_aborted", {"reason": reason, "code": code, "round": round_id}, round_id)
         except Exception:  # noqa: BLE001 (the abort itself must reach the sites and the caller)
             log.exception("could not log run_aborted")
         try:
@@ -274,26 +335,27 @@ class Orchestrator:
         average = IterateAverage.from_config(cfg, cfg.fed.rounds)
         if resume:
             loaded = load_checkpoint(checkpoint_dir)
-            if loaded is None:
-                raise FileNotFoundError(f"--resume: no checkpoint in {checkpoint_dir}")
-            done, state, strategy_state, meta, saved_average = loaded
-            if average is not None:
-                if saved_average is None:
-                    raise RunAborted(
-                        f"--resume: the checkpoint after round {done} kept no iterate average, but "
-                        f"train.average = {cfg.train.average!r}: resume with the settings the run was "
-                        "started with, or start a new run"
-                    )
-                try:
-                    average.load_state_dict(saved_average)
-                except AverageMismatch as err:
-                    raise RunAborted(f"--resume: {err}") from None
-            strategy.load_state_dict(strategy_state)
-            per_round = list(meta.get("per_round", []))
-            self.skipped = list(meta.get("skipped_rounds", []))
-            first_round = done + 1
-            self.settled = done
-            log.info("resuming after round %d", done)
+            if loaded is None:  # stopped in round 1: the run goes on from its start, its logs kept
+                log.info("resuming at round 1: no round was completed before the stop")
+            else:
+                done, state, strategy_state, meta, saved_average = loaded
+                if average is not None:
+                    if saved_average is None:
+                        raise RunAborted(
+                            f"--resume: the checkpoint after round {done} kept no iterate average, but "
+                            f"train.average = {cfg.train.average!r}: resume with the settings the run was "
+                            "started with, or start a new run"
+                        )
+                    try:
+                        average.load_state_dict(saved_average)
+                    except AverageMismatch as err:
+                        raise RunAborted(f"--resume: {err}") from None
+                strategy.load_state_dict(strategy_state)
+                per_round = list(meta.get("per_round", []))
+                self.skipped = list(meta.get("skipped_rounds", []))
+                first_round = done + 1
+                self.settled = done
+                log.info("resuming after round %d", done)
         stopped = None
         upload_bytes = upload_size(strategy.upload_dim(), len(self.nodes), self.aggregation)
         floor = max(cfg.fed.min_sites, 3 if cfg.secagg_on else 1)
@@ -319,23 +381,31 @@ class Orchestrator:
             )
             started = time.perf_counter()
             self.current_round = r
+            self._forget_failures()
             try:
                 result = strategy.run_round(ctx, state)
             except TooFewSites as err:
+                lost = self._lost_workers(nodes)
+                if lost:
+                    raise self._lost(f"round {r} stopped: too few sites could train", lost) from None
                 if not per_round:  # nothing trained: no model to evaluate, the run failed
                     raise RunAborted(f"{err}\n  no round completed; nothing is evaluated") from None
-                stopped = str(err)
+                stopped = signed_reason(err)[1]
                 log.warning("%s", err)
-                self.events("run_stopped", {"reason": stopped}, r)
+                self.events("run_stopped", {"reason": stopped, "code": "too_few_sites"}, r)
                 break
             except SecAggAbort as err:
                 # Sites left mid-round, or too few took part: no aggregate, the model stays. Go on
                 # with those that answer, as long as a secure sum keeps its minimum of survivors.
+                lost = self._lost_workers(nodes)
                 alive = self.alive()
                 gone = [sites[n] for n in self.nodes if n not in alive]
-                declined = {s: why for s, why in ctx.declined.items() if s not in gone}
-                self.events("round_skipped", {"reason": str(err), "dropped": gone, "declined": declined}, r)
-                self.skipped.append({"round": r, "reason": str(err), "dropped": gone, "declined": declined})
+                if lost and len(alive) < tolerance.fewest:
+                    raise self._lost(f"round {r} stopped: too few sites left for its sum", lost) from None
+                declined = {s: one_line(why) for s, why in ctx.declined.items() if s not in gone}
+                skip = {"reason": signed_reason(err)[1], "dropped": gone, "declined": declined}
+                self.events("round_skipped", dict(skip), r)
+                self.skipped.append({"round": r, **skip})
                 why = "".join(f"; {site} declined: {reason}" for site, reason in sorted(declined.items()))
                 self.announce(f"round {r} skipped: {err}{why}; sites gone: {', '.join(gone) or 'none'}")
                 if len(alive) >= tolerance.fewest:
@@ -379,9 +449,24 @@ class Orchestrator:
         if not per_round:  # every round was skipped: there is no trained model to score
             raise RunAborted(f"no round of {cfg.fed.rounds} completed; nothing is evaluated")
         raise_pending_stop()
+        self._forget_failures()
         raw, state = state, average.released(state) if average is not None else state
         test = self.evaluate(state, stopped)
+        if not self.test_per_site and self.evaluation_failed:
+            # no score of the model because sites failed (not because each declined by its own
+            # rule, as a deployed site does for a test split scored in an earlier run): the run has
+            # no result, so it is not written as one
+            lost = self._lost_workers(self.nodes)
+            if lost:
+                raise self._lost("no site evaluated the final model", lost)
+            raise RunAborted("no site evaluated the final model; see the sites' lines above")
         finished = self.transport.exchange("finish", {n: _end(stopped) for n in self.nodes})
+        failures: dict[int, Failure] = getattr(self.transport, "failures", {})
+        unfinished = {
+            sites[n]: (f"{failures[n].reason}; {failures[n].fix}" if n in failures else "it did not answer")
+            for n in self.nodes
+            if not (isinstance(finished.get(n), dict) and finished[n].get("status", "ok") == "ok")
+        }
         ended = self._site_privacy_at_end(finished)
         final_alpha = getattr(strategy, "alpha", None)
         metrics: dict[str, Any] = {
@@ -410,7 +495,7 @@ class Orchestrator:
         if average is not None:
             np.save(self.out / "last_iterate.npy", raw)
         self.final_state = state
-        return RunOutcome(metrics=metrics, stopped_early=stopped, per_round=per_round)
+        return RunOutcome(metrics=metrics, stopped_early=stopped, per_round=per_round, unfinished=unfinished)
 
     def _site_privacy_at_end(self, replies: dict[int, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
         """Each site's ε as its accountant holds it at the end (every population, the whole run,
@@ -449,6 +534,9 @@ class Orchestrator:
             # a deployed site scores the last global it trained from, never weights sent for the
             # scoring alone: the test figures are for that model, not for the final aggregate
             self.announce(f"test scores are for the model each site last trained from ({'; '.join(scored)})")
+        self.evaluation_failed = [
+            n for n in self.nodes if n not in replies or replies[n].get("status", "error") == "error"
+        ]
         return pool_scores(list(replies.values()))
 
 

@@ -12,9 +12,13 @@ from flwr.app import Message
 from flwr.serverapp import Grid
 
 from secure_fed.crypto.transport import decode_payload, encode_payload
+from secure_fed.failures import SITE_ERROR, UNKNOWN, Failure, classify, failure
 from secure_fed.wire import from_records, to_records
 
 log = logging.getLogger(__name__)
+# Flower's own log (its file handler is flower/simulation.log under `secure-fed run`): the one
+# place a framework's raw error text is kept, for whoever debugs the run on that machine
+raw_log = logging.getLogger("flwr")
 
 Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -29,17 +33,55 @@ def message_type(phase: str) -> str:
     return "train" if phase == "train" else f"query.{phase}"
 
 
-class GridTransport:
-    """One Message per node and phase; a node whose reply is missing or an error counts as dropped."""
+class _Failures:
+    """A transport's record of its sites' failures: the last one of each node (the orchestrator
+    reads it to tell a lost worker from a refusal), and the console's one line per site and kind
+    of failure (a dead worker fails every later message: the operator needs to read it once)."""
 
-    def __init__(self, grid: Grid, timeout: float | None = None) -> None:
+    def __init__(self, resume: str | None) -> None:
+        self.resume = resume
+        self.failures: dict[int, Failure] = {}
+        self._told: set[tuple[str, str]] = set()
+
+    def failed(self, node: int, who: str, phase: str, raw: str, default: str = UNKNOWN) -> dict[str, Any]:
+        found = classify(raw)
+        if found.kind == UNKNOWN:
+            found = failure(default)
+        self.failures[node] = found
+        raw_log.info("%s: %s failed: %s", phase, who, raw)
+        if (who, found.kind) not in self._told:
+            self._told.add((who, found.kind))
+            log.warning("%s", found.line(who, self.resume))
+        return {"status": "error", "error": found.reason, "failure": found.kind}
+
+
+class GridTransport(_Failures):
+    """One Message per node and phase; a node whose reply is missing or an error counts as dropped.
+
+    ``site_of``: the site a Flower node runs, where the runtime knows it before the node answers
+    (the simulation's partition of each node). ``resume``: how the operator continues the run,
+    appended to the console's line on a failure."""
+
+    def __init__(
+        self,
+        grid: Grid,
+        timeout: float | None = None,
+        site_of: Callable[[int], str | None] | None = None,
+        resume: str | None = None,
+    ) -> None:
+        super().__init__(resume)
         self.grid = grid
         self.timeout = timeout
+        self.site_of = site_of or (lambda node: None)
         self.names: dict[int, str] = {}  # Flower node id → site, once the sites answered hello
 
     def name_sites(self, sites: Mapping[int, str]) -> None:
         """An operator reads site names, not Flower's node numbers, in the server's log."""
         self.names = dict(sites)
+
+    def name(self, node: int) -> str:
+        """The site node ``node`` runs, or its Flower id where no site name is known."""
+        return self.names.get(node) or self.site_of(node) or f"Flower node {node}"
 
     def send_and_receive(self, messages: Iterable[Message]) -> list[Message]:
         """Push, then pull until every reply is in or `timeout` passes (None: wait for all)."""
@@ -69,19 +111,19 @@ class GridTransport:
         for reply in self.send_and_receive(messages):
             node = reply.metadata.src_node_id
             if reply.has_error():
-                who = self.names.get(node, f"Flower node {node}")
-                log.warning("%s: %s failed: %s", phase, who, reply.error.reason)
-                replies[node] = {"status": "error", "error": reply.error.reason}
+                replies[node] = self.failed(node, self.name(node), phase, str(reply.error.reason))
                 continue
             replies[node] = from_records(reply.content)
         return replies
 
 
-class InProcessTransport:
+class InProcessTransport(_Failures):
     """Calls each node's handler directly, still through the byte codec so that what the server
     holds is exactly what would have crossed the wire. `drop[phase]` lists nodes that vanish."""
 
     def __init__(self, handlers: Mapping[int, Handler], drop: Mapping[str, set[int]] | None = None) -> None:
+        super().__init__(None)
+        self.names: dict[int, str] = {}
         self.handlers = dict(handlers)
         self.drop = {k: set(v) for k, v in (drop or {}).items()}
         self.bytes_received: dict[int, int] = {n: 0 for n in handlers}
@@ -97,9 +139,12 @@ class InProcessTransport:
             try:
                 reply = self.handlers[node](phase, decode_payload(wire_in))
             except Exception as err:  # a failing site is a dropped site, as over the network
-                log.warning("%s: node %s failed: %s", phase, node, err)
-                reply = {"status": "error", "error": str(err)}
+                raw = f"{type(err).__module__}.{type(err).__name__}: {err}"
+                reply = self.failed(node, self.names.get(node, f"node {node}"), phase, raw, SITE_ERROR)
             wire_out = encode_payload(reply)
             self.bytes_received[node] += len(wire_out)
             replies[node] = decode_payload(wire_out)
         return replies
+
+    def name_sites(self, sites: Mapping[int, str]) -> None:
+        self.names = dict(sites)

@@ -61,6 +61,26 @@ def test_a_new_run_refuses_a_folder_that_holds_a_run_before_writing_anything(tmp
     assert result.exit_code == 2 and "that run finished: give another --out" in result.output
 
 
+@pytest.mark.parametrize("inside", ["audit", "checkpoint/new", "flower"])
+def test_a_new_run_refuses_a_folder_inside_a_runs_folder(tmp_path: Path, inside: str) -> None:
+    """Seen: `--out runs/hard/audit` was taken, a new run written into a finished run's audit folder."""
+    from typer.testing import CliRunner
+
+    from secure_fed.cli import app
+
+    folder = tmp_path / "runs" / "hard"
+    before = _finished_run(folder)
+    out = folder / inside
+    result = CliRunner().invoke(app, ["run", "--out", str(out), "--engine", "inprocess"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output, result.output
+    assert f"--out {out}: lies inside the run folder {folder.resolve()}" in lines[0], lines[0]
+    assert "outside it" in lines[0]
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    assert not (folder / "checkpoint").exists() and not (folder / "flower").exists()
+
+
 def test_a_missing_key_folder_is_refused_before_the_run_folder_exists(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

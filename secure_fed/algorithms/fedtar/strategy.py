@@ -21,6 +21,7 @@ from secure_fed.algorithms.fedtar.temporal import (
 )
 from secure_fed.config import RunConfig
 from secure_fed.crypto.scalars import ScalarAggregationError
+from secure_fed.failures import signed_reason
 from secure_fed.server.aggregation import scalar_sum
 from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy
 
@@ -68,22 +69,33 @@ class FedTAR(Strategy):
         alpha = self.alpha()
         chain = temporal_step(self.cfg.train.fedtar_chain, global_state, snapshots, alpha, present=present)
         val_loss = None
+        delivered: list[int] | None = None
+        kept = False
         if self.temporal:
             request = {"round": ctx.round, "final": chain.final, "directions": chain.directions}
             replies = ctx.transport.exchange("hypergrad", {n: dict(request) for n in summed.survivors})
             answered = [n for n in summed.survivors if replies.get(n, {}).get("status") == "ok"]
+            delivered, kept = [], True
             if len(answered) >= ctx.cfg.fed.min_sites:
                 try:
                     grad = scalar_sum(ctx.transport, answered, ctx.aggregation, ctx.round)
                 except ScalarAggregationError as err:  # α keeps its value; never retried over a subset
-                    ctx.log_event("alpha_skipped", {"reason": str(err)})
+                    ctx.log_event("alpha_skipped", {"reason": signed_reason(err)[1]})
                 else:
                     alpha = self.meta.step(np.asarray(grad, dtype=np.float64))
+                    delivered, kept = answered, False
                 n_val = sum(int(replies[n].get("val_patients", 0)) for n in answered)
                 if n_val:
                     val_loss = sum(float(replies[n]["val_loss_sum"]) for n in answered) / n_val
         return self.result(
-            chain.final, summed, declined, info, alpha=[float(a) for a in alpha], val_loss=val_loss
+            chain.final,
+            summed,
+            declined,
+            info,
+            alpha=[float(a) for a in alpha],
+            val_loss=val_loss,
+            delivered=delivered,
+            alpha_kept=kept,
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -46,6 +46,10 @@ class RoundResult:
     epsilon: dict[str, dict[str, float]] = field(default_factory=dict)
     dropped: list[int] = field(default_factory=list)
     quantisation_bound: float = 0.0
+    # the sites that delivered every phase of the round, where a phase after the sum can lose some
+    # (FedTAR's α); None: the sum's survivors did
+    delivered: list[int] | None = None
+    alpha_kept: bool = False  # the round's α sum could not be done: α kept its value
 
 
 class TooFewSites(RuntimeError):
