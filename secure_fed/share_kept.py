@@ -14,7 +14,7 @@ G_s = central_∞,s − base_s, over the seeds base, central at ε = ∞ and the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -139,15 +139,15 @@ def _spent_cell(spent: tuple[float, float] | None) -> str:
     return f"{high:.3f}" if high - low < 5e-4 else f"{low:.3f}–{high:.3f}"
 
 
-def share_table(runs: list[dict[str, Any]], metrics: Sequence[str] = ("CIDEr", "CE-F1")) -> str:
-    """Markdown: per private cell group, ε spent per site and the share kept on each metric."""
-    rows = shares_kept(runs, metrics)
+Shares = Callable[..., list[dict[str, Any]]]  # shares_kept or shares_of_central: (runs, metrics, site)
+_KEPT, _OF_CENTRAL = "share kept", "share of central's gain"
+
+
+def _overall_table(rows: list[dict[str, Any]], metrics: Sequence[str], column: str) -> str:
     if not rows:
         return ""
     head = (
-        "| method | ε spent per site | n | "
-        + " | ".join(f"{m} share kept [95 % CI]" for m in metrics)
-        + " |\n"
+        "| method | ε spent per site | n | " + " | ".join(f"{m} {column} [95 % CI]" for m in metrics) + " |\n"
     )
     head += "|" + " --- |" * (3 + len(metrics)) + "\n"
     lines = [
@@ -159,16 +159,15 @@ def share_table(runs: list[dict[str, Any]], metrics: Sequence[str] = ("CIDEr", "
     return head + "\n".join(lines) + "\n"
 
 
-def share_per_site_table(runs: list[dict[str, Any]], metric: str = "CIDEr") -> str:
-    """Markdown: per private cell group, the share of the non-private gain kept at each site."""
+def _per_site_table(shares: Shares, runs: list[dict[str, Any]], metric: str, column: str) -> str:
     sites = sorted({site for r in runs for site in (r.get("per_site") or {})})
     per_site = {
-        site: {(r["method"], r["epsilon"]): r for r in shares_kept(runs, (metric,), site)} for site in sites
+        site: {(r["method"], r["epsilon"]): r for r in shares(runs, (metric,), site)} for site in sites
     }
-    overall = shares_kept(runs, (metric,))
+    overall = shares(runs, (metric,))
     if not overall or not sites:
         return ""
-    head = f"| method ({metric} share kept [95 % CI]) | n | " + " | ".join(sites) + " |\n"
+    head = f"| method ({metric} {column} [95 % CI]) | n | " + " | ".join(sites) + " |\n"
     head += "|" + " --- |" * (2 + len(sites)) + "\n"
     lines = []
     for r in overall:
@@ -178,46 +177,24 @@ def share_per_site_table(runs: list[dict[str, Any]], metric: str = "CIDEr") -> s
         ]
         lines.append(f"| {labelled(*key)} | {r['n']} | " + " | ".join(cells) + " |")
     return head + "\n".join(lines) + "\n"
+
+
+def share_table(runs: list[dict[str, Any]], metrics: Sequence[str] = ("CIDEr", "CE-F1")) -> str:
+    """Markdown: per private cell group, ε spent per site and the share kept on each metric."""
+    return _overall_table(shares_kept(runs, metrics), metrics, _KEPT)
+
+
+def share_per_site_table(runs: list[dict[str, Any]], metric: str = "CIDEr") -> str:
+    """Markdown: per private cell group, the share of the non-private gain kept at each site."""
+    return _per_site_table(shares_kept, runs, metric, _KEPT)
 
 
 def share_of_central_table(runs: list[dict[str, Any]], metrics: Sequence[str] = ("CIDEr", "CE-F1")) -> str:
     """Markdown: per cell group, ε spent per site and the share of non-private central's gain over
     base it reaches on each metric (the second reference point beside ``share_table``'s)."""
-    rows = shares_of_central(runs, metrics)
-    if not rows:
-        return ""
-    head = (
-        "| method | ε spent per site | n | "
-        + " | ".join(f"{m} share of central's gain [95 % CI]" for m in metrics)
-        + " |\n"
-    )
-    head += "|" + " --- |" * (3 + len(metrics)) + "\n"
-    lines = [
-        f"| {labelled(r['method'], r['epsilon'])} | {_spent_cell(r['spent'])} | {r['n']} | "
-        + " | ".join(_share_cell(*r[m]) for m in metrics)
-        + " |"
-        for r in rows
-    ]
-    return head + "\n".join(lines) + "\n"
+    return _overall_table(shares_of_central(runs, metrics), metrics, _OF_CENTRAL)
 
 
 def share_of_central_per_site_table(runs: list[dict[str, Any]], metric: str = "CIDEr") -> str:
     """Markdown: per cell group, the share of non-private central's gain it reaches at each site."""
-    sites = sorted({site for r in runs for site in (r.get("per_site") or {})})
-    per_site = {
-        site: {(r["method"], r["epsilon"]): r for r in shares_of_central(runs, (metric,), site)}
-        for site in sites
-    }
-    overall = shares_of_central(runs, (metric,))
-    if not overall or not sites:
-        return ""
-    head = f"| method ({metric} share of central's gain [95 % CI]) | n | " + " | ".join(sites) + " |\n"
-    head += "|" + " --- |" * (2 + len(sites)) + "\n"
-    lines = []
-    for r in overall:
-        key = (r["method"], r["epsilon"])
-        cells = [
-            _share_cell(*per_site[site][key][metric]) if key in per_site[site] else "—" for site in sites
-        ]
-        lines.append(f"| {labelled(*key)} | {r['n']} | " + " | ".join(cells) + " |")
-    return head + "\n".join(lines) + "\n"
+    return _per_site_table(shares_of_central, runs, metric, _OF_CENTRAL)
