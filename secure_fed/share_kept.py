@@ -68,25 +68,11 @@ def shares_kept(
     by: dict[Key, dict[int, dict[str, Any]]] = {}
     for run in runs:
         by.setdefault((run["method"], run["epsilon"]), {})[run["seed"]] = run
-    base = by.get((BASE, None), {})
     rows = []
     for method, epsilon, seeds in kept_groups(runs):
         if epsilon is None:
             continue
-        cells, plain = by[(method, epsilon)], by[(method, None)]
-        spent = [e for s in seeds for e in spent_per_site(cells[s].get("privacy"))]
-        row: dict[str, Any] = {
-            "method": method,
-            "epsilon": epsilon,
-            "n": len(seeds),
-            "spent": (min(spent), max(spent)) if spent else None,
-        }
-        for metric in metrics:
-            b = [_scores(base[s], metric, site) for s in seeds]
-            gains = [_scores(cells[s], metric, site) - bs for s, bs in zip(seeds, b, strict=True)]
-            full = [_scores(plain[s], metric, site) - bs for s, bs in zip(seeds, b, strict=True)]
-            row[metric] = ratio_ci(gains, full)
-        rows.append(row)
+        rows.append(_share_row(method, epsilon, seeds, by, by[(method, None)], metrics, site))
     return rows
 
 
@@ -110,20 +96,35 @@ def shares_of_central(
         seeds = sorted(set(cells) & set(base) & set(ceiling))
         if not seeds:
             continue
-        spent = [e for s in seeds for e in spent_per_site(cells[s].get("privacy"))]
-        row: dict[str, Any] = {
-            "method": method,
-            "epsilon": epsilon,
-            "n": len(seeds),
-            "spent": (min(spent), max(spent)) if spent else None,
-        }
-        for metric in metrics:
-            b = [_scores(base[s], metric, site) for s in seeds]
-            gains = [_scores(cells[s], metric, site) - bs for s, bs in zip(seeds, b, strict=True)]
-            full = [_scores(ceiling[s], metric, site) - bs for s, bs in zip(seeds, b, strict=True)]
-            row[metric] = ratio_ci(gains, full)
-        rows.append(row)
+        rows.append(_share_row(method, epsilon, seeds, by, ceiling, metrics, site))
     return rows
+
+
+def _share_row(
+    method: str,
+    epsilon: float | None,
+    seeds: list[int],
+    by: dict[Key, dict[int, dict[str, Any]]],
+    reference: dict[int, dict[str, Any]],
+    metrics: Sequence[str],
+    site: str | None,
+) -> dict[str, Any]:
+    """One cell group's row: n, the ε spent per site, and per metric its gain over ``base`` as a
+    share of `reference`'s (by seed), with the interval."""
+    cells, base = by[(method, epsilon)], by.get((BASE, None), {})
+    spent = [e for s in seeds for e in spent_per_site(cells[s].get("privacy"))]
+    row: dict[str, Any] = {
+        "method": method,
+        "epsilon": epsilon,
+        "n": len(seeds),
+        "spent": (min(spent), max(spent)) if spent else None,
+    }
+    for metric in metrics:
+        b = [_scores(base[s], metric, site) for s in seeds]
+        gains = [_scores(cells[s], metric, site) - bs for s, bs in zip(seeds, b, strict=True)]
+        full = [_scores(reference[s], metric, site) - bs for s, bs in zip(seeds, b, strict=True)]
+        row[metric] = ratio_ci(gains, full)
+    return row
 
 
 def _share_cell(share: float, ci: tuple[float, float] | None) -> str:
