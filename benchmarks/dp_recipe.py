@@ -15,8 +15,10 @@ data).
   split the sites use, and the noise each step adds to the averaged gradient, σ·C / (q·n), at the
   smallest and the largest site.
 
-The learning rate is not tuned here (the config keeps the default); rounds and local epochs are
-the config's, set by the machine's time budget (benchmarks/hospital_cost.py).
+The rate rule above, rounds and local epochs are the recipe before tuning. benchmarks/dp_tune.py
+chooses the rate, passes, learning rate and iterate averaging by training on public patients at
+the noise the target implies (and C by the median rule above, on its own public pool); the config
+carries its choice.
 """
 
 from __future__ import annotations

@@ -341,10 +341,13 @@ def main(argv: list[str] | None = None) -> None:
                 f"σ_e={emulation.noise_multiplier:.4g} best val loss {best} ({wall:.0f} s)"
             )
         chosen = choose(cells)
+        # the config's q, passes, lr and averaging at the rule's C: the config's C is the same rule's
+        # on another public pool, so a digit apart would leave no cell to compare against
         current = next(
             (c for c in cells if c["sample_rate"] == cfg.dp.sample_rate and c["lr"] == cfg.train.lr
-             and c["passes"] == cfg.fed.rounds * cfg.train.local_epochs and c["average"] == "none"
-             and c["max_grad_norm"] == cfg.dp.max_grad_norm),
+             and c["passes"] == cfg.fed.rounds * cfg.train.local_epochs
+             and c["average"] == cfg.train.average and c["max_grad_norm"] == rule_clip
+             and (c["average"] != "ema" or c["ema_decay"] == round(cfg.train.ema_decay, 6))),
             None,
         )  # fmt: skip
         cider_scores: dict[str, float] | None = None
