@@ -178,7 +178,7 @@ def test_hospital_cost_smoke(cache_dir: Path) -> None:
     assert decode["same_ids"] and decode["reports"] > 0
     assert all(ms > 0 for ms in decode["ms_per_report"].values())
     grid = out["grid_estimate"]
-    assert grid["train_patients"] == 7000 and grid["epochs"] == 5
+    assert grid["train_patients"] == 7000 and grid["epochs"] == 10  # the config's 10 rounds of 1 epoch
     assert grid["cells"] == {
         "base": 3,
         "local, central, fedavg, fedtar at ε = ∞": 12,
