@@ -52,6 +52,15 @@ os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
 ROOT = Path(__file__).resolve().parent.parent
 DISTRIBUTED_CONFIG = ROOT / "configs" / "hospital-scale-distributed.toml"
 CENTRAL_CONFIG = ROOT / "configs" / "hospital-scale.toml"
+# the recipe the kept cells ran, set here since benchmarks/dp_tune.py chose the configs' own
+RECIPE: dict[str, Any] = {
+    "dp.sample_rate": 0.1,
+    "dp.max_grad_norm": 9.0,
+    "train.lr": 1e-3,
+    "train.average": "none",
+}
+DISTRIBUTED_RECIPE: dict[str, Any] = {**RECIPE, "fed.rounds": 50}
+CENTRAL_RECIPE: dict[str, Any] = {**RECIPE, "fed.rounds": 5, "dp.accountant": "rdp"}
 KEPT = ROOT / "docs" / "results" / "sweeps"
 TABLE = ROOT / "docs" / "results" / "hospital-central-at-distributed-noise.json"
 NAME = "central-at-distributed-noise"
@@ -87,6 +96,7 @@ def plan_noise(epsilon: float, dim: int = DIM, overrides: Mapping[str, Any] | No
     cfg = load_config(
         DISTRIBUTED_CONFIG,
         {
+            **DISTRIBUTED_RECIPE,
             "dp.enabled": True,
             "dp.target_epsilon": epsilon,
             "dp.amplification": KEPT_AMPLIFICATION,
@@ -112,7 +122,7 @@ def _model_dim() -> int:
     from secure_fed.config import load_config
     from secure_fed.model.setup import build_report_model
 
-    model = build_report_model(load_config(DISTRIBUTED_CONFIG, {}))
+    model = build_report_model(load_config(DISTRIBUTED_CONFIG, DISTRIBUTED_RECIPE))
     return int(sum(t.numel() for t in model.trainable_state().values()))
 
 
@@ -126,7 +136,9 @@ def run(epsilons: list[float], seeds: list[int], out: Path) -> None:
         raise SystemExit(f"the model's FedAvg step has {dim} coordinates, not {DIM}: update DIM")
     for epsilon in epsilons:
         sigma = plan_noise(epsilon)["released_multiplier"]
-        base = load_config(CENTRAL_CONFIG, {"dp.noise_multiplier": sigma, "fed.engine": "inprocess"})
+        base = load_config(
+            CENTRAL_CONFIG, {**CENTRAL_RECIPE, "dp.noise_multiplier": sigma, "fed.engine": "inprocess"}
+        )
         sweep(base, ["central"], seeds, [epsilon], out / f"eps{epsilon:g}")
 
 

@@ -15,8 +15,10 @@ data).
   split the sites use, and the noise each step adds to the averaged gradient, σ·C / (q·n), at the
   smallest and the largest site.
 
-The learning rate is not tuned here (the config keeps the default); rounds and local epochs are
-the config's, set by the machine's time budget (benchmarks/hospital_cost.py).
+The rate rule above, rounds and local epochs are the recipe before tuning. benchmarks/dp_tune.py
+chooses the rate, passes, learning rate and iterate averaging by training on public patients at
+the noise the target implies (and C by the median rule above, on its own public pool); the config
+carries its choice.
 """
 
 from __future__ import annotations
@@ -32,8 +34,8 @@ from typing import Any
 import torch
 
 from secure_fed.clients.private import steps_per_epoch
-from secure_fed.config import load_config
-from secure_fed.data.batching import make_examples
+from secure_fed.config import RunConfig, load_config
+from secure_fed.data.batching import Examples, make_examples
 from secure_fed.data.cohort import load_cohort
 from secure_fed.data.synthetic import synthesize
 from secure_fed.data.tokenizer import load_tokenizer
@@ -58,6 +60,45 @@ def per_patient_norms(model: Any, examples: Any) -> list[float]:
     return norms
 
 
+def recipe_config(out: Path, cache: Path | None, pretrain_steps: int | None) -> RunConfig:
+    """configs/hospital-scale.toml with the run folder, model cache and base length overridden."""
+    overrides: dict[str, Any] = {"out": str(out)}
+    if cache is not None:
+        overrides["model.cache_dir"] = str(cache)
+    if pretrain_steps is not None:
+        overrides["model.pretrain_steps"] = pretrain_steps
+    return load_config(CONFIG, overrides)
+
+
+def public_examples(cfg: RunConfig, patients: int, seed: int, folder: Path) -> Examples:
+    """Fresh patients of the public pretraining domain (no site's data), as training examples.
+
+    Every patient gets the uniform GMM profile: no site's GMM is fitted to public patients, and the
+    uniform one favours no component."""
+    manifest = synthesize(
+        folder,
+        sites=1,
+        patients=patients,
+        visits=cfg.data.max_visits,
+        seed=seed,
+        image_size=cfg.data.synth.image_size,
+        domain="public",
+    )
+    tokenizer = load_tokenizer(cfg.model.tokenizer_path, cfg.data.tokenizer)
+    cohort = load_cohort(manifest, cfg.data.synth.image_size)
+    key = hashlib.sha256(b"public-cohort").digest()
+    examples = make_examples(cohort.visits, tokenizer, key, cfg.data.max_report_tokens, cfg.data.max_visits)
+    examples.profiles = torch.full((len(examples), cfg.model.gmm_components), 1.0 / cfg.model.gmm_components)
+    return examples
+
+
+def train_sizes(cfg: RunConfig) -> list[int]:
+    """Each site's training patients, from the public site sizes and split fractions."""
+    sizes = cfg.data.synth.site_patients or [cfg.data.synth.patients] * cfg.data.synth.sites
+    d = cfg.data
+    return [n - round(n * d.val_fraction) - round(n * d.test_fraction) for n in sizes]
+
+
 def one_digit(x: float) -> float:
     return float(f"{x:.1g}")
 
@@ -77,36 +118,12 @@ def main() -> None:
         args.patients = 8
         args.pretrain_steps = args.pretrain_steps if args.pretrain_steps is not None else 20
     with tempfile.TemporaryDirectory() as tmp:
-        overrides: dict[str, Any] = {"out": str(Path(tmp) / "run")}
-        if args.cache is not None:
-            overrides["model.cache_dir"] = str(args.cache)
-        if args.pretrain_steps is not None:
-            overrides["model.pretrain_steps"] = args.pretrain_steps
-        cfg = load_config(CONFIG, overrides)
+        cfg = recipe_config(Path(tmp) / "run", args.cache, args.pretrain_steps)
         model = build_report_model(cfg)
-        manifest = synthesize(
-            Path(tmp) / "public",
-            sites=1,
-            patients=args.patients,
-            visits=cfg.data.max_visits,
-            seed=FRESH_PUBLIC_SEED,
-            image_size=cfg.data.synth.image_size,
-            domain="public",
-        )
-        tokenizer = load_tokenizer(cfg.model.tokenizer_path, cfg.data.tokenizer)
-        cohort = load_cohort(manifest, cfg.data.synth.image_size)
-        key = hashlib.sha256(b"public-cohort").digest()
-        examples = make_examples(
-            cohort.visits, tokenizer, key, cfg.data.max_report_tokens, cfg.data.max_visits
-        )
-        examples.profiles = torch.full(
-            (len(examples), cfg.model.gmm_components), 1.0 / cfg.model.gmm_components
-        )
+        examples = public_examples(cfg, args.patients, FRESH_PUBLIC_SEED, Path(tmp) / "public")
         norms = per_patient_norms(model, examples)
     clip = one_digit(statistics.median(norms))
-    sizes = cfg.data.synth.site_patients or [cfg.data.synth.patients] * cfg.data.synth.sites
-    d = cfg.data
-    train = [n - round(n * d.val_fraction) - round(n * d.test_fraction) for n in sizes]
+    train = train_sizes(cfg)
     # the most steps a pass (the smallest rate) whose expected batch at the smallest site is large
     # enough: large batches, but enough steps in the few passes the time budget allows
     rate = next((q for q in sorted(RATES) if q * min(train) >= args.min_batch), max(RATES))

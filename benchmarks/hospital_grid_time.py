@@ -16,6 +16,14 @@ The measured cells ran two or three at a time on the 2 cores (their tables' mach
 
     python benchmarks/hospital_grid_time.py                 # prints the estimate as JSON
     python benchmarks/hospital_grid_time.py --write          # docs/results/hospital-grid-time.json
+    python benchmarks/hospital_grid_time.py --passes 10      # the same grid at another recipe's passes
+
+`--passes P` rescales each cell that trains for the config's passes (rounds × local epochs; every
+cell but `base` and the fine-tuned ones) to P passes: its training share, from the per-unit costs of
+docs/results/bench-hospital-cost.json (patient-epochs × ms per patient-epoch against the test
+reports × ms per scored report, non-private or DP-SGD as the cell), grows by P / passes, its
+scoring stays. A recipe's sampling rate does not move the patient-gradients of a pass, only the
+number of steps (and of distributed rounds) they come in: the per-step overhead is not modelled.
 
 tests/test_benchmarks.py checks that the committed table is what the committed wall tables give.
 """
@@ -28,6 +36,7 @@ import json
 import re
 import shlex
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +63,8 @@ WALL_TABLES = {
 }
 REFERENCES = ("base", "local")  # run at ε = ∞ only, whatever --epsilons says
 FINE_TUNE = "-ft"  # a fine-tuned cell starts from its federated cell's final model
+PASSES = 5  # configs/hospital-scale*.toml's passes (rounds × local epochs) when the cells were timed
+REPORTS_PER_PATIENT = 3.06  # hospital_cost.py's full-scale grid: 6,120 scored reports of 2,000 test patients
 
 
 def grid(makefile: Path = ROOT / "Makefile") -> list[dict[str, Any]]:
@@ -97,7 +108,40 @@ def measured(config: str, results: Path = RESULTS) -> dict[str, tuple[float, str
     return out
 
 
-def estimate(results: Path = RESULTS, makefile: Path = ROOT / "Makefile") -> dict[str, Any]:
+def training_shares(results: Path = RESULTS) -> dict[str, float]:
+    """The share of a full-scale cell's time that is training, non-private and DP-SGD, from the
+    per-unit costs in bench-hospital-cost.json and configs/hospital-scale.toml's sizes."""
+    table = json.loads((results / "bench-hospital-cost.json").read_text(encoding="utf-8"))
+    rows = {row[0]: row for row in table["rows"]}
+    per_epoch = next(v for k, v in rows.items() if k.startswith("ms per patient-epoch, after"))
+    report_ms = float(next(v for k, v in rows.items() if k.startswith("ms per scored test report"))[1])
+    with (ROOT / "configs" / "hospital-scale.toml").open("rb") as f:
+        data = tomllib.load(f)["data"]
+    sizes = data["synth"]["site_patients"]
+    val, test = data["val_fraction"], data["test_fraction"]
+    train = sum(n - round(n * val) - round(n * test) for n in sizes)
+    reports = sum(round(n * test) for n in sizes) * REPORTS_PER_PATIENT
+    scoring = reports * report_ms
+    return {
+        kind: round(train * PASSES * float(ms) / (train * PASSES * float(ms) + scoring), 4)
+        for kind, ms in (("non_private", per_epoch[1]), ("dp", per_epoch[2]))
+    }
+
+
+def rescale(
+    minutes: float, method: str, epsilon: float | None, passes: int, shares: dict[str, float]
+) -> float:
+    """A cell's minutes at `passes` passes instead of the config's (the module docstring)."""
+    if method in ("base",) or method.endswith(FINE_TUNE):
+        return minutes
+    share = shares["non_private" if epsilon is None else "dp"]
+    return minutes * (share * passes / PASSES + 1 - share)
+
+
+def estimate(
+    results: Path = RESULTS, makefile: Path = ROOT / "Makefile", passes: int | None = None
+) -> dict[str, Any]:
+    shares = training_shares(results) if passes is not None else {}
     sweeps = []
     for sw in grid(makefile):
         times = measured(sw["config"], results)
@@ -117,6 +161,8 @@ def estimate(results: Path = RESULTS, makefile: Path = ROOT / "Makefile") -> dic
                     minutes, source = sum(ran) / len(ran), "imputed: mean of its private cells that ran"
                 else:
                     raise ValueError(f"{label}: no wall time in {', '.join(WALL_TABLES[sw['config']])}")
+                if passes is not None:
+                    minutes = rescale(minutes, method, e, passes, shares)
                 rows.append(
                     {"cell": label, "seeds": sw["seeds"], "min_per_cell": round(minutes, 3), "source": source}
                 )
@@ -124,6 +170,11 @@ def estimate(results: Path = RESULTS, makefile: Path = ROOT / "Makefile") -> dic
         sweeps.append(sw | {"rows": rows, "cells": sum(r["seeds"] for r in rows), "hours": round(hours, 2)})
     workers, left = two_workers(sweeps)
     return {
+        **(
+            {"passes": passes, "config_passes": PASSES, "training_shares": shares}
+            if passes is not None
+            else {}
+        ),
         "sweeps": sweeps,
         "workers_hours": [round(w / 60, 2) for w in workers],
         "left_for_the_last_recipe_hours": round(left / 60, 2),
@@ -244,9 +295,12 @@ def table(est: dict[str, Any], commit: str, date: str) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--write", action="store_true", help="write docs/results/hospital-grid-time.json")
+    p.add_argument("--passes", type=int, default=None, help="rescale the training cells to this many passes")
     args = p.parse_args(argv)
+    if args.write and args.passes is not None:
+        p.error("--write records the measured grid; --passes is an estimate beside it")
     try:
-        est = estimate()
+        est = estimate(passes=args.passes)
     except (ValueError, KeyError) as e:
         print(f"hospital_grid_time: {e}", file=sys.stderr)
         return 2

@@ -10,6 +10,7 @@ and tokenizer_coverage.py run as documented in tests/model/test_gpu_benchmark.py
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -177,7 +178,7 @@ def test_hospital_cost_smoke(cache_dir: Path) -> None:
     assert decode["same_ids"] and decode["reports"] > 0
     assert all(ms > 0 for ms in decode["ms_per_report"].values())
     grid = out["grid_estimate"]
-    assert grid["train_patients"] == 7000 and grid["epochs"] == 5
+    assert grid["train_patients"] == 7000 and grid["epochs"] == 10  # the config's 10 rounds of 1 epoch
     assert grid["cells"] == {
         "base": 3,
         "local, central, fedavg, fedtar at ε = ∞": 12,
@@ -230,3 +231,61 @@ def test_dp_passes_smoke(cache_dir: Path) -> None:
         assert row["peak_rss_gb"] >= row["rss_before_steps_gb"] > 0
         assert len(row["step_wall_s"]) == row["steps"] == 2
         assert row["peak_over_one_pass"] == round(row["peak_rss_gb"] / one["peak_rss_gb"], 3)
+
+
+def test_dp_tune_matches_the_targets_noise_by_hand() -> None:
+    """benchmarks/dp_tune.py's matching rule on numbers worked by hand: σ/(q·N) = 0.8/(0.1·7000)
+    = 1/875 per unit of C at the target, whichever rule the emulation on M patients uses."""
+    tune = load_script("benchmarks/dp_tune.py")
+    # "rate": q_e = q = 0.1, σ_e = σ·M/N = 0.8·350/7000 = 0.04, batch 35
+    same_rate = tune.matched_noise(0.1, 0.8, 7000, 350, "rate")
+    assert same_rate.sample_rate == 0.1 and same_rate.noise_multiplier == pytest.approx(0.04)
+    assert same_rate.expected_batch == pytest.approx(35)
+    # "batch": q·N/M = 2 is capped at 1 (all 350 a step), so σ_e = 0.8·350/700 = 0.4
+    capped = tune.matched_noise(0.1, 0.8, 7000, 350, "batch")
+    assert capped.sample_rate == 1.0 and capped.noise_multiplier == pytest.approx(0.4)
+    # below the cap the target's batch and σ: q_e = 0.1·7000/14000 = 0.05, σ_e = 0.8
+    uncapped = tune.matched_noise(0.1, 0.8, 7000, 14000, "batch")
+    assert uncapped.sample_rate == pytest.approx(0.05) and uncapped.noise_multiplier == pytest.approx(0.8)
+    assert uncapped.expected_batch == pytest.approx(700)
+    for emulation, m in ((same_rate, 350), (capped, 350), (uncapped, 14000)):
+        assert emulation.noise_std_over_clip(m) == pytest.approx(1 / 875)
+    with pytest.raises(ValueError, match="matching rule"):
+        tune.matched_noise(0.1, 0.8, 7000, 350, "steps")
+
+
+def test_dp_tune_smoke(cache_dir: Path) -> None:
+    """benchmarks/dp_tune.py --quick: every cell's settings, σ, emulated noise and score, and the
+    choice is the best-scoring cell (~2 min on a loaded machine)."""
+    out = _smoke("dp_tune.py", "--cache", str(cache_dir))
+    target, emulation, grid = out["target"], out["emulation"], out["grid"]
+    assert target["patients"] == 7000 and target["epsilon"] == 8.0 and emulation["rule"] == "rate"
+    m = emulation["public_train_patients"]
+    assert m == 12 and emulation["public_held_out_patients"] == 6
+    runs = len(grid["rates"]) * len(grid["passes"]) * len(grid["lrs"]) * len(out["clip"]["factors"])
+    cells = out["cells"]
+    assert len(cells) == runs * (1 + len(grid["ema_horizons"])) == 8
+    for cell in cells:
+        q, sigma = cell["sample_rate"], cell["sigma"]
+        assert cell["steps"] == cell["passes"] * math.ceil(1 / q) and sigma > 0
+        emulated = cell["emulation"]
+        # the noise on the averaged gradient is the target's: same rate, σ scaled by M/N
+        assert emulated["sample_rate"] == q and emulated["expected_batch"] == pytest.approx(q * m)
+        assert emulated["noise_std_over_C"] == pytest.approx(cell["target_noise_std_over_C"])
+        assert emulated["noise_multiplier"] == pytest.approx(sigma * m / 7000, rel=1e-3)
+        if cell["average"] == "ema":
+            (h,) = grid["ema_horizons"]
+            assert cell["ema_decay"] == pytest.approx(1 - 1 / (h * cell["steps"]), abs=1e-6)
+        assert cell["val_loss"] > 0 and cell["train_wall_s"] >= 0
+    # σ depends on (q, steps) only, and one run's averagings share it
+    by_run: dict[int, set[float]] = {}
+    for cell in cells:
+        by_run.setdefault(cell["run"], set()).add(cell["sigma"])
+    assert all(len(s) == 1 for s in by_run.values())
+    best = min(cells, key=lambda c: (c["val_loss"], c["passes"]))
+    choice = out["choice"]
+    assert {k: choice[k] for k in best} == best
+    assert choice["config"]["dp.sample_rate"] == best["sample_rate"]
+    assert choice["config"]["train.lr"] == best["lr"] and choice["config"]["train.average"] == best["average"]
+    assert out["base_val_loss"] > 0 and set(out["cider_held_out"]) >= {"base", "choice"}
+    assert out["source"]["command"].startswith("python benchmarks/dp_tune.py")

@@ -36,7 +36,12 @@ def test_the_released_noise_is_the_five_shares_the_plan_sizes() -> None:
 
     cfg = load_config(
         noise.DISTRIBUTED_CONFIG,
-        {"dp.enabled": True, "dp.target_epsilon": 2.0, "dp.amplification": noise.KEPT_AMPLIFICATION},
+        {
+            **noise.DISTRIBUTED_RECIPE,
+            "dp.enabled": True,
+            "dp.target_epsilon": 2.0,
+            "dp.amplification": noise.KEPT_AMPLIFICATION,
+        },
     )
     plan = plan_for(cfg, noise.DIM, noise.SITES)
     found = noise.plan_noise(2.0)

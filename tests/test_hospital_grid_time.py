@@ -121,3 +121,22 @@ def test_a_kind_no_table_has_is_refused_naming_it(tmp_path: Path, monkeypatch: p
     monkeypatch.setattr(grid_time, "WALL_TABLES", {"a.toml": ["t.json"]})
     with pytest.raises(ValueError, match="fedtar ε=∞: no wall time in t.json"):
         grid_time.estimate(tmp_path, make)
+
+
+def test_passes_rescale_only_the_training_share() -> None:
+    """`--passes P`: a training cell's measured minutes m become m·(s·P/5 + 1 − s), s its kind's
+    training share from the per-unit costs; base and the fine-tuned cells do not train the passes."""
+    shares = grid_time.training_shares()
+    assert 0 < shares["dp"] < 1 and 0 < shares["non_private"] < 1
+    same = grid_time.estimate(passes=grid_time.PASSES)
+    assert same["j2_hours"] == grid_time.estimate()["j2_hours"]
+    measured = {r["cell"]: r["min_per_cell"] for s in grid_time.estimate()["sweeps"] for r in s["rows"]}
+    doubled = grid_time.estimate(passes=2 * grid_time.PASSES)
+    rows = {r["cell"]: r["min_per_cell"] for s in doubled["sweeps"] for r in s["rows"]}
+    s = shares["dp"]
+    assert rows["central ε=8"] == pytest.approx(measured["central ε=8"] * (1 + s), abs=1e-3)
+    assert rows["central ε=∞"] == pytest.approx(
+        measured["central ε=∞"] * (1 + shares["non_private"]), abs=1e-3
+    )
+    assert rows["base ε=∞"] == measured["base ε=∞"] and rows["fedavg-ft ε=8"] == measured["fedavg-ft ε=8"]
+    assert doubled["j2_hours"] > same["j2_hours"]

@@ -788,8 +788,8 @@ def test_make_results_hospital_runs_issue_30s_grid_on_the_hospital_config():
     synth = _config("hospital-scale").data.synth
     assert synth.site_patients is not None and sum(synth.site_patients) >= 10_000
     assert synth.sites >= 5 and len(set(synth.site_patients)) == synth.sites and synth.visits == 5
-    # issue 31 at this scale: FedAvg and FedTAR with distributed DP on the same patients and recipe, its 50
-    # one-step rounds the same 50 private steps as site mode's 5 rounds of 1/q steps
+    # issue 31 at this scale: FedAvg and FedTAR with distributed DP on the same patients and recipe, its
+    # one-step rounds the same private steps as site mode's rounds of 1/q steps
     cmd = distributed.replace("$(SWEEP)", ".venv/bin/secure-fed sweep").split()
     _check_sweep_command(cmd)
     args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
@@ -805,6 +805,13 @@ def test_make_results_hospital_runs_issue_30s_grid_on_the_hospital_config():
         site.dp.delta,
     )
     assert dist.fed.rounds == site.fed.rounds * site.train.local_epochs * round(1 / site.dp.sample_rate)
+    # the tuned lr and averaging too (the Skellam sum is priced by RDP only: the accountant differs)
+    assert (dist.train.lr, dist.train.average, dist.train.ema_decay) == (
+        site.train.lr,
+        site.train.average,
+        site.train.ema_decay,
+    )
+    assert dist.dp.accountant == "rdp"
 
 
 def test_a_kept_record_brings_a_lost_folders_cells_back_and_the_sweep_runs_only_the_rest(

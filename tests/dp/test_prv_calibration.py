@@ -1,9 +1,9 @@
 """dp.accountant = "prv": calibration solves σ with the tight accountant, the budget guard enforces
 it, every privacy record logs both values and the verifier's own PLD re-derives the PRV one.
 
-Pinned at the hospital recipe (configs/hospital-scale.toml): ε = 8, δ = 1e-5, Poisson rate 0.1,
-5 rounds × 10 steps (site mode; the pooled `central` takes the same 50 steps), the GMM histogram
-getting 10 % of ε."""
+Pinned at the hospital recipe before benchmarks/dp_tune.py chose configs/hospital-scale.toml's:
+ε = 8, δ = 1e-5, Poisson rate 0.1, 5 rounds × 10 steps (site mode; the pooled `central` takes the
+same 50 steps), the GMM histogram getting 10 % of ε."""
 
 from __future__ import annotations
 
