@@ -6,7 +6,7 @@ every site of a round used the same plan and the server unmasked one sum over at
 A server that tells sites different stories (a round count that changes one site's plan, a
 different survivor set per site) leaves the traces this module looks for in the sites' own signed
 logs: privacy events of one round with different mechanism parameters, survivor sets that differ
-or hold fewer than h sites, and an unmask a site answered without having signed a survivor set.
+or hold fewer than h sites, and an unmask a site answered without having confirmed a survivor set.
 
 Pure: it takes what the logs say (as `SiteRounds`) and returns findings; `verify.py` reads the
 logs and reports them.
@@ -31,7 +31,7 @@ class SiteRounds:
     site: str
     # round → (line, the `skellam_sum` mechanism event of the site's privacy record)
     plans: dict[int, tuple[int | None, Mapping[str, Any]]] = field(default_factory=dict)
-    # round → (line, the survivor sites the site signed, the h it checked them against)
+    # round → (line, the survivor sites the site confirmed, the h it checked them against)
     survivors: dict[int, tuple[int | None, tuple[str, ...], int | None]] = field(default_factory=dict)
     unmasked: set[int] = field(default_factory=set)  # rounds whose unmask request the site acted on
 
@@ -90,8 +90,8 @@ def plan_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
 
 
 def survivor_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
-    """One survivor set per round, signed by every site that unmasked, of at least h sites; a site
-    that answered an unmask under distributed DP must have logged the set it signed."""
+    """One survivor set per round, confirmed by every site that unmasked, of at least h sites; a site
+    that answered an unmask under distributed DP must have logged the set it confirmed."""
     findings = []
     distributed = [log for log in logs if log.plans]
     for log in distributed:
@@ -102,7 +102,7 @@ def survivor_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
                         log.path,
                         None,
                         f"round {round_}: {log.site} answered an unmask request under distributed DP but "
-                        "its log holds no signed survivor set for the round",
+                        "its log holds no confirmed survivor set for the round",
                     )
                 )
         for round_, (line, sites, honest_min) in sorted(log.survivors.items()):
@@ -114,7 +114,7 @@ def survivor_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
                     Finding(
                         log.path,
                         line,
-                        f"round {round_}: {log.site} signed a survivor set of {len(sites)} sites, fewer "
+                        f"round {round_}: {log.site} confirmed a survivor set of {len(sites)} sites, fewer "
                         f"than h = {h}",
                     )
                 )
@@ -125,7 +125,7 @@ def survivor_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
         if len(groups) == 1:
             continue
         described = "; ".join(
-            f"{', '.join(group)} signed {{{', '.join(seen[group[0]].survivors[round_][1])}}}"
+            f"{', '.join(group)} confirmed {{{', '.join(seen[group[0]].survivors[round_][1])}}}"
             for group in groups
         )
         for group in groups[1:]:
@@ -134,7 +134,7 @@ def survivor_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
                     Finding(
                         seen[site].path,
                         seen[site].survivors[round_][0],
-                        f"round {round_}: the sites signed different survivor sets ({described}): the "
+                        f"round {round_}: the sites confirmed different survivor sets ({described}): the "
                         "server showed them different survivors, and a sum over fewer sites carries less "
                         "noise than the logged ε assumes",
                     )

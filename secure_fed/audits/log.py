@@ -44,7 +44,7 @@ EVENTS: dict[str, str] = {
     "budget_refusal": 'a site declined a round: {"site", "population"?, "epsilon_after"?, "budget", '
     '"reason"}',
     "secagg_round": 'secure aggregation of one round: {"participants": [...], "dropped": [...]}',
-    "secagg_survivors": "the survivor set a site signed in a distributed-DP round's consistency step, "
+    "secagg_survivors": "the survivor set a site confirmed in a distributed-DP round's consistency step, "
     'the only set it unmasks for: {"site", "survivors": [sites], "honest_min"}',
     "alpha": "the aggregated (final) α",
     "alpha_skipped": 'the round\'s α sum could not be completed and α kept its value: {"reason"}',

@@ -784,8 +784,8 @@ def _events_html(data: ReportData) -> str:
 
 
 def survivor_rounds(sets: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Per round of distributed DP: how many sites the signed survivor set holds against h, which
-    sites signed it, and whether every site signed the same set (what makes the round's ε a bound)."""
+    """Per round of distributed DP: how many sites the confirmed survivor set holds against h, which
+    sites confirmed it, and whether every site confirmed the same set (what makes the round's ε a bound)."""
     by_round: dict[Any, list[Mapping[str, Any]]] = {}
     for item in sets:
         by_round.setdefault(item.get("round"), []).append(item)
@@ -799,7 +799,7 @@ def survivor_rounds(sets: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
                 "round": round_,
                 "survivors": len(largest),
                 "honest_min": min(hs) if hs else None,
-                "signed_by": sorted(str(item.get("site")) for item in items),
+                "confirmed_by": sorted(str(item.get("site")) for item in items),
                 "one_set": len(views) == 1,
                 "holds": len(views) == 1 and (not hs or len(largest) >= min(hs)),
             }
@@ -810,16 +810,16 @@ def survivor_rounds(sets: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
 def _survivors_html(sets: Sequence[Mapping[str, Any]]) -> str:
     rows = "".join(
         f"<tr><td>{_e(r['round'])}</td><td>{_e(r['survivors'])}</td><td>{_e(r['honest_min'])}</td>"
-        f"<td>{_e(', '.join(r['signed_by']))}</td>"
+        f"<td>{_e(', '.join(r['confirmed_by']))}</td>"
         f"<td>{'yes' if r['holds'] else 'NO'}</td></tr>"
         for r in survivor_rounds(sets)
     )
     return (
         "<h3>Distributed DP: the survivor set each round, against h</h3>"
         "<p class='muted'>Each site's noise share carries part of the noise; the sum carries all of it only "
-        "if at least h sites' shares are in it. Before anything was unmasked, every surviving site signed "
-        "the survivor set it was shown; a round holds when all signed one set of at least h sites.</p>"
-        "<table><tr><th>round</th><th>survivors</th><th>h</th><th>signed by</th><th>holds</th></tr>"
+        "if at least h sites' shares are in it. Before anything was unmasked, every surviving site confirmed "
+        "the survivor set it was shown; a round holds when all confirmed one set of at least h sites.</p>"
+        "<table><tr><th>round</th><th>survivors</th><th>h</th><th>confirmed by</th><th>holds</th></tr>"
         f"{rows}</table>"
     )
 

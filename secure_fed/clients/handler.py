@@ -156,7 +156,7 @@ def _dispatch(
 
 
 def _secagg_context(runtime: SiteRuntime) -> bytes:
-    """What the site's SecAgg+ keys (and survivor signatures) are signed for: the server-chosen
+    """What the site's SecAgg+ keys (and survivor confirmations) are made for: the server-chosen
     factors it scaled its update by and, under distributed DP, its own plan's digest, so sites
     that were told different plans (a round count, say) never mask or unmask together."""
     context = bytes(runtime.stash.get("secagg_context", b""))
@@ -169,8 +169,8 @@ def _secagg_context(runtime: SiteRuntime) -> bytes:
 
 
 def _log_survivors(runtime: SiteRuntime, state: Payload) -> None:
-    """The survivor set this site signed (the only one it will unmask for), in its own signed log:
-    `audit verify` checks that every site of a round signed the same set, of at least h sites."""
+    """The survivor set this site confirmed (the only one it will unmask for), in its own signed log:
+    `audit verify` checks that every site of a round confirmed the same set, of at least h sites."""
     trail = getattr(runtime, "trail", None)
     if trail is None or trail.log.closed:
         return
@@ -199,7 +199,7 @@ def _secagg_rules(runtime: SiteRuntime) -> vector_sum.SiteRules:
         members=tuple(str(s) for s in runtime.stash.get("secagg_members", [])),
         upload_id=None if upload_round is None else f"training-round-{int(upload_round)}",
         # distributed DP: the upload is this site's noise share in its own ring, unmasked only
-        # with at least h sites in its signed view of the survivors
+        # with at least h sites in the survivor set h sites confirmed
         ring_bits=None if plan is None else plan.bits,
         honest_min=None if plan is None else plan.honest_min,
         colluders=runtime.cfg.dp.colluders,

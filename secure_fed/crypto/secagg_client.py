@@ -144,6 +144,7 @@ _ROUND_KEYS = frozenset(
         "peer_enc_pk",
         "peer_mask_pk",
         "peer_channel_key",
+        "peer_confirm_key",
         "peer_sites",
         "partners",
         "held_seed",
@@ -478,6 +479,8 @@ def _shares(
         "peer_channel_key": keys,
         # who each neighbour is: a survivor set naming one of them as another site is refused
         "peer_sites": peer_sites,
+        # what the pair confirms the survivor set with (kept past the masked phase, to the unmask)
+        "peer_confirm_key": channel.confirmation_keys(keys),
     }
     return {"share_to": peers, "share_ct": sealed}, state
 
@@ -583,9 +586,11 @@ def _masked(
 def _consistency(
     request: Mapping[str, Any], state: State, identity: SecAggIdentity, honest_min: int | None
 ) -> tuple[dict[str, Any], State]:
-    """Sign the round's survivor set as the server shows it, once: the only set this site will
-    unmask for. Every honest site signs one set a round, so a server that shows sites different
-    sets cannot gather h signatures over two of them from fewer than 2(h − c) honest sites."""
+    """Confirm the round's survivor set as the server shows it, once: the only set this site will
+    unmask for. It confirms the set to each neighbour in it with an HMAC under the key the two
+    share (only they hold it: their keys were signed at the setup). Every honest site confirms
+    one set a round, so a server that shows sites different sets cannot gather h confirmations of
+    two of them from fewer than 2(h − c) honest sites."""
     nodes = _ids(request, "survivors")
     sites = _strs(request, "survivor_sites", len(nodes))
     me = state["node_id"]
@@ -605,50 +610,47 @@ def _consistency(
     if honest_min is not None and len(nodes) < honest_min:
         raise SecAggRefused(
             f"distributed DP: the server says {len(nodes)} sites survived (nodes {sorted(nodes)}, this one "
-            f"included), fewer than h = {honest_min} (dp.honest_min); nothing signed"
+            f"included), fewer than h = {honest_min} (dp.honest_min); nothing confirmed"
         )
     order = sorted(range(len(nodes)), key=nodes.__getitem__)
     nodes, sites = [nodes[i] for i in order], [sites[i] for i in order]
-    signature = identity.sign(
-        survivors_statement(identity.run_id, state["round_id"], nodes, sites, state.get("context", b""))
-    )
+    context = state.get("context", b"")
+    statement = survivors_statement(identity.run_id, state["round_id"], nodes, sites, context)
+    keys = dict(zip(state["peers"], state["peer_confirm_key"], strict=True))
+    to = [peer for peer in state["peers"] if peer in named]
     state = {**state, "stage": CONSISTENCY, "survivors": nodes, "survivor_sites": sites}
-    return {"survivor_sig": signature}, state
+    return {"confirm_to": to, "confirmations": [channel.confirm(keys[p], statement) for p in to]}, state
 
 
-def _check_survivor_signatures(
+def _check_survivor_confirmations(
     request: Mapping[str, Any], state: State, identity: SecAggIdentity | None, honest_min: int | None
 ) -> None:
-    """The unmask request must carry signatures over the set this site signed from at least h of
-    its members (this site counts itself), each checked against the provisioned key of the site the
-    set names for that node."""
+    """The unmask request must carry confirmations of the set this site confirmed from at least h
+    of its members (this site counts itself), each an HMAC under the key this site shares with the
+    neighbour it names."""
     if identity is None:
-        raise SecAggRefused(
-            "checking the survivors' signatures needs this site's identity (the sites' public keys)"
-        )
+        raise SecAggRefused("checking the survivor confirmations needs this site's identity (its run)")
     nodes, sites = state["survivors"], state["survivor_sites"]
-    signers = _ids(request, "signers")
-    signatures = _blobs(request, "signatures", len(signers), SIGNATURE_BYTES)
-    site_of = dict(zip(nodes, sites, strict=True))
+    confirmed_by = _ids(request, "confirmed_by")
+    tags = _blobs(request, "confirmations", len(confirmed_by), channel.CONFIRMATION_BYTES)
+    keys = dict(zip(state["peers"], state["peer_confirm_key"], strict=True))
     context = state.get("context", b"")
     statement = survivors_statement(identity.run_id, state["round_id"], nodes, sites, context)
     confirmed = {state["node_id"]}
-    for node, signature in zip(signers, signatures, strict=True):
-        if node == state["node_id"]:
-            continue
-        if node not in site_of:
-            raise SecAggRefused(f"node {node} signed no part of the survivor set this site signed")
-        if not identity.signed_by(site_of[node], signature, statement):
+    for node, tag in zip(confirmed_by, tags, strict=True):
+        if node not in nodes or node not in keys:
+            raise SecAggRefused(f"node {node} is no neighbour of this site in the survivor set it confirmed")
+        if not channel.confirms(keys[node], statement, tag):
             raise SecAggRefused(
-                f"node {node}'s signature is not site {site_of[node]!r}'s over the survivor set this site "
-                "signed (the server showed the sites different survivor sets, or forged it)"
+                f"node {node}'s confirmation is not of the survivor set this site confirmed (the server "
+                "showed the sites different survivor sets, or forged it)"
             )
         confirmed.add(node)
     needed = honest_min or 1
     if len(confirmed) < needed:
         raise SecAggRefused(
-            f"distributed DP: {len(confirmed)} sites (this one included) signed the survivor set this "
-            f"site signed, fewer than h = {needed} (dp.honest_min); no unmasking share sent"
+            f"distributed DP: {len(confirmed)} sites (this one included) confirmed the survivor set this "
+            f"site confirmed, fewer than h = {needed} (dp.honest_min); no unmasking share sent"
         )
 
 
@@ -659,17 +661,17 @@ def _unmask(
     dropped = _ids(request, "dropped")
     partners, t = state["partners"], state["threshold"]
     if state["stage"] == CONSISTENCY:
-        _check_survivor_signatures(request, state, identity, honest_min)
+        _check_survivor_confirmations(request, state, identity, honest_min)
         if set(survived) != set(partners) & set(state["survivors"]):
             raise SecAggRefused(
-                "the unmask request's survivors are not the survivor set this site signed: "
-                f"told {sorted(survived)}, signed {sorted(set(partners) & set(state['survivors']))}"
+                "the unmask request's survivors are not the survivor set this site confirmed: "
+                f"told {sorted(survived)}, confirmed {sorted(set(partners) & set(state['survivors']))}"
             )
     elif honest_min is not None:
         # the list below is the server's word to this site alone: under distributed DP it counts
-        # only once every site has signed the same set (the consistency step)
+        # only once h sites have confirmed the same set (the consistency step)
         raise SecAggRefused(
-            "distributed DP: an unmask request needs the round's signed survivor set first "
+            "distributed DP: an unmask request needs the round's confirmed survivor set first "
             f"({CONSISTENCY}); no unmasking share sent"
         )
     if set(survived) & set(dropped):
@@ -701,7 +703,7 @@ def _unmask(
         "pair_keys": [pair[v] for v in dropped],
     }
     # forget the shares and keys: a second unmask request in this round finds nothing to reveal
-    done = {k: v for k, v in state.items() if k not in ("held_seed", "pair_keys")}
+    done = {k: v for k, v in state.items() if k not in ("held_seed", "pair_keys", "peer_confirm_key")}
     return reply, {**done, "stage": UNMASK}
 
 

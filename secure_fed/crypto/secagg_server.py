@@ -20,6 +20,7 @@ import numpy as np
 from secure_fed.crypto import secagg_channel as channel
 from secure_fed.crypto.masking import MASK_KEY_BYTES, add_masks
 from secure_fed.crypto.quantize import dequantise, error_bound, from_ring, ring_dtype
+from secure_fed.crypto.secagg_channel import CONFIRMATION_BYTES
 from secure_fed.crypto.secagg_graph import neighbour_graph
 from secure_fed.crypto.secagg_identity import SIGNATURE_BYTES
 from secure_fed.crypto.secagg_protocol import (
@@ -202,22 +203,29 @@ def _collect_masked(
     return (np.zeros(dim + 1, dtype=word) if total is None else total), sorted(senders)
 
 
-def _collect_survivor_signatures(
+def _collect_survivor_confirmations(
     transport: Transport, survivors: list[int], keys: dict[int, AdvertisedKeys], round_id: int | str
-) -> dict[int, bytes]:
+) -> dict[int, dict[int, bytes]]:
     """The consistency step: show every survivor the one survivor set (nodes and the sites they
-    signed their keys as) and collect each one's signature over it."""
+    signed their keys as) and collect each one's confirmations of it, addressed to its neighbours:
+    recipient → {confirming node: tag}."""
     request = {
         "round_id": round_id,
         "survivors": survivors,
         "survivor_sites": [keys[u].site for u in survivors],
     }
-    signed = {}
+    inbox: dict[int, dict[int, bytes]] = {}
+    replied = []
     for u, r in transport.exchange(CONSISTENCY, {u: dict(request) for u in survivors}).items():
-        signature = r.get("survivor_sig")
-        if u in keys and isinstance(signature, bytes) and len(signature) == SIGNATURE_BYTES:
-            signed[u] = signature
-    return signed
+        to, tags = r.get("confirm_to"), r.get("confirmations")
+        if u not in keys or not isinstance(to, list) or not _is_bytes_list(tags, len(to), CONFIRMATION_BYTES):
+            continue
+        replied.append(u)
+        for v, tag in zip(to, tags, strict=True):
+            if isinstance(v, int) and v in keys:
+                inbox.setdefault(v, {})[u] = tag
+    # only a node that confirmed the set itself will unmask
+    return {v: inbox.get(v, {}) for v in sorted(replied)}
 
 
 def _collect_unmask_shares(
@@ -225,25 +233,28 @@ def _collect_unmask_shares(
     partners: dict[int, list[int]],
     survivors: list[int],
     round_id: int | str,
-    signatures: dict[int, bytes] | None = None,
+    confirmations: dict[int, dict[int, bytes]] | None = None,
 ) -> tuple[dict[int, list[bytes]], dict[tuple[int, int], bytes]]:
     """Ask each survivor for its shares of surviving partners' self-mask seeds and for the pairwise
-    mask keys it shares with partners that dropped. With `signatures` (the consistency step's), only
-    the survivors that signed are asked, each shown every signature over the set."""
+    mask keys it shares with partners that dropped. With `confirmations` (the consistency step's),
+    only the survivors that confirmed are asked, each shown the confirmations addressed to it."""
     alive = set(survivors)
-    signers = sorted(signatures or {})
-    signed = (
-        {} if signatures is None else {"signers": signers, "signatures": [signatures[u] for u in signers]}
-    )
+
+    def confirmed(u: int) -> dict[str, Any]:
+        if confirmations is None:
+            return {}
+        mail = confirmations[u]
+        return {"confirmed_by": sorted(mail), "confirmations": [mail[v] for v in sorted(mail)]}
+
     requests = {
         u: {
             "round_id": round_id,
             "survived": [w for w in partners[u] if w in alive],
             "dropped": [w for w in partners[u] if w not in alive],
-            **signed,
+            **confirmed(u),
         }
         for u in survivors
-        if signatures is None or u in signatures
+        if confirmations is None or u in confirmations
     }
     seed_shares: dict[int, list[bytes]] = {u: [] for u in survivors}
     pair_keys: dict[tuple[int, int], bytes] = {}
@@ -325,11 +336,11 @@ def run_secagg(
 
     # partners[v]: the nodes whose shares v was routed, i.e. whom v masked with
     partners = {v: r["share_from"] for v, r in masked_requests.items()}
-    signatures = None
+    confirmations = None
     if settings.checks_survivors:
-        signatures = _collect_survivor_signatures(transport, survivors, keys, round_id)
-        _require(sorted(signatures), params, CONSISTENCY)
-    seed_shares, pair_keys = _collect_unmask_shares(transport, partners, survivors, round_id, signatures)
+        confirmations = _collect_survivor_confirmations(transport, survivors, keys, round_id)
+        _require(sorted(confirmations), params, CONSISTENCY)
+    seed_shares, pair_keys = _collect_unmask_shares(transport, partners, survivors, round_id, confirmations)
     add_masks(total, _unmasking_keys(partners, survivors, seed_shares, pair_keys, params, round_id))
 
     if settings.ring_bits is not None:

@@ -77,7 +77,7 @@ def test_a_server_declaring_honest_sites_dropped_below_h_gets_no_sum() -> None:
         # the refusal names the view the site was shown: four sites, node 4 missing
         assert f"nodes {sorted({1, 2, 3, 5})}" in str(refused.value)
         # and the unmask request the split relied on, without a signed set, is refused too
-        with pytest.raises(SecAggRefused, match="signed survivor set first"):
+        with pytest.raises(SecAggRefused, match="confirmed survivor set first"):
             sites[n].send(UNMASK, _declare_dropped(transcript, n, {4}))
         answers[n] = None
     answers[4] = None  # declared dropped: never asked
@@ -212,7 +212,7 @@ def test_c_the_sum_minus_any_c_colluders_shares_keeps_mu_total(h: int, c: int, n
 
 def test_a_each_sites_refusal_below_h_goes_to_its_own_log(tmp_path) -> None:  # noqa: ANN001
     """The same lie through the site's dispatcher (`handle`, as the ClientApp and the in-process
-    engine call it): the survivor set is refused (nothing signed) and the refusal is logged as the site's
+    engine call it): the survivor set is refused (nothing confirmed) and the refusal is logged as the site's
     instruction record, its detail naming h and the view it was shown."""
     from types import SimpleNamespace
 
@@ -245,7 +245,7 @@ def test_a_each_sites_refusal_below_h_goes_to_its_own_log(tmp_path) -> None:  # 
         )
         request = consistency_request(1, [1, 2, 3, 5], transcript.keys)
         reply, _ = handle(runtime, CONSISTENCY, request, sites[n].state_for_checks)  # type: ignore[arg-type]
-        assert reply["status"] == "refused" and "survivor_sig" not in reply
+        assert reply["status"] == "refused" and "confirmations" not in reply
         [(phase, round_id, _digest, outcome, code, detail)] = logged
         assert (phase, round_id, outcome, code) == (CONSISTENCY, 1, "refused", "secagg")
         assert "fewer than h = 5" in detail and "nodes [1, 2, 3, 5]" in detail

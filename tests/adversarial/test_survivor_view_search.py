@@ -10,8 +10,10 @@ needs each such sum to hold at least h − c honest noise shares.
 
 The rules each site applies are the real code's: the Shamir threshold t (`round_params`), the
 masking graph (`neighbour_graph`, log-degree), the partner-level view check (|survived| + 1 ≥ h,
-|survived| ≥ t) and, with the consistency step, that a site answers only for the set it signed
-(once a round), carried with signatures over it from at least h of its members. Full routing is
+|survived| ≥ t) and, with the consistency step, that a site answers only for the set it confirmed
+(once a round), carried with confirmations of it from at least h of its members (the model lets
+any member confirm to any other; the code takes confirmations from neighbours only, which admits
+less, so what holds here holds for the code). Full routing is
 assumed (every share delivered): the server's freedom searched here is the survivor views.
 
 - Without the consistency step (the rule before it) the search finds the review's attack at 5 sites.
@@ -94,44 +96,45 @@ def views_without_consistency(
 
 
 def views_with_consistency(
-    graph: Mapping[int, list[int]], t: int, h: int, colluders: frozenset[int], signers: int | None = None
+    graph: Mapping[int, list[int]], t: int, h: int, colluders: frozenset[int], confirmers: int | None = None
 ) -> Iterator[Views]:
-    """Each honest site signs one set holding itself; it answers (if its partner checks pass) only
-    for that set, with h of the set's members' signatures over it: its honest signers and any
-    colluder in it (colluders sign anything). Signers who do not answer only reveal less, so every
-    assignment the server can reach is dominated by one enumerated here: disjoint groups of honest
-    signers, each with the set it signed; every other honest site silent. `signers`: the signatures
-    a site asks for (the code's h; fewer only to show what the rule is worth)."""
+    """Each honest site confirms one set holding itself; it answers (if its partner checks pass) only
+    for that set, with h of the set's members' confirmations over it: its honest confirmers and any
+    colluder in it (colluders confirm anything). Confirmers who do not answer only reveal less, so
+    every assignment the server can reach is dominated by one enumerated here: disjoint groups of
+    honest confirmers, each with the set it confirmed; every other honest site silent.
+    `confirmers`: the confirmations a site asks for (the code's h; fewer only to show what the rule
+    is worth)."""
     nodes = sorted(graph)
     honest = [u for u in nodes if u not in colluders]
-    needed = h if signers is None else signers
-    smallest_group = needed - len(colluders)  # a group needs at least h − |C ∩ S| honest signers
+    needed = h if confirmers is None else confirmers
+    smallest_group = needed - len(colluders)  # a group needs at least h − |C ∩ S| honest confirmers
 
     def families(free: list[int]) -> Iterator[list[tuple[frozenset[int], frozenset[int]]]]:
         if not free:
             yield []
             return
         lead, rest = free[0], free[1:]
-        yield from families(rest)  # the lead signs nothing that gets answered
+        yield from families(rest)  # the lead confirms nothing that gets answered
         for size in range(max(0, smallest_group - 1), len(rest) + 1):
             for others in itertools.combinations(rest, size):
                 group = frozenset((lead, *others))
                 outside = [v for v in nodes if v not in group]
                 for extra in range(len(outside) + 1):
                     for added in itertools.combinations(outside, extra):
-                        signed = group | frozenset(added)
-                        if len(group) + len(colluders & signed) < needed or len(signed) < h:
+                        confirmed = group | frozenset(added)
+                        if len(group) + len(colluders & confirmed) < needed or len(confirmed) < h:
                             continue
                         left = [v for v in rest if v not in group]
                         for tail in families(left):
-                            yield [(group, signed), *tail]
+                            yield [(group, confirmed), *tail]
 
     for family in families(honest):
         views: dict[int, frozenset[int] | None] = dict.fromkeys(honest)
-        for group, signed in family:
+        for group, confirmed in family:
             for u in group:
-                if _passes_partner_rules(u, signed, graph, t, h):
-                    views[u] = signed
+                if _passes_partner_rules(u, confirmed, graph, t, h):
+                    views[u] = confirmed
         yield views
 
 
@@ -158,13 +161,13 @@ def test_without_the_consistency_step_split_views_unmask_two_honest_shares_at_fi
     assert _smallest_sum(5, h=4, c=1, search=views_without_consistency) == 2
 
 
-def test_with_fewer_signatures_the_split_comes_back() -> None:
-    """What the signatures are worth: a site that asked only for its own signature and one more
+def test_with_fewer_confirmations_the_split_comes_back() -> None:
+    """What the confirmations are worth: a site that asked only for its own confirmation and one more
     (which the colluder gives for any set) would be back to trusting its own view, and the search
-    finds the split again. (At 5 sites h − 1 = 3 would still hold: two honest signers of one set of
+    finds the split again. (At 5 sites h − 1 = 3 would still hold: two honest confirmers of one set of
     h sites share a view, and their pairwise masks with the rest link the groups.)"""
-    assert _smallest_sum(5, h=4, c=1, search=views_with_consistency, signers=2) == 2
-    assert _smallest_sum(5, h=4, c=1, search=views_with_consistency, signers=3) == 3
+    assert _smallest_sum(5, h=4, c=1, search=views_with_consistency, confirmers=2) == 2
+    assert _smallest_sum(5, h=4, c=1, search=views_with_consistency, confirmers=3) == 3
 
 
 CASES = (

@@ -8,12 +8,13 @@ server's word to that site alone. At 5 sites with the defaults (c = 1, so h = 4)
 every site's check, and with the colluding fifth site's secrets the server unmasked two disjoint
 sums of two honest sites each: noise of variance 2/3 of mu_total where the ledger assumed mu_total.
 
-Now the survivor set is one signed fact: after the masked uploads each site signs the set of
-survivors it is shown (once a round), and answers an unmask request only for the set it signed,
-carrying signatures over that same set from at least h of its members. Honest sites sign one set
-each, so two sets with h signers each need 2(h − c) ≤ n − c honest sites; and whatever set they
-signed, every pairwise mask between two of its honest signers stays unknown, so each sum the server
-can strip holds a whole group of ≥ h − c honest signers.
+Now the survivor set is one confirmed fact: after the masked uploads each site confirms the set of
+survivors it is shown (once a round) to each of its neighbours in it, with an HMAC under the key the
+two share, and answers an unmask request only for the set it confirmed, carrying confirmations of
+that same set from at least h of its members. Honest sites confirm one set each, so two sets with
+h confirmers each need 2(h − c) ≤ n − c honest sites; and whatever set they confirmed, every
+pairwise mask between two of its honest confirmers stays unknown, so each sum the server can strip
+holds a whole group of ≥ h − c honest confirmers.
 
 These tests drive real `SiteRuntime`s through `handle` (the split-view attack end to end) and
 search every view assignment of a model of the protocol exhaustively for n = 4…8.
@@ -26,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from secure_fed.crypto import secagg_channel as channel
 from secure_fed.crypto.secagg_identity import survivors_statement
 from secure_fed.crypto.secagg_protocol import (
     CONSISTENCY,
@@ -55,33 +57,33 @@ class _Party:
 
 def _split_view_answers(server: MaliciousServer, transcript: Transcript, round_id: int) -> dict[int, Any]:
     """The attack: each honest site is shown the survivors minus its own SPLIT partner, first as a
-    set to sign (what a site that checks one survivor set needs), then as its unmask request,
-    carrying every signature the server holds over that same set (its colluder signs anything)."""
+    set to confirm (what a site that checks one survivor set needs), then as its unmask request,
+    carrying every confirmation addressed to it (the honest sites' of whatever set they confirmed,
+    and its colluder's of the site's own view: the colluder holds its pairwise keys)."""
     everyone = sorted(transcript.masked)
     sites_of = {n: transcript.keys[n]["site"] for n in everyone}
     views = {n: [u for u in everyone if u != SPLIT[n]] for n in SPLIT}
-    signatures: dict[int, dict[tuple[int, ...], bytes]] = {}
+    mail: dict[int, dict[int, bytes]] = {n: {} for n in SPLIT}
     for n, view in views.items():
         reply = server.sites[n].send(
             CONSISTENCY,
             {"round_id": round_id, "survivors": view, "survivor_sites": [sites_of[u] for u in view]},
         )
-        if "survivor_sig" in reply:
-            signatures.setdefault(n, {})[tuple(view)] = reply["survivor_sig"]
-    colluder = server.sites[COLLUDER].runtime.identity()
+        for to, tag in zip(reply.get("confirm_to", []), reply.get("confirmations", []), strict=True):
+            if to in mail:
+                mail[to][n] = tag
+    colluder = server.sites[COLLUDER]
+    keys = dict(zip(colluder.state["peers"], colluder.state["peer_confirm_key"], strict=True))
     answers: dict[int, Any] = {}
     for n, view in views.items():
-        signers = [u for u in view if tuple(view) in signatures.get(u, {})]
-        sigs = [signatures[u][tuple(view)] for u in signers]
         statement = survivors_statement(
-            colluder.run_id,
+            colluder.runtime.identity().run_id,
             round_id,
             view,
             [sites_of[u] for u in view],
-            server.sites[COLLUDER].state["context"],
+            colluder.state["context"],
         )
-        signers.append(COLLUDER)
-        sigs.append(colluder.sign(statement))
+        mine = {**mail[n], COLLUDER: channel.confirm(keys[n], statement)}
         held = transcript.partners[n]
         reply = server.sites[n].send(
             UNMASK,
@@ -89,8 +91,8 @@ def _split_view_answers(server: MaliciousServer, transcript: Transcript, round_i
                 "round_id": round_id,
                 "survived": [w for w in held if w in view],
                 "dropped": [w for w in held if w not in view],
-                "signers": signers,
-                "signatures": sigs,
+                "confirmed_by": sorted(mine),
+                "confirmations": [mine[u] for u in sorted(mine)],
             },
         )
         answers[n] = reply if "seed_shares" in reply else None
@@ -115,16 +117,16 @@ def test_split_survivor_views_unmask_no_sum_with_less_noise_than_accounted(
     too_few = [sorted(s) for s in learned.sets if len(s) < h - c]
     assert not too_few, f"the server unmasked sums of {too_few}: less noise than the accounting assumes"
     refused = [n for n, a in answers.items() if a is None]
-    assert refused == sorted(SPLIT), "an honest site answered a survivor set it had not signed with h members"
+    assert refused == sorted(SPLIT), "an honest site answered a set without h confirmations"
     # each refusal is in the site's own signed log
     for n in SPLIT:
         last = server.sites[n].events("instruction")[-1]["payload"]
         assert (last["phase"], last["outcome"]) == (UNMASK, "refused"), last
-    # the four sets the sites signed differ, and `audit verify` says so, naming the round and sites
+    # the four sets the sites confirmed differ, and `audit verify` says so, naming the round and sites
     from secure_fed.audits.verify import verify_logs
     from secure_fed.crypto.keys import load_public_keys
 
     result = verify_logs(server.log_paths(), load_public_keys(server.keys_dir))
-    differ = [p.reason for p in result.problems if "signed different survivor sets" in p.reason]
+    differ = [p.reason for p in result.problems if "confirmed different survivor sets" in p.reason]
     assert differ and all(r.startswith("round 1: ") for r in differ), result.problems
-    assert all(f"site{n} signed {{" in differ[0] for n in SPLIT), differ[0]
+    assert all(f"site{n} confirmed {{" in differ[0] for n in SPLIT), differ[0]

@@ -22,7 +22,7 @@ def _site(
 ALL = ("site0", "site1", "site2")
 
 
-def test_one_plan_and_one_signed_set_of_h_sites_passes() -> None:
+def test_one_plan_and_one_confirmed_set_of_h_sites_passes() -> None:
     assert distributed_findings([_site(s, survivors=ALL) for s in ALL]) == []
 
 
@@ -39,7 +39,7 @@ def test_a_site_on_another_plan_is_named_with_the_round_and_the_fields() -> None
     )
 
 
-def test_sites_that_signed_different_survivor_sets_are_named() -> None:
+def test_sites_that_confirmed_different_survivor_sets_are_named() -> None:
     logs = [
         _site("site0", survivors=ALL),
         _site("site1", survivors=ALL),
@@ -47,15 +47,15 @@ def test_sites_that_signed_different_survivor_sets_are_named() -> None:
     ]
     [finding] = distributed_findings(logs)
     assert finding.path == "site2.jsonl"
-    assert "round 1: the sites signed different survivor sets" in finding.reason
-    assert "site0, site1 signed {site0, site1, site2}" in finding.reason
+    assert "round 1: the sites confirmed different survivor sets" in finding.reason
+    assert "site0, site1 confirmed {site0, site1, site2}" in finding.reason
 
 
-def test_a_set_below_h_and_an_unmask_without_a_signed_set_fail() -> None:
+def test_a_set_below_h_and_an_unmask_without_a_confirmed_set_fail() -> None:
     small = _site("site0", survivors=("site0", "site1"))
     missing = _site("site1")
     reasons = [f.reason for f in distributed_findings([small, missing])]
-    assert "round 1: site0 signed a survivor set of 2 sites, fewer than h = 3" in reasons
+    assert "round 1: site0 confirmed a survivor set of 2 sites, fewer than h = 3" in reasons
     assert any(
         r.startswith("round 1: site1 answered an unmask request under distributed DP but its log holds no")
         for r in reasons

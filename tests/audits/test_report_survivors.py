@@ -19,7 +19,7 @@ def test_each_round_counts_its_survivors_against_h_and_says_whether_it_holds() -
         "round": 1,
         "survivors": 3,
         "honest_min": 3,
-        "signed_by": ALL,
+        "confirmed_by": ALL,
         "one_set": True,
         "holds": True,
     }
