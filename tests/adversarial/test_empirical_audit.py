@@ -161,6 +161,7 @@ def test_verify_rejects_a_passed_verdict_for_an_audit_that_could_not_fail() -> N
 def test_the_report_calls_an_audit_that_could_not_fail_inconclusive() -> None:
     from secure_fed.audits.report import _empirical_html
     from secure_fed.audits.report_data import ReportData
+    from secure_fed.audits.verdict import verdict
 
     ceiling = epsilon_ceiling(1000, 100, DELTA)
     data = ReportData()
@@ -178,7 +179,7 @@ def test_the_report_calls_an_audit_that_could_not_fail_inconclusive() -> None:
             "confidence": 0.95,
         }
     ]
-    page = _empirical_html(data)
+    page = _empirical_html(data, verdict(data.verification))
     assert "Inconclusive" in page and "ε̂ / ε" not in page
 
 
