@@ -440,7 +440,11 @@ def test_arguments_that_would_mislead_or_lose_data_are_refused(tmp_path):
     (published / "site0.pub").write_bytes((tmp_path / "site0" / "signing" / "site0.pub").read_bytes())
     misspelt = tmp_path / "sitee0"
     expect = tmp_path / "parties.json"  # the kit is refused before any fingerprint is compared
-    expect.write_text(f'{{"he_public": "{"0" * 64}", "signing": {{"site0": "{"0" * 64}"}}}}')
+    zeros = "0" * 64
+    expect.write_text(
+        f'{{"he_public": "{zeros}", "coordinator": "server", '
+        f'"signing": {{"server": "{zeros}", "site0": "{zeros}"}}}}'
+    )
     assemble = ["keys", "assemble", "--keys", str(misspelt), "--public", str(published)]
     result = runner.invoke(app, [*assemble, "--expect", str(expect)])
     _one_error(result, str(misspelt), "private signing key")
