@@ -125,7 +125,8 @@ def _dispatch(
             state,
             upload,
             identity=runtime.identity,
-            context=_secagg_context(runtime),
+            # read at the setup only (later phases check against the state's copy)
+            context=_secagg_context(runtime) if phase == SETUP else b"",
             fingerprint=runtime.upload_fingerprint(),
             rules=_secagg_rules(runtime),
         )
