@@ -17,6 +17,23 @@ from secure_fed.config import RunConfig, build_config
 assert os.environ["FLWR_TELEMETRY_ENABLED"] == "0"
 
 
+# Tiny models gain nothing from intra-op threads, and on a loaded 2-core machine a run's default
+# two threads made an in-process test run 3.5 times slower (55 s against 190-210 s, measured while
+# two sweeps ran). Subprocesses (`secure-fed run`, SuperNodes) inherit the variable; a test of
+# `train.threads` sets its own count.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_torch_thread_per_session() -> Iterator[None]:
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread() -> Iterator[None]:
     """Tiny matrices gain nothing from intra-op threads, and on a shared 2-core machine the spinning

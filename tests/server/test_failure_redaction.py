@@ -261,7 +261,7 @@ def test_a_lost_worker_stops_an_inprocess_run_for_resume_and_signs_only_our_word
     from secure_fed.data.sites import site_names
     from secure_fed.server.orchestrator import SitesLost
 
-    cfg = make_config("lost", fed__method="fedavg", fed__rounds=3, fed__min_sites=3)
+    cfg = make_config("lost", fed__method="fedavg", fed__rounds=2, fed__min_sites=3)
     made = _dying_site1(monkeypatch)
     with pytest.raises(SitesLost) as stopped:
         runner.run_inprocess(cfg, cfg.out)
@@ -280,7 +280,7 @@ def test_a_lost_worker_stops_an_inprocess_run_for_resume_and_signs_only_our_word
 
     monkeypatch.setattr(runner, "make_site_handler", made)  # memory freed: the worker is back
     outcome = runner.run_inprocess(cfg, cfg.out, resume=True)
-    assert [r["round"] for r in outcome.metrics["per_round"]] == [1, 2, 3]
+    assert [r["round"] for r in outcome.metrics["per_round"]] == [1, 2]
     assert outcome.unfinished == {}
     keys = load_public_keys(runner.run_keys_dir(cfg, site_names(cfg)))
     result = verify_logs(sorted((cfg.out / "audit").glob("*.jsonl")), keys)
@@ -294,10 +294,10 @@ def test_a_lost_worker_the_run_tolerates_leaves_its_log_without_an_end_and_says_
     whose log lacks its end record (the CLI exits 1 on it)."""
     from secure_fed import runner
 
-    cfg = make_config("tolerated", fed__method="fedavg", fed__rounds=3)
+    cfg = make_config("tolerated", fed__method="fedavg", fed__rounds=2)
     _dying_site1(monkeypatch)
     outcome = runner.run_inprocess(cfg, cfg.out)
-    assert [r["participants"] for r in outcome.metrics["per_round"]][1:] == [["site0", "site2"]] * 2
+    assert [r["participants"] for r in outcome.metrics["per_round"]][1:] == [["site0", "site2"]]
     assert outcome.unfinished == {
         "site1": "its worker was ended by the out-of-memory monitor; free memory or lower `[train] threads`"
     }
