@@ -22,11 +22,11 @@ record, and the JSON below lists it.
         -o runs/central-at-distributed-noise                       # ~12 min a cell, resumable
     .venv/bin/python benchmarks/central_at_distributed_noise.py --keep --write   # the docs' JSON
 
-Option (c) of docs/BENCHMARKS.md ("Distributed DP") at hospital scale is the same comparison at a
-smaller Poisson rate over the same five passes, run with the CLI (`secure-fed sweep ... --set
-dp.sample_rate=0.02`, the commands in docs/RESULTS.md): --keep-rates commits its two sweep folders,
---write-rates renders docs/results/hospital-sampling-rate.json from them and the recipe's kept
-sweeps, with the noise each mode released at each rate.
+Option (c) of docs/experiments/bench-distributed-dp.md at hospital scale is the same comparison
+at a smaller Poisson rate over the same five passes, run with the CLI (`secure-fed sweep ... --set
+dp.sample_rate=0.02`, the commands in docs/experiments/hospital-sampling-rate.md): --keep-rates
+commits its two sweep folders, --write-rates renders docs/results/hospital-sampling-rate.json from
+them and the recipe's kept sweeps, with the noise each mode released at each rate.
 
 Cells go to OUT/eps{ε}, one sweep folder per σ (a folder holds one config). --keep commits each
 folder's cells as docs/results/sweeps/central-at-distributed-noise-eps{ε}.json; --write renders
@@ -72,8 +72,9 @@ DIM = 67976
 DISTRIBUTED_RECORD = "results-hospital-distributed"
 CENTRAL_RECORD = "results-hospital-central"
 METRICS = ("CIDEr", "CE-F1")
-# BENCHMARKS' option (c): the same five passes at a smaller Poisson rate (250 one-step rounds, 250
-# pooled steps), each mode's kept sweep per rate; the recipe's rate first
+# option (c) (docs/experiments/bench-distributed-dp.md): the same five passes at a smaller
+# Poisson rate (250 one-step rounds, 250 pooled steps), each mode's kept sweep per rate; the
+# recipe's rate first
 RATES_TABLE = ROOT / "docs" / "results" / "hospital-sampling-rate.json"
 RATE_RECORDS = {
     0.1: (DISTRIBUTED_RECORD, CENTRAL_RECORD),

@@ -155,3 +155,28 @@ def test_the_share_of_central_tables_and_their_doc_table(tmp_path: Path) -> None
     folder = _folder(tmp_path, "grid", _with_central())
     data = doc_tables.from_sweep(folder, "share-of-central", "T", "cmd", "laptop")
     assert [r[0] for r in data["rows"]] == ["fedtar ε=8", "fedavg ε=∞", "fedavg ε=8"]
+
+
+def test_scores_and_share_of_central_joins_the_two_tables_row_by_row(tmp_path: Path) -> None:
+    """README's one table: each cell group's mean [95 % CI] beside its share of central's gain,
+    both as their own tables render them (the intervals and share-of-central tables)."""
+    runs = _with_central()
+    table = doc_tables.scores_and_share_table(runs)
+    assert table.splitlines()[0] == (
+        "| method | n | CIDEr [95 % CI] | CE-F1 [95 % CI] | CIDEr share of central's gain [95 % CI] "
+        "| CE-F1 share of central's gain [95 % CI] |"
+    )
+    share = {r[0]: r for r in doc_tables._parse_markdown(sk.share_of_central_table(runs))[1]}
+    folder = _folder(tmp_path, "grid", runs)
+    data = doc_tables.from_sweep(folder, "scores-and-share-of-central", "T", "cmd", "laptop")
+    rows = {r[0]: r for r in data["rows"]}
+    assert rows["central ε=∞"][4:] == ["100 % (reference)", "100 % (reference)"]
+    assert rows["base ε=∞"][4:] == ["—", "—"]
+    for label in ("fedavg ε=8", "fedavg ε=∞", "fedtar ε=8"):
+        assert rows[label][4:] == share[label][3:5], label  # the share table's own cells
+    # the scores are the sweep's intervals table's cells for the same (method, ε)
+    intervals = doc_tables.from_sweep(folder, "intervals", "T", "cmd", "laptop")["rows"]
+    fedavg_8 = next(r for r in intervals if r[:2] == ["fedavg", "8"])
+    assert rows["fedavg ε=8"][1:4] == [fedavg_8[2], fedavg_8[3], fedavg_8[4]]
+    only = doc_tables.from_sweep(folder, "scores-and-share-of-central", "T", "c", "m", only=["fedavg ε=8"])
+    assert [r[0] for r in only["rows"]] == ["fedavg ε=8"]

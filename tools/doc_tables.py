@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import math
 import re
 import subprocess
 import sys
@@ -264,6 +265,7 @@ SWEEP_TABLES = (
     "share-of-central",
     "share-of-central-cider-per-site",
     "share-of-central-ce-f1-per-site",
+    "scores-and-share-of-central",
     "paper",
     "paper-differences",
 )
@@ -336,6 +338,8 @@ def sweep_markdown(
         "share-of-central-ce-f1-per-site": lambda: sk.share_of_central_per_site_table(
             results["runs"], "CE-F1"
         ),
+        # README's one table: each cell group's scores and its share of central's gain, side by side
+        "scores-and-share-of-central": lambda: scores_and_share_table(results["runs"]),
         "wall": lambda: sw.wall_table(results["runs"]),
         # the FedTAR paper's Table 1 layout (--with the distributed-DP sweep for its ε = 8 cells)
         "paper": lambda: sw.paper_table(results["runs"]),
@@ -346,6 +350,40 @@ def sweep_markdown(
         ),
     }
     return render[table]()
+
+
+def scores_and_share_table(runs: list[dict[str, Any]], metrics: Sequence[str] = ("CIDEr", "CE-F1")) -> str:
+    """Markdown: per cell group (``fedavg ε=8``), n, each metric's mean with its 95 % t interval
+    (the sweep's ``intervals``) and the share of non-private ``central``'s gain over ``base`` it
+    reaches (``share_kept.shares_of_central``): the two tables joined row by row, never retyped.
+    ``central`` at ε = ∞ is the reference; a group without a share (``base``, ``local``) shows —."""
+    from secure_fed import share_kept as sk
+    from secure_fed import sweep as sw
+    from secure_fed.sweep_cells import CENTRAL, labelled
+
+    shares = {(r["method"], r["epsilon"]): r for r in sk.shares_of_central(runs, metrics)}
+
+    def shown(mean: float, ci: tuple[float, float] | None) -> str:
+        return (
+            "—"
+            if math.isnan(mean)
+            else f"{mean:.3f}" + ("" if ci is None else f" [{ci[0]:.3f}, {ci[1]:.3f}]")
+        )
+
+    def share(key: tuple[str, float | None], metric: str) -> str:
+        if key == (CENTRAL, None):
+            return "100 % (reference)"
+        return sk._share_cell(*shares[key][metric]) if key in shares else "—"
+
+    head = "| method | n | " + " | ".join(f"{m} [95 % CI]" for m in metrics)
+    head += " | " + " | ".join(f"{m} share of central's gain [95 % CI]" for m in metrics) + " |\n"
+    head += "|" + " --- |" * (2 + 2 * len(metrics)) + "\n"
+    lines = []
+    for row in sw.intervals(runs, metrics):
+        key = (row["method"], row["epsilon"])
+        cells = [shown(*row[m]) for m in metrics] + [share(key, m) for m in metrics]
+        lines.append(f"| {labelled(*key)} | {row['n']} | " + " | ".join(cells) + " |")
+    return head + "\n".join(lines) + "\n" if lines else ""
 
 
 def git_head(short: bool = False) -> str:

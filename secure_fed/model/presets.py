@@ -21,7 +21,7 @@ PRESETS: dict[str, Preset] = {
     # (CvT's last stage and R2Gen's ResNet give 7 x 7 = 49). Patches of 8 gave 16 tokens, and at
     # that grid the generator named a nodule in a quarter of the test reports that have one
     # (central fine-tune), while a linear probe on the same frozen tokens read it at F1 0.84
-    # (benchmarks/finding_probe.py; docs/RESULTS.md, "Where CE-F1 is lost").
+    # (benchmarks/finding_probe.py; docs/experiments/where-ce-f1-is-lost.md).
     "tiny": Preset(
         encoder="vit_tiny_patch16_224",
         encoder_kwargs={"patch_size": 4, "embed_dim": 64, "depth": 2, "num_heads": 2},
