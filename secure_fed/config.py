@@ -318,6 +318,14 @@ class FedConfig(_Strict):
         "rows whatever this says",
     )
     engine: Literal["simulation", "inprocess"] = "simulation"
+    simulation_heartbeat_s: float = Field(
+        600.0,
+        gt=0,
+        description="how long a simulation's own SuperLink waits for the simulation process's "
+        "heartbeat before it fails the run (taking the task, then between beats). Flower's 30 s "
+        "(60 s once running) was missed on a loaded 2-core machine and lost whole runs; the runner "
+        "watches that process itself, so a long wait hides no dead one",
+    )
 
 
 class DPConfig(_Strict):

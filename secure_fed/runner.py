@@ -501,7 +501,9 @@ def run_simulation(
         )
         spec = Path(home) / "spec.json"
         write_spec(spec, cfg.model_dump_json(), keys_dir, run_id)
-        with local_superlink(Path(home) / "superlink", logs / "superlink.log") as link:
+        with local_superlink(
+            Path(home) / "superlink", logs / "superlink.log", cfg.fed.simulation_heartbeat_s
+        ) as link:
             token = submit(
                 link, spec, len(names), client_cpus=2, client_gpus=_site_gpu_share(cfg, len(names))
             )
@@ -546,11 +548,29 @@ def run_simulation(
     if "lost" in received:
         raise received["lost"]
     if "outcome" not in received:
+        if heartbeat_lapsed(logs):
+            raise SimulationFailed(
+                f"the run's SuperLink dropped the run: no heartbeat from the simulation process within "
+                f"{cfg.fed.simulation_heartbeat_s:g} s (a busy machine): raise `[fed] "
+                f"simulation_heartbeat_s` in the config or free cores, then `secure-fed run --resume "
+                f"{out} --config <the config>`"
+            )
         why = received.get("error") or f"the simulation process ended with exit code {child.exitcode}"
         raise SimulationFailed(
             f"the simulation ended without a result ({why}); see {logs / 'simulation.log'}"
         )
     return received["outcome"]
+
+
+def heartbeat_lapsed(logs: Path) -> bool:
+    """Whether Flower's logs of the run say its SuperLink dropped the task for a missed heartbeat."""
+    from secure_fed.superlink import LAPSED
+
+    for name in ("simulation.log", "superlink.log"):
+        path = logs / name
+        if path.exists() and any(mark in path.read_text(errors="replace") for mark in LAPSED):
+            return True
+    return False
 
 
 class SimulationFailed(RuntimeError):
@@ -721,6 +741,8 @@ def _simulation_logging(folder: Path, writer: Any, verbose: bool) -> None:
     console only with --verbose, as the stock `flwr-simulation` sends them to the SuperLink and not
     to a console (an error that ends the run is the runner's one line naming the file). Its stdout
     (Flower prints the FAB's installation there) goes to that file too."""
+    import threading
+
     from flwr.common.logger import FLOWER_LOGGER, console_handler
 
     folder.mkdir(parents=True, exist_ok=True)
@@ -743,6 +765,16 @@ def _simulation_logging(folder: Path, writer: Any, verbose: bool) -> None:
     sys.stdout.flush()
     os.dup2(sink, 1)
     os.close(sink)
+
+    def thread_died(args: Any) -> None:
+        # Flower's heartbeat thread raises when the SuperLink has dropped the task; its traceback
+        # belongs in the file, and the runner says what happened in one line
+        FLOWER_LOGGER.error(
+            "thread %s ended", getattr(args.thread, "name", "?"),
+            exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+        )  # fmt: skip
+
+    threading.excepthook = thread_died
 
 
 def preflight(cfg: RunConfig) -> None:

@@ -55,7 +55,16 @@ clientapp = "secure_fed.flower_apps:client_app"
 spec = ""
 """
 
-_SUPERLINK_MAIN = "from flwr.superlink.cli import flower_superlink; flower_superlink()"
+# The task's heartbeat windows (taking the task: the interval; running: twice it) come from one
+# constant that Flower's SuperLink binds when it imports its state; this run's SuperLink sets it
+# first. The simulation process still beats every ~20 s, so a long window only tolerates a late beat.
+_SUPERLINK_MAIN = (
+    "import flwr.common.constant as constant; constant.HEARTBEAT_DEFAULT_INTERVAL = {heartbeat_s!r}; "
+    "from flwr.superlink.cli import flower_superlink; flower_superlink()"
+)
+DEFAULT_HEARTBEAT_S = 600.0
+# what Flower writes where the SuperLink has dropped the task (its heartbeat window lapsed)
+LAPSED = ("task-token authentication failed", "No heartbeat received from the task")
 _START_TIMEOUT_S = 60.0  # a loaded 2-core machine took 1.3 s quiet
 
 
@@ -96,10 +105,13 @@ def _healthy(address: str) -> bool:
 
 
 @contextlib.contextmanager
-def local_superlink(home: Path, log_file: Path) -> Iterator[LocalSuperLink]:
+def local_superlink(
+    home: Path, log_file: Path, heartbeat_s: float = DEFAULT_HEARTBEAT_S
+) -> Iterator[LocalSuperLink]:
     """A SuperLink in simulation mode on 127.0.0.1, for as long as the block runs.
 
     ``home``: its FLWR_HOME (the secret is written there, 0600). ``log_file``: the SuperLink's own log.
+    ``heartbeat_s``: how long it keeps a taken task without a heartbeat (`fed.simulation_heartbeat_s`).
     """
     home.mkdir(parents=True, exist_ok=True)
     secret = secrets.token_bytes(32)
@@ -119,7 +131,7 @@ def local_superlink(home: Path, log_file: Path) -> Iterator[LocalSuperLink]:
         with errors.open("wb") as sink:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-c", _SUPERLINK_MAIN,
+                    [sys.executable, "-c", _SUPERLINK_MAIN.format(heartbeat_s=float(heartbeat_s)),
                      "--insecure", "--simulation", "--isolation", "process",
                      "--disable-runtime-dependency-installation",
                      "--host", "127.0.0.1", "--port", address.rsplit(":", 1)[1],

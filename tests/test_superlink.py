@@ -98,3 +98,56 @@ def test_a_superlink_that_cannot_start_is_one_error_naming_its_log(tmp_path: Pat
     with pytest.raises(SuperLinkError, match="could not be started"):
         with local_superlink(tmp_path / "home", tmp_path / "superlink.log"):
             pass
+
+
+def _beats(link, token: str) -> bool:  # noqa: ANN001
+    """Whether the SuperLink still holds the task ``token`` names (a heartbeat it acknowledges)."""
+    import httpx
+    from flwr.proto.runtime_pb2 import SendTaskHeartbeatRequest  # type: ignore[attr-defined]
+    from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
+    from flwr.supercore.runtime import RuntimeHttpClient
+
+    client = RuntimeHttpClient.from_server_address(
+        server_address=link.address,
+        insecure=True,
+        root_certificates=None,
+        interceptors=[
+            RuntimeVersionHttpInterceptor(component_name="flwr-simulation"),
+            RuntimeTokenHttpInterceptor(token=token),
+        ],
+    )
+    try:
+        return bool(client.SendTaskHeartbeat(SendTaskHeartbeatRequest()).success)
+    except httpx.HTTPStatusError:  # the token is no longer the SuperLink's: refused
+        return False
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize(("heartbeat_s", "held"), [(1.0, False), (30.0, True)])
+def test_the_runs_superlink_holds_a_taken_task_for_its_configured_heartbeat_window(
+    tmp_path: Path, heartbeat_s: float, held: bool
+) -> None:
+    """Flower drops a taken task whose process has not beaten within its window (30 s to start):
+    on a loaded machine whole runs were lost so. The run's SuperLink takes the window from
+    `fed.simulation_heartbeat_s`: 2.5 s of silence drops the task at 1 s and not at 30 s."""
+    import time
+
+    with local_superlink(tmp_path / "home", tmp_path / "superlink.log", heartbeat_s=heartbeat_s) as link:
+        start_run(link, tmp_path / "spec.json", sites=3, client_cpus=1, client_gpus=0.0)
+        token = take_task(link)
+        time.sleep(2.5)
+        assert _beats(link, token) is held
+
+
+def test_a_run_lost_to_a_lapsed_heartbeat_is_named_from_flowers_log(tmp_path: Path) -> None:
+    from secure_fed.runner import heartbeat_lapsed
+
+    logs = tmp_path / "flower"
+    logs.mkdir()
+    (logs / "simulation.log").write_text("INFO : round 2\n")
+    assert not heartbeat_lapsed(logs)
+    (logs / "simulation.log").write_text(
+        "ERROR : Runtime task-token authentication failed.\nINFO : Task stopped by user.\n"
+    )
+    assert heartbeat_lapsed(logs)
