@@ -11,14 +11,20 @@ deployment's wall clock, where sites train in parallel.
 `--secagg` adds the same round with SecAgg+ and no DP (the secure sum's cost inside a real round),
 `--private` DP-SGD with SecAgg+, `--he` SecAgg+ with the α scalars under CKKS (masked, signed
 keys from one `keys init` folder per site count); all need at least 3 sites.
-Note that a DP round does different work, not just dearer work: Poisson sampling at rate q takes
-ceil(1/q) steps per epoch, where the non-private loop takes ceil(n / batch_size).
+Every mode does the same training work, so a ratio between two modes is the mechanisms' cost: the
+DP round samples patients Poisson at rate q (`--sample-rate`), ceil(1/q) steps an epoch of q·n
+patients in expectation (n: a site's training patients), and the non-private rounds take shuffled
+batches of exactly q·n patients, n / (q·n) = ceil(1/q) steps an epoch: the same optimizer steps on
+the same rows, batch by batch the DP round's expected batch. The benchmark refuses a --patients and
+--sample-rate whose q·n is not a whole batch that divides n into ceil(1/q) steps (the default 16
+patients, 8 of them training, at q = 0.25: 4 steps of 2 patients an epoch in every mode).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import tempfile
 import time
@@ -29,27 +35,54 @@ import torch
 
 from secure_fed.config import RunConfig, build_config
 from secure_fed.crypto.keys import init_keys
+from secure_fed.data.cohort import _split_sizes
 from secure_fed.runner import run_inprocess
+
+VAL_FRACTION = TEST_FRACTION = 0.25
+
+
+def training_schedule(patients: int, sample_rate: float) -> dict[str, Any]:
+    """The training work every mode does: a DP epoch is ceil(1/q) Poisson steps of q·n patients in
+    expectation; a non-private epoch is n / batch shuffled steps of `batch` = q·n patients."""
+    n_val, n_test = _split_sizes(patients, VAL_FRACTION, TEST_FRACTION)
+    n_train = patients - n_val - n_test
+    steps = math.ceil(1.0 / sample_rate)
+    batch = sample_rate * n_train
+    if abs(batch - round(batch)) > 1e-9 or round(batch) < 1 or n_train != steps * round(batch):
+        raise SystemExit(
+            f"--patients {patients} (n = {n_train} training patients a site) at --sample-rate "
+            f"{sample_rate}: the DP round's expected batch q·n = {batch:g} must be a whole number of "
+            f"patients that splits n into ceil(1/q) = {steps} batches, so the plain round can take the "
+            "same steps on the same rows (e.g. 16 patients at 0.25)"
+        )
+    return {
+        "train_patients_per_site": n_train,
+        "sample_rate": sample_rate,
+        "batch_patients": round(batch),
+        "steps_per_epoch": steps,
+    }
 
 
 def make_config(sites: int, t: int, args: argparse.Namespace, mode: str, out: Path) -> RunConfig:
+    schedule = training_schedule(args.patients, args.sample_rate)
     data: dict[str, Any] = {
         "seed": 0,
         "out": str(out),
         "data": {
             "synth": {"sites": sites, "patients": args.patients, "visits": t},
             "max_visits": t,
-            "val_fraction": 0.25,
-            "test_fraction": 0.25,
+            "val_fraction": VAL_FRACTION,
+            "test_fraction": TEST_FRACTION,
         },
         "model": {"preset": "tiny", "cache_dir": str(args.cache), "pretrain_steps": args.pretrain_steps},
-        "train": {"batch_size": 8},
+        # the non-private rounds' batch is the DP round's expected batch: the same steps, the same rows
+        "train": {"batch_size": schedule["batch_patients"]},
         "fed": {"method": "fedtar", "rounds": args.rounds, "engine": "inprocess", "min_sites": 2},
         # the audit trail signs and writes every event; it is part of a real round, so it stays on
         "audit": {"enabled": True},
     }
     if mode == "dp":
-        data["dp"] = {"enabled": True, "target_epsilon": 8.0, "sample_rate": 0.25}
+        data["dp"] = {"enabled": True, "target_epsilon": 8.0, "sample_rate": args.sample_rate}
     data["secagg"] = {"enabled": mode in ("dp", "secagg", "secagg_he")}
     if mode == "secagg_he":  # the sites' signing keys sign their α mask keys: one kit for all
         keys = Path(args.cache) / f"keys-{sites}"
@@ -101,6 +134,12 @@ def main() -> None:
     parser.add_argument("--patients", type=int, default=16, help="patients per site")
     parser.add_argument("--rounds", type=int, default=1, help="fed.rounds of each run")
     parser.add_argument("--repeats", type=int, default=3, help="runs per cell (median reported)")
+    parser.add_argument(
+        "--sample-rate",
+        type=float,
+        default=0.25,
+        help="q: the DP round's Poisson rate; every mode trains ceil(1/q) steps of q·n patients an epoch",
+    )
     parser.add_argument("--pretrain-steps", type=int, default=50)
     parser.add_argument(
         "--threads", type=int, default=1, help="torch threads (1: stable on a shared machine)"
@@ -113,6 +152,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.quick:
         args.sites, args.T, args.repeats = [2, 3], [3], 1
+    schedule = training_schedule(args.patients, args.sample_rate)
     torch.set_num_threads(args.threads)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -133,6 +173,7 @@ def main() -> None:
                 "rounds": args.rounds,
                 "repeats": args.repeats,
                 "torch_threads": args.threads,
+                "training": schedule,
                 "results": rows,
             },
             indent=2,

@@ -89,6 +89,9 @@ def _dispatch(
         return {"site": runtime.site, "dp": runtime.privacy is not None}, state
     if phase == "train":
         reply = runtime.train(round_id, str(request["method"]), request["global"], request)
+        plain = vector_sum.embedded_plain_sum(request)
+        if plain is not None and reply.get("status") == "ok":
+            return _carry_plain_sum(runtime, plain, reply, state)
         setup = embedded_setup(request)
         if setup is None or reply.get("status") != "ok":
             return reply, state
@@ -154,6 +157,23 @@ def _dispatch(
             phase, request, state, scalars, secret_context, identity, minimum, node_id=runtime.node_id
         )
     raise Refusal("unknown_phase", f"unknown phase {phase!r}")
+
+
+def _carry_plain_sum(
+    runtime: SiteRuntime, request: Payload, reply: Payload, state: Payload
+) -> tuple[Payload, Payload]:
+    """A plain round's vector in the training reply, under the same rules as the plain-sum query:
+    the site's policy (one that requires SecAgg+ sends no vector in the clear) and the request's
+    length. A refusal leaves the training result standing; the sum counts the site as dropped."""
+    try:
+        SitePolicy.from_config(runtime.cfg).check(PLAIN_SUM, request)
+        upload = runtime.stash.get("upload")
+        if upload is None:
+            raise Refusal("no_update", "no update to aggregate this round")
+        vector, state = vector_sum.client_step(PLAIN_SUM, request, state, upload)
+    except (PolicyViolation, Refusal, SecAggRefused) as exc:
+        return {**reply, vector_sum.PLAIN_SUM_REFUSED: str(exc), _LOCAL_DETAIL: str(exc)}, state
+    return {**reply, **vector_sum.embed_plain_sum(vector)}, state
 
 
 def _secagg_context(runtime: SiteRuntime) -> bytes:

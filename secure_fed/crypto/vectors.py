@@ -29,6 +29,8 @@ __all__ = [
     "SiteRules",
     "VectorSum",
     "client_step",
+    "embed_plain_sum",
+    "embedded_plain_sum",
     "load_identity",
     "sum_vectors",
 ]
@@ -37,12 +39,47 @@ __all__ = [
 IdentitySource = SecAggIdentity | Callable[[], SecAggIdentity] | None
 
 
-def _plain_sum(transport: Transport, nodes: list[int], dim: int, round_id: int | str) -> VectorSum:
+# A plain sum's request (and its reply, the site's vector) can ride inside another message, as the
+# SecAgg+ setup does (EMBEDDED_SETUP): a plain round's training message carries it, so the round is
+# one message phase, not the broadcast and then a query for the vectors
+EMBEDDED_PLAIN_SUM = PLAIN_SUM + "."
+# a training reply's field: the site trained but will not send its vector in the clear (its reason)
+PLAIN_SUM_REFUSED = "plain_sum_refused"
+
+
+def plain_sum_request(round_id: int | str, dim: int) -> dict[str, Any]:
+    return {"round_id": round_id, "dim": dim}
+
+
+def embed_plain_sum(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A plain-sum request or reply as fields to merge into another message."""
+    return {EMBEDDED_PLAIN_SUM + key: value for key, value in payload.items()}
+
+
+def embedded_plain_sum(message: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The plain-sum request or reply inside `message`, or None when it carries none."""
+    n = len(EMBEDDED_PLAIN_SUM)
+    found = {k[n:]: v for k, v in message.items() if k.startswith(EMBEDDED_PLAIN_SUM)}
+    return found or None
+
+
+def _plain_sum(
+    transport: Transport,
+    nodes: list[int],
+    dim: int,
+    round_id: int | str,
+    carried: Mapping[int, Mapping[str, Any]] | None = None,
+) -> VectorSum:
+    """`carried`: replies that came with an earlier message (the training reply); only the nodes
+    with none are asked. A node in `carried` with no vector (it refused) counts as dropped."""
+    carried = carried or {}
+    ask = [u for u in nodes if u not in carried]
+    replies = dict(carried)
+    if ask:
+        replies.update(transport.exchange(PLAIN_SUM, {u: plain_sum_request(round_id, dim) for u in ask}))
     total = np.zeros(dim, dtype=np.float64)
     survivors = []
-    for node, reply in transport.exchange(
-        PLAIN_SUM, {u: {"round_id": round_id, "dim": dim} for u in nodes}
-    ).items():
+    for node, reply in replies.items():
         vec = reply.get("vector")
         if node in nodes and isinstance(vec, np.ndarray) and vec.shape == (dim,):
             total += vec
@@ -60,17 +97,19 @@ def sum_vectors(
     round_id: int | str = 0,
     rng: random.Random | None = None,
     advertised: Advertised | None = None,
+    carried: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> VectorSum:
     """Sum the sites' `dim`-vectors: plainly when `settings` is None, else with SecAgg+.
 
     With SecAgg+ the server learns only the survivors' sum (to within `quantisation_bound` per
     coordinate) and the clipped fraction; `SecAggAbort` is raised, with nothing released, when too
     few sites stay. `rng` only shapes the masking graph (default: the OS's randomness);
-    `advertised` is a setup already carried by an earlier message (`plan_setup`).
+    `advertised` is a setup already carried by an earlier message (`plan_setup`); `carried`, a
+    plain sum's replies already carried by an earlier message (`embed_plain_sum`).
     """
     nodes = sorted(set(node_ids))
     if settings is None:
-        return _plain_sum(transport, nodes, dim, round_id)
+        return _plain_sum(transport, nodes, dim, round_id, carried)
     return run_secagg(transport, nodes, dim, settings, round_id, rng, advertised)
 
 

@@ -6,7 +6,9 @@ ciphertexts; the crypto package never sees FedTAR.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -53,8 +55,11 @@ def secure_sum(
     settings: AggregationSettings,
     round_id: int,
     advertised: Advertised | None = None,
+    carried: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> VectorSum:
-    return sum_vectors(transport, nodes, dim, settings.secagg, round_id, advertised=advertised)
+    return sum_vectors(
+        transport, nodes, dim, settings.secagg, round_id, advertised=advertised, carried=carried
+    )
 
 
 def scalar_sum(

@@ -10,6 +10,7 @@ from typing import Any
 
 from flwr.app import Message
 from flwr.serverapp import Grid
+from flwr.superlink.grid import InMemoryGrid
 
 from secure_fed.crypto.transport import decode_payload, encode_payload
 from secure_fed.failures import SITE_ERROR, UNKNOWN, Failure, classify, failure
@@ -25,8 +26,29 @@ Handler = Callable[[str, dict[str, Any]], dict[str, Any]]
 
 # Flower's own send_and_receive sleeps a fixed interval between pulls — 3 s on a deployment's
 # HTTP Grid, 0.1 s in simulation — so every round trip costs at least that, and SecAgg+'s four
-# round trips per sum paid it four times (benchmarks/secagg_flower.py). Poll soon, then back off.
-FIRST_POLL_S, MAX_POLL_S, POLL_BACKOFF = 0.005, 0.5, 1.5
+# round trips per sum paid it four times (benchmarks/secagg_flower.py).
+#
+# Flower 1.42's Grid offers no readiness to wait on: no blocking pull, no condition, no event.
+# InMemoryGrid.pull_messages is a lookup in the InMemoryLinkState under a plain lock (the engine's
+# injector thread stores each reply there with store_message_res, notifying no one), and
+# HttpGrid.pull_messages is one request to the SuperLink. So the transport polls, at the rate
+# each grid's pull affords:
+# - simulation (InMemoryGrid, the same process): a pull checks each pending message in memory
+#   (tens of microseconds a message, under the state's lock and the GIL the engine's threads
+#   share), so poll at a short fixed interval: a reply is seen at most SIMULATION_POLL_S after it
+#   is stored, where a growing sleep saw a reply ready at ~90 ms at 104 or 161 ms (issue 53);
+# - any other grid (a deployment's HttpGrid: a request to the SuperLink each): poll soon, then
+#   back off ×POLL_BACKOFF to MAX_POLL_S, a few pulls a second at most while sites train.
+SIMULATION_POLL_S = 0.005
+FIRST_POLL_S, MAX_POLL_S, POLL_BACKOFF = 0.005, 0.25, 1.5
+
+
+def poll_schedule(grid: object) -> tuple[float, float, float]:
+    """(first sleep, longest sleep, growth) between pulls on ``grid``: fixed and short in process,
+    backing off where each pull is a request to a SuperLink."""
+    if isinstance(grid, InMemoryGrid):
+        return SIMULATION_POLL_S, SIMULATION_POLL_S, 1.0
+    return FIRST_POLL_S, MAX_POLL_S, POLL_BACKOFF
 
 
 def message_type(phase: str) -> str:
@@ -88,7 +110,7 @@ class GridTransport(_Failures):
         pending = set(self.grid.push_messages(messages))
         deadline = None if self.timeout is None else time.monotonic() + self.timeout
         replies: list[Message] = []
-        wait = FIRST_POLL_S
+        wait, longest, growth = poll_schedule(self.grid)
         while pending:
             arrived = list(self.grid.pull_messages(pending))
             replies += arrived
@@ -99,7 +121,7 @@ class GridTransport(_Failures):
             if left is not None and left <= 0:
                 break
             time.sleep(wait if left is None else min(wait, left))
-            wait = min(wait * POLL_BACKOFF, MAX_POLL_S)
+            wait = min(wait * growth, longest)
         return replies
 
     def exchange(self, phase: str, requests: Mapping[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:

@@ -1,4 +1,5 @@
-"""The site's phase dispatcher: SecAgg+ key advertisement inside the training message."""
+"""The site's phase dispatcher: SecAgg+ key advertisement, and a plain round's vector, inside the
+training message."""
 
 from __future__ import annotations
 
@@ -13,6 +14,12 @@ from secure_fed.clients.handler import handle
 from secure_fed.crypto.keys import init_keys
 from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
 from secure_fed.crypto.secagg_protocol import SETUP, embed_setup, embedded_setup
+from secure_fed.crypto.vectors import (
+    PLAIN_SUM_REFUSED,
+    embed_plain_sum,
+    embedded_plain_sum,
+    plain_sum_request,
+)
 from tests.crypto.test_secagg_privacy import _setup_request
 
 # the site's own SecAgg+ quantisation, as `_setup_request` asks for it (a site refuses any other)
@@ -142,3 +149,29 @@ def test_the_runtime_fingerprints_an_update_once_and_afresh_when_it_is_replaced(
     runtime.stash = {"upload": again, "upload_fingerprint": upload_fingerprint(restored)}
     assert runtime.upload_fingerprint() == upload_fingerprint(restored) and not again.flags.writeable
     assert len(calls) == 3
+
+
+def _plain(dim: int) -> dict[str, Any]:
+    request = {"round": 1, "method": "fedavg", "global": np.zeros(3), "dp": False}
+    return {**request, **embed_plain_sum(plain_sum_request(1, dim))}
+
+
+def test_a_plain_round_s_training_reply_carries_the_vector(make_config):
+    """Issue 53: one message phase for a plain round; the vector is what the plain-sum query sent."""
+    reply, _ = handle(StubRuntime(make_config(), None), "train", _plain(10), {})
+    assert reply["status"] == "ok" and PLAIN_SUM_REFUSED not in reply
+    np.testing.assert_array_equal(embedded_plain_sum(reply)["vector"], np.zeros(10))
+
+
+def test_a_carried_plain_sum_obeys_the_policy_and_the_length_but_training_stands(make_config):
+    # a policy that requires SecAgg+ sends no vector in the clear, in the training reply or not
+    runtime = StubRuntime(make_config("needs-secagg", secagg__enabled=True), None)
+    reply, _ = handle(runtime, "train", _plain(10), {})
+    assert reply["status"] == "ok" and "secure aggregation" in reply[PLAIN_SUM_REFUSED]
+    assert embedded_plain_sum(reply) is None and runtime.instructions[-1][3] == "acted"
+    # a request for another length than the site's update
+    reply, _ = handle(StubRuntime(make_config("other-length"), None), "train", _plain(11), {})
+    assert reply["status"] == "ok" and embedded_plain_sum(reply) is None and reply[PLAIN_SUM_REFUSED]
+    # a site that declined its training sends nothing
+    reply, _ = handle(StubRuntime(make_config("declined"), None, status="declined"), "train", _plain(10), {})
+    assert embedded_plain_sum(reply) is None and PLAIN_SUM_REFUSED not in reply

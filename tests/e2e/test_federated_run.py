@@ -13,7 +13,16 @@ from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.verify import verify_logs
 from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.crypto.keys import init_keys
-from secure_fed.crypto.secagg_protocol import MASKED, SECAGG_PHASES, SETUP, SHARES, UNMASK, embedded_setup
+from secure_fed.crypto.secagg_protocol import (
+    MASKED,
+    PLAIN_SUM,
+    SECAGG_PHASES,
+    SETUP,
+    SHARES,
+    UNMASK,
+    embedded_setup,
+)
+from secure_fed.crypto.vectors import embedded_plain_sum
 from secure_fed.runner import run_inprocess
 from secure_fed.server.transports import InProcessTransport
 
@@ -147,6 +156,22 @@ def test_secagg_keys_ride_on_the_training_message(make_config, monkeypatch):
                 assert setup is not None and setup["node_id"] == node and setup["dim"] > 0
                 assert set(embedded_setup(replies[node])) == {"enc_pk", "mask_pk", "site", "key_sig"}
     assert all(r["quantisation_bound"] > 0 for r in outcome.metrics["per_round"])
+
+
+def test_a_plain_round_is_one_message_phase(make_config, monkeypatch):
+    """The plain sum's vectors come back with the training replies: no plain-sum query of its own
+    (issue 53), and the sum is the same one the query gave."""
+    outcome, transport = _recorded_run(monkeypatch, make_config("plain-one-phase"))
+    phases = [phase for phase, _, _ in transport.log]
+    assert PLAIN_SUM not in phases and phases.count("train") == 2, phases  # two rounds
+    for phase, requests, replies in transport.log:
+        if phase == "train":
+            for node, request in requests.items():
+                asked = embedded_plain_sum(request)
+                assert asked is not None and asked["dim"] > 0
+                vector = embedded_plain_sum(replies[node])["vector"]
+                assert vector.shape == (asked["dim"],) and np.isfinite(vector).all()
+    assert all(r["quantisation_bound"] == 0 for r in outcome.metrics["per_round"])
 
 
 def test_sites_lost_after_the_piggybacked_setup_are_dropped_not_fatal(make_config, monkeypatch):

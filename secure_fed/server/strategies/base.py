@@ -14,6 +14,12 @@ from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_protocol import SecAggAbort, embed_setup, embedded_setup
 from secure_fed.crypto.secagg_server import Advertised, SetupPlan, advertised_keys, plan_setup
 from secure_fed.crypto.transport import Transport
+from secure_fed.crypto.vectors import (
+    PLAIN_SUM_REFUSED,
+    embed_plain_sum,
+    embedded_plain_sum,
+    plain_sum_request,
+)
 from secure_fed.server.aggregation import AggregationSettings, secure_sum
 
 
@@ -30,6 +36,9 @@ class RoundContext:
     site_deltas: dict[str, float] = field(default_factory=dict)
     # the SecAgg+ setup that went out with this round's training message, for the secure sum
     secagg_advertised: Advertised | None = None
+    # a plain round's vectors that came back with the training replies (dim, replies by node),
+    # for the plain sum: one message phase, not the broadcast and then a query for the vectors
+    plain_carried: tuple[int, dict[int, dict[str, Any]]] | None = None
     # the sites that declined this round's training, with their reasons: a round that then cannot
     # be summed is skipped, and the operator is told who declined and why
     declined: dict[str, str] = field(default_factory=dict)
@@ -109,6 +118,8 @@ class Strategy(ABC):
         }
         plan = self._secagg_plan(ctx)
         setups = {n: embed_setup(plan.requests[n]) if plan else {} for n in ctx.nodes}
+        if ctx.aggregation.secagg is None:  # a plain sum: each site's vector comes back with its training
+            request.update(embed_plain_sum(plain_sum_request(ctx.round, self.upload_dim())))
         replies = ctx.transport.exchange("train", {n: {**request, **setups[n]} for n in ctx.nodes})
         participants, declined, eps = [], {}, {}
         floors: dict[int, int] = {}  # distributed DP: each site's public power-of-two patient floor
@@ -144,6 +155,15 @@ class Strategy(ABC):
                     eps[site] = {"rdp": float(reply["epsilon_rdp"]), "prv": None if np.isnan(prv) else prv}
                     ctx.site_deltas[site] = float(reply["delta"])
         ctx.declined = dict(declined)
+        if ctx.aggregation.secagg is None:
+            # a site that answered without an embedded vector and without refusing one (a site
+            # that predates it) is asked by the plain-sum query, as before
+            carried = {
+                n: embedded_plain_sum(replies[n]) or {}
+                for n in participants
+                if embedded_plain_sum(replies[n]) is not None or PLAIN_SUM_REFUSED in replies[n]
+            }
+            ctx.plain_carried = (self.upload_dim(), carried)
         if plan is not None:
             answers = {n: embedded_setup(replies[n]) or {} for n in participants}
             ctx.secagg_advertised = Advertised(plan, advertised_keys(plan, answers))
@@ -176,7 +196,10 @@ class Strategy(ABC):
 
     def sum_uploads(self, ctx: RoundContext, participants: list[int], dim: int) -> tuple[np.ndarray, Any]:
         advertised, ctx.secagg_advertised = ctx.secagg_advertised, None
-        summed = secure_sum(ctx.transport, participants, dim, ctx.aggregation, ctx.round, advertised)
+        carried_for, ctx.plain_carried = ctx.plain_carried, None
+        # vectors carried for another length are not this sum's: its sites are asked
+        carried = carried_for[1] if carried_for is not None and carried_for[0] == dim else None
+        summed = secure_sum(ctx.transport, participants, dim, ctx.aggregation, ctx.round, advertised, carried)
         ctx.log_event(
             "secagg_round",
             {
