@@ -99,7 +99,7 @@ results-hospital-site: $(STAMP)
 results-hospital-distributed: $(STAMP)
 	$(SWEEP) --config configs/hospital-scale-distributed.toml --methods fedavg,fedtar,fedavg-ft --seeds 0,1,2 --epsilons 8,4,2,1 -o runs/results-hospital-distributed
 
-# docs/DEPLOYMENT.md's script end to end (examples/deploy-local/deploy.sh all): ~20 min here
+# docs/DEPLOYMENT.md's walk-through run top to bottom (a node lost, the SuperLink restarted): ~30 min here
 test-deploy: $(STAMP)
 	SECURE_FED_DEPLOY_SCRIPT=1 $(PY) -m pytest -q tests/server/test_deployment.py
 

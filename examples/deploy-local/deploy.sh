@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
 # A whole deployment on 127.0.0.1, as four hospitals and a coordinator would run it: a SuperLink
-# with TLS and SuperNode authentication, four `secure-fed client` nodes, one FedTAR run with DP,
-# SecAgg+ and CKKS. docs/DEPLOYMENT.md shows these very commands; tests/server/test_deployment.py
-# runs this script unchanged.
+# with TLS, SuperNode authentication and persistent state, four `secure-fed client` nodes, FedTAR
+# runs with DP, SecAgg+ and CKKS. docs/DEPLOYMENT.md shows these very commands, in this order
+# (tests/server/test_deployment.py checks that the page's commands are the ones this script runs,
+# and runs the page's steps top to bottom).
 #
-#   examples/deploy-local/deploy.sh [up|run|crash|down|all] [WORK] [SITE]
+#   examples/deploy-local/deploy.sh [up|run|restart|check|crash|down|all] [WORK] [SITE]
 #
-#   up     keys, certificates, the $FLWR_HOME connection file, the SuperLink, node registration,
-#          the app and its FAB, each site's review and approval of that FAB, then the four nodes
-#          (in the background; their logs in WORK/logs)
-#   run    one run of the approved app: `flwr run`, then `flwr ls` until it ends; exit 0 only if
-#          it completed
-#   crash  SITE's node dies at once (SIGKILL to its whole process group, as a power cut would):
-#          the drill for a hospital lost mid-round; the run goes on without it
-#   down   stop the SuperLink and the nodes this script started
-#   all    up, run, down (the default)
+#   up       keys, certificates, each site's policy, the app and its FAB, each site's review and
+#            approval of that FAB, the $FLWR_HOME connection file, the SuperLink (its state in
+#            WORK/superlink.db), node registration, then the four nodes (in the background; their
+#            logs in WORK/logs)
+#   run      one run of the approved app: `flwr run`, then `flwr ls` until it ends; exit 0 only if
+#            it completed
+#   restart  the coordinator goes down and comes back: the SuperLink is stopped and started again
+#            on the same database; the nodes stay up and reconnect, the earlier runs stay listed
+#   check    each site's privacy ledger, then `audit verify` and `audit report` of the last run
+#   crash    SITE's node dies at once (SIGKILL to its whole process group, as a power cut would):
+#            the drill for a hospital lost mid-round; the run goes on without it
+#   down     stop the SuperLink and the nodes this script started
+#   all      up, run, restart, run, check, down (the default): the page's walk-through
 #
 # One port everywhere: PORT (default 8000, Flower's) is the SuperLink's --port, the address every
 # node dials and the address in $FLWR_HOME/config.toml. Everything runs in WORK (default
 # ./deploy-work), the folder the TOML files' relative paths refer to.
 set -euo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-REPO="$(cd "$HERE/../.." && pwd)"
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 ACTION="${1:-all}"
 WORK="${2:-deploy-work}"
 PORT="${PORT:-8000}"
@@ -32,81 +36,103 @@ RUN_TIMEOUT="${RUN_TIMEOUT:-1800}"
 mkdir -p "$WORK/logs"
 WORK="$(cd "$WORK" && pwd)"
 cd "$WORK"
-export FLWR_HOME="$WORK/flwr_home" FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1
+export REPO WORK PORT FLWR_HOME="$WORK/flwr_home" FLWR_TELEMETRY_ENABLED=0 FLWR_DISABLE_UPDATE_CHECK=1
 
 say() { echo "deploy: $*" >&2; }
 
-json_field() {  # json_field KEY < flwr's JSON output: the key's value (in "runs"[0] for `flwr ls`)
-  python3 -c '
-import json, sys
-text = sys.stdin.read()
-data = json.loads(text[text.index("{"):])
-if not data.get("success", True):
-    sys.exit("flwr: " + str(data.get("error-message", data)))
-data = (data.get("runs") or [{}])[0] if "runs" in data else data
-print(data.get(sys.argv[1], ""))' "$1"
-}
+# -- the page's helpers, word for word (docs/DEPLOYMENT.md, "Where to work") ---------------------
 
-start() {  # start NAME CMD...: in a session of its own, so `down` ends it with all it started
+start() { # start NAME CMD...: CMD in the background, in a session of its own, output in logs/NAME.log
   local name="$1"
   shift
   setsid "$@" >"logs/$name.log" 2>&1 </dev/null &
   echo "$!" >"logs/$name.pid"
 }
 
-up() {
-  # 1. Keys (the kit every party gets its part of) and certificates (CA, SuperLink, node keys)
-  # (the key ceremony: each party makes its own signing key, only public halves are exchanged)
-  [ -d keys ] || bash "$HERE/../key-ceremony/ceremony.sh" keys "${SITES[@]}"
-  [ -d certs ] || secure-fed certs init --out certs --host 127.0.0.1 --host localhost \
-    --nodes site0,site1,site2,site3
+stop() { # stop NAME: end the session `start NAME` began (SIGTERM; SIGKILL after 30 s) and wait for it
+  [ -e "logs/$1.pid" ] || return 0
+  local pid
+  pid="$(cat "logs/$1.pid")"
+  kill -TERM -- "-$pid" 2>/dev/null || true
+  for _ in $(seq 60); do
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.5
+  done
+  kill -KILL -- "-$pid" 2>/dev/null || true
+  rm -f "logs/$1.pid"
+}
 
-  # 2. How `flwr` reaches the SuperLink: a named connection with the CA, no `insecure`
-  mkdir -p "$FLWR_HOME"
-  sed -e "s|@PORT@|$PORT|g" -e "s|@WORK@|$WORK|g" "$HERE/flwr_home/config.toml" >"$FLWR_HOME/config.toml"
+json_field() { # json_field KEY < flwr's JSON output: KEY of the run (`flwr run`, `flwr ls`); online: nodes online
+  python3 -c '
+import json, sys
+text = sys.stdin.read()
+data = json.loads(text[text.index("{"):])
+if not data.get("success", True):
+    sys.exit("flwr: " + str(data.get("error-message", data)))
+if sys.argv[1] == "online":
+    print(sum(node.get("status") == "online" for node in data.get("nodes", [])))
+else:
+    print(((data.get("runs") or [{}])[0] if "runs" in data else data).get(sys.argv[1], ""))' "$1"
+}
 
-  # 3. The SuperLink: TLS, SuperNode authentication, no dependency installation at run time
-  start superlink flower-superlink \
+# -- the steps -----------------------------------------------------------------------------------
+
+superlink() { # the SuperLink: TLS, SuperNode authentication, its state in a database file that
+  #             outlives a restart, no dependency installation at run time; then wait until it answers
+  start superlink flower-superlink --database superlink.db \
     --ssl-ca-certfile certs/ca.crt --ssl-certfile certs/superlink.pem --ssl-keyfile certs/superlink.key \
     --enable-supernode-auth --host 127.0.0.1 --port "$PORT" --disable-runtime-dependency-installation
   for _ in $(seq 120); do
-    (echo >"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && break
-    sleep 0.5
+    flwr ls local-deploy >/dev/null 2>&1 && return 0
+    sleep 1
+  done
+  say "the SuperLink did not answer on 127.0.0.1:$PORT within 120 s (logs/superlink.log)"
+  return 1
+}
+
+up() {
+  # 1. Keys (the key ceremony: each party makes its own signing key, only public halves are
+  #    exchanged) and certificates (CA, SuperLink, node keys)
+  [ -d keys ] || bash "$REPO/examples/key-ceremony/ceremony.sh" keys site0 site1 site2 site3
+  [ -d certs ] || secure-fed certs init --out certs --host 127.0.0.1 --host localhost \
+    --nodes site0,site1,site2,site3
+
+  # 2. Each hospital's own policy, and the code its node runs: the FAB built from the release it
+  #    has (here this repository), reviewed against its installed secure_fed, its SHA-256 pinned
+  #    in the site's [deploy] approved_fabs; then its node's checks and caches
+  for site in "${SITES[@]}"; do
+    cp "$REPO/examples/deploy-local/$site.toml" .
+  done
+  cp "$REPO/examples/deploy-local/server.toml" .
+  package
+  for site in "${SITES[@]}"; do
+    secure-fed code review fab/*.fab --config "$site.toml" >"logs/$site-review.txt"
+    secure-fed code approve fab/*.fab --config "$site.toml" --note "release 0.1.0, ticket 123"
+  done
+  for site in "${SITES[@]}"; do
+    secure-fed client --site "$site" --config "$site.toml" --keys "keys/$site-keys" --prepare-only
   done
 
-  # 4. The operator admits each hospital's node key
+  # 3. How `flwr` reaches the SuperLink (a named connection with the CA, no `insecure`), the
+  #    SuperLink, and the operator admitting each hospital's node key
+  mkdir -p "$FLWR_HOME"
+  sed -e "s|@PORT@|$PORT|g" -e "s|@WORK@|$WORK|g" "$REPO/examples/deploy-local/flwr_home/config.toml" \
+    >"$FLWR_HOME/config.toml"
+  superlink
   for site in "${SITES[@]}"; do
     flwr supernode register "certs/$site-node.pub" local-deploy
   done
 
-  # 5. Each hospital decides what its node runs: the FAB built from the release it has (here this
-  #    repository), reviewed against its installed secure_fed, its SHA-256 pinned in the site's
-  #    [deploy] approved_fabs. The node runs its own installed code, and only for runs of this FAB.
-  package
-  for site in "${SITES[@]}"; do
-    secure-fed code review fab/*.fab --config "$HERE/$site.toml" >"logs/$site-review.txt"
-    secure-fed code approve fab/*.fab --config "$HERE/$site.toml" --note "deploy-local: this repository"
+  # 4. Each hospital's node (TLS, its own auth key, one local Runtime API port per node)
+  for k in 0 1 2 3; do
+    start "site$k" secure-fed client --site "site$k" --config "site$k.toml" --keys "keys/site$k-keys" \
+      --superlink "127.0.0.1:$PORT" --root-certificates certs/ca.crt --auth-key "certs/site$k-node.key" \
+      --runtime-port "$((PORT + 10 + k))"
   done
-
-  # 6. Each hospital's node: checks, caches filled, then the SuperNode (TLS, its own auth key)
-  for site in "${SITES[@]}"; do
-    secure-fed client --site "$site" --config "$HERE/$site.toml" --keys "keys/$site-keys" --prepare-only
-  done
-  local runtime_port=$((PORT + 10))
-  for site in "${SITES[@]}"; do
-    start "$site" secure-fed client --site "$site" --config "$HERE/$site.toml" --keys "keys/$site-keys" \
-      --superlink "127.0.0.1:$PORT" --root-certificates certs/ca.crt --auth-key "certs/$site-node.key" \
-      --runtime-port "$runtime_port"
-    runtime_port=$((runtime_port + 1))
-  done
-  # 7. Ready when the SuperLink sees every node online (each fills its caches before it dials)
+  # Ready when the SuperLink sees every node online (each fills its caches before it dials)
   local online=0
   for _ in $(seq "$RUN_TIMEOUT"); do
-    online="$(flwr supernode list local-deploy --format json | python3 -c '
-import json, sys
-text = sys.stdin.read()
-nodes = json.loads(text[text.index("{"):]).get("nodes", [])
-print(sum(node.get("status") == "online" for node in nodes))' 2>/dev/null || echo 0)"
+    online="$(flwr supernode list local-deploy --format json | json_field online || echo 0)"
     [ "$online" -ge "${#SITES[@]}" ] && break
     sleep 1
   done
@@ -124,15 +150,14 @@ package() {
   mkdir -p app fab
   cp "$REPO/pyproject.toml" "$REPO/README.md" app/
   (cd "$REPO" && find secure_fed -name '*.py' -print0 | xargs -0 cp --parents -t "$WORK/app")
-  (cd fab && flwr build --app ../app >/dev/null)
+  (cd fab && flwr build --app ../app)
 }
 
 run() {
   [ -d app ] || { say "no approved app: run \`$0 up $WORK\` first (it builds the FAB the sites approve)"; return 1; }
-  local submitted run_id status
-  submitted="$(flwr run app local-deploy --format json --run-config "config-file='$HERE/server.toml'")"
-  run_id="$(json_field "run-id" <<<"$submitted")"
-  echo "$run_id" >logs/last-run-id
+  local run_id status
+  flwr run app local-deploy --format json --run-config "config-file='$WORK/server.toml'" >logs/run.json
+  run_id="$(json_field run-id <logs/run.json)"
   say "run $run_id submitted"
   for _ in $(seq "$RUN_TIMEOUT"); do
     status="$(flwr ls local-deploy --run-id "$run_id" --format json | json_field status)"
@@ -153,6 +178,33 @@ run() {
   return 1
 }
 
+restart() {
+  # The coordinator's machine goes down and comes back; the nodes stay up. On the same database
+  # the SuperLink still knows every registered node key (each node is back with its next
+  # heartbeat, nothing registered again) and every earlier run.
+  local run_id
+  stop superlink
+  superlink
+  if [ -e logs/run.json ]; then
+    run_id="$(json_field run-id <logs/run.json)"
+    flwr ls local-deploy --run-id "$run_id" --format json | json_field status
+  fi
+  flwr supernode list local-deploy
+  say "SuperLink restarted on its database superlink.db"
+}
+
+check() {
+  local run_id
+  run_id="$(json_field run-id <logs/run.json)"
+  for site in "${SITES[@]}"; do
+    secure-fed ledger show --site "$site" --config "$site.toml"
+  done
+  secure-fed audit verify "server/runs/$run_id/audit/server.jsonl" site*/"runs/$run_id/audit/"*.jsonl \
+    --keys keys/verifier-keys
+  secure-fed audit report "server/runs/$run_id/audit/server.jsonl" site*/"runs/$run_id/audit/"*.jsonl \
+    --keys keys/verifier-keys -o report.html
+}
+
 crash() {
   local site="${1:?crash needs a SITE, e.g. site3}" pid node nodes
   [ -e "logs/$site.pid" ] || { say "no node of $site started by this script (logs/$site.pid)"; return 1; }
@@ -169,12 +221,8 @@ crash() {
 }
 
 down() {
-  local pidfile pid
-  for pidfile in logs/*.pid; do
-    [ -e "$pidfile" ] || continue
-    pid="$(cat "$pidfile")"
-    kill -TERM -- "-$pid" 2>/dev/null || true
-    rm -f "$pidfile"
+  for name in site0 site1 site2 site3 superlink; do
+    stop "$name"
   done
   say "stopped"
 }
@@ -182,15 +230,21 @@ down() {
 case "$ACTION" in
 up) up ;;
 run) run ;;
+restart) restart ;;
+check) check ;;
 crash) crash "${3:-}" ;;
 down) down ;;
 all)
   trap down EXIT
   up
   run
+  restart
+  run
+  check
+  down
   ;;
 *)
-  echo "usage: $0 [up|run|crash|down|all] [WORK] [SITE]" >&2
+  echo "usage: $0 [up|run|restart|check|crash|down|all] [WORK] [SITE]" >&2
   exit 2
   ;;
 esac
