@@ -28,8 +28,9 @@ install: $(STAMP)
 browser:
 	bash .ci/ensure-browser
 
+# the benchmark scripts' slower smoke runs are `make bench`'s (pytest -m bench)
 test: $(STAMP) browser
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not bench"
 
 # docs/RESULTS.md's tables, resumable (finished cells are skipped): run it in the background with
 #   nohup make results > runs/results.log 2>&1 &

@@ -30,6 +30,7 @@ def _smoke(script: str, *args: str) -> Any:
     return json.loads(done.stdout)  # the whole of stdout is one JSON object
 
 
+@pytest.mark.bench
 def test_dp_overhead_smoke_and_where_the_premium_goes(cache_dir: Path) -> None:
     out = _smoke(
         "dp_overhead.py",
@@ -69,7 +70,7 @@ def test_ckks_smoke() -> None:
     assert shaped[:2] == [5, 5] and len(shaped) == len(table["columns"])
 
 
-@pytest.mark.parametrize("script", ["secagg.py", "round_time.py"])
+@pytest.mark.parametrize("script", ["secagg.py", pytest.param("round_time.py", marks=pytest.mark.bench)])
 def test_smoke_runs(script: str) -> None:
     out = _smoke(script)
     assert out.get("results") or out.get("codec_baseline", {}).get("results"), list(out)
@@ -99,6 +100,7 @@ def test_round_time_shapers_pool_runs_per_cell() -> None:
     assert plain["rows"] == [["T = 5, 3 sites", "2.10", "0.70", "—", "—"]]
 
 
+@pytest.mark.bench
 def test_upload_bytes_measures_its_rounds() -> None:
     # not --quick: the wire bytes come from running SecAgg+ rounds, which refuse unsigned sites
     # (the full command failed at every round while the payload-only smoke run passed)
@@ -134,6 +136,7 @@ def test_benchmarks_md_has_no_hand_typed_table() -> None:
     assert not [ln for ln in outside.splitlines() if re.match(r"\|\s*-{3}", ln.strip())]
 
 
+@pytest.mark.bench
 def test_secagg_flower_smoke() -> None:
     results = _smoke("secagg_flower.py")["results"]
     assert set(results) == {"ours", "flower"}
@@ -163,6 +166,7 @@ def test_distributed_noise_smoke() -> None:
     assert all(value > 0 for value in out["timing_ms"].values()) and out["encode_over_site_noise"] > 0
 
 
+@pytest.mark.bench
 def test_hospital_cost_smoke(cache_dir: Path) -> None:
     """benchmarks/hospital_cost.py: the per-unit costs docs/BENCHMARKS.md quotes and the grid
     estimate built from them (~15 s on an idle machine)."""
@@ -187,6 +191,7 @@ def test_hospital_cost_smoke(cache_dir: Path) -> None:
     assert grid["total_h"] > 0
 
 
+@pytest.mark.bench
 def test_dp_recipe_smoke(cache_dir: Path) -> None:
     """benchmarks/dp_recipe.py: C from public per-patient gradient norms, the rate from public site
     sizes, σ per ε from the sites' own split (~15 s on an idle machine)."""
@@ -199,6 +204,7 @@ def test_dp_recipe_smoke(cache_dir: Path) -> None:
     assert sigmas == sorted(sigmas, reverse=True) and sigmas[-1] > 0  # less noise at larger ε
 
 
+@pytest.mark.bench
 def test_distributed_cost_smoke(cache_dir: Path) -> None:
     """benchmarks/distributed_cost.py: one private step per mode and its share of a real SecAgg+
     sum (float updates in site mode, ring shares in distributed mode) at 5 sites (~30 s loaded)."""
@@ -220,6 +226,7 @@ def test_distributed_cost_smoke(cache_dir: Path) -> None:
     assert out["privacy"]["site_mode_sigma"] > 0 and row["plan"]["share_mu"] > 0
 
 
+@pytest.mark.bench
 def test_dp_passes_smoke(cache_dir: Path) -> None:
     """benchmarks/dp_passes.py: a private pooled step in one pass and in passes of 8 patients, each
     in its own process, and the adapters after them (~30 s on an idle machine)."""
@@ -254,6 +261,7 @@ def test_dp_tune_matches_the_targets_noise_by_hand() -> None:
         tune.matched_noise(0.1, 0.8, 7000, 350, "steps")
 
 
+@pytest.mark.bench
 def test_dp_tune_smoke(cache_dir: Path) -> None:
     """benchmarks/dp_tune.py --quick: every cell's settings, σ, emulated noise and score, and the
     choice is the best-scoring cell (~2 min on a loaded machine)."""

@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+import pytest
 import torch
 
 from tests.scripts import ROOT, run_script
@@ -21,6 +22,7 @@ def _bench_tables() -> Any:
     return module
 
 
+@pytest.mark.bench
 def test_gpu_benchmark_command():
     # the documented command; without CUDA it must refuse in one line, not crash
     done = run_script("benchmarks/gpu.py")
@@ -35,6 +37,7 @@ def test_gpu_benchmark_command():
         ]
 
 
+@pytest.mark.bench
 def test_gpu_benchmark_smoke_on_cpu():
     done = run_script("benchmarks/gpu.py", "--device", "cpu", "--quick", "--presets", "paper")
     assert done.returncode == 0, done.stderr
@@ -58,6 +61,7 @@ def test_tokenizer_measurement_command():
     assert [r[0] for r in table["rows"]] == ["`public`", "`words+chars`", "`bytes`"]
 
 
+@pytest.mark.bench
 def test_threads_benchmark_command():
     # The documented command with its documented --steps, shortened: the test checks the cells and
     # the table's shape, which do not depend on how many steps each median is over. 35 steps in each
