@@ -93,7 +93,19 @@ def test_a_bad_series_is_one_line_naming_it(tmp_path: Path, spec: str, says: str
     assert not (tmp_path / "p.png").exists()
 
 
-COMMITTED = sorted((ROOT / "docs" / "results").glob("*-plot.json"))
+# the plots tools/plot_sweeps.py draws (paper-drift-plot.json is tools/plot_paper_drift.py's: below)
+COMMITTED = sorted(
+    p for p in (ROOT / "docs" / "results").glob("*-plot.json") if "series" in json.loads(p.read_text())
+)
+
+
+def test_the_paper_drift_plot_is_redrawn_from_its_kept_records() -> None:
+    saved = json.loads((ROOT / "docs" / "results" / "paper-drift-plot.json").read_text())
+    plot = load_script("tools/plot_paper_drift.py")
+    fresh = plot.drift_points(
+        [ROOT / p for p in saved["sweeps"]], saved["method"], saved["against"], saved["metric"]
+    )
+    assert fresh == saved["points"] and {p["drift"] for p in fresh} == {0.0, 0.5}
 
 
 def test_there_is_a_committed_plot() -> None:
