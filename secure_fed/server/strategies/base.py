@@ -158,10 +158,11 @@ class Strategy(ABC):
         if ctx.aggregation.secagg is None:
             # a site that answered without an embedded vector and without refusing one (a site
             # that predates it) is asked by the plain-sum query, as before
+            vectors = {n: embedded_plain_sum(replies[n]) for n in participants}
             carried = {
-                n: embedded_plain_sum(replies[n]) or {}
-                for n in participants
-                if embedded_plain_sum(replies[n]) is not None or PLAIN_SUM_REFUSED in replies[n]
+                n: vector or {}
+                for n, vector in vectors.items()
+                if vector is not None or PLAIN_SUM_REFUSED in replies[n]
             }
             ctx.plain_carried = (self.upload_dim(), carried)
         if plan is not None:
