@@ -1,4 +1,6 @@
+import json
 import random
+import struct
 
 import numpy as np
 import pytest
@@ -195,6 +197,35 @@ def test_codec_round_trip_and_type_contract():
     ):
         with pytest.raises(TypeError):
             encode_payload(bad)
+
+
+def test_codec_homogeneous_lists_travel_as_one_entry_and_keep_types():
+    shares = [bytes([i]) * 20 for i in range(49)]
+    payload = {
+        "shares": shares,
+        "ids": [3, 1, 2**40],
+        "mixed": [1, b"x", True],
+        "flags": [True, False],
+        "e": [],
+    }
+    wire = encode_payload(payload)
+    back = decode_payload(wire)
+    assert back == payload
+    assert [type(v) for v in back["flags"]] == [bool, bool] and [type(v) for v in back["mixed"]] == [
+        int,
+        bytes,
+        bool,
+    ]
+    # one header entry for the 49 shares: the header grows by their lengths, not by a tag per item
+    (head_len,) = struct.unpack_from("<I", wire)
+    assert json.loads(wire[4 : 4 + head_len])["shares"][0] == "Y"
+    # a header that points past its body, or a float among the ints, is refused, not truncated
+    head = json.loads(wire[4 : 4 + head_len])
+    for key, item in (("shares", ["Y", 0, [10**6]]), ("ids", ["I", [1.5]])):
+        bad = dict(head, **{key: item})
+        raw = json.dumps(bad).encode()
+        with pytest.raises(ValueError, match="malformed"):
+            decode_payload(struct.pack("<I", len(raw)) + raw + wire[4 + head_len :])
 
 
 def test_local_transport_dropouts_errors_and_bytes():
