@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 Payload = dict[str, Any]
 # a reply field `handle` moves into the site's log and never sends: details that may name local files
 _LOCAL_DETAIL = "_local_detail"
+# a request carried inside another (a plain sum in a training message): its own log record, as the
+# plain-sum query would have had, so the log reads the same whether a round takes one phase or two
+_CARRIED_INSTRUCTION = "_carried_instruction"
 
 # protocol records that must survive a node restart (kept in the guard's file as well)
 PROTOCOL_MARKS = (vector_sum.MASKED_UPLOADS, *scalar_sum.ROUND_MARKS)
@@ -48,6 +51,7 @@ def handle(
     round_id = request.get("round", request.get("round_id"))
     digest = request_digest(phase, request)
     outcome, code, detail = "acted", None, None
+    carried = None
     # From disk, not memory: under Flower another process may have answered the previous message.
     runtime.guard = SiteGuard.load(runtime.guard.path, runtime.guard.run_id)
     try:
@@ -56,6 +60,7 @@ def handle(
         state = runtime.guard.restore_marks(state, PROTOCOL_MARKS)
         reply, state = _dispatch(runtime, phase, request, state, secret_context, digest)
         detail = reply.pop(_LOCAL_DETAIL, None)
+        carried = reply.pop(_CARRIED_INSTRUCTION, None)
         runtime.guard.keep_marks(state, PROTOCOL_MARKS)
         if reply.get("status") == "refused" or "error" in reply:  # a protocol step's own refusal
             outcome, code = "refused", str(reply.get("code", "protocol"))
@@ -73,6 +78,8 @@ def handle(
         outcome, code, detail = "error", "internal", f"{type(err).__name__}: {err}"
         reply = {"status": "error", "code": code, "error": f"the site could not complete {phase!r}"}
     runtime.log_instruction(phase, round_id, digest, outcome, code, detail)
+    if carried is not None:
+        runtime.log_instruction(*carried)
     return reply, state
 
 
@@ -165,6 +172,8 @@ def _carry_plain_sum(
     """A plain round's vector in the training reply, under the same rules as the plain-sum query:
     the site's policy (one that requires SecAgg+ sends no vector in the clear) and the request's
     length. A refusal leaves the training result standing; the sum counts the site as dropped."""
+    round_id = request.get("round_id")
+    digest = request_digest(PLAIN_SUM, request)
     try:
         SitePolicy.from_config(runtime.cfg).check(PLAIN_SUM, request)
         upload = runtime.stash.get("upload")
@@ -172,8 +181,10 @@ def _carry_plain_sum(
             raise Refusal("no_update", "no update to aggregate this round")
         vector, state = vector_sum.client_step(PLAIN_SUM, request, state, upload)
     except (PolicyViolation, Refusal, SecAggRefused) as exc:
-        return {**reply, vector_sum.PLAIN_SUM_REFUSED: str(exc), _LOCAL_DETAIL: str(exc)}, state
-    return {**reply, **vector_sum.embed_plain_sum(vector)}, state
+        logged = (PLAIN_SUM, round_id, digest, "refused", _refusal_code(exc), str(exc))
+        return {**reply, vector_sum.PLAIN_SUM_REFUSED: str(exc), _CARRIED_INSTRUCTION: logged}, state
+    logged = (PLAIN_SUM, round_id, digest, "acted", None, None)
+    return {**reply, **vector_sum.embed_plain_sum(vector), _CARRIED_INSTRUCTION: logged}, state
 
 
 def _secagg_context(runtime: SiteRuntime) -> bytes:
