@@ -81,3 +81,43 @@ def test_payload_values_round_trip(value):
         assert back.dtype == value.dtype and np.array_equal(back, value)
     else:
         assert back == value
+
+
+def test_arrays_travel_raw_and_come_back_exact_and_writable():
+    from secure_fed.wire import RAW_STYPE
+
+    rng = np.random.default_rng(2)
+    values = {
+        "f64": rng.normal(size=1000),
+        "f32": rng.normal(size=(10, 7)).astype(np.float32),
+        "strided": rng.normal(size=(6, 8))[:, ::2],  # not contiguous: sent in C order
+        "big_endian": np.arange(5, dtype=">u8"),
+        "empty": np.zeros((0, 3)),
+    }
+    records = to_records(values)
+    assert {a.stype for a in records.array_records["arrays"].values()} == {RAW_STYPE}
+    back = from_records(records)
+    for key, value in values.items():
+        assert back[key].dtype == value.dtype and back[key].shape == value.shape, key
+        assert np.array_equal(back[key], value), key
+        back[key][...] = 0  # a receiver may update what it was sent in place
+    assert np.array_equal(from_records(records)["f64"], values["f64"])  # the record is not changed
+
+
+def test_flower_made_arrays_are_still_read_and_malformed_raw_arrays_are_refused():
+    from flwr.app import Array, ArrayRecord, RecordDict
+
+    from secure_fed.wire import RAW_STYPE
+
+    flower_made = RecordDict({"arrays": ArrayRecord({"v": Array(np.arange(4.0))})})
+    assert np.array_equal(from_records(flower_made)["v"], np.arange(4.0))
+    bad = {
+        "short data": Array(dtype="<f8", shape=(3,), stype=RAW_STYPE, data=bytes(16)),
+        "objects": Array(dtype="|O", shape=(1,), stype=RAW_STYPE, data=bytes(8)),
+        "negative shape": Array(dtype="<f8", shape=(-1,), stype=RAW_STYPE, data=b""),
+    }
+    for array in bad.values():  # each refused with its shape named, not read short or as objects
+        with pytest.raises(ValueError, match="malformed array"):
+            from_records(RecordDict({"arrays": ArrayRecord({"v": array})}))
+    with pytest.raises(TypeError):
+        to_records({"v": np.array([None, 1])})

@@ -511,6 +511,23 @@ def _joined(values: Iterable[float], fmt: str = "{:.1f}") -> str:
     return " / ".join(fmt.format(v) for v in values)
 
 
+def _spread(stats: dict[str, float]) -> str:
+    return f"{stats['median']:.2f} ({stats['min']:.2f}–{stats['max']:.2f})"
+
+
+def wire_codec_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    return [
+        [
+            row["dtype"],
+            f"{row['megabytes']:.1f}",
+            _spread(row["ms_per_mb"]["flower"]),
+            _spread(row["ms_per_mb"]["ours"]),
+            f"{row['ratio_ours_to_flower']:.2f}",
+        ]
+        for row in _one(outs)["rows"]
+    ]
+
+
 Outs = Sequence[dict[str, Any]]
 # name -> (title, columns (or a function of the outputs), rows, notes)
 SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[Outs], list[str]]]] = {
@@ -606,6 +623,15 @@ SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[
         ],
         dp_passes_rows,
         dp_passes_notes,
+    ),
+    "wire-codec": (
+        "An array into a Flower message and out again, per megabyte: Flower's np.save/np.load and ours",
+        ["dtype", "MB", "Flower's Array (ms/MB, median (min–max))", "ours, raw (ms/MB)", "ours / Flower"],
+        wire_codec_rows,
+        lambda outs: [
+            f"{_one(outs)['values']:,} values an array; {_one(outs)['repeats']} interleaved repeats after "
+            "a warm-up; each round trip checked exact."
+        ],
     ),
     "distributed-cost": (
         "One private step plus its share of a SecAgg+ sum: distributed DP vs site mode (tiny preset)",
