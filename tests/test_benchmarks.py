@@ -297,3 +297,10 @@ def test_dp_tune_smoke(cache_dir: Path) -> None:
     assert choice["config"]["train.lr"] == best["lr"] and choice["config"]["train.average"] == best["average"]
     assert out["base_val_loss"] > 0 and set(out["cider_held_out"]) >= {"base", "choice"}
     assert out["source"]["command"].startswith("python benchmarks/dp_tune.py")
+
+
+def test_wire_codec_round_trips_exactly_and_reports_both_codecs() -> None:
+    out = _smoke("wire_codec.py")
+    assert [row["dtype"] for row in out["rows"]] == ["float64", "float32", "uint32"]
+    for row in out["rows"]:  # the script raises unless every round trip came back exact
+        assert set(row["ms_per_mb"]) == {"flower", "ours"} and row["ratio_ours_to_flower"] > 0
