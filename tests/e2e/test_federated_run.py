@@ -141,10 +141,12 @@ def _recorded_run(monkeypatch, cfg, **kw):
     return outcome, made[0]
 
 
-def test_secagg_keys_ride_on_the_training_message(make_config, monkeypatch):
+@pytest.mark.parametrize("method", [None, "drfa"])  # the default method, and DRFA's own round
+def test_secagg_keys_ride_on_the_training_message(make_config, monkeypatch, method):
     """No round trip of its own for key advertisement: the training message carries each site's
     SecAgg+ setup, the training reply its public keys, and the sum needs 3 more phases, not 4."""
-    outcome, transport = _recorded_run(monkeypatch, make_config("masked", secagg__enabled=True))
+    chosen = {"fed__method": method} if method else {}
+    outcome, transport = _recorded_run(monkeypatch, make_config("masked", secagg__enabled=True, **chosen))
     phases = [phase for phase, _, _ in transport.log]
     assert SETUP not in phases
     per_round = [p for p in phases if p in SECAGG_PHASES]
@@ -158,10 +160,12 @@ def test_secagg_keys_ride_on_the_training_message(make_config, monkeypatch):
     assert all(r["quantisation_bound"] > 0 for r in outcome.metrics["per_round"])
 
 
-def test_a_plain_round_is_one_message_phase(make_config, monkeypatch):
-    """The plain sum's vectors come back with the training replies: no plain-sum query of its own
-    (issue 53), and the sum is the same one the query gave."""
-    outcome, transport = _recorded_run(monkeypatch, make_config("plain-one-phase"))
+@pytest.mark.parametrize("method", [None, "drfa"])
+def test_a_plain_round_is_one_message_phase(make_config, monkeypatch, method):
+    """The plain sum's vectors come back with the training replies: no plain-sum query of its own,
+    and the sum is the same one the query gave."""
+    chosen = {"fed__method": method} if method else {}
+    outcome, transport = _recorded_run(monkeypatch, make_config("plain-one-phase", **chosen))
     phases = [phase for phase, _, _ in transport.log]
     assert PLAIN_SUM not in phases and phases.count("train") == 2, phases  # two rounds
     for phase, requests, replies in transport.log:

@@ -180,6 +180,8 @@ class Strategy(ABC):
             {
                 "epsilon": eps,
                 "train_loss": float(np.nanmean(train_losses)) if not all(np.isnan(train_losses)) else None,
+                # per node (NaN where the site keeps it, as a SecAgg+ site does): DRFA ascends on them
+                "train_losses": dict(zip(participants, train_losses, strict=True)),
                 "population_floors": floors,
                 "distributed_plans": plans,
             },

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from secure_fed.config import RunConfig
-from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy, TooFewSites, weighted_mean
+from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy, weighted_mean
 
 
 def project_simplex(v: np.ndarray) -> np.ndarray:
@@ -32,48 +32,29 @@ class DRFA(Strategy):
     def __init__(self, dim: int, cfg: RunConfig) -> None:
         super().__init__(dim, cfg)
         self.lam: dict[str, float] = {}
-        self._round_nodes: dict[int, str] = {}
+        self._sites: list[str] = []  # this round's sites, in node order
+
+    def train_options(self, round_id: int) -> dict[str, Any]:
+        return {"factor_sites": self._sites, "factors": self.factors(self._sites)}
 
     def run_round(self, ctx: RoundContext, global_state: np.ndarray) -> RoundResult:
-        sites = [ctx.sites[n] for n in ctx.nodes]
-        for s in sites:
-            self.lam.setdefault(s, 1.0 / len(sites))
-        request_base = {
-            "round": ctx.round,
-            "method": self.name,
-            "global": global_state,
-            "dp": ctx.cfg.dp.enabled,
-        }
-        request_base["factor_sites"] = sites
-        request_base["factors"] = self.factors(sites)
-        replies = ctx.transport.exchange("train", {n: request_base for n in ctx.nodes})
-        participants = [n for n in ctx.nodes if replies.get(n, {}).get("status") == "ok"]
-        declined = {
-            ctx.sites[n]: str(replies.get(n, {}).get("reason", replies.get(n, {}).get("error", "no reply")))
-            for n in ctx.nodes
-            if n not in participants
-        }
-        if len(participants) < ctx.cfg.fed.min_sites:
-            raise TooFewSites(f"round {ctx.round}: only {len(participants)} site(s) took part")
+        # the shared training phase: one message phase (the plain sum or the SecAgg+ setup rides on
+        # it) and the same refusal, privacy and audit handling as every other strategy
+        self._sites = [ctx.sites[n] for n in ctx.nodes]
+        for s in self._sites:
+            self.lam.setdefault(s, 1.0 / len(self._sites))
+        participants, declined, info = self.train_phase(ctx, global_state)
         total, summed = self.sum_uploads(ctx, participants, self.upload_dim())
         new_state = weighted_mean(total, self.dim, global_state)
-        losses = np.array([float(replies[n].get("train_loss", 0.0)) for n in participants])
         # Ascend on the losses of the sites that reported one; project over every site so λ stays
         # a distribution even when some sites sat the round out.
         ascent = {
-            ctx.sites[n]: self.cfg.fed.drfa_lr * float(np.nan_to_num(loss))
-            for n, loss in zip(participants, losses, strict=True)
+            ctx.sites[n]: self.cfg.fed.drfa_lr * float(np.nan_to_num(info["train_losses"][n]))
+            for n in participants
         }
-        lam = project_simplex(np.array([self.lam[s] + ascent.get(s, 0.0) for s in sites]))
-        self.lam.update({s: float(v) for s, v in zip(sites, lam, strict=True)})
-        return RoundResult(
-            global_state=new_state,
-            participants=summed.survivors,
-            declined=declined,
-            train_loss=float(np.mean(losses)) if len(losses) else None,
-            dropped=summed.dropped,
-            quantisation_bound=summed.quantisation_bound,
-        )
+        lam = project_simplex(np.array([self.lam[s] + ascent.get(s, 0.0) for s in self._sites]))
+        self.lam.update({s: float(v) for s, v in zip(self._sites, lam, strict=True)})
+        return self.result(new_state, summed, declined, info)
 
     def factors(self, sites: list[str]) -> list[float]:
         """What each site's contribution is scaled by: λ rescaled over this round's sites, mixed
