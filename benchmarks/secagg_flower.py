@@ -8,7 +8,9 @@ through Flower's Grid), for
   (the settings `secure-fed run --secagg` uses), each site summing a fixed float32 vector; a
   "round" is the server's broadcast of a global vector of the same size (as FedTAR's train message
   carries the adapters; with SecAgg+ it also carries the setup, and the reply the site's public
-  keys, as in FedTAR's rounds) followed by the sum, and "sum" what follows the broadcast;
+  keys; plain, the reply carries the site's vector: one message phase, as in FedTAR's rounds)
+  followed by the sum, and "sum" what follows the broadcast (plain: the server adding the carried
+  vectors);
 - Flower's: `DefaultWorkflow` with its default fit workflow against `SecAggPlusWorkflow`
   (`secaggplus_mod` on the clients; Flower's defaults: complete graph, clip 8, 2^22 levels, 2^32
   modulus), a legacy FedAvg whose clients return the same fixed vector; a round is FitIns (the
@@ -43,7 +45,13 @@ from secure_fed.crypto.secagg_protocol import (
     embedded_setup,
 )
 from secure_fed.crypto.secagg_server import Advertised, advertised_keys, plan_setup
-from secure_fed.crypto.vectors import client_step, sum_vectors
+from secure_fed.crypto.vectors import (
+    client_step,
+    embed_plain_sum,
+    embedded_plain_sum,
+    plain_sum_request,
+    sum_vectors,
+)
 from secure_fed.runner import loopback_ray_backend, without_ray_dashboard
 from secure_fed.server.app import wait_for_nodes
 from secure_fed.server.transports import GridTransport
@@ -76,6 +84,10 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
     def respond(phase: str, message: Message, context: Any) -> Message:
         if phase == "train":  # the broadcast: take the global vector, acknowledge (+ SecAgg+ keys)
             request = from_records(message.content)
+            plain = embedded_plain_sum(request)
+            if plain is not None:  # a plain round: the vector rides on the reply, as our sites send it
+                vector, _ = client_step(PLAIN_SUM, plain, {}, site_vector(context.node_id, dim))
+                return Message(to_records({"status": "ok", **embed_plain_sum(vector)}), reply_to=message)
             setup = embedded_setup(request)
             if setup is None:
                 return Message(to_records({"status": "ok"}), reply_to=message)
@@ -119,15 +131,21 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
                 start = time.perf_counter()
                 # as FedTAR's rounds do: the SecAgg+ setup rides on the broadcast
                 plan = plan_setup(nodes, dim, agg, round_id) if agg else None
-                setups = {u: embed_setup(plan.requests[u]) if plan else {} for u in nodes}
+                # and a plain round's vectors ride on the training replies (one message phase)
+                ask = embed_plain_sum(plain_sum_request(round_id, dim))
+                setups = {u: embed_setup(plan.requests[u]) if plan else ask for u in nodes}
                 requests = {u: {"global": global_vector, **setups[u]} for u in nodes}
                 replies = transport.exchange("train", requests)
                 sent = time.perf_counter()
-                advertised = None
+                advertised, carried = None, None
                 if plan is not None:
                     answers = {u: embedded_setup(reply) or {} for u, reply in replies.items()}
                     advertised = Advertised(plan, advertised_keys(plan, answers))
-                result = sum_vectors(transport, nodes, dim, agg, round_id=round_id, advertised=advertised)
+                else:
+                    carried = {u: embedded_plain_sum(reply) or {} for u, reply in replies.items()}
+                result = sum_vectors(
+                    transport, nodes, dim, agg, round_id=round_id, advertised=advertised, carried=carried
+                )
                 done = time.perf_counter()
                 if result.survivors != nodes:
                     raise RuntimeError(f"{mode} round {r} lost sites: {result.dropped}")
