@@ -52,16 +52,29 @@ def _mul(a: int, b: int) -> int:
     return _reduce(z)
 
 
-def _mul_public(v: int, x: int) -> int:
-    """v * x for a public x-coordinate x: one doubling per bit of x. Only x picks the branches;
-    the reduction of v's overflow is arithmetic, not a branch on v (which holds secret data)."""
+def _set_bits(x: int) -> tuple[int, ...]:
+    """The positions of x's one bits (x public: an x-coordinate, 4 bytes on the wire)."""
+    if not 0 <= x < 1 << 32:
+        raise ValueError(f"x-coordinates are 32-bit, got {x}")
+    return tuple(j for j in range(x.bit_length()) if x >> j & 1)
+
+
+def _mul_shifts(v: int, shifts: tuple[int, ...]) -> int:
+    """v * x for a public x given as `_set_bits(x)`: the carry-less product (a shift and XOR per one
+    bit of x), then one reduction. Only x picks the loop; nothing branches on v (secret data).
+    Half the big-integer operations of a doubling per bit, on Horner's path at every share."""
     z = 0
-    while x:
-        z ^= v * (x & 1)
-        v <<= 1
-        v ^= _MODULUS * (v >> _BITS)
-        x >>= 1
-    return z
+    for j in shifts:
+        z ^= v << j
+    # x < 2^32, so the part past x^128 is under 32 bits and its x^7 term stays under x^128: one
+    # pass of _reduce's folding suffices
+    high = z >> _BITS
+    return (z & _MASK) ^ high ^ (high << 1) ^ (high << 2) ^ (high << 7)
+
+
+def _mul_public(v: int, x: int) -> int:
+    """v * x for a public x-coordinate x."""
+    return _mul_shifts(v, _set_bits(x))
 
 
 def _inverse(a: int) -> int:
@@ -107,9 +120,10 @@ def split_secret(secret: bytes, threshold: int, count: int) -> list[bytes]:
     coeffs.append(int.from_bytes(secret, "big"))
     shares = []
     for x in range(1, count + 1):
+        shifts = _set_bits(x)
         y = 0
         for c in coeffs:
-            y = _mul_public(y, x) ^ c
+            y = _mul_shifts(y, shifts) ^ c
         shares.append(x.to_bytes(4, "little") + y.to_bytes(SECRET_BYTES, "big"))
     return shares
 

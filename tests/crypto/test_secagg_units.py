@@ -107,6 +107,12 @@ def test_shamir_threshold():
     assert combine_secret(shares[:2], 2) != secret
 
 
+def test_shamir_x_coordinates_are_32_bit():
+    # the one-pass reduction of a product by a public x holds for x < 2^32 (a share's 4-byte x)
+    with pytest.raises(ValueError, match="32-bit"):
+        shamir._mul_public(1, 1 << 32)
+
+
 @pytest.mark.parametrize(("threshold", "count"), [(2, 2), (3, 4), (5, 7), (9, 16)])
 def test_shamir_matches_pycryptodome_both_ways(threshold, count):
     # secagg_shamir writes GF(2^128) out by hand for speed; it must stay pycryptodome's field,
@@ -119,6 +125,7 @@ def test_shamir_matches_pycryptodome_both_ways(threshold, count):
         x = rng.randrange(1, 1 << 32)
         assert shamir._mul(a, b) == int(_Element(a) * _Element(b))
         assert shamir._mul_public(a, x) == int(_Element(a) * _Element(x))
+        assert shamir._mul_public(a, (1 << 32) - 1) == int(_Element(a) * _Element((1 << 32) - 1))
         if a:
             assert shamir._inverse(a) == int(_Element(a).inverse())
     secret = rng.randbytes(16)
