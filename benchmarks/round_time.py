@@ -10,7 +10,8 @@ deployment's wall clock, where sites train in parallel.
 
 `--secagg` adds the same round with SecAgg+ and no DP (the secure sum's cost inside a real round),
 `--private` DP-SGD with SecAgg+, `--he` SecAgg+ with the α scalars under CKKS (masked, signed
-keys from one `keys init` folder per site count); all need at least 3 sites.
+keys from one `keys init` folder per site count), `--hardened` all three (DP-SGD, SecAgg+, CKKS);
+all need at least 3 sites. A cell's modes run interleaved, run by run.
 Every mode does the same training work, so a ratio between two modes is the mechanisms' cost: the
 DP round samples patients Poisson at rate q (`--sample-rate`), ceil(1/q) steps an epoch of q·n
 patients in expectation (n: a site's training patients), and the non-private rounds take shuffled
@@ -81,10 +82,10 @@ def make_config(sites: int, t: int, args: argparse.Namespace, mode: str, out: Pa
         # the audit trail signs and writes every event; it is part of a real round, so it stays on
         "audit": {"enabled": True},
     }
-    if mode == "dp":
+    if mode in ("dp", "dp_he"):
         data["dp"] = {"enabled": True, "target_epsilon": 8.0, "sample_rate": args.sample_rate}
-    data["secagg"] = {"enabled": mode in ("dp", "secagg", "secagg_he")}
-    if mode == "secagg_he":  # the sites' signing keys sign their α mask keys: one kit for all
+    data["secagg"] = {"enabled": mode in ("dp", "dp_he", "secagg", "secagg_he")}
+    if mode in ("secagg_he", "dp_he"):  # the sites' signing keys sign their α mask keys: one kit for all
         keys = Path(args.cache) / f"keys-{sites}"
         if not (keys / "fingerprints.json").exists():
             init_keys(keys, ["server", *[f"site{i}" for i in range(sites)]])
@@ -93,36 +94,51 @@ def make_config(sites: int, t: int, args: argparse.Namespace, mode: str, out: Pa
     return build_config(data)
 
 
-def one_cell(
-    sites: int, t: int, args: argparse.Namespace, mode: str, root: Path, repeats: int
-) -> dict[str, Any]:
-    seconds: list[float] = []
-    totals: list[float] = []
-    aggregation = ""
+def run_once(
+    sites: int, t: int, args: argparse.Namespace, mode: str, out: Path
+) -> tuple[list[float], float, str]:
+    """One run: its rounds' seconds, its whole wall time and its aggregation's name."""
+    cfg = make_config(sites, t, args, mode, out)
+    start = time.perf_counter()
+    outcome = run_inprocess(cfg, out)
+    total = time.perf_counter() - start
+    metrics = json.loads((out / "metrics.json").read_text())
+    if metrics["he"] != cfg.he.enabled:
+        raise RuntimeError(f"{mode}: the run's CKKS setting did not take")
+    if len(metrics["per_round"]) != args.rounds or outcome.stopped_early:
+        raise RuntimeError(f"run stopped early: {outcome.stopped_early}")
+    return [float(row["seconds"]) for row in metrics["per_round"]], total, metrics["secure_aggregation"]
+
+
+def cell_rows(
+    sites: int, t: int, args: argparse.Namespace, modes: list[str], root: Path, repeats: int
+) -> list[dict[str, Any]]:
+    """Every mode's runs of one (sites, T) cell, interleaved run by run (plain, then each hardened
+    mode, then plain again...), so that a machine's load drifts over all modes alike."""
+    seconds: dict[str, list[float]] = {m: [] for m in modes}
+    totals: dict[str, list[float]] = {m: [] for m in modes}
+    aggregation: dict[str, str] = {}
     for rep in range(repeats):
-        out = root / f"{mode}-s{sites}-t{t}-{rep}"
-        cfg = make_config(sites, t, args, mode, out)
-        start = time.perf_counter()
-        outcome = run_inprocess(cfg, out)
-        totals.append(time.perf_counter() - start)
-        metrics = json.loads((out / "metrics.json").read_text())
-        if metrics["he"] != cfg.he.enabled:
-            raise RuntimeError(f"{mode}: the run's CKKS setting did not take")
-        if len(metrics["per_round"]) != args.rounds or outcome.stopped_early:
-            raise RuntimeError(f"run stopped early: {outcome.stopped_early}")
-        seconds += [float(row["seconds"]) for row in metrics["per_round"]]
-        aggregation = metrics["secure_aggregation"]
-    return {
-        "sites": sites,
-        "T": t,
-        "private": mode == "dp",
-        "mode": mode,
-        "aggregation": aggregation,
-        "round_s": seconds,
-        "round_s_median": statistics.median(seconds),
-        "round_s_per_site": statistics.median(seconds) / sites,
-        "run_s_including_setup_and_evaluation_median": statistics.median(totals),
-    }
+        for mode in modes:
+            rounds, total, aggregation[mode] = run_once(
+                sites, t, args, mode, root / f"{mode}-s{sites}-t{t}-{rep}"
+            )
+            seconds[mode] += rounds
+            totals[mode].append(total)
+    return [
+        {
+            "sites": sites,
+            "T": t,
+            "private": mode in ("dp", "dp_he"),
+            "mode": mode,
+            "aggregation": aggregation[mode],
+            "round_s": seconds[mode],
+            "round_s_median": statistics.median(seconds[mode]),
+            "round_s_per_site": statistics.median(seconds[mode]) / sites,
+            "run_s_including_setup_and_evaluation_median": statistics.median(totals[mode]),
+        }
+        for mode in modes
+    ]
 
 
 def main() -> None:
@@ -147,6 +163,11 @@ def main() -> None:
     parser.add_argument("--private", action="store_true", help="also run DP-SGD + SecAgg+ (sites >= 3)")
     parser.add_argument("--secagg", action="store_true", help="also run SecAgg+ without DP (sites >= 3)")
     parser.add_argument("--he", action="store_true", help="also run SecAgg+ + CKKS α, no DP (sites >= 3)")
+    parser.add_argument(
+        "--hardened",
+        action="store_true",
+        help="also run DP-SGD + SecAgg+ + CKKS α, every mechanism (sites >= 3)",
+    )
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "secure_fed_bench_cache")
     parser.add_argument("--quick", action="store_true", help="sites 2 and 3, T = 3 only")
     args = parser.parse_args()
@@ -158,13 +179,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         # a first run pays one-off costs (lazy imports, first-call dispatch, cohort synthesis and
         # base pretraining into the cache): run the smallest cell once and discard it
-        one_cell(min(args.sites), min(args.T), args, "plain", Path(tmp) / "warmup", 1)
-        modes = ["plain"] + ["secagg"] * args.secagg + ["secagg_he"] * args.he + ["dp"] * args.private
+        run_once(min(args.sites), min(args.T), args, "plain", Path(tmp) / "warmup")
+        modes = (
+            ["plain"]
+            + ["secagg"] * args.secagg
+            + ["secagg_he"] * args.he
+            + ["dp"] * args.private
+            + ["dp_he"] * args.hardened
+        )
         for t in args.T:
             for sites in args.sites:
-                for mode in modes:
-                    if mode == "plain" or sites >= 3:
-                        rows.append(one_cell(sites, t, args, mode, Path(tmp), args.repeats))
+                cell_modes = [m for m in modes if m == "plain" or sites >= 3]
+                rows += cell_rows(sites, t, args, cell_modes, Path(tmp), args.repeats)
     print(
         json.dumps(
             {

@@ -95,6 +95,14 @@ def test_round_time_shapers_pool_runs_per_cell() -> None:
     assert he["rows"] == [["T = 5, 3 sites", "2.200 (2.00–3.00)", "2.400", "2.400", "1.09"]]
     secagg = bench_tables.shape("round-time-secagg", [first, second], "cmd", "machine", None, "0" * 40)
     assert secagg["rows"] == [["T = 5, 3 sites", "2.20 → 2.40", "1.09"]]
+    hardened = _round_output(
+        {(5, 3, "plain"): [1.0, 1.2, 1.1], (5, 3, "dp"): [1.3], (5, 3, "dp_he"): [1.5, 1.3]}
+    )
+    hardened |= {"repeats": 3, "training": {"steps_per_epoch": 4, "batch_patients": 2}}
+    table = bench_tables.shape("round-hardened", hardened, "cmd", "machine", None, "0" * 40)
+    assert table["rows"] == [
+        ["T = 5, 3 sites", "1.100 (1.00–1.20)", "1.300 (1.30–1.30)", "1.400 (1.30–1.50)", "1.27"]
+    ]
     # a cell with no DP run reads as a dash, not as a zero
     plain = bench_tables.shape("round-time", first, "cmd", "machine", None, "0" * 40)
     assert plain["rows"] == [["T = 5, 3 sites", "2.10", "0.70", "—", "—"]]

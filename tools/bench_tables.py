@@ -182,6 +182,20 @@ def round_he_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
     return rows
 
 
+def round_hardened_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    cells = _round_cells(outs)
+    rows = []
+    for t, sites in sorted({(t, s) for t, s, m in cells if m == "dp_he"}):
+        runs = {m: cells[(t, sites, m)] for m in ("plain", "dp", "dp_he")}
+        medians = {m: statistics.median(v) for m, v in runs.items()}
+        rows.append(
+            [_cell_label(t, sites)]
+            + [f"{medians[m]:.3f} ({min(runs[m]):.2f}–{max(runs[m]):.2f})" for m in ("plain", "dp", "dp_he")]
+            + [f"{medians['dp_he'] / medians['plain']:.2f}"]
+        )
+    return rows
+
+
 def threads_columns(outs: Sequence[dict[str, Any]]) -> list[str]:
     runs = [f"median s/step (run {i}, {out['steps']} steps)" for i, out in enumerate(outs, 1)]
     return ["busy cores", "threads", *runs]
@@ -566,6 +580,23 @@ SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[
         ],
         round_he_rows,
         lambda outs: ["Medians over the runs per mode (`round_s`); ratio of medians."],
+    ),
+    "round-hardened": (
+        "The fully hardened FedTAR round (DP-SGD + SecAgg+ + CKKS) against a plain round doing the same "
+        "training work (tiny preset; modes interleaved run by run)",
+        [
+            "T, sites",
+            "plain (s, median (range))",
+            "DP + SecAgg+ (s)",
+            "DP + SecAgg+ + CKKS (s)",
+            "DP + SecAgg+ + CKKS / plain",
+        ],
+        round_hardened_rows,
+        lambda outs: [
+            f"{_one(outs)['repeats']} runs per mode; every mode takes the DP round's optimizer steps on the "
+            f"same rows ({_one(outs)['training']['steps_per_epoch']} steps an epoch of "
+            f"{_one(outs)['training']['batch_patients']} patients); ratio of medians."
+        ],
     ),
     "threads": (
         "One training step of the tiny model on 1 and 2 torch threads, with a core busy or not",
