@@ -312,3 +312,19 @@ def test_wire_codec_round_trips_exactly_and_reports_both_codecs() -> None:
     assert [row["dtype"] for row in out["rows"]] == ["float64", "float32", "uint32"]
     for row in out["rows"]:  # the script raises unless every round trip came back exact
         assert set(row["ms_per_mb"]) == {"flower", "ours"} and row["ratio_ours_to_flower"] > 0
+
+
+def test_secagg_flower_against_sets_ours_beside_flowers_at_each_site_count() -> None:
+    cell = {"plain_round_s_median": 0.5, "secagg_round_s_median": 1.5}
+    out = {
+        "runtime": "flwr simulation",
+        "results": {
+            "ours": [{"sites": 10, **cell}, {"sites": 100, **cell}],  # Flower's ran at 10 only
+            "flower": [{"sites": 10, "plain_round_s_median": 0.4, "secagg_round_s_median": 3.0}],
+        },
+    }
+    table = _tool("bench_tables").shape("secagg-flower-against", out, "cmd", "machine", None, "0" * 40)
+    assert table["rows"] == [
+        [10, "plain round", "0.500", "0.400", "1.25"],
+        [10, "SecAgg+ round", "1.500", "3.000", "0.50"],
+    ]

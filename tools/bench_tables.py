@@ -300,6 +300,21 @@ def secagg_flower_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
     return rows
 
 
+def secagg_flower_against_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    """Ours against Flower's own at each site count both ran: plain round and SecAgg+ round."""
+    results = _one(outs)["results"]
+    theirs = {cell["sites"]: cell for cell in results.get("flower", [])}
+    rows = []
+    for cell in results.get("ours", []):
+        other = theirs.get(cell["sites"])
+        if other is None:
+            continue
+        for mode, label in (("plain", "plain round"), ("secagg", "SecAgg+ round")):
+            ours, flower = cell[f"{mode}_round_s_median"], other[f"{mode}_round_s_median"]
+            rows.append([cell["sites"], label, f"{ours:.3f}", f"{flower:.3f}", f"{ours / flower:.2f}"])
+    return rows
+
+
 def _output(out: dict[str, Any]) -> dict[str, Any]:
     # docs/results/distributed-*.json commit the script's output under "output", beside the
     # "source" it was run with; either form shapes alike
@@ -609,6 +624,16 @@ SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[
         ["implementation", "what is timed", "sites", "plain → SecAgg+ (s)", "ratio"],
         secagg_flower_rows,
         lambda outs: [f"{_one(outs)['runtime']}; {_int(_first_dim(outs))} float32 values."],
+    ),
+    "secagg-flower-against": (
+        "Our rounds against Flower's own in its simulation runtime (1 M float32 values, medians of the timed "
+        "pairs)",
+        ["sites", "round", "ours (s)", "Flower's (s)", "ours / Flower's"],
+        secagg_flower_against_rows,
+        lambda outs: [
+            f"{_one(outs)['runtime']}; our plain round is one message phase (each site's vector on its "
+            "training reply), Flower's plain round its default fit workflow."
+        ],
     ),
     "ckks": (
         "CKKS sum of the α scalars (masked protocol, signed mask keys), per round",
