@@ -141,12 +141,10 @@ def _recorded_run(monkeypatch, cfg, **kw):
     return outcome, made[0]
 
 
-@pytest.mark.parametrize("method", [None, "drfa"])  # the default method, and DRFA's own round
-def test_secagg_keys_ride_on_the_training_message(make_config, monkeypatch, method):
+def test_secagg_keys_ride_on_the_training_message(make_config, monkeypatch):
     """No round trip of its own for key advertisement: the training message carries each site's
     SecAgg+ setup, the training reply its public keys, and the sum needs 3 more phases, not 4."""
-    chosen = {"fed__method": method} if method else {}
-    outcome, transport = _recorded_run(monkeypatch, make_config("masked", secagg__enabled=True, **chosen))
+    outcome, transport = _recorded_run(monkeypatch, make_config("masked", secagg__enabled=True))
     phases = [phase for phase, _, _ in transport.log]
     assert SETUP not in phases
     per_round = [p for p in phases if p in SECAGG_PHASES]
@@ -160,7 +158,7 @@ def test_secagg_keys_ride_on_the_training_message(make_config, monkeypatch, meth
     assert all(r["quantisation_bound"] > 0 for r in outcome.metrics["per_round"])
 
 
-@pytest.mark.parametrize("method", [None, "drfa"])
+@pytest.mark.parametrize("method", [None, "drfa"])  # DRFA's own round takes the shared training phase too
 def test_a_plain_round_is_one_message_phase(make_config, monkeypatch, method):
     """The plain sum's vectors come back with the training replies: no plain-sum query of its own,
     and the sum is the same one the query gave."""
