@@ -31,13 +31,16 @@ _REDUCTION = (1 << 7) | (1 << 2) | (1 << 1) | 1
 _MODULUS = (1 << _BITS) | _REDUCTION
 
 
+def _fold(z: int) -> int:
+    # the high part h stands for h * x^128 = h * (x^7 + x^2 + x + 1)
+    high = z >> _BITS
+    return (z & _MASK) ^ high ^ (high << 1) ^ (high << 2) ^ (high << 7)
+
+
 def _reduce(z: int) -> int:
-    # the high part h stands for h * x^128 = h * (x^7 + x^2 + x + 1); twice, because h * x^7 can
-    # itself reach past x^128 (by at most 7 bits, which the second pass folds back)
-    for _ in range(2):
-        high = z >> _BITS
-        z = (z & _MASK) ^ high ^ (high << 1) ^ (high << 2) ^ (high << 7)
-    return z
+    # twice, because h * x^7 can itself reach past x^128 (by at most 7 bits, which the second
+    # fold brings back)
+    return _fold(_fold(z))
 
 
 def _mul(a: int, b: int) -> int:
@@ -67,9 +70,8 @@ def _mul_shifts(v: int, shifts: tuple[int, ...]) -> int:
     for j in shifts:
         z ^= v << j
     # x < 2^32, so the part past x^128 is under 32 bits and its x^7 term stays under x^128: one
-    # pass of _reduce's folding suffices
-    high = z >> _BITS
-    return (z & _MASK) ^ high ^ (high << 1) ^ (high << 2) ^ (high << 7)
+    # fold suffices
+    return _fold(z)
 
 
 def _mul_public(v: int, x: int) -> int:

@@ -50,10 +50,10 @@ def _encode_list(value: list[Any], blobs: list[bytes], offset: list[int]) -> lis
     # partner: at degree 49 tagging each item cost a quarter of the round, so a homogeneous list is
     # one header entry (bytes: one blob and the lengths); `type(v) is int` keeps bools out of "I".
     if value and all(type(v) is bytes for v in value):
-        lengths = [len(v) for v in value]
+        start = offset[0]
         blobs.append(b"".join(value))
-        offset[0] += sum(lengths)
-        return ["Y", offset[0] - sum(lengths), lengths]
+        offset[0] += len(blobs[-1])
+        return ["Y", start, [len(v) for v in value]]
     if value and all(type(v) is int for v in value):
         return ["I", value]
     return ["l", [_encode_scalar(v, blobs, offset) for v in value]]
@@ -96,11 +96,11 @@ def _decode_scalar(item: list[Any], body: memoryview) -> Any:
 
 
 def _decode_bytes_list(start: int, lengths: list[int], body: memoryview) -> list[bytes]:
-    if not all(type(n) is int and n >= 0 for n in lengths) or not 0 <= start <= start + sum(lengths) <= len(
-        body
-    ):
+    valid = all(type(n) is int and n >= 0 for n in lengths)
+    end = start + sum(lengths) if valid else -1
+    if not valid or not 0 <= start <= end <= len(body):
         raise ValueError("malformed bytes list in payload")
-    blob = bytes(body[start : start + sum(lengths)])
+    blob = bytes(body[start:end])
     out, at = [], 0
     for length in lengths:
         out.append(blob[at : at + length])
