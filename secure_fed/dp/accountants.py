@@ -15,22 +15,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from opacus.accountants import RDPAccountant
-from opacus.accountants.analysis import rdp as rdp_analysis
-from opacus.accountants.analysis.prv import (
-    Domain,
-    PoissonSubsampledGaussianPRV,
-    TruncatedPrivacyRandomVariable,
-    compose_heterogeneous,
-    compute_safe_domain_size,
-    discretize,
-)
 
 from secure_fed.dp import analytic_gaussian
 from secure_fed.dp.events import Event, PoissonSampledGaussian, SkellamSum, leaves
 from secure_fed.dp.skellam import ORDERS, skellam_subsampled_curve
 
-DEFAULT_ORDERS: tuple[float, ...] = tuple(float(a) for a in RDPAccountant.DEFAULT_ALPHAS)
+# Opacus is imported where a value is priced, not here: importing it pulls in torch.distributed and
+# scipy.stats (~1.6 s of CPU), which every process importing the package paid, a hospital node's
+# per-message process and `secure-fed audit verify` of a run without DP included.
+# Opacus' RDPAccountant.DEFAULT_ALPHAS, pinned against it by tests/dp/test_accountants.py.
+DEFAULT_ORDERS: tuple[float, ...] = tuple(
+    [1 + x / 10.0 for x in range(1, 100)] + [float(a) for a in range(12, 64)]
+)
 # A history with a Skellam sum is priced on Opacus' orders plus every integer order up to 256 (the
 # Skellam amplification bound exists at integer orders only; it is +inf at the fractional ones).
 SKELLAM_ORDERS: tuple[float, ...] = tuple(sorted(set(DEFAULT_ORDERS) | {float(a) for a in range(2, 257)}))
@@ -64,6 +60,8 @@ def schedule(events: Event | Iterable[Event]) -> list[tuple[float, float, int]]:
 
 @functools.lru_cache(maxsize=1024)
 def _rdp_one_step(rate: float, sigma: float, orders: tuple[float, ...]) -> np.ndarray:
+    from opacus.accountants.analysis import rdp as rdp_analysis
+
     curve = np.asarray(rdp_analysis.compute_rdp(q=rate, noise_multiplier=sigma, steps=1, orders=list(orders)))
     curve.setflags(write=False)  # shared by the cache
     return curve
@@ -130,6 +128,8 @@ def epsilon_rdp(
         # The "optimal order is the smallest/largest alpha" warning only says the bound could be
         # tighter with more orders; the value is still a valid upper bound.
         warnings.simplefilter("ignore", UserWarning)
+        from opacus.accountants.analysis import rdp as rdp_analysis
+
         eps, _ = rdp_analysis.get_privacy_spent(orders=list(orders), rdp=curve, delta=delta)
     return max(0.0, float(eps))
 
@@ -176,6 +176,15 @@ def _opacus_prv(
 ) -> PrvResult:
     # Same construction as opacus.accountants.PRVAccountant._get_dprv, unrolled so the domain size
     # can be checked before allocating it and every failure becomes a reason, not a wrong number.
+    from opacus.accountants.analysis.prv import (
+        Domain,
+        PoissonSubsampledGaussianPRV,
+        TruncatedPrivacyRandomVariable,
+        compose_heterogeneous,
+        compute_safe_domain_size,
+        discretize,
+    )
+
     delta_error = delta / 1000
     counts = [count for _, _, count in triples]
     prvs = [PoissonSubsampledGaussianPRV(rate, sigma) for rate, sigma, _ in triples]

@@ -32,13 +32,11 @@ the modules, and runs Opacus' `ModuleValidator` on every module that owns traina
 from __future__ import annotations
 
 import contextlib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
-from opacus.grad_sample import GradSampleModule
-from opacus.grad_sample.gsm_exp_weights import GradSampleModuleExpandedWeights
-from opacus.validators import ModuleValidator
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 from torch.nn.utils._expanded_weights.expanded_weights_impl import ExpandedWeight
@@ -102,6 +100,8 @@ def check_modules(modules: Sequence[nn.Module]) -> list[tuple[str, nn.Module]]:
             elif isinstance(sub, _BatchNorm):
                 batch_norms.append((where, sub))
             if any(p.requires_grad for p in sub.parameters(recurse=False)):
+                from opacus.validators import ModuleValidator  # Opacus on first use (accountants.py)
+
                 problems.extend(f"{where}: {error}" for error in ModuleValidator.validate(sub, strict=False))
     if problems:
         raise ValueError(
@@ -163,49 +163,71 @@ def row_gradients(params: Sequence[torch.Tensor], rows: int) -> torch.Tensor:
     return torch.cat(blocks, dim=1)
 
 
-class ExpandedWeightsModule(GradSampleModuleExpandedWeights):
-    """Opacus' "ew" mode: torch's ExpandedWeights compute each row's gradient inside the backward
-    of every op that uses a trainable parameter, with no module hooks, and autograd skips the
-    summed weight gradient that DP-SGD discards anyway.
+def _grad_sample_module() -> type[nn.Module]:
+    from opacus.grad_sample import GradSampleModule
 
-    Opacus' forward goes through `torch.func.functional_call`, which walks every named module,
-    parameter and buffer of the model on every call; for a ViT+GPT-2 with peft adapters that walk
-    cost more than the per-row gradients (benchmarks/dp_overhead.py). The trainable parameters'
-    owners are found once here instead, and only those parameters are swapped per call. Call this
-    wrapper, not the wrapped module: the plain module computes ordinary gradients only. A trainable
-    parameter used by an op ExpandedWeights has no per-row rule for (anything but linear, conv,
-    embedding and the norm layers) raises at the forward; it is never silently skipped.
-    """
+    return GradSampleModule
 
-    def __init__(self, m: nn.Module, *, loss_reduction: str = "sum") -> None:
-        super().__init__(m, batch_first=True, loss_reduction=loss_reduction)
-        self._slots = [
-            (owner, name, param)
-            for owner in m.modules()
-            for name, param in owner._parameters.items()
-            if param is not None and param.requires_grad
-        ]
-        self._recording = True
 
-    def forward(self, *args: object, **kwargs: object) -> torch.Tensor:
-        if not self._recording:
-            return self._module(*args, **kwargs)
-        first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
-        if first is None:
-            raise RuntimeError("no tensor argument to take the batch size from")
-        batch_size = first.shape[0]  # batch first, as every module here
-        for _, _, param in self._slots:
-            if getattr(param, "grad_sample", None) is not None:
-                # ExpandedWeights would add this forward's rows onto the last step's
-                raise RuntimeError("per-row gradients of an earlier step were not cleared; call zero_grad()")
-        with expanded_weights(self._slots, batch_size, self.loss_reduction):
-            return self._module(*args, **kwargs)
+@functools.cache
+def _expanded_weights_module() -> type[nn.Module]:
+    """`ExpandedWeightsModule`, defined on first use: its base class is Opacus' (accountants.py says
+    why Opacus is not imported with the package)."""
+    from opacus.grad_sample.gsm_exp_weights import GradSampleModuleExpandedWeights
 
-    def disable_hooks(self) -> None:
-        self._recording = False
+    class ExpandedWeightsModule(GradSampleModuleExpandedWeights):
+        """Opacus' "ew" mode: torch's ExpandedWeights compute each row's gradient inside the backward
+        of every op that uses a trainable parameter, with no module hooks, and autograd skips the
+        summed weight gradient that DP-SGD discards anyway.
 
-    def enable_hooks(self) -> None:
-        self._recording = True
+        Opacus' forward goes through `torch.func.functional_call`, which walks every named module,
+        parameter and buffer of the model on every call; for a ViT+GPT-2 with peft adapters that walk
+        cost more than the per-row gradients (benchmarks/dp_overhead.py). The trainable parameters'
+        owners are found once here instead, and only those parameters are swapped per call. Call this
+        wrapper, not the wrapped module: the plain module computes ordinary gradients only. A trainable
+        parameter used by an op ExpandedWeights has no per-row rule for (anything but linear, conv,
+        embedding and the norm layers) raises at the forward; it is never silently skipped.
+        """
+
+        def __init__(self, m: nn.Module, *, loss_reduction: str = "sum") -> None:
+            super().__init__(m, batch_first=True, loss_reduction=loss_reduction)
+            self._slots = [
+                (owner, name, param)
+                for owner in m.modules()
+                for name, param in owner._parameters.items()
+                if param is not None and param.requires_grad
+            ]
+            self._recording = True
+
+        def forward(self, *args: object, **kwargs: object) -> torch.Tensor:
+            if not self._recording:
+                return self._module(*args, **kwargs)
+            first = next((a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)), None)
+            if first is None:
+                raise RuntimeError("no tensor argument to take the batch size from")
+            batch_size = first.shape[0]  # batch first, as every module here
+            for _, _, param in self._slots:
+                if getattr(param, "grad_sample", None) is not None:
+                    # ExpandedWeights would add this forward's rows onto the last step's
+                    raise RuntimeError(
+                        "per-row gradients of an earlier step were not cleared; call zero_grad()"
+                    )
+            with expanded_weights(self._slots, batch_size, self.loss_reduction):
+                return self._module(*args, **kwargs)
+
+        def disable_hooks(self) -> None:
+            self._recording = False
+
+        def enable_hooks(self) -> None:
+            self._recording = True
+
+    return ExpandedWeightsModule
+
+
+def __getattr__(name: str) -> object:
+    if name == "ExpandedWeightsModule":
+        return _expanded_weights_module()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass(frozen=True)
@@ -250,9 +272,9 @@ class PatientDPSGD:
         # hand-written per-layer samplers) and "functorch" (torch.func per layer) hook the modules'
         # own sub-layers, so with them callers may keep calling the unwrapped modules.
         self.wrapped: list[nn.Module] = [
-            ExpandedWeightsModule(m, loss_reduction="sum")
+            _expanded_weights_module()(m, loss_reduction="sum")
             if grad_sample_mode == "ew"
-            else GradSampleModule(
+            else _grad_sample_module()(
                 m,
                 batch_first=True,
                 loss_reduction="sum",

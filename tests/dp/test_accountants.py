@@ -24,6 +24,14 @@ def _google_event() -> dpa.DpEvent:
     return dpa.ComposedDpEvent([*steps, dpa.GaussianDpEvent(HISTOGRAM_SIGMA)])
 
 
+def test_default_orders_are_opacus_own() -> None:
+    """The orders are written out so that importing the accountants does not import Opacus; they must
+    stay Opacus' (every pinned ε below is priced on them)."""
+    from opacus.accountants import RDPAccountant
+
+    assert DEFAULT_ORDERS == tuple(float(a) for a in RDPAccountant.DEFAULT_ALPHAS)
+
+
 def test_opacus_rdp_reference_value() -> None:
     # The classic Abadi et al. setting priced by Opacus' RDP analysis with the Balle et al. (2020)
     # RDP→DP conversion, which Opacus has used since 1.0 (the older log(1/δ)/(α-1) rule gives 8.07).
