@@ -1,6 +1,7 @@
 """A simulation worker killed mid-round (SIGKILL, as Ray's out-of-memory monitor and the kernel's
 OOM killer end one): the console names each site and the cause once, nothing of Ray's text reaches
-a signed record or the report, the run exits non-zero, and `--resume` finishes it."""
+a signed record or the report, the run exits non-zero, and `--resume` finishes it. The run sums its
+updates with SecAgg+, so the protocol between Ray actors is exercised here too, across the resume."""
 
 from __future__ import annotations
 
@@ -67,7 +68,7 @@ def test_a_killed_worker_stops_the_run_clearly_and_resume_finishes_it(
     warm_cache(load_config(config))
     out = tmp_path / "run"
     log = tmp_path / "run.log"
-    proc = _run("--config", str(config), "--out", str(out), "--method", "fedavg", log=log)
+    proc = _run("--config", str(config), "--out", str(out), "--method", "fedavg", "--secagg", log=log)
     try:
         _wait_for(f"round 1/{ROUNDS}", log, proc, TIMEOUT)
         workers = _actor_workers(proc.pid)
@@ -118,6 +119,9 @@ def test_a_killed_worker_stops_the_run_clearly_and_resume_finishes_it(
     assert proc.returncode == 0, again.read_text()[-4000:]
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["rounds"] == ROUNDS and [r["round"] for r in metrics["per_round"]] == [1, 2]
+    # every round's sum went through SecAgg+ (a plain sum reports a zero quantisation bound)
+    assert metrics["secure_aggregation"] == "secagg+"
+    assert all(0 < r["quantisation_bound"] < 1e-7 for r in metrics["per_round"]), metrics["per_round"]
     # the resumed run's logs go on from where the kill left them: every one verifies and is closed
     verify = subprocess.run(
         [str(BIN / "secure-fed"), "audit", "verify", *map(str, logs), "--keys", str(out / "keys")],
