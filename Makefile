@@ -12,7 +12,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser test test-deploy demo lint bench clean results results-paper results-paper-drift0 results-paper-drift results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2
+.PHONY: install browser test test-deploy demo lint bench clean results results-paper results-paper-drift0 results-paper-drift results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2 results-hospital-grid results-hospital-grid-site results-hospital-grid-distributed hospital-grid-worker-1 hospital-grid-worker-2
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || bash .ci/check-install-space $(dir $(abspath $(VENV))) $(INSTALL_NEEDS_GIB)
@@ -69,8 +69,11 @@ results-paper-drift: $(STAMP)
 	$(SWEEP) --config configs/paper-drift.toml --methods $(PAPER_METHODS) --seeds 0,1,2 --epsilons inf -o runs/results-paper-drift
 	$(SWEEP) --config configs/paper-drift-distributed.toml --methods $(PAPER_PRIVATE) --seeds 0,1,2 --epsilons 8 -o runs/results-paper-drift-distributed
 
-# docs/RESULTS.md's "Hospital scale" grid (issue 30): 10,000 patients over 5 unequal sites; central at
-# a finite ε is DP-SGD on the pooled patients. Resumable like `results` (finished cells are skipped):
+# docs/RESULTS.md's "Hospital scale" at the DP recipe the configs carry (chosen on public patients by
+# benchmarks/dp_tune.py; docs/experiments/hospital-retuned-recipe.md): 10,000 patients over 5
+# unequal sites, at ε = 8 distributed FedAvg and FedTAR (DP inside SecAgg+), pooled DP-SGD
+# (`central` at a finite ε), its noise-free clipped reference and the non-private references.
+# Resumable like `results` (finished cells are skipped):
 #   nohup make -j2 results-hospital > runs/results-hospital.log 2>&1 &
 # Two workers share both sweeps' cells, one cell each at a time (DP steps run in passes of at most
 # dp.max_patients_per_pass patients, so two cells fit in 24 GiB: docs/RESULTS.md, "Hospital scale"):
@@ -78,10 +81,7 @@ results-paper-drift: $(STAMP)
 # (a lock beside its folder) to it, so neither idles while the other has hours of cells left. The
 # last recipe writes each sweep's tables from all its cells and runs any fine-tuned cell that was
 # left waiting for its federated cell. Without -j2 the first worker runs everything.
-# Its wall time here is estimated per unit by benchmarks/hospital_cost.py (docs/BENCHMARKS.md) and
-# from the cells that ran by benchmarks/hospital_grid_time.py (docs/RESULTS.md). The second
-# sweep is issue 31's comparison: FedAvg and FedTAR with distributed DP on the same patients and DP
-# recipe, and FedAvg's model fine-tuned at each site (an epoch of its own that releases nothing).
+# Its wall time here, from the cells that ran: benchmarks/hospital_grid_time.py (docs/RESULTS.md).
 results-hospital: hospital-worker-1 hospital-worker-2
 	$(MAKE) --no-print-directory results-hospital-site
 	$(MAKE) --no-print-directory results-hospital-distributed
@@ -95,9 +95,31 @@ hospital-worker-2: $(STAMP)
 	$(MAKE) --no-print-directory results-hospital-site
 
 results-hospital-site: $(STAMP)
-	$(SWEEP) --config configs/hospital-scale.toml --methods base,local,central,fedavg,fedtar,fedavg-ft,fedtar-ft --seeds 0,1,2 --epsilons inf,16,8,4,2,1 -o runs/results-hospital
+	$(SWEEP) --config configs/hospital-scale.toml --methods base,central,central-clip --seeds 0,1,2 --epsilons inf,8 -o runs/results-hospital
 
 results-hospital-distributed: $(STAMP)
+	$(SWEEP) --config configs/hospital-scale-distributed.toml --methods fedavg,fedtar --seeds 0,1,2 --epsilons 8 -o runs/results-hospital-distributed
+
+# The whole grid of issues 30 and 31 at the same recipe: every ε, site mode's federated methods, each
+# site fine-tuning the federated model (an epoch of its own that releases nothing). It shares its
+# folders, and so its finished cells, with `results-hospital`; the same two workers. Far longer than
+# a night here (benchmarks/hospital_grid_time.py --target results-hospital-grid).
+results-hospital-grid: hospital-grid-worker-1 hospital-grid-worker-2
+	$(MAKE) --no-print-directory results-hospital-grid-site
+	$(MAKE) --no-print-directory results-hospital-grid-distributed
+
+hospital-grid-worker-1: $(STAMP)
+	$(MAKE) --no-print-directory results-hospital-grid-site
+	$(MAKE) --no-print-directory results-hospital-grid-distributed
+
+hospital-grid-worker-2: $(STAMP)
+	$(MAKE) --no-print-directory results-hospital-grid-distributed
+	$(MAKE) --no-print-directory results-hospital-grid-site
+
+results-hospital-grid-site: $(STAMP)
+	$(SWEEP) --config configs/hospital-scale.toml --methods base,local,central,fedavg,fedtar,fedavg-ft,fedtar-ft --seeds 0,1,2 --epsilons inf,16,8,4,2,1 -o runs/results-hospital
+
+results-hospital-grid-distributed: $(STAMP)
 	$(SWEEP) --config configs/hospital-scale-distributed.toml --methods fedavg,fedtar,fedavg-ft --seeds 0,1,2 --epsilons 8,4,2,1 -o runs/results-hospital-distributed
 
 # docs/DEPLOYMENT.md's walk-through run top to bottom (a node lost, the SuperLink restarted): ~30 min here

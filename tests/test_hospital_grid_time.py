@@ -13,24 +13,41 @@ from tests.scripts import load_script
 ROOT = Path(__file__).resolve().parent.parent
 grid_time = load_script("benchmarks/hospital_grid_time.py")
 
-COMMITTED = ROOT / "docs" / "results" / "hospital-grid-time.json"
 
-
-def test_the_grid_is_the_makefiles_two_hospital_sweeps() -> None:
+def test_results_hospital_is_the_sections_cells_at_the_configs_recipe() -> None:
+    """`make results-hospital`: the headline at ε = 8 (pooled DP-SGD, its noise-free reference,
+    distributed FedAvg and FedTAR) and the non-private references, at the configs' ten passes."""
     site, distributed = grid_time.grid()
     assert site["config"] == "configs/hospital-scale.toml" and site["seeds"] == 3
-    assert None in site["epsilons"] and 16.0 in site["epsilons"]
+    assert site["methods"] == ["base", "central", "central-clip"] and site["epsilons"] == [None, 8.0]
     assert distributed["config"] == "configs/hospital-scale-distributed.toml"
+    assert distributed["methods"] == ["fedavg", "fedtar"] and distributed["epsilons"] == [8.0]
+    assert grid_time.config_passes(site["config"]) == grid_time.config_passes(distributed["config"]) == 10
     est = grid_time.estimate()
+    cells = {s["target"]: s["cells"] for s in est["sweeps"]}
+    # base, central at ∞, central at 8, central-clip at ∞ only; FedAvg and FedTAR at 8
+    assert cells == {"results-hospital-site": 3 * 4, "results-hospital-distributed": 3 * 2}
+
+
+def test_the_grid_target_is_the_whole_grid() -> None:
+    site, distributed = grid_time.grid(target="results-hospital-grid")
+    assert None in site["epsilons"] and 16.0 in site["epsilons"]
+    est = grid_time.estimate(target="results-hospital-grid")
     cells = {s["target"]: s["cells"] for s in est["sweeps"]}
     # base and local at ∞ only; every other method at each of the six ε (site) or four (distributed)
     n_site = 3 * (2 + 6 * (len(site["methods"]) - 2))
-    assert cells == {"results-hospital-site": n_site, "results-hospital-distributed": 3 * 4 * 3}
+    assert cells == {"results-hospital-grid-site": n_site, "results-hospital-grid-distributed": 3 * 4 * 3}
+    with pytest.raises(ValueError, match="unknown target"):
+        grid_time.grid(target="results")
 
 
-def test_committed_table_is_what_the_committed_wall_tables_give() -> None:
-    committed = json.loads(COMMITTED.read_text(encoding="utf-8"))
-    fresh = grid_time.table(grid_time.estimate(), committed["source"]["commit"], committed["source"]["date"])
+@pytest.mark.parametrize("target", sorted(grid_time.TARGETS))
+def test_committed_table_is_what_the_committed_wall_tables_give(target: str) -> None:
+    committed_path = ROOT / "docs" / "results" / grid_time.OUTPUT[target]
+    committed = json.loads(committed_path.read_text(encoding="utf-8"))
+    fresh = grid_time.table(
+        grid_time.estimate(target=target), committed["source"]["commit"], committed["source"]["date"]
+    )
     assert fresh == committed, "stale: run python benchmarks/hospital_grid_time.py --write"
 
 
@@ -59,10 +76,12 @@ def test_each_cell_takes_the_newest_measurement_and_a_missing_kind_is_imputed(
     )
     _wall(tmp_path / "dist.json", [["fedavg ε=8", "1", "30.0", "30"]])
     monkeypatch.setattr(
-        grid_time, "WALL_TABLES", {"a.toml": ["new.json", "old.json"], "b.toml": ["dist.json"]}
+        grid_time,
+        "WALL_TABLES",
+        {"a.toml": [("new.json", 5), ("old.json", 5)], "b.toml": [("dist.json", 5)]},
     )
 
-    est = grid_time.estimate(tmp_path, make)
+    est = grid_time.estimate(tmp_path, make, passes=5)
 
     site, dist = est["sweeps"]
     rows = {r["cell"]: r for r in site["rows"]}
@@ -118,25 +137,35 @@ def test_a_kind_no_table_has_is_refused_naming_it(tmp_path: Path, monkeypatch: p
     line = "\t$(SWEEP) --config a.toml --methods fedtar --seeds 0 --epsilons inf -o r\n"
     make.write_text(f"results-hospital-site: x\n{line}results-hospital-distributed: x\n{line}")
     _wall(tmp_path / "t.json", [["fedavg ε=∞", "1", "5.0", "5"]])
-    monkeypatch.setattr(grid_time, "WALL_TABLES", {"a.toml": ["t.json"]})
+    monkeypatch.setattr(grid_time, "WALL_TABLES", {"a.toml": [("t.json", 5)]})
     with pytest.raises(ValueError, match="fedtar ε=∞: no wall time in t.json"):
-        grid_time.estimate(tmp_path, make)
+        grid_time.estimate(tmp_path, make, passes=5)
 
 
 def test_passes_rescale_only_the_training_share() -> None:
-    """`--passes P`: a training cell's measured minutes m become m·(s·P/5 + 1 − s), s its kind's
-    training share from the per-unit costs; base and the fine-tuned cells do not train the passes."""
-    shares = grid_time.training_shares()
-    assert 0 < shares["dp"] < 1 and 0 < shares["non_private"] < 1
-    same = grid_time.estimate(passes=grid_time.PASSES)
-    assert same["j2_hours"] == grid_time.estimate()["j2_hours"]
-    measured = {r["cell"]: r["min_per_cell"] for s in grid_time.estimate()["sweeps"] for r in s["rows"]}
-    doubled = grid_time.estimate(passes=2 * grid_time.PASSES)
-    rows = {r["cell"]: r["min_per_cell"] for s in doubled["sweeps"] for r in s["rows"]}
-    s = shares["dp"]
-    assert rows["central ε=8"] == pytest.approx(measured["central ε=8"] * (1 + s), abs=1e-3)
-    assert rows["central ε=∞"] == pytest.approx(
-        measured["central ε=∞"] * (1 + shares["non_private"]), abs=1e-3
+    """A cell measured at P0 passes, at P: its minutes m become m·(r·P + 1)/(r·P0 + 1), r its kind's
+    training time per pass over its scoring time; base and the fine-tuned cells do not train the
+    passes, and the noise-free reference trains DP-SGD's steps."""
+    rates = grid_time.training_rates()
+    assert rates["dp"] > 0 and rates["non_private"] > 0
+    r = rates["dp"]
+    assert grid_time.rescale(10.0, "central", 8.0, 5, 10, rates) == pytest.approx(
+        10 * (10 * r + 1) / (5 * r + 1)
     )
-    assert rows["base ε=∞"] == measured["base ε=∞"] and rows["fedavg-ft ε=8"] == measured["fedavg-ft ε=8"]
-    assert doubled["j2_hours"] > same["j2_hours"]
+    assert grid_time.rescale(10.0, "central-clip", None, 5, 10, rates) == pytest.approx(
+        10 * (10 * r + 1) / (5 * r + 1)
+    )
+    n = rates["non_private"]
+    assert grid_time.rescale(10.0, "central", None, 5, 10, rates) == pytest.approx(
+        10 * (10 * n + 1) / (5 * n + 1)
+    )
+    assert grid_time.rescale(10.0, "base", None, 5, 10, rates) == 10.0
+    assert grid_time.rescale(10.0, "fedavg-ft", 8.0, 5, 10, rates) == 10.0
+    assert grid_time.rescale(10.0, "fedavg", 8.0, 10, 10, rates) == 10.0
+    # the configs' recipe: a row measured at other passes says so in its source, one measured at
+    # the recipe's does not
+    rows = {r["cell"]: r for s in grid_time.estimate()["sweeps"] for r in s["rows"]}
+    assert rows["central ε=∞"]["source"].endswith("rescaled from 5 passes"), rows["central ε=∞"]
+    assert rows["central ε=8"]["source"] == "hospital-retuned-site-wall.json", rows["central ε=8"]
+    doubled = grid_time.estimate(passes=20)
+    assert doubled["j2_hours"] > grid_time.estimate()["j2_hours"]

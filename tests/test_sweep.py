@@ -757,36 +757,48 @@ def _make_recipe(text: str, target: str) -> str:
     return line
 
 
-def test_make_results_hospital_runs_issue_30s_grid_on_the_hospital_config():
-    """`make results-hospital`: two resumable sweeps (site mode over issue 30's grid, distributed DP
-    for issue 31) shared by two workers that `make -j2` runs at once, each one sweep then the other
-    in opposite orders, and a last recipe that gathers both; the config is the 10,000-patient,
-    5-unequal-site cohort (< 1 s)."""
+@pytest.mark.parametrize(
+    ("target", "site_methods", "site_epsilons", "distributed_methods", "distributed_epsilons"),
+    [
+        # the section at the configs' recipe: ε = 8 and the references
+        ("results-hospital", ["base", "central", "central-clip"], ["inf", "8"], ["fedavg", "fedtar"], ["8"]),
+        # the whole grid of issues 30 and 31, and FedAvg fine-tuned at each site, whose local epoch
+        # releases nothing (the small sites' question)
+        (
+            "results-hospital-grid",
+            ["base", "local", "central", "fedavg", "fedtar", "fedavg-ft", "fedtar-ft"],
+            ["inf", "16", "8", "4", "2", "1"],
+            ["fedavg", "fedtar", "fedavg-ft"],
+            ["8", "4", "2", "1"],
+        ),
+    ],
+)
+def test_make_results_hospital_runs_on_the_hospital_configs(
+    target, site_methods, site_epsilons, distributed_methods, distributed_epsilons
+):
+    """`make results-hospital` (and `-grid`): two resumable sweeps (site mode, distributed DP for
+    issue 31) shared by two workers that `make -j2` runs at once, each one sweep then the other in
+    opposite orders, and a last recipe that gathers both; the config is the 10,000-patient,
+    5-unequal-site cohort; both targets share their folders, so their cells (< 1 s)."""
     text = (ROOT / "Makefile").read_text()
 
     def recipe(target: str) -> tuple[list[str], list[str]]:
         head, body = text.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0].split("\n", 1)
         return head.split(), [line.split()[-1] for line in body.splitlines()]
 
-    site, dist = "results-hospital-site", "results-hospital-distributed"
-    assert recipe("results-hospital") == (["hospital-worker-1", "hospital-worker-2"], [site, dist])
-    assert recipe("hospital-worker-1") == (["$(STAMP)"], [site, dist])
-    assert recipe("hospital-worker-2") == (["$(STAMP)"], [dist, site])
-    line = _make_recipe(text, "results-hospital-site")
-    distributed = _make_recipe(text, "results-hospital-distributed")
+    site, dist = f"{target}-site", f"{target}-distributed"
+    worker = target.replace("results-", "") + "-worker"
+    assert recipe(target) == ([f"{worker}-1", f"{worker}-2"], [site, dist])
+    assert recipe(f"{worker}-1") == (["$(STAMP)"], [site, dist])
+    assert recipe(f"{worker}-2") == (["$(STAMP)"], [dist, site])
+    line = _make_recipe(text, site)
+    distributed = _make_recipe(text, dist)
     cmd = line.replace("$(SWEEP)", ".venv/bin/secure-fed sweep").split()
     _check_sweep_command(cmd)
     args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
-    assert args["--methods"].split(",") == [
-        "base",
-        "local",
-        "central",
-        "fedavg",
-        "fedtar",
-        "fedavg-ft",
-        "fedtar-ft",
-    ]
-    assert args["--epsilons"].split(",") == ["inf", "16", "8", "4", "2", "1"]
+    assert args["--methods"].split(",") == site_methods
+    assert args["--epsilons"].split(",") == site_epsilons
+    assert args["-o"] == "runs/results-hospital"
     assert len(args["--seeds"].split(",")) >= 3
     synth = _config("hospital-scale").data.synth
     assert synth.site_patients is not None and sum(synth.site_patients) >= 10_000
@@ -796,9 +808,9 @@ def test_make_results_hospital_runs_issue_30s_grid_on_the_hospital_config():
     cmd = distributed.replace("$(SWEEP)", ".venv/bin/secure-fed sweep").split()
     _check_sweep_command(cmd)
     args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
-    # and FedAvg fine-tuned at each site, whose local epoch releases nothing (the small sites' question)
-    assert args["--methods"].split(",") == ["fedavg", "fedtar", "fedavg-ft"]
-    assert "inf" not in args["--epsilons"].split(",")
+    assert args["--methods"].split(",") == distributed_methods
+    assert args["--epsilons"].split(",") == distributed_epsilons
+    assert args["-o"] == "runs/results-hospital-distributed"
     site, dist = _config("hospital-scale"), _config("hospital-scale-distributed")
     assert dist.dp.noise == "distributed" and site.dp.noise == "site"
     assert dist.data == site.data and dist.model == site.model
