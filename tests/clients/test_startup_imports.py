@@ -45,11 +45,15 @@ def test_the_facades_still_give_every_name() -> None:
             assert getattr(package, name) is not None, (package.__name__, name)
         with pytest.raises(AttributeError):
             package.no_such_name  # noqa: B018
-    # the DP engine and the accountants still reach Opacus when they are used
-    assert (
-        _imported_after("from secure_fed.dp.accountants import epsilon_rdp\nepsilon_rdp([], 1e-5)")["opacus"]
-        is False
-    )  # nothing to price: no Opacus
+    # pricing reaches Opacus when there is something to price, not before
+    probe = (
+        "from secure_fed.dp.accountants import epsilon_rdp\n"
+        "from secure_fed.dp.events import PoissonSampledGaussian\n"
+    )
+    assert _imported_after(probe + "assert epsilon_rdp([], 1e-5) == 0")["opacus"] is False
+    priced = probe + "assert round(epsilon_rdp([PoissonSampledGaussian(0.04, 1.5, 2250)], 1e-5), 4) == 7.3291"
+    assert _imported_after(priced)["opacus"] is True
+    # and the DP-SGD engine's wrapper is Opacus' module, defined on first use
     from secure_fed.dp.dpsgd import ExpandedWeightsModule
 
     assert ExpandedWeightsModule.__mro__[1].__module__.startswith("opacus.")
