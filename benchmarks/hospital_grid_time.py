@@ -153,11 +153,16 @@ def training_rates(results: Path = RESULTS) -> dict[str, float]:
     }
 
 
+def _at_inf_only(method: str) -> bool:
+    """base, local and the noise-free references run at ε = ∞ only, whatever --epsilons says."""
+    return method in REFERENCES or method.endswith(NOISE_FREE)
+
+
 def rescale(
     minutes: float, method: str, epsilon: float | None, passes: float, to: float, rates: dict[str, float]
 ) -> float:
     """A cell's minutes measured at `passes` passes, at `to` passes (the module docstring)."""
-    if method in REFERENCES[:1] or method.endswith(FINE_TUNE) or passes == to:
+    if method == "base" or method.endswith(FINE_TUNE) or passes == to:
         return minutes
     private = epsilon is not None or method.endswith(NOISE_FREE)  # DP-SGD's steps, no noise
     rate = rates["dp" if private else "non_private"]
@@ -176,23 +181,26 @@ def estimate(
     for sw in grid(makefile, target):
         times = measured(sw["config"], results)
         to = passes if passes is not None else config_passes(sw["config"])
+        # each kind that ran, at the config's passes: (minutes, source)
+        scaled: dict[str, tuple[float, str]] = {}
+        for method in sw["methods"]:
+            for e in [None, *sw["epsilons"]]:
+                if (label := _label(method, e)) in times:
+                    minutes, source, measured_at = times[label]
+                    at_to = rescale(minutes, method, e, measured_at, to, rates)
+                    note = f", rescaled from {measured_at:g} passes" if at_to != minutes else ""
+                    scaled[label] = (at_to, source + note)
         rows = []
         for method in sw["methods"]:
-            at_inf = method in REFERENCES or method.endswith(NOISE_FREE)
-            epsilons = [None] if at_inf else sw["epsilons"]
             ran = [
-                rescale(times[_label(method, e)][0], method, e, times[_label(method, e)][2], to, rates)
+                scaled[_label(method, e)][0]
                 for e in sw["epsilons"]
-                if e is not None and _label(method, e) in times
+                if e is not None and _label(method, e) in scaled
             ]
-            for e in epsilons:
+            for e in [None] if _at_inf_only(method) else sw["epsilons"]:
                 label = _label(method, e)
-                if label in times:
-                    minutes, source, measured_at = times[label]
-                    scaled = rescale(minutes, method, e, measured_at, to, rates)
-                    if scaled != minutes:
-                        source = f"{source}, rescaled from {measured_at:g} passes"
-                    minutes = scaled
+                if label in scaled:
+                    minutes, source = scaled[label]
                 elif e is not None and ran:
                     minutes, source = sum(ran) / len(ran), "imputed: mean of its private cells that ran"
                 else:
@@ -228,7 +236,7 @@ def sweep_order(sw: dict[str, Any]) -> list[tuple[str, float | None, int]]:
         (method, e, seed)
         for e in sw["epsilons"]
         for method in methods
-        if not ((method in REFERENCES or method.endswith(NOISE_FREE)) and e is not None)
+        if not (_at_inf_only(method) and e is not None)
         for seed in range(sw["seeds"])
     ]
 
@@ -358,11 +366,10 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(ROOT / "tools"))
         from doc_tables import dump_table, git_head
 
+        commit, date = git_head(short=True), dt.date.today().isoformat()
         for target, est in estimates.items():
             out = RESULTS / OUTPUT[target]
-            out.write_text(
-                dump_table(table(est, git_head(short=True), dt.date.today().isoformat())), encoding="utf-8"
-            )
+            out.write_text(dump_table(table(est, commit, date)), encoding="utf-8")
             print(f"wrote {out.relative_to(ROOT)}", file=sys.stderr)
     print(json.dumps(estimates[args.target], indent=1, ensure_ascii=False))
     return 0

@@ -10,9 +10,12 @@ from collections.abc import Callable
 from typing import Any
 
 
-def lazy_names(package: str, where: dict[str, str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """`__getattr__` and `__dir__` for `package`: each name of `where` imported from its module when
-    first asked for, then kept in the package's namespace."""
+def lazy_names(
+    package: str, names_of: dict[str, tuple[str, ...]]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]], list[str]]:
+    """`__getattr__`, `__dir__` and `__all__` for `package`, from each module's names: a name is
+    imported from its module when first asked for, then kept in the package's namespace."""
+    where = {name: module for module, names in names_of.items() for name in names}
 
     def __getattr__(name: str) -> Any:
         if name not in where:
@@ -24,4 +27,4 @@ def lazy_names(package: str, where: dict[str, str]) -> tuple[Callable[[str], Any
     def __dir__() -> list[str]:
         return sorted(where)
 
-    return __getattr__, __dir__
+    return __getattr__, __dir__, sorted(where)

@@ -5,44 +5,29 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from secure_fed.facade import lazy_names
 
-# name -> the module that defines it
-_WHERE: dict[str, str] = {
-    "AuditLog": "secure_fed.audits.log",
-    "AuditLogError": "secure_fed.audits.log",
-    "EVENTS": "secure_fed.audits.log",
-    "Problem": "secure_fed.audits.verify",
-    "Verification": "secure_fed.audits.verify",
-    "load_private_key": "secure_fed.audits.keys",
-    "load_public_keys": "secure_fed.audits.keys",
-    "report_main": "secure_fed.audits.report",
-    "verify_logs": "secure_fed.audits.verify",
-    "verify_main": "secure_fed.audits.verify",
-    "write_report": "secure_fed.audits.report",
+# each module and the names the façade takes from it
+_NAMES: dict[str, tuple[str, ...]] = {
+    "secure_fed.audits.keys": (
+        "load_private_key",
+        "load_public_keys",
+    ),
+    "secure_fed.audits.log": (
+        "AuditLog",
+        "AuditLogError",
+        "EVENTS",
+    ),
+    "secure_fed.audits.report": (
+        "report_main",
+        "write_report",
+    ),
+    "secure_fed.audits.verify": (
+        "Problem",
+        "Verification",
+        "verify_logs",
+        "verify_main",
+    ),
 }
 
-if TYPE_CHECKING:
-    from secure_fed.audits.keys import load_private_key, load_public_keys
-    from secure_fed.audits.log import EVENTS, AuditLog, AuditLogError
-    from secure_fed.audits.report import report_main, write_report
-    from secure_fed.audits.verify import Problem, Verification, verify_logs, verify_main
-
-__all__ = [
-    "EVENTS",
-    "AuditLog",
-    "AuditLogError",
-    "Problem",
-    "Verification",
-    "load_private_key",
-    "load_public_keys",
-    "report_main",
-    "verify_logs",
-    "verify_main",
-    "write_report",
-]
-
-
-__getattr__, __dir__ = lazy_names(__name__, _WHERE)
+__getattr__, __dir__, __all__ = lazy_names(__name__, _NAMES)

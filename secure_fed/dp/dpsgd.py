@@ -163,12 +163,6 @@ def row_gradients(params: Sequence[torch.Tensor], rows: int) -> torch.Tensor:
     return torch.cat(blocks, dim=1)
 
 
-def _grad_sample_module() -> type[nn.Module]:
-    from opacus.grad_sample import GradSampleModule
-
-    return GradSampleModule
-
-
 @functools.cache
 def _expanded_weights_module() -> type[nn.Module]:
     """`ExpandedWeightsModule`, defined on first use: its base class is Opacus' (accountants.py says
@@ -271,10 +265,12 @@ class PatientDPSGD:
         # benchmarks/dp_overhead.py: "ew" (ExpandedWeights) is the fastest here. "hooks" (Opacus'
         # hand-written per-layer samplers) and "functorch" (torch.func per layer) hook the modules'
         # own sub-layers, so with them callers may keep calling the unwrapped modules.
+        from opacus.grad_sample import GradSampleModule  # Opacus on first use (accountants.py)
+
         self.wrapped: list[nn.Module] = [
             _expanded_weights_module()(m, loss_reduction="sum")
             if grad_sample_mode == "ew"
-            else _grad_sample_module()(
+            else GradSampleModule(
                 m,
                 batch_first=True,
                 loss_reduction="sum",
