@@ -32,14 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from _secagg_floor import server_floor, site_floor  # benchmarks/ is on sys.path as a script
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flwr.common.serde import recorddict_from_proto, recorddict_to_proto
 from flwr.proto.recorddict_pb2 import RecordDict as ProtoRecordDict
 
 from secure_fed.config import SecAggConfig
 from secure_fed.crypto import secagg_channel as channel
-from secure_fed.crypto.masking import add_masks
-from secure_fed.crypto.quantize import quantise_to_ring, ring_dtype
+from secure_fed.crypto.quantize import ring_dtype
 from secure_fed.crypto.secagg_client import upload_fingerprint
 from secure_fed.crypto.secagg_identity import SecAggIdentity, key_statement
 from secure_fed.crypto.secagg_protocol import PLAIN_SUM, SecAggSettings, round_params
@@ -139,23 +139,18 @@ def _one_round(
 
 
 def _protocol_floor(inputs: dict[int, np.ndarray], dim: int, settings: SecAggSettings) -> dict[str, float]:
-    """Time the vector arithmetic no SecAgg+ implementation can skip, alone: each site's stochastic
-    quantisation and 1 + k masks (self + one per neighbour), the server's removal of n self masks.
+    """Time the vector arithmetic no SecAgg+ implementation can skip, alone (`_secagg_floor`).
     Added to the plain round it bounds from below what a SecAgg+ round can cost here."""
     params = round_params(len(inputs), dim, settings)
-    word = ring_dtype(params.modulus_bits)
     rng = np.random.default_rng(0)
     sites = []
     for x in inputs.values():
-        masks = [(rng.bytes(32), +1) for _ in range(1 + params.degree)]
         start = time.perf_counter()
-        y = np.empty(dim + 1, dtype=word)
-        quantise_to_ring(x, settings.clip, params.bits, params.modulus_bits, rng, y[:-1])
-        add_masks(y, masks)
+        site_floor(x, params, settings, rng)
         sites.append(time.perf_counter() - start)
-    total = np.zeros(dim + 1, dtype=word)
+    total = np.zeros(dim + 1, dtype=ring_dtype(params.modulus_bits))
     start = time.perf_counter()
-    add_masks(total, [(rng.bytes(32), -1) for _ in inputs])
+    server_floor(total, len(inputs), rng)
     server = time.perf_counter() - start
     return {"sites_s": sum(sites), "slowest_site_s": max(sites), "server_s": server}
 

@@ -10,14 +10,20 @@ through Flower's Grid), for
   carries the adapters; with SecAgg+ it also carries the setup, and the reply the site's public
   keys; plain, the reply carries the site's vector: one message phase, as in FedTAR's rounds)
   followed by the sum, and "sum" what follows the broadcast (plain: the server adding the carried
-  vectors);
+  vectors); and a **floor** round: SecAgg+'s message phases, each carrying what SecAgg+'s does
+  where it is large (the broadcast's global vector, each site's masked ring vector) and an
+  acknowledgement elsewhere, with only the arithmetic every SecAgg+ implementation with these
+  parameters must do (`_secagg_floor`: each site's quantisation and 1 + k masks, the server's
+  removal of n self masks). No keys, signatures, shares or checks: what the engine's message
+  round trips, the transport and the masks cost at minimum. Each phase's wall time is kept;
 - Flower's: `DefaultWorkflow` with its default fit workflow against `SecAggPlusWorkflow`
   (`secaggplus_mod` on the clients; Flower's defaults: complete graph, clip 8, 2^22 levels, 2^32
   modulus), a legacy FedAvg whose clients return the same fixed vector; a round is FitIns (the
   global parameters) out, FitRes back.
 
-Plain and SecAgg+ rounds alternate inside one simulation per implementation and site count, after
-one discarded warm-up pair. Client actors get one CPU each (two run at a time on this machine).
+Plain, SecAgg+ (and, ours, floor) rounds alternate inside one simulation per implementation and
+site count, after one discarded warm-up set. Client actors get one CPU each (two run at a time on
+this machine).
 """
 
 from __future__ import annotations
@@ -30,19 +36,27 @@ from collections.abc import Callable
 from typing import Any
 
 import _identities  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+import _secagg_floor
 import cloudpickle
 import numpy as np
 from _identities import bench_identity  # noqa: E402
+from _secagg_floor import server_floor, site_floor
 
 import secure_fed  # noqa: F401  (hardened environment: telemetry off, Ray on loopback)
 from secure_fed.config import SecAggConfig
+from secure_fed.crypto.quantize import ring_dtype
 from secure_fed.crypto.secagg_protocol import (
+    CONSISTENCY,
+    MASKED,
     PLAIN_SUM,
     SECAGG_PHASES,
     SETUP,
+    SHARES,
+    UNMASK,
     SecAggSettings,
     embed_setup,
     embedded_setup,
+    round_params,
 )
 from secure_fed.crypto.secagg_server import Advertised, advertised_keys, plan_setup
 from secure_fed.crypto.vectors import (
@@ -57,8 +71,19 @@ from secure_fed.server.app import wait_for_nodes
 from secure_fed.server.transports import GridTransport
 from secure_fed.wire import from_records, load_state, store_state, to_records
 
-# Ray workers do not have benchmarks/ on their path: ship the helper with the pickled ClientApp
+# Ray workers do not have benchmarks/ on their path: ship the helpers with the pickled ClientApp
 cloudpickle.register_pickle_by_value(_identities)
+cloudpickle.register_pickle_by_value(_secagg_floor)
+
+# the floor round's phases: those SecAgg+ runs after the broadcast at `secure-fed run --secagg`'s
+# settings, under names of their own (the survivor-consistency phase runs only under distributed DP)
+_RUNS = (
+    SHARES,
+    MASKED,
+    *((CONSISTENCY,) if SecAggSettings.from_config(SecAggConfig()).checks_survivors else ()),
+    UNMASK,
+)
+FLOOR = {phase: f"floor_{phase}" for phase in _RUNS}
 
 _VECTORS: dict[tuple[int, int], np.ndarray] = {}
 
@@ -73,6 +98,21 @@ def site_vector(node_id: int, dim: int) -> np.ndarray:
 
 # -- ours ------------------------------------------------------------------------------------------
 
+MODES = ("plain", "secagg", "floor")
+
+
+class PhaseTimedTransport(GridTransport):
+    """`GridTransport` that keeps each phase's wall time of the current round in `phase_s`."""
+
+    phase_s: dict[str, float]
+
+    def exchange(self, phase: str, requests: Any) -> dict[int, dict[str, Any]]:
+        start = time.perf_counter()
+        try:
+            return super().exchange(phase, requests)
+        finally:
+            self.phase_s[phase] = self.phase_s.get(phase, 0.0) + time.perf_counter() - start
+
 
 def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[Any, Any]:
     from flwr.app import Message
@@ -81,7 +121,19 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
 
     client = ClientApp()
 
+    settings = SecAggSettings.from_config(SecAggConfig())
+
+    def floor_reply(phase: str, message: Message, context: Any) -> Message:
+        if phase != FLOOR[MASKED]:
+            return Message(to_records({"status": "ok"}), reply_to=message)
+        params = round_params(sites, dim, settings)
+        rng = np.random.default_rng()
+        masked = site_floor(site_vector(context.node_id, dim), params, settings, rng)
+        return Message(to_records({"status": "ok", "masked": masked}), reply_to=message)
+
     def respond(phase: str, message: Message, context: Any) -> Message:
+        if phase in FLOOR.values():
+            return floor_reply(phase, message, context)
         if phase == "train":  # the broadcast: take the global vector, acknowledge (+ SecAgg+ keys)
             request = from_records(message.content)
             plain = embedded_plain_sum(request)
@@ -89,7 +141,7 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
                 vector, _ = client_step(PLAIN_SUM, plain, {}, site_vector(context.node_id, dim))
                 return Message(to_records({"status": "ok", **embed_plain_sum(vector)}), reply_to=message)
             setup = embedded_setup(request)
-            if setup is None:
+            if setup is None:  # the floor round's broadcast: an acknowledgement
                 return Message(to_records({"status": "ok"}), reply_to=message)
             keys, state = client_step(
                 SETUP, setup, {}, site_vector(context.node_id, dim), identity=bench_identity(context.node_id)
@@ -108,51 +160,74 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
         return Message(to_records(reply), reply_to=message)
 
     client.train()(lambda m, c: respond("train", m, c))
-    for phase in (PLAIN_SUM, *SECAGG_PHASES):
+    for phase in (PLAIN_SUM, *SECAGG_PHASES, *FLOOR.values()):
         client.query(phase)(lambda m, c, phase=phase: respond(phase, m, c))
 
     server = ServerApp()
-    settings = SecAggSettings.from_config(SecAggConfig())
 
     @server.main()
     def main(grid: Any, context: Any) -> None:
         nodes = wait_for_nodes(grid, sites, sites)
-        transport = GridTransport(grid)
+        transport = PhaseTimedTransport(grid)
         global_vector = np.zeros(dim, dtype=np.float32)
-        times: dict[str, list[float]] = {
-            "plain_sum": [],
-            "secagg_sum": [],
-            "plain_round": [],
-            "secagg_round": [],
-        }
+        times: dict[str, list[float]] = {f"{m}_{k}": [] for m in MODES for k in ("sum", "round")}
         for r in range(rounds + 1):
-            for mode, agg in (("plain", None), ("secagg", settings)):
-                round_id = f"{mode}-{r}"
+            for mode in MODES:
+                transport.phase_s = {}
                 start = time.perf_counter()
-                # as FedTAR's rounds do: the SecAgg+ setup rides on the broadcast
-                plan = plan_setup(nodes, dim, agg, round_id) if agg else None
-                # and a plain round's vectors ride on the training replies (one message phase)
-                ask = embed_plain_sum(plain_sum_request(round_id, dim))
-                setups = {u: embed_setup(plan.requests[u]) if plan else ask for u in nodes}
-                requests = {u: {"global": global_vector, **setups[u]} for u in nodes}
-                replies = transport.exchange("train", requests)
-                sent = time.perf_counter()
-                advertised, carried = None, None
-                if plan is not None:
-                    answers = {u: embedded_setup(reply) or {} for u, reply in replies.items()}
-                    advertised = Advertised(plan, advertised_keys(plan, answers))
-                else:
-                    carried = {u: embedded_plain_sum(reply) or {} for u, reply in replies.items()}
-                result = sum_vectors(
-                    transport, nodes, dim, agg, round_id=round_id, advertised=advertised, carried=carried
+                sent = (floor_round if mode == "floor" else our_round)(
+                    transport, nodes, global_vector, mode, r
                 )
                 done = time.perf_counter()
-                if result.survivors != nodes:
-                    raise RuntimeError(f"{mode} round {r} lost sites: {result.dropped}")
                 if r:  # round 0 warms up imports, actors and caches
                     times[f"{mode}_sum"].append(done - sent)
                     times[f"{mode}_round"].append(done - start)
+                    for phase, seconds in transport.phase_s.items():
+                        times.setdefault(f"{mode}_phase_{phase}", []).append(seconds)
         out.update(times)
+
+    def our_round(transport: GridTransport, nodes: list[int], global_vector: Any, mode: str, r: int) -> float:
+        """A broadcast and the sum, as FedTAR's rounds make them; returns when the broadcast ended."""
+        agg = settings if mode == "secagg" else None
+        round_id = f"{mode}-{r}"
+        # as FedTAR's rounds do: the SecAgg+ setup rides on the broadcast
+        plan = plan_setup(nodes, dim, agg, round_id) if agg else None
+        # and a plain round's vectors ride on the training replies (one message phase)
+        ask = embed_plain_sum(plain_sum_request(round_id, dim))
+        setups = {u: embed_setup(plan.requests[u]) if plan else ask for u in nodes}
+        requests = {u: {"global": global_vector, **setups[u]} for u in nodes}
+        replies = transport.exchange("train", requests)
+        sent = time.perf_counter()
+        advertised, carried = None, None
+        if plan is not None:
+            answers = {u: embedded_setup(reply) or {} for u, reply in replies.items()}
+            advertised = Advertised(plan, advertised_keys(plan, answers))
+        else:
+            carried = {u: embedded_plain_sum(reply) or {} for u, reply in replies.items()}
+        result = sum_vectors(
+            transport, nodes, dim, agg, round_id=round_id, advertised=advertised, carried=carried
+        )
+        if result.survivors != nodes:
+            raise RuntimeError(f"{mode} round {r} lost sites: {result.dropped}")
+        return sent
+
+    def floor_round(
+        transport: GridTransport, nodes: list[int], global_vector: Any, mode: str, r: int
+    ) -> float:
+        """SecAgg+'s phases with the floor's arithmetic only (the module docstring)."""
+        replies = transport.exchange("train", {u: {"global": global_vector} for u in nodes})
+        sent = time.perf_counter()
+        params = round_params(len(nodes), dim, settings)
+        total = np.zeros(dim + 1, dtype=ring_dtype(params.modulus_bits))
+        for phase in FLOOR.values():
+            replies = transport.exchange(phase, {u: {"round_id": f"{mode}-{r}"} for u in nodes})
+            if set(replies) != set(nodes) or any("status" not in reply for reply in replies.values()):
+                raise RuntimeError(f"floor round {r} lost sites in {phase}")
+            if phase == FLOOR[MASKED]:
+                for reply in replies.values():
+                    np.add(total, reply["masked"], out=total)
+        server_floor(total, len(nodes), np.random.default_rng())
+        return sent
 
     return server, client
 
@@ -249,6 +324,10 @@ def simulate(make: Callable, dim: int, sites: int, rounds: int) -> dict[str, Any
             summary[f"{kind}_ratio"] = statistics.median(out[f"secagg_{kind}"]) / statistics.median(
                 out[f"plain_{kind}"]
             )
+    if "floor_round" in out:  # the floor against the plain round, and SecAgg+ against the floor
+        floor = statistics.median(out["floor_round"])
+        summary["floor_over_plain"] = floor / statistics.median(out["plain_round"])
+        summary["secagg_over_floor"] = statistics.median(out["secagg_round"]) / floor
     return summary
 
 

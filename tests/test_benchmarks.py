@@ -159,6 +159,28 @@ def test_secagg_flower_smoke() -> None:
         "broadcast + secure sum",
         "secure sum after the broadcast",
     ]
+    # and ours beside its floor round: SecAgg+'s phases after the broadcast, each timed
+    (ours,) = results["ours"]
+    after = {
+        mode: {
+            k.removeprefix(f"{mode}_phase_").removeprefix("floor_")
+            for k in ours
+            if k.startswith(f"{mode}_phase_") and k.endswith("_s_median") and "_train_" not in k
+        }
+        for mode in ("secagg", "floor")
+    }
+    assert (
+        after["floor"]
+        == after["secagg"]
+        == {
+            "secagg_shares_s_median",
+            "secagg_masked_s_median",
+            "secagg_unmask_s_median",
+        }
+    )
+    assert ours["floor_over_plain"] > 0 and ours["secagg_over_floor"] > 0
+    floor_table = _tool("bench_tables").shape("secagg-flower-floor", out, "cmd", "machine", None, "0" * 40)
+    assert [row[0] for row in floor_table["rows"]] == [3]
 
 
 def test_distributed_noise_smoke() -> None:
@@ -312,6 +334,27 @@ def test_wire_codec_round_trips_exactly_and_reports_both_codecs() -> None:
     assert [row["dtype"] for row in out["rows"]] == ["float64", "float32", "uint32"]
     for row in out["rows"]:  # the script raises unless every round trip came back exact
         assert set(row["ms_per_mb"]) == {"flower", "ours"} and row["ratio_ours_to_flower"] > 0
+
+
+def test_secagg_flower_floor_sets_our_rounds_beside_the_floor_with_each_phase() -> None:
+    cell = {
+        "sites": 100,
+        "dim": 1_000_000,
+        "plain_round_s_median": 2.0,
+        "secagg_round_s_median": 7.0,
+        "floor_round_s_median": 5.0,
+        "secagg_phase_train_s_median": 2.5,
+        "secagg_phase_secagg_masked_s_median": 4.5,
+        "floor_phase_train_s_median": 2.0,
+        "floor_phase_floor_secagg_masked_s_median": 3.0,
+    }
+    out = {"runtime": "flwr simulation", "results": {"ours": [cell]}}
+    table = _tool("bench_tables").shape("secagg-flower-floor", out, "cmd", "machine", None, "0" * 40)
+    assert table["rows"] == [[100, "2.000", "7.000", "5.000", "2.5", "3.5", "1.40"]]
+    assert table["notes"][1] == (
+        "100 sites, median seconds per phase: SecAgg+: train 2.500, secagg_masked 4.500; "
+        "floor: train 2.000, secagg_masked 3.000."
+    )
 
 
 def test_secagg_flower_against_sets_ours_beside_flowers_at_each_site_count() -> None:

@@ -315,6 +315,45 @@ def secagg_flower_against_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]
     return rows
 
 
+def secagg_flower_floor_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    """Our plain and SecAgg+ rounds beside the floor round (SecAgg+'s phases, the masks' arithmetic
+    only), at each site count ours ran."""
+    rows = []
+    for cell in _one(outs)["results"].get("ours", []):
+        plain, secagg, floor = (cell[f"{mode}_round_s_median"] for mode in ("plain", "secagg", "floor"))
+        rows.append(
+            [
+                cell["sites"],
+                f"{plain:.3f}",
+                f"{secagg:.3f}",
+                f"{floor:.3f}",
+                f"{floor / plain:.1f}",
+                f"{secagg / plain:.1f}",
+                f"{secagg / floor:.2f}",
+            ]
+        )
+    return rows
+
+
+def secagg_flower_floor_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
+    """Each phase's median wall time, SecAgg+ against the floor round, at each site count."""
+    notes = [f"{_one(outs)['runtime']}; {_int(_first_dim(outs))} float32 values."]
+    for cell in _one(outs)["results"].get("ours", []):
+        parts = []
+        for mode in ("secagg", "floor"):
+            prefix = f"{mode}_phase_"
+            phases = [
+                (key[len(prefix) : -len("_s_median")], value)
+                for key, value in cell.items()
+                if key.startswith(prefix) and key.endswith("_s_median")
+            ]
+            label = "SecAgg+" if mode == "secagg" else "floor"
+            shown = ", ".join(f"{name.removeprefix('floor_')} {value:.3f}" for name, value in phases)
+            parts.append(f"{label}: {shown}")
+        notes.append(f"{cell['sites']} sites, median seconds per phase: " + "; ".join(parts) + ".")
+    return notes
+
+
 def _output(out: dict[str, Any]) -> dict[str, Any]:
     # docs/results/distributed-*.json commit the script's output under "output", beside the
     # "source" it was run with; either form shapes alike
@@ -634,6 +673,21 @@ SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[
             f"{_one(outs)['runtime']}; our plain round is one message phase (each site's vector on its "
             "training reply), Flower's plain round its default fit workflow."
         ],
+    ),
+    "secagg-flower-floor": (
+        "Our SecAgg+ round against its floor in Flower's simulation runtime: SecAgg+'s message phases "
+        "with only the masks' arithmetic (medians of the timed rounds)",
+        [
+            "sites",
+            "plain round (s)",
+            "SecAgg+ round (s)",
+            "floor round (s)",
+            "floor / plain",
+            "SecAgg+ / plain",
+            "SecAgg+ / floor",
+        ],
+        secagg_flower_floor_rows,
+        secagg_flower_floor_notes,
     ),
     "ckks": (
         "CKKS sum of the α scalars (masked protocol, signed mask keys), per round",
