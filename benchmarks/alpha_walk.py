@@ -11,8 +11,10 @@ the first visit index ("signal + noise": −s·e₀ added every step, s = 0.5, a
 noise), and reports the largest α at the end and α on the pulled index, over 20 seeds.
 
 The rows are the step counts the repository's configs give ψ at train.meta_lr = 5e-2: the default
-benchmark's 10 rounds, site-mode hospital scale's 5, distributed hospital scale's 50 (one α step a
-round); and 50 steps at 5e-3, which keeps lr × steps of the 5-round recipe.
+benchmark's 10 rounds, site-mode hospital scale's 5, distributed hospital scale's 50 of its first
+grid and 200 at the retuned recipe (one α step a round); and 50 and 200 steps at the rate that
+keeps lr × steps of the 5-round recipe (5e-3 and 1.25e-3): the same total pull, so a steady signal
+moves α as far, while the noise's walk (∝ lr·√steps) shrinks.
 
     python benchmarks/alpha_walk.py            # prints the table's rows as JSON
     python benchmarks/alpha_walk.py --write    # docs/results/fedtar-alpha-walk.json
@@ -45,6 +47,8 @@ CASES: tuple[tuple[int, float, str], ...] = (
     (10, 5e-2, "default benchmark (10 rounds)"),
     (50, 5e-2, "distributed hospital scale (50 rounds)"),
     (50, 5e-3, "50 rounds at a tenth of the rate"),
+    (200, 5e-2, "distributed hospital scale, retuned recipe (200 rounds)"),
+    (200, 1.25e-3, "200 rounds at lr × steps of the 5-round recipe"),
 )
 OUT = ROOT / "docs" / "results" / "fedtar-alpha-walk.json"
 

@@ -31,3 +31,13 @@ def test_fifty_steps_at_the_configs_rate_saturate_alpha_on_noise_and_a_tenth_of_
     wrong = [sum(int(np.argmax(a) != 0) for a in runs) for runs in (pulled_slow, pulled_fast)]
     assert wrong[0] < wrong[1], wrong
     assert all(a[0] > 0.2 for a in pulled_slow)
+
+
+def test_at_the_retuned_recipes_200_steps_the_configs_rate_saturates_and_the_scaled_rate_follows_a_pull() -> (
+    None
+):
+    seeds = range(10)
+    assert np.median([walk.walk(200, 5e-2, s, 0.0).max() for s in seeds]) > 0.9
+    # lr × steps held at the 5-round recipe's 0.25: noise leaves α near uniform, a steady pull wins
+    assert max(walk.walk(200, 1.25e-3, s, 0.0).max() for s in seeds) < 0.3
+    assert all(np.argmax(walk.walk(200, 1.25e-3, s, walk.PULL)) == 0 for s in seeds)
