@@ -75,15 +75,6 @@ from secure_fed.wire import from_records, load_state, store_state, to_records
 cloudpickle.register_pickle_by_value(_identities)
 cloudpickle.register_pickle_by_value(_secagg_floor)
 
-# the floor round's phases: those SecAgg+ runs after the broadcast at `secure-fed run --secagg`'s
-# settings, under names of their own (the survivor-consistency phase runs only under distributed DP)
-_RUNS = (
-    SHARES,
-    MASKED,
-    *((CONSISTENCY,) if SecAggSettings.from_config(SecAggConfig()).checks_survivors else ()),
-    UNMASK,
-)
-FLOOR = {phase: f"floor_{phase}" for phase in _RUNS}
 
 _VECTORS: dict[tuple[int, int], np.ndarray] = {}
 
@@ -122,9 +113,13 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
     client = ClientApp()
 
     settings = SecAggSettings.from_config(SecAggConfig())
+    # the floor round's phases: those SecAgg+ runs after the broadcast at these settings, under names
+    # of their own (the survivor-consistency phase runs only under distributed DP)
+    checks = (CONSISTENCY,) if settings.checks_survivors else ()
+    floor = {phase: f"floor_{phase}" for phase in (SHARES, MASKED, *checks, UNMASK)}
 
     def floor_reply(phase: str, message: Message, context: Any) -> Message:
-        if phase != FLOOR[MASKED]:
+        if phase != floor[MASKED]:
             return Message(to_records({"status": "ok"}), reply_to=message)
         params = round_params(sites, dim, settings)
         rng = np.random.default_rng()
@@ -132,7 +127,7 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
         return Message(to_records({"status": "ok", "masked": masked}), reply_to=message)
 
     def respond(phase: str, message: Message, context: Any) -> Message:
-        if phase in FLOOR.values():
+        if phase in floor.values():
             return floor_reply(phase, message, context)
         if phase == "train":  # the broadcast: take the global vector, acknowledge (+ SecAgg+ keys)
             request = from_records(message.content)
@@ -160,7 +155,7 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
         return Message(to_records(reply), reply_to=message)
 
     client.train()(lambda m, c: respond("train", m, c))
-    for phase in (PLAIN_SUM, *SECAGG_PHASES, *FLOOR.values()):
+    for phase in (PLAIN_SUM, *SECAGG_PHASES, *floor.values()):
         client.query(phase)(lambda m, c, phase=phase: respond(phase, m, c))
 
     server = ServerApp()
@@ -219,11 +214,11 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
         sent = time.perf_counter()
         params = round_params(len(nodes), dim, settings)
         total = np.zeros(dim + 1, dtype=ring_dtype(params.modulus_bits))
-        for phase in FLOOR.values():
+        for phase in floor.values():
             replies = transport.exchange(phase, {u: {"round_id": f"{mode}-{r}"} for u in nodes})
             if set(replies) != set(nodes) or any("status" not in reply for reply in replies.values()):
                 raise RuntimeError(f"floor round {r} lost sites in {phase}")
-            if phase == FLOOR[MASKED]:
+            if phase == floor[MASKED]:
                 for reply in replies.values():
                     np.add(total, reply["masked"], out=total)
         server_floor(total, len(nodes), np.random.default_rng())
