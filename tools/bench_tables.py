@@ -317,17 +317,21 @@ def secagg_flower_against_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]
 
 def secagg_flower_floor_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
     """Our plain and SecAgg+ rounds beside the floor round (SecAgg+'s phases, the masks' arithmetic
-    only), at each site count ours ran."""
+    only) and the pipelined floor (the same in two message phases), at each site count ours ran."""
     rows = []
     for cell in _one(outs)["results"].get("ours", []):
-        plain, secagg, floor = (cell[f"{mode}_round_s_median"] for mode in ("plain", "secagg", "floor"))
+        plain, secagg, floor, pipelined = (
+            cell[f"{mode}_round_s_median"] for mode in ("plain", "secagg", "floor", "pipelined")
+        )
         rows.append(
             [
                 cell["sites"],
                 f"{plain:.3f}",
                 f"{secagg:.3f}",
                 f"{floor:.3f}",
+                f"{pipelined:.3f}",
                 f"{floor / plain:.1f}",
+                f"{pipelined / plain:.1f}",
                 f"{secagg / plain:.1f}",
                 f"{secagg / floor:.2f}",
             ]
@@ -336,18 +340,18 @@ def secagg_flower_floor_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
 
 
 def secagg_flower_floor_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
-    """Each phase's median wall time, SecAgg+ against the floor round, at each site count."""
+    """Each phase's median wall time, SecAgg+ against the two floor rounds, at each site count."""
     notes = [f"{_one(outs)['runtime']}; {_int(_first_dim(outs))} float32 values."]
+    labels = {"secagg": "SecAgg+", "floor": "floor", "pipelined": "pipelined floor"}
     for cell in _one(outs)["results"].get("ours", []):
         parts = []
-        for mode in ("secagg", "floor"):
+        for mode, label in labels.items():
             prefix = f"{mode}_phase_"
             phases = [
                 (key[len(prefix) : -len("_s_median")], value)
                 for key, value in cell.items()
                 if key.startswith(prefix) and key.endswith("_s_median")
             ]
-            label = "SecAgg+" if mode == "secagg" else "floor"
             shown = ", ".join(f"{name.removeprefix('floor_')} {value:.3f}" for name, value in phases)
             parts.append(f"{label}: {shown}")
         notes.append(f"{cell['sites']} sites, median seconds per phase: " + "; ".join(parts) + ".")
@@ -676,13 +680,16 @@ SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[
     ),
     "secagg-flower-floor": (
         "Our SecAgg+ round against its floor in Flower's simulation runtime: SecAgg+'s message phases "
-        "with only the masks' arithmetic (medians of the timed rounds)",
+        "with only the masks' arithmetic, and the same in two phases a round (pipelined) (medians of the "
+        "timed rounds)",
         [
             "sites",
             "plain round (s)",
             "SecAgg+ round (s)",
             "floor round (s)",
+            "pipelined floor (s)",
             "floor / plain",
+            "pipelined floor / plain",
             "SecAgg+ / plain",
             "SecAgg+ / floor",
         ],

@@ -1,0 +1,20 @@
+"""A dict that lives as long as the process, for benchmark helpers that Ray actors run.
+
+Flower's simulation hands each actor the ClientApp anew with every message, and the benchmark's
+functions travel by value (cloudpickle), their module globals with them: a cache kept in such a
+global starts empty at every message, so a site paid again, in every SecAgg+ phase, for what a
+real site holds in memory from one phase to the next (its update, its peers' public keys). A
+module registered in the process's ``sys.modules`` outlives each unpickled copy."""
+
+from __future__ import annotations
+
+import sys
+import types
+from typing import Any
+
+
+def process_dict(name: str) -> dict[Any, Any]:
+    """The process's dict named ``name``: the same object at every call in this process."""
+    module_name = f"_secure_fed_bench_cache_{name}"
+    module = sys.modules.setdefault(module_name, types.ModuleType(module_name))
+    return module.__dict__.setdefault("values", {})
