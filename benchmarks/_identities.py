@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterator, Mapping
 
-from _process_cache import process_dict  # noqa: E402  (benchmarks/ is on sys.path)
+from _process_cache import once_per_process  # noqa: E402  (benchmarks/ is on sys.path)
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from secure_fed.crypto.secagg_identity import SecAggIdentity
@@ -17,21 +17,14 @@ def _key(site: str) -> Ed25519PrivateKey:
     return Ed25519PrivateKey.from_private_bytes(hashlib.sha256(f"benchmark|{site}".encode()).digest())
 
 
-def _public_key(site: str) -> Ed25519PublicKey:
-    """Derived once per process, as a real site loads its kit's public keys once (`_process_cache`)."""
-    keys = process_dict("ed25519_public")
-    if site not in keys:
-        keys[site] = _key(site).public_key()
-    return keys[site]
-
-
 class _DerivedPublicKeys(Mapping[str, Ed25519PublicKey]):
     """Every "site…" name has a key; the server's name has none."""
 
     def __getitem__(self, site: str) -> Ed25519PublicKey:
         if not site.startswith("site"):
             raise KeyError(site)
-        return _public_key(site)
+        # derived once per process, as a real site loads its kit's public keys once
+        return once_per_process("ed25519_public", site, lambda: _key(site).public_key())
 
     def __iter__(self) -> Iterator[str]:
         return iter(())

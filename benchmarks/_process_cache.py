@@ -1,4 +1,4 @@
-"""A dict that lives as long as the process, for benchmark helpers that Ray actors run.
+"""Values made once per process, for benchmark helpers that Ray actors run.
 
 Flower's simulation hands each actor the ClientApp anew with every message, and the benchmark's
 functions travel by value (cloudpickle), their module globals with them: a cache kept in such a
@@ -10,11 +10,18 @@ from __future__ import annotations
 
 import sys
 import types
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-def process_dict(name: str) -> dict[Any, Any]:
-    """The process's dict named ``name``: the same object at every call in this process."""
+def once_per_process(name: str, key: Hashable, make: Callable[[], T]) -> T:
+    """``make()`` for ``key`` in the cache ``name``: made at the first call in this process, the
+    same object at every later one."""
     module_name = f"_secure_fed_bench_cache_{name}"
     module = sys.modules.setdefault(module_name, types.ModuleType(module_name))
-    return module.__dict__.setdefault("values", {})
+    values = module.__dict__.setdefault("values", {})
+    if key not in values:
+        values[key] = make()
+    return values[key]

@@ -47,7 +47,7 @@ import _secagg_floor
 import cloudpickle
 import numpy as np
 from _identities import bench_identity  # noqa: E402
-from _process_cache import process_dict
+from _process_cache import once_per_process
 from _secagg_floor import server_floor, site_floor
 
 import secure_fed  # noqa: F401  (hardened environment: telemetry off, Ray on loopback)
@@ -88,14 +88,14 @@ cloudpickle.register_pickle_by_value(_secagg_floor)
 def site_vector(node_id: int, dim: int) -> np.ndarray:
     """The site's update, made once per actor process (not part of any timed round), as a site
     holds its trained update in memory across SecAgg+'s phases. Drawing 1 M normal values costs
-    ~16 ms: kept in a module global (reset at every message, `_process_cache`), SecAgg+'s four
-    client phases paid it four times where the floor, the plain round and Flower's SecAgg+ (whose
-    client_fn runs in one stage) paid it once."""
-    vectors = process_dict("site_vectors")
-    key = (node_id, dim)
-    if key not in vectors:
-        vectors[key] = np.random.default_rng(node_id % 2**32).normal(0, 0.1, dim).astype(np.float32)
-    return vectors[key]
+    ~16 ms; cached in a module global, which starts empty at every message (`_process_cache`),
+    SecAgg+'s four client phases paid it four times where the floor, the plain round and Flower's
+    SecAgg+ (whose client_fn runs in one stage) paid it once."""
+    return once_per_process(
+        "site_vectors",
+        (node_id, dim),
+        lambda: np.random.default_rng(node_id % 2**32).normal(0, 0.1, dim).astype(np.float32),
+    )
 
 
 # -- ours ------------------------------------------------------------------------------------------
@@ -227,17 +227,19 @@ def ours_apps(dim: int, sites: int, rounds: int, out: dict[str, Any]) -> tuple[A
         on the broadcast's replies (the module docstring)."""
         pipelined = mode == "pipelined"
         broadcast = {"global": global_vector, **({"pipelined": True} if pipelined else {})}
-        replies = transport.exchange("train", {u: broadcast for u in nodes})
-        sent = time.perf_counter()
+        masked_on = "train" if pipelined else floor[MASKED]
+        after = [p for p in floor.values() if not pipelined or p not in (floor[SHARES], floor[MASKED])]
         params = round_params(len(nodes), dim, settings)
         total = np.zeros(dim + 1, dtype=ring_dtype(params.modulus_bits))
-        phases = [p for p in floor.values() if not pipelined or p not in (floor[SHARES], floor[MASKED])]
-        for phase in ("train", *phases):
-            if phase != "train":
-                replies = transport.exchange(phase, {u: {"round_id": f"{mode}-{r}"} for u in nodes})
+        sent = 0.0
+        for phase in ("train", *after):
+            request = broadcast if phase == "train" else {"round_id": f"{mode}-{r}"}
+            replies = transport.exchange(phase, {u: request for u in nodes})
+            if phase == "train":
+                sent = time.perf_counter()
             if set(replies) != set(nodes) or any("status" not in reply for reply in replies.values()):
                 raise RuntimeError(f"{mode} round {r} lost sites in {phase}")
-            if phase == floor[MASKED] or (pipelined and phase == "train"):
+            if phase == masked_on:
                 for reply in replies.values():
                     np.add(total, reply["masked"], out=total)
         server_floor(total, len(nodes), np.random.default_rng())
