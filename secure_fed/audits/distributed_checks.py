@@ -31,7 +31,8 @@ class SiteRounds:
     site: str
     # round → (line, the `skellam_sum` mechanism event of the site's privacy record)
     plans: dict[int, tuple[int | None, Mapping[str, Any]]] = field(default_factory=dict)
-    # round → (line, the survivor sites the site confirmed, the h it checked them against)
+    # round → (line, the survivors the site confirmed, the h it checked them against); a survivor is
+    # "site" or, where the log names the node the site confirmed it as, "site@node"
     survivors: dict[int, tuple[int | None, tuple[str, ...], int | None]] = field(default_factory=dict)
     unmasked: set[int] = field(default_factory=set)  # rounds whose unmask request the site acted on
 

@@ -45,7 +45,7 @@ EVENTS: dict[str, str] = {
     '"reason"}',
     "secagg_round": 'secure aggregation of one round: {"participants": [...], "dropped": [...]}',
     "secagg_survivors": "the survivor set a site confirmed in a distributed-DP round's consistency step, "
-    'the only set it unmasks for: {"site", "survivors": [sites], "honest_min"}',
+    'the only set it unmasks for: {"site", "survivors": [sites], "members": [[node, site]], "honest_min"}',
     "alpha": "the aggregated (final) α",
     "alpha_skipped": 'the round\'s α sum could not be completed and α kept its value: {"reason"}',
     "participation": 'the sites sampled for a round: {"fraction", "sampled": [...]}',

@@ -782,17 +782,27 @@ def _site_rounds(state: _LogState) -> SiteRounds:
             rounds.plans.setdefault(record["round"], (item.line.number, event))
     for line, record in state.survivors:
         payload = record["payload"]
-        sites = payload.get("survivors") if isinstance(payload, dict) else None
-        if isinstance(record.get("round"), int) and isinstance(sites, list):
+        sites = _survivors_named(payload) if isinstance(payload, dict) else None
+        if isinstance(record.get("round"), int) and sites is not None:
             h = payload.get("honest_min")
             rounds.survivors.setdefault(
-                record["round"],
-                (line.number, tuple(str(s) for s in sites), h if isinstance(h, int) else None),
+                record["round"], (line.number, sites, h if isinstance(h, int) else None)
             )
     rounds.unmasked = {
         r for (phase, r), n in state.acted.items() if phase == UNMASK_PHASE and isinstance(r, int) and n
     }
     return rounds
+
+
+def _survivors_named(payload: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The survivors a `secagg_survivors` record confirmed, each as "site@node" where the record names
+    the node (so two sites that confirmed the same names under different node ids differ), else as
+    its site (logs written before the nodes were logged)."""
+    members = payload.get("members")
+    if isinstance(members, list) and all(isinstance(m, list) and len(m) == 2 for m in members):
+        return tuple(sorted(f"{site}@{node}" for node, site in members))
+    sites = payload.get("survivors")
+    return tuple(str(s) for s in sites) if isinstance(sites, list) else None
 
 
 def _signal_stop(state: _LogState) -> tuple[str, int | None] | None:

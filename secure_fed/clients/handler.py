@@ -202,7 +202,9 @@ def _secagg_context(runtime: SiteRuntime) -> bytes:
 
 def _log_survivors(runtime: SiteRuntime, state: Payload) -> None:
     """The survivor set this site confirmed (the only one it will unmask for), in its own signed log:
-    `audit verify` checks that every site of a round confirmed the same set, of at least h sites."""
+    `audit verify` checks that every site of a round confirmed the same set, of at least h sites.
+    The set is logged as its sites and as its (node, site) pairs: a server that listed one site under
+    another node id for some sites would leave the names alike and the pairs apart."""
     trail = getattr(runtime, "trail", None)
     if trail is None or trail.log.closed:
         return
@@ -212,6 +214,9 @@ def _log_survivors(runtime: SiteRuntime, state: Payload) -> None:
         {
             "site": runtime.site,
             "survivors": sorted(state["survivor_sites"]),
+            "members": sorted(
+                [int(n), str(s)] for n, s in zip(state["survivors"], state["survivor_sites"], strict=True)
+            ),
             "honest_min": None if plan is None else plan.honest_min,
         },
         state["round_id"] if isinstance(state["round_id"], int) else None,

@@ -46,6 +46,7 @@ from secure_fed.crypto.quantize import modulus_bits, quantise_to_ring, ring_dtyp
 from secure_fed.crypto.secagg_identity import (
     SIGNATURE_BYTES,
     SecAggIdentity,
+    confirmation_statement,
     key_statement,
     survivors_statement,
 )
@@ -588,7 +589,9 @@ def _consistency(
 ) -> tuple[dict[str, Any], State]:
     """Confirm the round's survivor set as the server shows it, once: the only set this site will
     unmask for. It confirms the set to each neighbour in it with an HMAC under the key the two
-    share (only they hold it: their keys were signed at the setup). Every honest site confirms
+    share (only they hold it: their keys were signed at the setup) over the set, this site as the
+    sender and that neighbour as the recipient, so a tag is worth nothing but at its recipient
+    (`confirmation_statement`). Every honest site confirms
     one set a round, so a server that shows sites different sets cannot gather h confirmations of
     two of them from fewer than 2(h − c) honest sites."""
     nodes = _ids(request, "survivors")
@@ -602,11 +605,7 @@ def _consistency(
     unknown = sorted(s for s in sites if s != identity.site and s not in identity.peer_public_keys)
     if unknown:
         raise SecAggRefused(f"the survivor set names sites that are not provisioned: {', '.join(unknown)}")
-    for peer, site in zip(state["peers"], state["peer_sites"], strict=True):
-        if peer in named and named[peer] != site:
-            raise SecAggRefused(
-                f"the survivor set names node {peer} as site {named[peer]!r}, it signed as {site!r}"
-            )
+    _check_named_as_signed(named, state, identity)
     if honest_min is not None and len(nodes) < honest_min:
         raise SecAggRefused(
             f"distributed DP: the server says {len(nodes)} sites survived (nodes {sorted(nodes)}, this one "
@@ -617,9 +616,34 @@ def _consistency(
     context = state.get("context", b"")
     statement = survivors_statement(identity.run_id, state["round_id"], nodes, sites, context)
     keys = dict(zip(state["peers"], state["peer_confirm_key"], strict=True))
+    site_of = dict(zip(state["peers"], state["peer_sites"], strict=True))
     to = [peer for peer in state["peers"] if peer in named]
+    tags = [
+        channel.confirm(keys[p], confirmation_statement(statement, me, identity.site, p, site_of[p]))
+        for p in to
+    ]
     state = {**state, "stage": CONSISTENCY, "survivors": nodes, "survivor_sites": sites}
-    return {"confirm_to": to, "confirmations": [channel.confirm(keys[p], statement) for p in to]}, state
+    return {"confirm_to": to, "confirmations": tags}, state
+
+
+def _check_named_as_signed(named: Mapping[int, str], state: State, identity: SecAggIdentity) -> None:
+    """Refuse a survivor set that names a neighbour's node as another site, or a neighbour's site
+    (or this one) under any node id but the one it signed its keys as. A site listed under a made-up
+    id is a site the sum does not hold: every site would log the same site names while the server
+    unmasked sums over fewer of them (tests/adversarial/test_survivor_reflection.py)."""
+    signed_as = dict(zip(state["peer_sites"], state["peers"], strict=True))
+    signed_as[identity.site] = state["node_id"]
+    for node, site in named.items():
+        if site in signed_as and signed_as[site] != node:
+            raise SecAggRefused(
+                f"the survivor set names site {site!r} as node {node}; it signed its keys as node "
+                f"{signed_as[site]}"
+            )
+    for peer, site in zip(state["peers"], state["peer_sites"], strict=True):
+        if peer in named and named[peer] != site:
+            raise SecAggRefused(
+                f"the survivor set names node {peer} as site {named[peer]!r}, it signed its keys as {site!r}"
+            )
 
 
 def _check_survivor_confirmations(
@@ -634,16 +658,21 @@ def _check_survivor_confirmations(
     confirmed_by = _ids(request, "confirmed_by")
     tags = _blobs(request, "confirmations", len(confirmed_by), channel.CONFIRMATION_BYTES)
     keys = dict(zip(state["peers"], state["peer_confirm_key"], strict=True))
+    site_of = dict(zip(state["peers"], state["peer_sites"], strict=True))
     context = state.get("context", b"")
     statement = survivors_statement(identity.run_id, state["round_id"], nodes, sites, context)
-    confirmed = {state["node_id"]}
+    me = state["node_id"]
+    confirmed = {me}
     for node, tag in zip(confirmed_by, tags, strict=True):
         if node not in nodes or node not in keys:
             raise SecAggRefused(f"node {node} is no neighbour of this site in the survivor set it confirmed")
-        if not channel.confirms(keys[node], statement, tag):
+        # from `node` to this site: this site's own tags to `node` (the other direction) never verify
+        expected = confirmation_statement(statement, node, site_of[node], me, identity.site)
+        if not channel.confirms(keys[node], expected, tag):
             raise SecAggRefused(
-                f"node {node}'s confirmation is not of the survivor set this site confirmed (the server "
-                "showed the sites different survivor sets, or forged it)"
+                f"node {node}'s confirmation is not its own of the survivor set this site confirmed, to "
+                "this site (the server showed the sites different survivor sets, reflected this site's "
+                "own confirmation, or forged it)"
             )
         confirmed.add(node)
     needed = honest_min or 1

@@ -121,6 +121,20 @@ def survivors_statement(
     return statement(b"survivors", run_id, round_id, context, *(f for pair in pairs for f in pair))
 
 
+def confirmation_statement(
+    survivors: bytes, sender_node: int, sender_site: str, recipient_node: int, recipient_site: str
+) -> bytes:
+    """What one site MACs to confirm `survivors` (a `survivors_statement`) to one neighbour: the
+    statement bound to its direction. The pair's confirmation key is symmetric, so a tag over the
+    bare statement that u sent v also verified at u as v's tag to u: a server could hand each site
+    its own tags back as its peers' and needed no peer to agree (tests/adversarial/
+    test_survivor_reflection.py). Naming the sender and the recipient, node and site, makes u's
+    tag to v worthless anywhere but at v, as coming from u."""
+    return statement(
+        b"survivors-confirmation", survivors, sender_node, sender_site, recipient_node, recipient_site
+    )
+
+
 def load_identity(keys_dir: Path | str | None, site: str, run_id: str) -> SecAggIdentity:
     """The site's identity from its provisioned key folder; `SecAggRefused` naming the missing or
     bad file and the fix when it cannot be loaded (SecAgg+ never runs unauthenticated)."""

@@ -16,6 +16,13 @@ any member confirm to any other; the code takes confirmations from neighbours on
 less, so what holds here holds for the code). Full routing is
 assumed (every share delivered): the server's freedom searched here is the survivor views.
 
+- Which confirmations a server can show a site depends on the tags it has seen and how it routes
+  them. A confirmation names its sender and recipient (`confirmation_statement`), so a tag honest v
+  made for u verifies only at u, as v's: routing gives the server nothing beyond delivering it or
+  not, which the model's confirmers already cover. Without that binding the pair's symmetric key
+  made the tag u sent v verify at u as v's, so every site's own tags, reflected, confirmed any set
+  it was shown (`views_with_reflection`): the search finds that attack at 5 sites, as it finds the
+  split without the consistency step.
 - Without the consistency step (the rule before it) the search finds the review's attack at 5 sites.
 - With it, no view assignment, at the defaults (c = 1, h = n − c) and at c = 2, for n = 4…8, and at
   the lowest h the config allows for which the claim says anything (h = c + 2: at h = c + 1 any sum
@@ -138,6 +145,30 @@ def views_with_consistency(
         yield views
 
 
+def views_with_reflection(
+    graph: Mapping[int, list[int]], t: int, h: int, colluders: frozenset[int]
+) -> Iterator[Views]:
+    """Confirmations that name neither sender nor recipient: the tag u sent a neighbour v over u's
+    own set verifies at u as v's, so each honest site needs no other honest site to agree. It
+    answers any set S holding itself (its partner checks passed) whose members it shares a
+    confirmation key with (its neighbours, its own tags reflected) or that collude number h."""
+    honest = sorted(u for u in graph if u not in colluders)
+    nodes = sorted(graph)
+    options = []
+    for u in honest:
+        others = [v for v in nodes if v != u]
+        mine: list[frozenset[int] | None] = [None]
+        for size in range(h - 1, len(others) + 1):
+            for chosen in itertools.combinations(others, size):
+                view = frozenset(chosen) | {u}
+                confirmers = {u} | {v for v in chosen if v in graph[u] or v in colluders}
+                if len(confirmers) >= h and _passes_partner_rules(u, view, graph, t, h):
+                    mine.append(view)
+        options.append(mine)
+    for choice in itertools.product(*options):
+        yield dict(zip(honest, choice, strict=True))
+
+
 def _graph(n: int, seed: int) -> tuple[dict[int, list[int]], int]:
     params = round_params(n, 1, SecAggSettings())
     return neighbour_graph(list(range(n)), params.degree, random.Random(seed)), params.threshold
@@ -168,6 +199,21 @@ def test_with_fewer_confirmations_the_split_comes_back() -> None:
     h sites share a view, and their pairwise masks with the rest link the groups.)"""
     assert _smallest_sum(5, h=4, c=1, search=views_with_consistency, confirmers=2) == 2
     assert _smallest_sum(5, h=4, c=1, search=views_with_consistency, confirmers=3) == 3
+
+
+def test_with_reflectable_confirmations_the_split_comes_back_at_five_sites() -> None:
+    """The direction binding has teeth: with tags that name neither sender nor recipient the search
+    finds the review's attack at the hospital configuration (5 sites, h = 4, c = 1): a sum of two
+    honest shares where the ledger prices h − c = 3."""
+    assert _smallest_sum(5, h=4, c=1, search=views_with_reflection) == 2
+
+
+@pytest.mark.parametrize(("n", "h", "c"), [(4, 3, 1), (6, 5, 1), (5, 3, 2), (6, 4, 2), (7, 5, 2)])
+def test_reflection_gives_back_all_the_consistency_step_took(n: int, h: int, c: int) -> None:
+    """Reflected confirmations let the server reach what it reached with no consistency step at all:
+    wherever that rule held (these sizes, by counting), it holds for want of the attack, not because
+    of the confirmations."""
+    assert _smallest_sum(n, h, c, views_with_reflection) == _smallest_sum(n, h, c, views_without_consistency)
 
 
 CASES = (

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from secure_fed.crypto import secagg_channel as channel
-from secure_fed.crypto.secagg_identity import survivors_statement
+from secure_fed.crypto.secagg_identity import confirmation_statement, survivors_statement
 from secure_fed.crypto.secagg_protocol import (
     CONSISTENCY,
     UNMASK,
@@ -83,7 +83,9 @@ def _split_view_answers(server: MaliciousServer, transcript: Transcript, round_i
             [sites_of[u] for u in view],
             colluder.state["context"],
         )
-        mine = {**mail[n], COLLUDER: channel.confirm(keys[n], statement)}
+        # the colluder's tag is a real one, to n from the colluder (it holds the pair's key)
+        to_n = confirmation_statement(statement, COLLUDER, sites_of[COLLUDER], n, sites_of[n])
+        mine = {**mail[n], COLLUDER: channel.confirm(keys[n], to_n)}
         held = transcript.partners[n]
         reply = server.sites[n].send(
             UNMASK,
