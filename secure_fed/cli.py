@@ -379,6 +379,13 @@ def run(
                 cfg, folder, resume=resume is not None, progress=shown.on_round, on_phase=shown.on_phase
             )
     except (SitesLost, MachineryFailed) as err:
+        from secure_fed.runner import report_after_stop
+
+        # the run is not over (every log stays open for --resume), but the officer's report of how
+        # far it got is written now, as after a stop signal
+        written = report_after_stop(cfg, folder)
+        if written:
+            _say(written)
         _fail(err.console_line(folder), 1)
         raise
     except (

@@ -210,6 +210,12 @@ def test_a_failure_of_the_runs_own_machinery_leaves_it_resumable(tmp_path, cache
         records = _records(out, party)
         assert records[-1]["event"] != "head", (party, records[-1])
         assert "/tmp/x" not in json.dumps(records), party
+    # its report is written, and does not read as a run that went well
+    verdict = json.loads((out / "report.json").read_text())["verdict"]
+    assert verdict["word"] != "VERIFIED" and f"wrote {out / 'report.html'} ({verdict['word']}" in _one_line(
+        failed.output
+    ), (verdict, failed.output)
+    assert "/tmp/x" not in (out / "report.html").read_text(encoding="utf-8")
     monkeypatch.setattr(orchestrator, "sample_sites", sample)
     resumed = runner.invoke(app, ["run", "--resume", str(out)])
     assert resumed.exit_code == 0, resumed.output
