@@ -217,12 +217,16 @@ def _stop_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def _stopped(err: KeyboardInterrupt, how_to_go_on: str) -> NoReturn:
-    """Ctrl-C or SIGTERM: what stopped the command and how to go on, then its signal's exit code."""
+def _stopped(err: KeyboardInterrupt, how_to_go_on: str | None) -> NoReturn:
+    """Ctrl-C or SIGTERM: what stopped the command and how to go on (None: said already), then its
+    signal's exit code."""
     terminated = isinstance(err, _Terminated)
-    console.print(
-        f"{'terminated' if terminated else 'interrupted'}; {how_to_go_on}", highlight=False, soft_wrap=True
-    )
+    if how_to_go_on is not None:
+        console.print(
+            f"{'terminated' if terminated else 'interrupted'}; {how_to_go_on}",
+            highlight=False,
+            soft_wrap=True,
+        )
     raise typer.Exit(128 + (signal.SIGTERM if terminated else signal.SIGINT)) from None
 
 
@@ -322,6 +326,14 @@ def run(
             f"--out {folder}: lies inside the run folder {inside}, which belongs to that run; give an --out "
             "outside it for a new run"
         )
+    if resume is not None:
+        from secure_fed.resume_check import ResumeRefused, check_resume
+
+        try:
+            # every file the resumed run needs, before anything starts or any log is touched
+            check_resume(cfg, folder)
+        except ResumeRefused as err:
+            _fail(str(err))
     for flag, given in (("--keys", keys), ("he.keys_dir", cfg.he.keys_dir if cfg.he.enabled else None)):
         if given is not None and not Path(given).is_dir():
             _fail(f"{flag} {given}: no such key folder; make one with `secure-fed keys init --out {given}`")
@@ -349,7 +361,7 @@ def run(
         _fail(f"--out {folder}: cannot write the run folder ({err.strerror}); choose a writable folder")
     from secure_fed.audits.log import AuditLogError
     from secure_fed.runner import SimulationFailed, run_federated
-    from secure_fed.server.orchestrator import SitesLost
+    from secure_fed.server.orchestrator import MachineryFailed, SitesLost
     from secure_fed.superlink import SuperLinkError
 
     console.print(
@@ -366,7 +378,14 @@ def run(
             outcome = run_federated(
                 cfg, folder, resume=resume is not None, progress=shown.on_round, on_phase=shown.on_phase
             )
-    except SitesLost as err:
+    except (SitesLost, MachineryFailed) as err:
+        from secure_fed.runner import report_after_stop
+
+        # the run is not over (every log stays open for --resume), but the officer's report of how
+        # far it got is written now, as after a stop signal
+        written = report_after_stop(cfg, folder)
+        if written:
+            _say(written)
         _fail(err.console_line(folder), 1)
         raise
     except (
@@ -381,8 +400,16 @@ def run(
         _fail(str(err), 1)
         raise
     except KeyboardInterrupt as err:
-        # Click would swallow it with a bare newline; say what happened and how to go on.
-        _stopped(err, f"`secure-fed run --resume {folder}` continues from the last checkpoint")
+        # Click would swallow it with a bare newline; say what happened, what the stop cost (the
+        # round's ε the sites were charged) and how to go on, then write the report the officer reads
+        from secure_fed.runner import report_after_stop, stop_words
+
+        word = "terminated" if isinstance(err, _Terminated) else "interrupted"
+        console.print(f"{word} {stop_words(folder)}", highlight=False, soft_wrap=True, markup=False)
+        written = report_after_stop(cfg, folder)
+        if written:
+            _say(written)
+        _stopped(err, None)
     _print_metrics(outcome.metrics)
     if outcome.stopped_early:
         console.print(f"[yellow]stopped early:[/yellow] {outcome.stopped_early}")
@@ -394,7 +421,10 @@ def run(
     console.print(f"wrote {folder / 'metrics.json'}")
     report = folder / "report.html"
     if report.exists():
-        console.print(f"wrote {report}")
+        from secure_fed.runner import report_line
+
+        # the report's verdict beside the console's: both say whether the run was the one asked for
+        _say(report_line(report))
     if outcome.unfinished:
         # a site log without its end record does not verify: the run is not the one asked for
         for site, why in sorted(outcome.unfinished.items()):

@@ -23,7 +23,7 @@ from secure_fed.dp.site_ledger import SiteLedger
 from secure_fed.keyring import audit_keys_dir
 from secure_fed.registry import initial_state
 from secure_fed.run_context import site_secret_context
-from secure_fed.server.orchestrator import Orchestrator, RunOutcome, SitesLost
+from secure_fed.server.orchestrator import MachineryFailed, Orchestrator, RunOutcome, SitesLost
 from secure_fed.server.strategies.base import RoundResult
 from secure_fed.server.trail import ServerTrail
 from secure_fed.server.transports import InProcessTransport
@@ -110,7 +110,7 @@ def run_inprocess(
         logs = [trail.log] if trail else []
         sign_interrupt(signal_name(stop), orchestrator.interrupted_round(), logs, runtimes.values())
         raise
-    except SitesLost:
+    except (SitesLost, MachineryFailed):
         # the run goes on with `--resume`, maybe in this very process (a sweep's cells): every log
         # is let go without a head record, the sites' too, as their lost workers would have
         for log_ in [trail.log] if trail else []:
@@ -170,6 +170,89 @@ def _hand_over_pending(trail: ServerTrail, site_logs: Iterable[Path]) -> None:
                     trail.copy(record)
     except Exception:  # noqa: BLE001 (the stop goes on; verify then names the gap)
         log.exception("could not copy the sites' last privacy records into the server's log")
+
+
+def _log_records(path: Path) -> list[dict[str, Any]]:
+    records = []
+    with contextlib.suppress(OSError):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            with contextlib.suppress(json.JSONDecodeError):
+                records.append(json.loads(line))
+    return records
+
+
+def _checkpointed_round(out: Path) -> int:
+    with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+        return int(json.loads((Path(out) / "checkpoint" / "meta.json").read_text())["round"])
+    return 0
+
+
+def stop_words(out: Path, signed_round: int | None = None) -> str:
+    """After a stop the logs signed: the round it cut short, what the stop cost there (from the
+    sites' own signed records: a site is charged a round's ε when it is admitted to train, before
+    anything leaves it), and how to go on. `signed_round`: the round the stop names, where the
+    caller knows it; else the server's last `run_aborted` says it."""
+    out = Path(out)
+    audit = out / "audit"
+    server = _log_records(audit / "server.jsonl")
+    round_id = signed_round
+    if round_id is None:
+        aborts = [r for r in server if r.get("event") == "run_aborted"]
+        round_id = aborts[-1]["payload"].get("round") if aborts else None
+    done = _checkpointed_round(out)
+    way_on = f"`secure-fed run --resume {out}` continues " + (
+        f"after round {done}" if done else "from round 1"
+    )
+    if not isinstance(round_id, int):
+        return way_on
+    charged, dp = [], False
+    for path in sorted(audit.glob("*.jsonl")):
+        if path.stem == "server":
+            continue
+        own = [r for r in _log_records(path) if r.get("party") == path.stem and r.get("event") == "privacy"]
+        dp = dp or bool(own)
+        if any(r.get("round") == round_id for r in own):
+            charged.append(path.stem)
+    summed = any(r.get("event") == "secagg_round" and r.get("round") == round_id for r in server)
+    where = f"in round {round_id}"
+    if charged:
+        released = (
+            f"its sum was formed before the stop, but round {round_id} was not saved"
+            if summed
+            else f"nothing of round {round_id} was released"
+        )
+        cost = (
+            f"round {round_id}'s ε was charged at every site that trained in it ({', '.join(charged)}), "
+            f"and {released}: that ε is spent"
+        )
+        return f"{where}; {cost}; {way_on}"
+    if dp:
+        return f"{where}; no site was charged ε for round {round_id}; {way_on}"
+    return f"{where}; {way_on}"
+
+
+def report_after_stop(cfg: RunConfig, out: Path) -> str | None:
+    """The report of a run that stopped (a signal, a failure): written as for a finished run, its
+    verdict saying how far the run got; the console line naming it, or None (no audit log)."""
+    if not cfg.audit.enabled:
+        return None
+    try:
+        path = write_report(out, run_keys_dir(cfg.model_copy(update={"out": Path(out)}), site_names(cfg)))
+    except Exception:  # noqa: BLE001 (the stop goes on; `secure-fed audit report` can write it later)
+        log.info("could not write the report after the stop", exc_info=True)
+        return (
+            f"the report could not be written now; `secure-fed audit report {out}/audit/*.jsonl "
+            f"--keys {out}/keys -o {out}/report.html` writes it"
+        )
+    return None if path is None else report_line(path)
+
+
+def report_line(path: Path) -> str:
+    """'wrote OUT/report.html (WORD: why)': the verdict the report leads with."""
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        said = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))["verdict"]
+        return f"wrote {path} ({said['word']}: {said['why']})"
+    return f"wrote {path}"
 
 
 def run_keys_dir(cfg: RunConfig, names: list[str]) -> Path | None:
@@ -408,19 +491,17 @@ def _stop_promptly_on_interrupt(
     def stop(signum: int, frame: object) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):  # a second Ctrl-C must not start a second stop
             signal.signal(sig, signal.SIG_IGN)
-        print(
-            f"\n{'terminated' if signum == signal.SIGTERM else 'interrupted'}: stopping now; "
-            f"`secure-fed run --resume {folder}` continues from the last checkpoint",
-            file=sys.stderr,
-            flush=True,
-        )
+        word = "terminated" if signum == signal.SIGTERM else "interrupted"
+        print(f"\n{word}: stopping now", file=sys.stderr, flush=True)
+        orchestrator = box.get("orchestrator")
+        round_id = orchestrator.interrupted_round() if orchestrator is not None else None
         if trail is not None:
-            orchestrator = box.get("orchestrator")
-            round_id = orchestrator.interrupted_round() if orchestrator is not None else None
             with trail.log.held():
                 sites = site_logs()
                 _hand_over_pending(trail, [site.path for site in sites])
                 sign_interrupt(signal.Signals(signum).name, round_id, [trail.log, *sites])
+        # what the stop cost, from the logs just signed, and how to go on
+        print(f"{word} {stop_words(folder, round_id)}", file=sys.stderr, flush=True)
         # Flower's engine threads report every message cut short by the shutdown as an error.
         logging.disable(logging.CRITICAL)
         logging.shutdown()
@@ -541,7 +622,14 @@ def run_simulation(
                 for sig, handler in previous.items():
                     signal.signal(sig, handler)
             if "signal" in stop or (child.exitcode or 0) > 128:
-                # the child printed the stop and signed every log; the SuperLink ends with us
+                # the child printed the stop and signed every log; the report says how far the run
+                # got; the SuperLink ends with us
+                try:
+                    written = report_after_stop(cfg, Path(out))
+                    if written:
+                        print(written, file=sys.stderr, flush=True)
+                except BaseException:  # noqa: BLE001 (a second Ctrl-C: Ray's processes must still end)
+                    pass
                 logging.shutdown()
                 shutil.rmtree(home, ignore_errors=True)  # the task secret and spec go as on a normal end
                 _exit_and_end_ray(child.exitcode if (child.exitcode or 0) > 128 else 128 + stop["signal"])

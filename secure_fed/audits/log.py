@@ -60,6 +60,8 @@ EVENTS: dict[str, str] = {
     "ledger_reset": 'an operator deleted a site\'s persistent ledger: {"site", "dataset", "file", "runs", '
     '"releases", "epsilon", "delta", "reason"}',
     "model_hash": 'hash of the released model: {"sha256": hex, ...}',
+    "checkpoint": 'the server saved its state after a round: {"round", "file": "state.pt", "sha256": hex}; '
+    "`--resume` refuses a state file whose hash no such record names",
     "instruction": 'a server instruction a site acted on or refused: {"phase", "round", "digest" (SHA-256 '
     'of the parameters), "outcome": "acted" | "refused" | "error", "code", "detail"?}',
     "population_sizes": 'a site\'s exact patient counts {"train", "validation", "test"} (site log only: '

@@ -42,9 +42,10 @@ from secure_fed.audits.report_data import (
     collect,
     epsilon_series,
     finite_json,
+    run_facts,
     site_rows,
 )
-from secure_fed.audits.verdict import EXIT_DROPOUT, EXIT_INTERRUPTED, Verdict, verdict
+from secure_fed.audits.verdict import Verdict, verdict
 from secure_fed.audits.verify import verify_logs
 
 _CSS = """
@@ -573,7 +574,18 @@ def _course(data: ReportData) -> list[tuple[str, str]]:
         planned = f" of {data.planned_rounds} planned" if data.planned_rounds is not None else ""
         if done:
             parts.append(f"The server's log records the sums of {_rounds(done)}{_e(planned)}.")
-        if data.model_hash is not None:
+        short = (
+            data.planned_rounds is not None
+            and (done or data.skipped_rounds)
+            and len(done) < data.planned_rounds
+        )
+        if data.model_hash is not None and short:
+            # the same words as `secure-fed run`'s exit 3: not the run that was asked for
+            parts.append(
+                f"It closes with the released model's hash after {len(done)} of {_e(data.planned_rounds)} "
+                "planned rounds: the run ended short of its plan (INCOMPLETE)."
+            )
+        elif data.model_hash is not None:
             parts.append("It closes with the released model's hash: the run finished.")
     if parts:
         out.append(("course", " ".join(parts)))
@@ -586,6 +598,20 @@ def _course(data: ReportData) -> list[tuple[str, str]]:
                 "absent",
                 f"{len(present)} of {_e(data.absent.get('expected'))} configured sites came to this run "
                 f"({_e(', '.join(present))}); each absent site counts as a dropout.",
+            )
+        )
+    charged: dict[int, list[str]] = {}
+    for site in data.sites:
+        for round_ in site.charged_unreleased:
+            charged.setdefault(round_, []).append(site.site)
+    if charged:
+        which = "; ".join(f"round {r} at {', '.join(names)}" for r, names in sorted(charged.items()))
+        out.append(
+            (
+                "charged",
+                f"Charged, not released: {_e(which)}. Each site is charged a round's ε when it is admitted "
+                "to train, before anything leaves it; the ε in the table counts these rounds, but no sum of "
+                "them was formed, so nothing of them left the site.",
             )
         )
     if data.skipped_rounds:
@@ -935,15 +961,23 @@ def _h2(title: str, said: Verdict) -> str:
     return f"<h2>{_e(title)}{'' if said.verified else ' (unverified)'}</h2>"
 
 
+def _tone(said: Verdict) -> str:
+    """Green only for good news on both counts: the logs verify and the run finished (VERIFIED),
+    and DP bounds every site's releases within its budget. A run without DP, or over a budget, is
+    never shown green, however intact its logs."""
+    if not said.verified or said.privacy.startswith("PRIVACY BUDGET EXCEEDED"):
+        return "bad"
+    return "ok" if said.good else "warn"
+
+
 def render_html(data: ReportData) -> str:
     generated = datetime.now(UTC).isoformat(timespec="seconds")
-    said = verdict(data.verification)
+    said = verdict(data.verification, run_facts(data))
     rows = site_rows(data, said.verified)
     # Only this stylesheet may style the page: markup that got in through a log could not add any.
     style = "'sha256-" + base64.b64encode(hashlib.sha256(_CSS.encode("utf-8")).digest()).decode() + "'"
-    tone = {EXIT_DROPOUT: "warn", EXIT_INTERRUPTED: "warn"}.get(
-        said.exit_code, "ok" if said.verified else "bad"
-    )
+    tone = _tone(said)
+    title = said.line if said.privacy else f"{said.word} — privacy compliance report"
     notes = ""
     unsupplied = data.verification.get("unsupplied") or []
     if unsupplied:
@@ -957,7 +991,7 @@ def render_html(data: ReportData) -> str:
         'img-src data:">'
         f"<title>{_e(said.word)} — privacy compliance report — {_e(', '.join(data.run_ids))}</title>"
         f"<style>{_CSS}</style></head><body>"
-        f"<h1 id='title'>{_e(said.word)} — privacy compliance report</h1>"
+        f"<h1 id='title'>{_e(title)}</h1>"
         f"<p class='verdict {tone}' id='verdict'><b>{_e(said.word)}</b>: {_e(said.why)}.</p>{notes}"
         f"<p class='muted'>Generated {generated} by secure-fed audit report from "
         f"the audit logs of {len(data.parties)} {'party' if len(data.parties) == 1 else 'parties'} "
@@ -1010,13 +1044,18 @@ def write_report(
     .csv (the summary's table, one row per site) and -mechanisms.csv (every privacy record)."""
     verification = verify_logs(paths, public_keys)
     data = collect(paths, verification)
-    said = verdict(data.verification)
+    facts = run_facts(data)
+    said = verdict(data.verification, facts)
     rows = site_rows(data, said.verified)
     out_html = Path(out_html)
     out_html.parent.mkdir(parents=True, exist_ok=True)
     json_path, csv_path = out_html.with_suffix(".json"), out_html.with_suffix(".csv")
     out_html.write_text(render_html(data), encoding="utf-8")
-    content = {"verdict": said.to_json(), "site_table": [finite_json(asdict(row)) for row in rows]}
+    content = {
+        "verdict": said.to_json(),
+        "run": finite_json(facts),
+        "site_table": [finite_json(asdict(row)) for row in rows],
+    }
     content |= data.to_json()
     json_path.write_text(json.dumps(content, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     site_names = [item.name for item in fields(SiteRow)]
@@ -1026,9 +1065,6 @@ def write_report(
         _csv(mechanism_names, [asdict(row) for row in data.mechanisms]), encoding="utf-8"
     )
     return out_html, json_path, csv_path
-
-
-_COLOUR = {EXIT_DROPOUT: "bold yellow", EXIT_INTERRUPTED: "bold yellow"}
 
 
 def report_main(
@@ -1042,12 +1078,20 @@ def report_main(
     if not ok:
         return 1
     html_path, json_path, csv_path = write_report(paths, out, public_keys)
-    said = verdict(json.loads(json_path.read_text(encoding="utf-8"))["verification"])
+    written = json.loads(json_path.read_text(encoding="utf-8"))
+    said = verdict(written["verification"], written["run"])
     console.print(
         f"Wrote {html_path}, {json_path}, {csv_path}, {mechanisms_csv_path(html_path)}",
         markup=False,
         highlight=False,
     )
-    colour = "bold green" if said.exit_code == 0 else _COLOUR.get(said.exit_code, "bold red")
-    console.print(f"[{colour}]{said.word}[/]: {escape(said.why)}", highlight=False)
+    console.print(verdict_markup(said), highlight=False)
     return said.exit_code
+
+
+def verdict_markup(said: Verdict) -> str:
+    """The verdict for a console, as the report's first two lines: its title (integrity and privacy
+    together, green only where the report's is: `_tone`), then why."""
+    colour = {"ok": "bold green", "warn": "bold yellow"}.get(_tone(said), "bold red")
+    why = f"[{colour}]{escape(said.word)}[/]: {escape(said.why)}"
+    return f"[{colour}]{escape(said.line)}[/]\n{why}" if said.privacy else why

@@ -3,10 +3,14 @@
 Privacy records are taken from every log given, own and embedded copies alike, once each (by
 record hash), so the report works from the server's log alone or from the sites' logs alone.
 
-What left each site is not taken from the privacy records alone: a run without DP writes none, and
-some releases are never priced. The sites that took part come from the server's per-round records
-(`secagg_round` participants); how their updates and α scalars were summed from those records and
-the run's configuration. A site is protected by differential privacy only where privacy records
+What left each site is not taken from the privacy records: a run without DP writes none, some
+releases are never priced, and a site is charged a round's ε when it is admitted to train, before
+anything leaves it, so a stop can charge a round nothing of which was released. A site's update left
+it in a round only where a sum of it was formed: the server's `secagg_round` record of that round
+names it (without the server's log: the site's own acted `train` instruction). Its α scalars left
+only in a round whose α sum the server logged (`alpha`). Rounds charged without a formed sum are
+"charged, not released". How updates and α scalars were summed comes from those records and the
+run's configuration. A site is protected by differential privacy only where privacy records
 cover every round it took part in; anything else is reported as released with ε = ∞.
 """
 
@@ -95,6 +99,9 @@ class SiteReport:
     instructions_logged: int  # 0: the site's own log (or its instruction records) was not given
     # it scored its test split (its own `instruction` record: evaluate, acted); None: its log not given
     evaluated: bool | None = None
+    # rounds its privacy records charge (DP-SGD, α) in which no sum of its values was formed: the ε
+    # counts them, nothing of them left the site (a stop or a skipped round cut them short)
+    charged_unreleased: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -121,6 +128,7 @@ class ReportData:
     # distributed DP: each site's signed survivor set, {"round", "site", "survivors", "honest_min"}
     survivor_sets: list[dict[str, Any]] = field(default_factory=list)
     alpha: Any = None
+    alpha_rounds: list[int] = field(default_factory=list)  # rounds whose α sum the server logged
     model_hash: Any = None
     verification: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] | None = None  # RunSettings of the logged run_config; None: none logged
@@ -316,9 +324,14 @@ def _releases(
     dp: bool,
     evaluated: bool | None = None,
 ) -> list[Release]:
+    """What left the site: `rounds` are those with a formed sum of its update, `alpha_logged` that
+    an α sum it was in was formed; a charge alone (a privacy record) releases nothing."""
     mechanisms = {row.mechanism for row in rows}
-    if not rounds and not rows:
-        return []
+    out: list[Release] = []
+    if not rounds:
+        if evaluated:
+            out.append(Release("test-set scores", _SCORES, False, "not covered by ε"))
+        return out
     # One plain round is enough to lose SecAgg+'s protection for this site's updates.
     if "plain" in modes:
         secagg: bool | None = False
@@ -332,7 +345,7 @@ def _releases(
         "summed with SecAgg+: the server saw only the sum over the sites",
         "sent for a plain sum: the server saw this site's own update",
     )
-    out = [
+    out += [
         Release(
             "model updates",
             how + ("; clipped and noised per patient (DP-SGD) first" if covered else ""),
@@ -340,7 +353,7 @@ def _releases(
             _label(secagg, "SecAgg+", "DP-SGD" if covered else None),
         )
     ]
-    if (alpha_logged and rounds) or "alpha_scalars" in mechanisms:
+    if alpha_logged:
         covered = dp and "alpha_scalars" in mechanisms
         he = None if settings is None else settings.he
         how = _summed(
@@ -361,17 +374,19 @@ def _releases(
         losses = "the site's own training loss and validation loss sum and count, each round, in the clear"
         out.append(Release("losses", losses, False, "none"))
     if evaluated:
-        scores = (
-            "corpus-level scores of the final model on the site's test split, released once at the end "
-            "of the run (its log records the scoring)"
-        )
-        out.append(Release("test-set scores", scores, False, "not covered by ε"))
+        out.append(Release("test-set scores", _SCORES, False, "not covered by ε"))
     elif evaluated is None:
         unknown = (
             "whether they were released is not known: the site's own log, which records it, was not given"
         )
         out.append(Release("test-set scores", unknown, False, "not known"))
     return out
+
+
+_SCORES = (
+    "corpus-level scores of the final model on the site's test split, released once at the end "
+    "of the run (its log records the scoring)"
+)
 
 
 def _natural(name: str) -> tuple[tuple[int, int | str], ...]:
@@ -394,10 +409,25 @@ def _sites(
                 modes.setdefault(site, set()).add(item["mode"])
     names = set(took_part) | {row.site for row in data.mechanisms} | {party for party, _ in instructions}
     names |= {str(r["site"]) for r in data.refusals if isinstance(r.get("site"), str)}
+    server_given = "server" in data.parties
     out = []
     for site in sorted(names, key=_natural):
         rows = [row for row in data.mechanisms if row.site == site]
-        rounds = sorted(took_part.get(site, set()))
+        formed = took_part.get(site, set())
+        if not server_given:
+            # no server log: the site's own word that it acted on a round's training request
+            formed = {
+                p["round"]
+                for party, p in instructions
+                if party == site
+                and p.get("phase") == "train"
+                and p.get("outcome") == "acted"
+                and isinstance(p.get("round"), int)
+            }
+        rounds = sorted(formed)
+        charged = {
+            row.round for row in rows if row.mechanism != "gmm_histogram" and isinstance(row.round, int)
+        }
         priced = {row.round for row in rows}
         uncovered = [round_ for round_ in rounds if round_ not in priced]
         dp = bool(rows) and not uncovered and (settings is None or settings.dp is not False)
@@ -412,7 +442,18 @@ def _sites(
                 dp=dp,
                 uncovered_rounds=uncovered,
                 releases=_releases(
-                    rounds, rows, modes.get(site, set()), settings, data.alpha is not None, dp, evaluated
+                    rounds,
+                    rows,
+                    modes.get(site, set()),
+                    settings,
+                    bool(set(rounds) & set(data.alpha_rounds))
+                    or (
+                        not server_given
+                        and bool(rounds)
+                        and any(r.mechanism == "alpha_scalars" for r in rows)
+                    ),
+                    dp,
+                    evaluated,
                 ),
                 refused_instructions=dict(
                     Counter(str(p.get("code") or "no code") for p in own if p.get("outcome") == "refused")
@@ -422,6 +463,7 @@ def _sites(
                 ),
                 instructions_logged=len(own),
                 evaluated=evaluated,
+                charged_unreleased=sorted(charged - formed),
             )
         )
     return out
@@ -485,6 +527,8 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
             data.survivor_sets.append({"round": record["round"], **payload})
         elif event == "alpha":
             data.alpha = payload
+            if isinstance(record["round"], int) and record["round"] not in data.alpha_rounds:
+                data.alpha_rounds.append(record["round"])
         elif event == "model_hash":
             data.model_hash = payload
         elif event == "empirical_audit":
@@ -520,6 +564,39 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
         _with_lifetime(g, data.site_budgets.get(g.site), data.accountant) for g in data.guarantees
     ]
     return data
+
+
+def run_facts(data: ReportData) -> dict[str, Any]:
+    """What the verdict says beside the logs' integrity (verdict.py): whether DP was on, the
+    largest ε of a site DP covers against its budget (all runs' where it keeps a ledger), the
+    accountant and δ, the sites over budget or released without DP, and the rounds done of those
+    planned. Each figure is one the report's table shows."""
+    covered = {site.site for site in data.sites if site.dp}
+    guarantees = [g for g in data.guarantees if g.site in covered]
+    worst = max(guarantees, key=lambda g: g.lifetime if g.lifetime is not None else g.epsilon, default=None)
+    dp = None if data.settings is None else data.settings.get("dp")
+    facts: dict[str, Any] = {
+        "dp": bool(data.mechanisms) if dp is None else dp,
+        "exposed": [site.site for site in data.sites if site.rounds and not site.dp],
+        "exceeded": [g.site for g in guarantees if g.exceeded],
+        "max_epsilon": None,
+        "budget": None,
+        "accountant": None,
+        "delta": None,
+        "planned_rounds": data.planned_rounds,
+        "rounds_done": list(data.rounds_done),
+        "skipped_rounds": [item["round"] for item in data.skipped_rounds],
+        "stopped": data.stopped,
+    }
+    if worst is not None:
+        ledger = worst.lifetime is not None
+        facts |= {
+            "max_epsilon": worst.lifetime if ledger else worst.epsilon,
+            "budget": worst.lifetime_budget if ledger else worst.budget,
+            "accountant": worst.accountant,
+            "delta": max(g.delta for g in guarantees),
+        }
+    return facts
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,11 @@
 One function decides it for both, so the console, the report's title, its first line and
 report.json never disagree. The words map to the exit codes: VERIFIED 0, VERIFIED WITH A DROPOUT
 3, INCOMPLETE 4 (the run was interrupted by a signal: every record verifies, the run did not
-finish), FAILED 1 (a problem was found), NOT VERIFIED 1 (no keys were given, so no signature was
-checked: what else was checked is reported, and nothing is claimed as verified).
+finish, or it closed short of its planned rounds), FAILED 1 (a problem was found), NOT VERIFIED 1 (no
+keys were given, so no signature was checked: what else was checked is reported, and nothing is
+claimed as verified). Beside the logs' integrity the verdict states the privacy (`privacy_words`):
+the largest ε against the budget, or that no differential privacy bounds a release; only a run that
+verifies, finished and is within budget everywhere reads as good news.
 """
 
 from __future__ import annotations
@@ -26,14 +29,85 @@ class Verdict:
     word: str  # VERIFIED, VERIFIED WITH A DROPOUT, INCOMPLETE, FAILED or NOT VERIFIED
     why: str  # one line, no trailing full stop
     exit_code: int
+    # the officer's other question, beside the logs' integrity: what bounds the patients' privacy
+    # ("every site within budget: max ε 7.96 of 8, RDP, δ 1e-05", "NO DIFFERENTIAL PRIVACY (ε = ∞)");
+    # "" where the run's records were not read (verification alone)
+    privacy: str = ""
+    # the privacy holds as stated for every site (within budget, every release covered): only then
+    # may the verdict be shown as good news
+    private: bool = False
 
     @property
     def verified(self) -> bool:
         """Every record's hash, chain and signature held: findings may be stated as facts."""
         return self.exit_code in (EXIT_OK, EXIT_DROPOUT, EXIT_INTERRUPTED)
 
+    @property
+    def line(self) -> str:
+        """'VERIFIED — every site within budget: …': the page's title and the console's first word."""
+        return f"{self.word} — {self.privacy}" if self.privacy else self.word
+
+    @property
+    def good(self) -> bool:
+        """Green: the logs verify, the run finished as planned, and DP bounds every site's releases."""
+        return self.exit_code == EXIT_OK and self.private
+
     def to_json(self) -> dict[str, Any]:
-        return {"word": self.word, "why": self.why, "exit_code": self.exit_code, "verified": self.verified}
+        return {
+            "word": self.word,
+            "why": self.why,
+            "exit_code": self.exit_code,
+            "verified": self.verified,
+            "privacy": self.privacy,
+            "private": self.private,
+        }
+
+
+def _g(value: float) -> str:
+    return f"{value:.3g}"
+
+
+def privacy_words(run: Mapping[str, Any] | None) -> tuple[str, bool]:
+    """(the verdict's privacy clause, whether it is good news) from the run's facts (report_data's
+    `run_facts`): ε against the budget, the accountant and δ; or that no DP bounds a release."""
+    if not run:
+        return "", False
+    exposed = list(run.get("exposed") or [])
+    if run.get("dp") is False or (exposed and run.get("max_epsilon") is None):
+        return "NO DIFFERENTIAL PRIVACY (ε = ∞)", False
+    if run.get("max_epsilon") is None:
+        return "no release of patient data recorded, and no ε", False
+    eps, budget = float(run["max_epsilon"]), run.get("budget")
+    delta = run.get("delta")
+    tail = f"{run.get('accountant') or 'RDP'}" + (f", δ {delta:g}" if isinstance(delta, int | float) else "")
+    of = f" of {budget:g}" if isinstance(budget, int | float) else " (no budget set)"
+    exceeded = list(run.get("exceeded") or [])
+    if exceeded:
+        return f"PRIVACY BUDGET EXCEEDED at {', '.join(exceeded)}: max ε {_g(eps)}{of}, {tail}", False
+    if exposed:
+        return (
+            f"{', '.join(exposed)} released without differential privacy (ε = ∞); the others: max ε "
+            f"{_g(eps)}{of}, {tail}",
+            False,
+        )
+    if not isinstance(budget, int | float):
+        return f"every site under DP: max ε {_g(eps)}{of}, {tail}", True
+    return f"every site within budget: max ε {_g(eps)}{of}, {tail}", True
+
+
+def _short(run: Mapping[str, Any] | None) -> str | None:
+    """'1 of 2 planned rounds completed (round 2 skipped: …)' for a run that closed short of its
+    rounds; None for one that did all of them, or whose rounds the records do not say."""
+    if not run or not isinstance(run.get("planned_rounds"), int):
+        return None
+    done, skipped = list(run.get("rounds_done") or []), list(run.get("skipped_rounds") or [])
+    if not (done or skipped) or len(done) >= run["planned_rounds"]:
+        return None
+    why = [f"round {item} skipped" for item in skipped]
+    if run.get("stopped"):
+        why.append(f"stopped early: {run['stopped']}")
+    detail = f" ({'; '.join(why)})" if why else ""
+    return f"{len(done)} of {run['planned_rounds']} planned rounds completed{detail}"
 
 
 def stop_words(stops: Sequence[Mapping[str, Any]]) -> str:
@@ -53,8 +127,15 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
 
 
-def verdict(result: Mapping[str, Any]) -> Verdict:
-    """The verdict on a verification (as `verification_json` writes it)."""
+def verdict(result: Mapping[str, Any], run: Mapping[str, Any] | None = None) -> Verdict:
+    """The verdict on a verification (as `verification_json` writes it) and, with `run` (the run's
+    facts, report_data.run_facts), on the privacy and the rounds those logs record."""
+    said = _integrity(result, run)
+    privacy, private = privacy_words(run) if said.verified else ("", False)
+    return Verdict(said.word, said.why, said.exit_code, privacy, private)
+
+
+def _integrity(result: Mapping[str, Any], run: Mapping[str, Any] | None) -> Verdict:
     figures = (
         f"{_plural(result.get('rederived', 0), 'privacy record')} re-derived with dp_accounting and matching"
         if result.get("rederived")
@@ -84,6 +165,14 @@ def verdict(result: Mapping[str, Any]) -> Verdict:
             "INCOMPLETE",
             f"the run was interrupted ({stop_words(stops)}) and did not finish; every record verifies and "
             f"every signature holds, {figures}",
+            EXIT_INTERRUPTED,
+        )
+    short = _short(run)
+    if short:
+        # closed cleanly, but not the run that was asked for: `secure-fed run` exits 3 for it
+        return Verdict(
+            "INCOMPLETE",
+            f"{short}; every record verifies and every signature holds, {figures}",
             EXIT_INTERRUPTED,
         )
     dropouts = result.get("dropouts") or []

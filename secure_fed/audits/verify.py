@@ -840,8 +840,6 @@ def _check_empirical_audits(checker: _Checker, states: list[_LogState]) -> dict[
 # log says that site left the run (a dropout); 4 every record verifies but the run was interrupted
 # by a signal (each log ends with its signed run_aborted).
 
-_COLOUR = {0: "bold green", 3: "bold yellow", 4: "bold yellow"}
-
 
 def verify_main(
     paths: Sequence[Path | str], keys_dir: Path | str | None, console: Console | None = None
@@ -875,9 +873,12 @@ def verify_main(
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
     _print_empirical(console, result)
-    said = verdict(verification_json(result))
-    colour = _COLOUR.get(said.exit_code, "bold red")
-    console.print(f"[{colour}]{said.word}[/]: {escape(said.why)}", highlight=False)
+    from secure_fed.audits.report import verdict_markup
+    from secure_fed.audits.report_data import collect, run_facts
+
+    # the report's verdict, word for word: the logs' integrity and the privacy they record
+    said = verdict(verification_json(result), run_facts(collect(paths, result)))
+    console.print(verdict_markup(said), highlight=False)
     if not result.keys_checked:
         # The one place that says how to check them; the verifier never trusts a key from a log.
         console.print(

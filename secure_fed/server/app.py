@@ -14,7 +14,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from secure_fed.config import RunConfig
 from secure_fed.failures import signed_reason
-from secure_fed.server.orchestrator import EventSink, Orchestrator, SitesLost
+from secure_fed.server.orchestrator import EventSink, MachineryFailed, Orchestrator, SitesLost
 from secure_fed.server.trail import ServerTrail
 from secure_fed.server.transports import GridTransport
 from secure_fed.stops import signed_on_stop
@@ -174,8 +174,8 @@ def make_server_app(
                 # the console's line: our words, never a framework's text (Flower's log has that)
                 result["error"] = signed_reason(err)[1]
                 result["aborted"] = orchestrator.aborted
-                if isinstance(err, SitesLost):
-                    result["lost"] = err
+                if isinstance(err, SitesLost | MachineryFailed):
+                    result["lost"] = err  # resumable: the runner says how to go on
             raise
         if trail is not None:
             trail.finish(orchestrator.final_state)

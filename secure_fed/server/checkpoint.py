@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -55,7 +57,11 @@ def save_checkpoint(
     strategy_state: dict[str, Any],
     meta: dict[str, Any],
     average: dict[str, Any] | None = None,
-) -> None:
+    record: Callable[[str], None] | None = None,
+) -> str:
+    """Write the round's state; returns the SHA-256 of state.pt. `record(sha256)` runs once the new
+    file is on disk and before it replaces the last one, so the signed log names every state.pt a
+    resume can find (a crash between the two leaves the previous file, whose hash the log holds)."""
     folder.mkdir(parents=True, exist_ok=True)
     tmp = folder / (STATE_FILE + ".tmp")
     data: dict[str, Any] = {
@@ -69,10 +75,22 @@ def save_checkpoint(
     torch.save(data, tmp)
     with open(tmp, "rb") as fh:
         os.fsync(fh.fileno())
+    digest = file_sha256(tmp)
+    if record is not None:
+        record(digest)
     tmp.replace(folder / STATE_FILE)
     meta_tmp = folder / (META_FILE + ".tmp")
     meta_tmp.write_text(json.dumps({"round": round_id, **meta}, indent=1, default=float))
     meta_tmp.replace(folder / META_FILE)
+    return digest
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 def _arrays(section: dict[str, Any]) -> dict[str, Any]:

@@ -79,6 +79,27 @@ class SitesLost(RuntimeError):
         )
 
 
+class MachineryFailed(RuntimeError):
+    """The server's own code failed (not a site, not a budget, not a rule of the run): the run is
+    not over. The server's log ends with a signed `run_aborted` carrying `code` and this reason (our
+    words only), no log gets a head record and the sites are sent no `finish`, so `--resume`
+    continues from the last checkpoint once the cause is dealt with."""
+
+    def __init__(self, reason: str, code: str) -> None:
+        super().__init__(reason)
+        self.reason, self.code = reason, code
+
+    def __reduce__(self) -> tuple[Any, ...]:  # it crosses the simulation process's pipe
+        return (MachineryFailed, (self.reason, self.code))
+
+    def console_line(self, folder: Path | str) -> str:
+        return (
+            f"{self.reason}; no log was closed: fix the cause (--verbose shows its traceback, as does "
+            f"flower/simulation.log in a simulation), then `secure-fed run --resume {folder}` "
+            "continues from the last checkpoint"
+        )
+
+
 @dataclass(frozen=True)
 class DropoutTolerance:
     """How many sites a run can lose, from the privacy rule and the SecAgg+ threshold.
@@ -263,11 +284,19 @@ class Orchestrator:
         except SitesLost as err:
             self.stop_resumable(err)
             raise
-        except Exception as err:
+        except RunAborted as err:
+            # a rule of the run (too few sites, a budget, a refused setting): it ends here for good
             self.abort(err)
             raise
+        except Exception as err:
+            # the server's own machinery: sealing the logs would end a run that a fix can resume
+            log.info("the run stopped on an error of its own", exc_info=err)  # --verbose shows it
+            code, reason = signed_reason(err)
+            stop = MachineryFailed(reason, code)
+            self.stop_resumable(stop)
+            raise stop from err
 
-    def stop_resumable(self, err: SitesLost) -> None:
+    def stop_resumable(self, err: SitesLost | MachineryFailed) -> None:
         """Sign why the run stopped in the server's log and leave every log open for `--resume`:
         no head record, and no `finish` to sites whose workers are gone (one that answered would
         close its log for good)."""
@@ -442,6 +471,10 @@ class Orchestrator:
                 strategy.state_dict(),
                 meta_out,
                 average.state_dict() if average is not None else None,
+                # signed: `--resume` refuses a state.pt whose hash no checkpoint record names
+                record=lambda digest, r=r: self.events(
+                    "checkpoint", {"round": r, "file": "state.pt", "sha256": digest}, r
+                ),
             )
             self.settled = r
             if self.progress is not None:

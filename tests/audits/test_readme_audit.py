@@ -64,5 +64,5 @@ def test_readme_verifier_commands_run_and_never_use_private_keys(
         assert "private keys" not in result.output
     assert Path("report.html").is_file()
     page = Path("report.html").read_text()
-    assert "<h1 id='title'>VERIFIED — privacy compliance report</h1>" in page
+    assert "<h1 id='title'>VERIFIED — every site within budget: max ε " in page
     assert re.search(r"<th>accountant</th>.*<td>RDP</td>", page, re.DOTALL)

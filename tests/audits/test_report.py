@@ -64,7 +64,7 @@ def test_report_figures(pristine: Run, tmp_path: Path) -> None:
     assert sites["site-1"]["refusals"] == "declined round 3"
     assert "site-1 declined round 3: the round would exceed the site's privacy budget." in _summary_text(html)
     assert "EXCEEDED" not in html
-    assert "<svg" in html and "<h1 id='title'>VERIFIED — privacy compliance report</h1>" in html
+    assert "<svg" in html and "<h1 id='title'>VERIFIED — every site within budget: max ε " in html
 
 
 def test_report_is_self_contained(pristine: Run, tmp_path: Path) -> None:
