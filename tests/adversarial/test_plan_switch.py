@@ -19,10 +19,14 @@ between its rounds.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
+from secure_fed.audits.verify import verify_logs
 from secure_fed.config import RunConfig
+from secure_fed.crypto.keys import load_public_keys
 from secure_fed.crypto.secagg_protocol import SETUP, VectorSum, embed_setup, embedded_setup
 from secure_fed.crypto.secagg_server import plan_setup
 from secure_fed.dp.distributed import padded_size
@@ -45,6 +49,14 @@ def announced(make_config, one_torch_thread) -> RunConfig:  # noqa: ANN001
     return make_config(**DISTRIBUTED_DP | {"dp__honest_min": None}, data__synth__sites=5, fed__rounds=2)
 
 
+def _secure_sum(server: MaliciousServer, cfg: RunConfig, round_id: int) -> VectorSum:
+    """Our server's SecAgg+ sum of the round over every site, through the sites' real handlers."""
+    transport = InProcessTransport({node: site.send for node, site in enumerate(server.sites)})
+    dim = padded_size(server.victim.runtime.learner.distributed_dim(cfg.fed.method))
+    settings = AggregationSettings.from_config(cfg)
+    return secure_sum(transport, list(range(len(server.sites))), dim, settings, round_id)
+
+
 def _plan_switch(server: MaliciousServer, announced: RunConfig) -> VectorSum:
     """Round 1 to the victim before any `hello`; then `hello` (2 rounds) to every site, round 2 to
     the others and round 1 again to the victim, all in the secure sum of round 2."""
@@ -55,10 +67,7 @@ def _plan_switch(server: MaliciousServer, announced: RunConfig) -> VectorSum:
         site.send("hello", {"method": announced.fed.method, "rounds": announced.fed.rounds})
     for node, site in enumerate(server.sites):
         site.send("train", server.honest_train(1 if node == VICTIM else 2))
-    transport = InProcessTransport({node: site.send for node, site in enumerate(server.sites)})
-    dim = padded_size(server.victim.runtime.learner.distributed_dim(announced.fed.method))
-    settings = AggregationSettings.from_config(announced)
-    return secure_sum(transport, list(range(len(server.sites))), dim, settings, 2)
+    return _secure_sum(server, announced, 2)
 
 
 def test_a_release_planned_before_hello_is_never_summed_under_the_plan_hello_fixed(
@@ -139,3 +148,36 @@ def test_a_secagg_setup_for_another_round_than_the_upload_is_refused(make_config
     # round 1's own setup is acted on
     keys = server.victim.send(SETUP, plan_setup(nodes, int(reply["dim"]), settings, 1).requests[VICTIM])
     assert set(keys) >= {"enc_pk", "mask_pk", "key_sig"}, keys
+
+
+def test_verify_names_the_round_and_the_site_of_the_plan_switch(announced: RunConfig, monkeypatch) -> None:  # noqa: ANN001
+    """The logs of the attack as the sites wrote them before the refusals above: those are switched
+    off here (with them the victim refuses the attack and logs only its refusals); everything else
+    is the real runtimes, their signed logs and `audit verify`."""
+    from secure_fed.clients import handler
+    from secure_fed.clients.guard import SiteGuard
+    from secure_fed.clients.runtime import SiteRuntime
+
+    monkeypatch.setattr(SiteGuard, "fix_run", lambda self, method, rounds: None)
+    monkeypatch.setattr(SiteGuard, "check_announced", lambda self, method, rounds, source: None)
+    monkeypatch.setattr(SiteRuntime, "_release_plan", lambda self, round_id, released: self._current_plan())
+    monkeypatch.setattr(handler, "_check_secagg_round", lambda runtime, setup: None)
+    server = MaliciousServer(announced, told={"site0": _with_rounds(announced, 20)})
+    assert VICTIM in _plan_switch(server, announced).survivors  # the attack went through
+    # and the run goes on: round 3 at every site, the victim's share now noised for 2 rounds
+    for site in server.sites:
+        assert site.send("train", server.honest_train(3))["status"] == "ok"
+    assert len(_secure_sum(server, announced, 3).survivors) == 5
+    for site in server.sites:
+        assert site.send("finish", {})["status"] == "ok"
+
+    # every log closed and intact: what fails is the victim's, and only that (passed before)
+    result = verify_logs(server.log_paths(), load_public_keys(server.keys_dir))
+    assert not result.ok and {Path(p.path).name for p in result.problems} == {"site0.jsonl"}
+    unshared, changed = sorted(p.reason for p in result.problems)
+    assert unshared.startswith(
+        "round 2: site0 took part in round 2's secure sum but its log charges no distributed-DP share "
+        "for round 2 (its shares are charged for round(s) 1, 3)"
+    ), unshared
+    assert changed.startswith("round 3: site0's distributed-DP plan differs from its own plan of round 1 in ")
+    assert "mu_total" in changed, changed
