@@ -6,8 +6,9 @@ A deployed site's plan follows the run's round count, and a `train` that reached
 retry path re-stashed the saved `release-r<N>.npy`, and SecAgg+ signed it for the plan the site now
 held. So the server sent the victim round 1 before `hello` (noised for 20 rounds), announced 2
 rounds, and sent the victim round 1 again inside round 2's secure sum: the victim's share summed
-with the others' round-2 shares, noised for 2 rounds, carried 0.581 × the noise its ledger charged,
-and `audit verify` passed (the plans agreed within each round number).
+with the others' round-2 shares, noised for 2 rounds, carried 0.585 × the noise its ledger charged
+(measured here; the review's run measured 0.581), and `audit verify` passed (the plans agreed
+within each round number).
 
 Now the round count and method are fixed at a run's first message and kept in the site's guard
 (a message that disagrees is refused and logged), a saved release keeps the digest of the plan it
