@@ -5,8 +5,10 @@ sized from a plan every site derives itself; the released sum carries the accoun
 every site of a round used the same plan and the server unmasked one sum over at least h sites.
 A server that tells sites different stories (a round count that changes one site's plan, a
 different survivor set per site) leaves the traces this module looks for in the sites' own signed
-logs: privacy events of one round with different mechanism parameters, survivor sets that differ
-or hold fewer than h sites, and an unmask a site answered without having confirmed a survivor set.
+logs: privacy events of one round with different mechanism parameters, a site whose parameters
+change between its rounds, a site in a round's secure sum with no share charged for that round,
+survivor sets that differ or hold fewer than h sites, and an unmask a site answered without having
+confirmed a survivor set.
 
 Pure: it takes what the logs say (as `SiteRounds`) and returns findings; `verify.py` reads the
 logs and reports them.
@@ -90,6 +92,53 @@ def plan_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
     return findings
 
 
+def plan_change_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
+    """A site's plan is its run's, fixed at the run's first message: each round whose plan differs
+    from the site's round before is named (a server that changed the round count mid-run, say)."""
+    findings = []
+    for log in logs:
+        rounds = sorted(log.plans)
+        for before, round_ in zip(rounds, rounds[1:], strict=False):
+            earlier, (line, event) = log.plans[before][1], log.plans[round_]
+            if _canonical(earlier) == _canonical(event):
+                continue
+            fields = _differing_fields([earlier, event])
+            findings.append(
+                Finding(
+                    log.path,
+                    line,
+                    f"round {round_}: {log.site}'s distributed-DP plan differs from its own plan of round "
+                    f"{before} in {', '.join(fields)}: a site's plan is fixed for its run, so its rounds "
+                    "were noised for different sums and the logged ε is no bound",
+                )
+            )
+    return findings
+
+
+def unshared_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
+    """A site that took part in a round's secure sum under distributed DP (it confirmed the round's
+    survivors or answered its unmask) must have charged a share for that round: an upload of
+    another round (a saved release re-sent) was noised for another sum than the one released."""
+    findings = []
+    for log in logs:
+        if not log.plans:
+            continue
+        for round_ in sorted((set(log.survivors) | log.unmasked) - set(log.plans)):
+            line = log.survivors[round_][0] if round_ in log.survivors else None
+            charged = ", ".join(str(r) for r in sorted(log.plans))
+            findings.append(
+                Finding(
+                    log.path,
+                    line,
+                    f"round {round_}: {log.site} took part in round {round_}'s secure sum but its log "
+                    f"charges no distributed-DP share for round {round_} (its shares are charged for "
+                    f"round(s) {charged}): it masked an upload made for another round, so the sum is not "
+                    "the one its ε was logged for",
+                )
+            )
+    return findings
+
+
 def survivor_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
     """One survivor set per round, confirmed by every site that unmasked, of at least h sites; a site
     that answered an unmask under distributed DP must have logged the set it confirmed."""
@@ -144,4 +193,5 @@ def survivor_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
 
 
 def distributed_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
-    return plan_findings(logs) + survivor_findings(logs)
+    per_round = plan_findings(logs) + plan_change_findings(logs) + unshared_findings(logs)
+    return per_round + survivor_findings(logs)

@@ -10,14 +10,16 @@ SuperNode keeps between messages and never sends to the server.
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from flwr.app import Context, Message
 from flwr.clientapp import ClientApp
 
-from secure_fed.clients.guard import Refusal
+from secure_fed.clients.guard import Refusal, SiteGuard
 from secure_fed.clients.handler import handle
 from secure_fed.clients.lifetime import log_lifetime_end, site_run_config
 from secure_fed.clients.runtime import SiteRuntime
@@ -25,7 +27,7 @@ from secure_fed.clients.site import deployment_site_key
 from secure_fed.config import RunConfig, load_config
 from secure_fed.data.sites import site_names
 from secure_fed.dp.site_ledger import SiteLedger
-from secure_fed.run_context import config_from_context, site_secret_context
+from secure_fed.run_context import config_from_context, run_folder, site_secret_context
 from secure_fed.wire import from_records, load_state, store_state, to_records
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,7 @@ _STASHED = (
     "secagg_context",
     "secagg_members",
     "upload_round",
+    "upload_plan",
     "scalars",
     "scalars_round",
 )
@@ -62,7 +65,7 @@ _LIFETIME: dict[tuple[str, str, str], SiteLedger | None] = {}
 _SECRETS: dict[str, Any] = {}
 
 
-_RUN_KEY = "secure_fed_run"  # the method and rounds the server announced in `hello`
+_RUN_KEY = "secure_fed_run"  # the method and rounds the run was fixed at (its first message's)
 
 
 def site_config_from_context(context: Context) -> RunConfig:
@@ -82,18 +85,39 @@ def site_config_from_context(context: Context) -> RunConfig:
     return load_config(Path(str(node["config-file"])), overrides)
 
 
-def _remember_announcement(context: Context, request: dict[str, Any]) -> None:
-    """The first `hello` of a run fixes the method and rounds for the site (a later one cannot
-    change what the site calibrated its noise for)."""
+def _remember_announcement(
+    context: Context, request: dict[str, Any], kept: Callable[[], dict[str, Any]] | None = None
+) -> None:
+    """The run's first message of any kind fixes the method and rounds for the site: a `hello`'s,
+    else the submitted run config's. A `train` that came before any `hello` was planned with the
+    run config's round count, so a later `hello` cannot change what the site calibrated its noise
+    for (the site's guard refuses one that announces others). `kept`: what the site's guard fixed
+    before (a restarted SuperNode has lost `context.state`, not the guard's file)."""
     if load_state(context.state, _RUN_KEY):
         return
-    announced = {
-        key: request[key]
-        for key, kind in (("method", str), ("rounds", int))
-        if isinstance(request.get(key), kind) and not isinstance(request.get(key), bool)
-    }
-    if announced:
-        store_state(context.state, _RUN_KEY, announced)
+    earlier = kept() if kept is not None else {}
+    if earlier:
+        store_state(context.state, _RUN_KEY, earlier)
+        return
+    run = dict(context.run_config)
+    fixed = {}
+    for key, default, kind in (("method", "method", str), ("rounds", "num-server-rounds", int)):
+        for value in (request.get(key), run.get(default)):
+            if isinstance(value, kind) and not isinstance(value, bool):
+                fixed[key] = value
+                break
+    if fixed:
+        store_state(context.state, _RUN_KEY, fixed)
+
+
+def _fixed_by_guard(context: Context, run_id: str) -> dict[str, Any]:
+    """The method and rounds this deployed site's guard fixed for the run ({} where none yet)."""
+    node = dict(context.node_config)
+    if "config-file" not in node:
+        return {}
+    policy = load_config(Path(str(node["config-file"])))
+    folder = run_folder(policy, run_id) / "sites" / _site_of(policy, context)
+    return dict(SiteGuard.load(folder / "guard.json", run_id).run)
 
 
 def _site_of(cfg: RunConfig, context: Context) -> str:
@@ -169,14 +193,15 @@ def make_client_app(
 
     def respond(phase: str, message: Message, context: Context) -> Message:
         request = from_records(message.content)
-        if phase == "hello" and cfg is None:
-            _remember_announcement(context, request)
+        this_run = run_id or str(context.run_id)
+        if cfg is None:
+            kept = functools.partial(_fixed_by_guard, context, this_run)
+            _remember_announcement(context, request if phase == "hello" else {}, kept)
         run_cfg = cfg_of(context)
         node = dict(context.node_config)
         site_keys = Path(str(node["keys-dir"])) if "keys-dir" in node else keys_dir
         deployed = "config-file" in node  # a hospital's own node, not the simulation's stand-in
         site = _site_of(run_cfg, context)
-        this_run = run_id or str(context.run_id)
         runtime = _runtime(run_cfg, site, site_keys, this_run, deployed)
         runtime.node_id = int(context.node_id)  # the SuperNode's, not any id the server's message names
         _restore_memory(runtime, context)

@@ -60,6 +60,9 @@ class SiteGuard:
     # protocol records that must outlive the protocol state (updates masked, rounds encrypted):
     # Flower keeps that state in memory only, so a restarted node would otherwise forget them
     marks: dict[str, list[Any]] = field(default_factory=dict)
+    # {"method", "rounds"} as the run's first message found them: they size the site's DP plan, so
+    # a later message (a `hello` announcing others) cannot move the site to another plan mid-run
+    run: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path, run_id: str) -> SiteGuard:
@@ -95,6 +98,27 @@ class SiteGuard:
     def check_open(self, phase: str) -> None:
         if self.finished is not None and phase != "hello":
             raise Refusal("run_finished", f"this site's run is over; {phase!r} is not acted on")
+
+    def fix_run(self, method: str, rounds: int) -> None:
+        """The run's method and round count, fixed by its first message of any kind (and saved);
+        a site holding others afterwards is refused: its plan would not be the one it released under."""
+        if not self.run:
+            self.run = {"method": method, "rounds": rounds}
+            self.save()
+            return
+        self.check_announced(method, rounds, "this site's configuration")
+
+    def check_announced(self, method: str | None, rounds: int | None, source: str) -> None:
+        """A `source` naming another method or round count than the run was fixed at is refused."""
+        fixed_method, fixed_rounds = self.run.get("method"), self.run.get("rounds")
+        if (method is None or method == fixed_method) and (rounds is None or rounds == fixed_rounds):
+            return
+        raise Refusal(
+            "run_changed",
+            f"this run was fixed at {fixed_rounds} rounds of {fixed_method} by its first message; "
+            f"{source} for {rounds if rounds is not None else fixed_rounds} rounds of "
+            f"{method or fixed_method} is not acted on (another round count or method is a new run)",
+        )
 
     def check_training(self, round_id: int) -> None:
         if round_id < 1:

@@ -57,6 +57,7 @@ def handle(
     try:
         SitePolicy.from_config(runtime.cfg).check(phase, request)
         runtime.guard.check_open(phase)
+        runtime.guard.fix_run(runtime.cfg.fed.method, runtime.cfg.fed.rounds)
         state = runtime.guard.restore_marks(state, PROTOCOL_MARKS)
         reply, state = _dispatch(runtime, phase, request, state, secret_context, digest)
         detail = reply.pop(_LOCAL_DETAIL, None)
@@ -93,6 +94,7 @@ def _dispatch(
 ) -> tuple[Payload, Payload]:
     round_id = int(request.get("round", 0))
     if phase == "hello":
+        _check_announcement(runtime, request)
         return {"site": runtime.site, "dp": runtime.privacy is not None}, state
     if phase == "train":
         reply = runtime.train(round_id, str(request["method"]), request["global"], request)
@@ -104,6 +106,7 @@ def _dispatch(
             return reply, state
         # SecAgg+ key advertisement rides on the training message: the update it will mask exists now
         try:
+            _check_secagg_round(runtime, setup)
             keys, state = vector_sum.client_step(
                 SETUP,
                 setup,
@@ -129,6 +132,8 @@ def _dispatch(
         upload = runtime.stash.get("upload")
         if upload is None:
             raise Refusal("no_update", "no update to aggregate this round")
+        if phase == SETUP:  # the later phases are held to the setup's round by the protocol state
+            _check_secagg_round(runtime, request)
         reply, state = vector_sum.client_step(
             phase,
             request,
@@ -187,17 +192,47 @@ def _carry_plain_sum(
     return {**reply, **vector_sum.embed_plain_sum(vector), _CARRIED_INSTRUCTION: logged}, state
 
 
+def _check_announcement(runtime: SiteRuntime, request: Payload) -> None:
+    """A `hello` announcing another method or round count than the run was fixed at is refused (a
+    value of the wrong type announces nothing, as the ClientApp reads it)."""
+    method, rounds = request.get("method"), request.get("rounds")
+    runtime.guard.check_announced(
+        method if isinstance(method, str) else None,
+        rounds if isinstance(rounds, int) and not isinstance(rounds, bool) else None,
+        "a hello",
+    )
+
+
+def _check_secagg_round(runtime: SiteRuntime, setup: Payload) -> None:
+    """An update is masked only in the secure sum of the training round it was made for: a saved
+    release re-sent in another round's sum would add up with shares made for that round (another
+    plan's, another sample's), which is not the sum its ledger charged."""
+    upload_round = runtime.stash.get("upload_round")
+    asked = setup.get("round_id")
+    if upload_round is None:
+        raise SecAggRefused("this site's update names no training round; it is masked in no secure sum")
+    if isinstance(asked, bool) or asked != upload_round:
+        raise SecAggRefused(
+            f"this site's update is for training round {upload_round}: it is masked in that round's "
+            f"secure sum only, not in round {asked!r}'s (send the setup with the training round's id)"
+        )
+
+
 def _secagg_context(runtime: SiteRuntime) -> bytes:
     """What the site's SecAgg+ keys (and survivor confirmations) are made for: the server-chosen
-    factors it scaled its update by and, under distributed DP, its own plan's digest, so sites
-    that were told different plans (a round count, say) never mask or unmask together."""
+    factors it scaled its update by and, under distributed DP, the digest of the plan its share was
+    noised under (kept with a saved release, so a re-sent one is signed for its own plan, not the
+    one the site holds now): sites on different plans never mask or unmask together."""
     context = bytes(runtime.stash.get("secagg_context", b""))
-    plan = getattr(getattr(runtime, "privacy", None), "distributed", None)
-    if plan is None:
+    if getattr(getattr(runtime, "privacy", None), "distributed", None) is None:
         return context
-    from secure_fed.distributed_plan import plan_digest
-
-    return context + b"|distributed-dp-plan|" + plan_digest(plan).encode()
+    noised = runtime.stash.get("upload_plan")
+    if not isinstance(noised, str) or not noised:
+        raise SecAggRefused(
+            "this site's update keeps no record of the distributed-DP plan it was noised for; it is "
+            "not masked (the site sits this round out)"
+        )
+    return context + b"|distributed-dp-plan|" + noised.encode()
 
 
 def _log_survivors(runtime: SiteRuntime, state: Payload) -> None:

@@ -252,12 +252,14 @@ class SiteRuntime:
             if self.privacy.already_released(round_id) and released.exists():
                 # A retried round (after a crash) re-sends the very values released before:
                 # nothing new is disclosed and the ledger charges the round once.
+                noised = self._release_plan(round_id, released)
                 self._stash_upload(np.load(released))
                 context = released.with_suffix(".factors")
                 self.stash["secagg_context"] = context.read_bytes() if context.exists() else b""
                 members = released.with_suffix(".factor-sites")
                 self.stash["secagg_members"] = json.loads(members.read_text()) if members.exists() else []
                 self.stash["upload_round"] = round_id
+                self._stash_plan(noised)
                 self.guard.trained_round(round_id)
                 self._keep_trained_from(round_id, global_vec)
                 self.guard.save()
@@ -267,6 +269,7 @@ class SiteRuntime:
                     "steps": 0,
                     "train_loss": float("nan"),
                     **self.privacy.after_round_summary(),
+                    **self._distributed_reply(noised),
                 }
             if self.privacy.already_released(round_id):
                 return {
@@ -314,11 +317,16 @@ class SiteRuntime:
         self.stash["secagg_context"] = factors.digest
         self.stash["secagg_members"] = list(factors.sites)
         self.stash["upload_round"] = round_id
+        noised = self._current_plan()
+        self._stash_plan(noised)
         if self.privacy is not None:
-            # the factors first: a retry re-sends the release under the vector it was made with
+            # the factors and the plan first: a retry re-sends the release under the vector it was
+            # made with, and only under the plan it was noised for
             atomic_write_bytes(released.with_suffix(".factors"), factors.digest)
             sites = json.dumps(list(factors.sites)).encode()
             atomic_write_bytes(released.with_suffix(".factor-sites"), sites)
+            if noised is not None:
+                atomic_write_bytes(released.with_suffix(".plan"), noised.encode())
             save_release(released, upload)
         self.guard.trained_round(round_id)
         self._keep_trained_from(round_id, global_vec)
@@ -331,17 +339,55 @@ class SiteRuntime:
         }
         if self.privacy is not None:
             reply.update(self.privacy.after_round_summary())
-            if self.privacy.distributed is not None:
-                from secure_fed.distributed_plan import plan_digest
-
-                # the public power-of-two floor of its patients (as its privacy record's range): the
-                # server's divisor for the expected batch, q × Σ floors
-                reply["population_floor"] = bucket_floor(self.privacy.n_patients[TRAIN])
-                # which plan the share was encoded with: a server on another plan would decode noise
-                reply["distributed_plan"] = plan_digest(self.privacy.distributed)
+            reply.update(self._distributed_reply(noised))
         if self.trail is not None:
             reply["audit_records"] = self.trail.take_pending()
         return reply
+
+    def _current_plan(self) -> str | None:
+        """The digest of the distributed-DP plan this site holds now (None: no distributed DP)."""
+        if self.privacy is None or self.privacy.distributed is None:
+            return None
+        from secure_fed.distributed_plan import plan_digest
+
+        return plan_digest(self.privacy.distributed)
+
+    def _release_plan(self, round_id: int, released: Path) -> str | None:
+        """The plan a saved release was noised for, which must be the plan the site holds now: the
+        server decodes, and the other sites' shares are sized, by the plan of the round's sum."""
+        current = self._current_plan()
+        if current is None:
+            return None
+        kept = released.with_suffix(".plan")
+        noised = kept.read_text().strip() if kept.exists() else ""
+        if noised != current:
+            self.stash.pop("upload", None)
+            was = f"distributed-DP plan {noised[:12]}" if noised else "a plan it kept no record of"
+            raise Refusal(
+                "plan_changed",
+                f"round {round_id}'s release was noised under {was}, but this site now plans "
+                f"{current[:12]}: it is not sent under another plan (run the site with the policy and "
+                "keys it had for this run, or start a new run)",
+            )
+        return noised
+
+    def _stash_plan(self, noised: str | None) -> None:
+        if noised is None:
+            self.stash.pop("upload_plan", None)
+        else:
+            self.stash["upload_plan"] = noised
+
+    def _distributed_reply(self, noised: str | None) -> dict[str, Any]:
+        if noised is None:
+            return {}
+        assert self.privacy is not None
+        return {
+            # the public power-of-two floor of its patients (as its privacy record's range): the
+            # server's divisor for the expected batch, q × Σ floors
+            "population_floor": bucket_floor(self.privacy.n_patients[TRAIN]),
+            # which plan the share was encoded with: a server on another plan would decode noise
+            "distributed_plan": noised,
+        }
 
     @property
     def _trained_from_path(self) -> Path:

@@ -65,6 +65,19 @@ class MaliciousServer:
     def victim(self) -> Site:
         return self.sites[0]
 
+    def restart(self, node: int, cfg: RunConfig) -> Site:
+        """The node's site in a fresh process holding `cfg` (under Flower's deployment runtime each
+        message runs in a new process, whose site config comes from what the server said so far):
+        the same site, run, folder and keys; its protocol state kept, as the SuperNode keeps
+        `context.state`. The old process's log is let go without a head record, as its exit does."""
+        old = self.sites[node]
+        if old.runtime.trail is not None:
+            old.runtime.trail.log.abandon()
+        runtime = SiteRuntime.create(cfg, old.runtime.site, keys_dir=self.keys_dir, run_id=old.runtime.run_id)
+        runtime.node_id = node
+        self.sites[node] = Site(runtime, old.state)
+        return self.sites[node]
+
     def honest_train(self, round_id: int, method: str | None = None, **extra: Any) -> dict[str, Any]:
         return {
             "round": round_id,

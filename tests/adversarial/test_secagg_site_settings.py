@@ -54,6 +54,7 @@ def test_a_keyless_sites_refusal_names_no_local_path(make_config, foreign_keys: 
         sent = reply["secagg_refused"]
     else:
         runtime.stash["upload"] = np.zeros(10)
+        runtime.stash["upload_round"] = 1
         reply, _ = handle(runtime, SETUP, _setup_request(), {})
         assert reply["status"] == "refused" and reply["code"] == "secagg"
         sent = reply["error"]

@@ -66,3 +66,39 @@ def test_site_mode_logs_are_not_held_to_it() -> None:
     log = SiteRounds("site0.jsonl", "site0")
     log.unmasked.add(1)  # SecAgg+ in site mode: no skellam_sum event, no consistency step
     assert distributed_findings([log]) == []
+
+
+def test_a_site_whose_plan_changes_between_its_rounds_is_named() -> None:
+    """Issue 62: every site of each round on one plan, yet the plan of a site changed mid-run (a
+    round count a later hello moved): each round is consistent, the run is not."""
+    logs = [_site(s, survivors=ALL) for s in ALL]
+    for log in logs:
+        log.plans[2] = (9, {**PLAN, "mu_total": 40.0})
+        log.survivors[2] = (11, ALL, 3)
+        log.unmasked.add(2)
+    reasons = [(f.path, f.line, f.reason) for f in distributed_findings(logs)]
+    assert [(path, line) for path, line, _ in reasons] == [(f"{s}.jsonl", 9) for s in ALL]
+    assert all(
+        r.startswith(f"round 2: {s}'s distributed-DP plan differs from its own plan of round 1 in mu_total")
+        for (_, _, r), s in zip(reasons, ALL, strict=True)
+    )
+
+
+def test_a_site_in_a_rounds_sum_without_a_share_charged_for_it_is_named() -> None:
+    """Issue 62: a release of round 1 re-sent into round 2's secure sum; the others charged round 2."""
+    victim = _site("site0", survivors=None, unmasked=False)
+    victim.survivors[2] = (12, ALL, 3)
+    victim.unmasked.add(2)
+    others = []
+    for name in ALL[1:]:
+        log = SiteRounds(f"{name}.jsonl", name)
+        log.plans[2] = (3, PLAN)
+        log.survivors[2] = (7, ALL, 3)
+        log.unmasked.add(2)
+        others.append(log)
+    [finding] = distributed_findings([victim, *others])
+    assert finding.path == "site0.jsonl" and finding.line == 12
+    assert finding.reason.startswith(
+        "round 2: site0 took part in round 2's secure sum but its log charges no distributed-DP share "
+        "for round 2 (its shares are charged for round(s) 1)"
+    )

@@ -56,6 +56,7 @@ class StubRuntime:
 
     def train(self, round_id: int, method: str, global_state: np.ndarray, request: dict) -> dict:
         self.stash["upload"] = np.zeros(10)
+        self.stash["upload_round"] = round_id
         return {"status": self.status, "train_loss": 1.0}
 
     def upload_fingerprint(self) -> None:
@@ -113,7 +114,7 @@ def test_a_retrained_round_that_re_sends_a_masked_update_gets_no_second_setup(ma
     runtime = StubRuntime(make_config(**QUANTISATION), keys_dir)
     _, state = handle(runtime, "train", _train(_setup_request()), {})
     masked = {**state, "masked_uploads": state["masked_uploads"] + [f"{state['upload_fingerprint']}@1"]}
-    reply, _ = handle(runtime, "train", _train(_setup_request(round_id=2)), masked)
+    reply, _ = handle(runtime, "train", _train(_setup_request()), masked)
     assert "already masked for round 1" in reply["secagg_refused"]
 
 

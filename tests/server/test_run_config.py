@@ -66,3 +66,36 @@ def test_the_app_defaults_are_pyprojects() -> None:
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     declared = pyproject["tool"]["flwr"]["app"]["config"]
     assert {key: declared[key] for key in APP_DEFAULTS} == APP_DEFAULTS
+
+
+def test_a_train_before_any_hello_fixes_the_run_configs_round_count(tmp_path: Path) -> None:
+    """Issue 62: a `train` before `hello` planned with the run config's rounds; the first `hello`
+    after it used to fix another count, and the site's plan changed mid-run."""
+    policy = tmp_path / "site0.toml"
+    policy.write_text("seed = 0\n")
+    context = _context({"method": "fedtar", "num-server-rounds": 20}, {"config-file": str(policy)})
+    _remember_announcement(context, {})  # what the ClientApp does with a message other than hello
+    _remember_announcement(context, {"method": "fedavg", "rounds": 2})  # the first hello, too late
+    cfg = site_config_from_context(context)
+    assert (cfg.fed.rounds, cfg.fed.method) == (20, "fedtar")
+
+
+def test_a_restarted_node_keeps_what_its_guard_fixed(tmp_path: Path) -> None:
+    """`context.state` dies with the SuperNode; the site's guard file does not."""
+    from secure_fed.clients.app import _fixed_by_guard
+    from secure_fed.clients.guard import SiteGuard
+
+    policy = tmp_path / "site0.toml"
+    policy.write_text(f'out = "{tmp_path / "out"}"\n')
+    node = {"config-file": str(policy), "site": "site0"}
+    context = _context({"method": "fedtar", "num-server-rounds": 3}, node)
+    assert _fixed_by_guard(context, "run-7") == {}
+    folder = tmp_path / "out" / "runs" / "run-7" / "sites" / "site0"
+    folder.mkdir(parents=True)
+    SiteGuard(folder / "guard.json", "run-7").fix_run("fedtar", 20)
+    assert _fixed_by_guard(context, "run-7") == {"method": "fedtar", "rounds": 20}
+    assert _fixed_by_guard(context, "run-8") == {}  # another run's guard fixes nothing here
+    _remember_announcement(
+        context, {"method": "fedtar", "rounds": 2}, lambda: _fixed_by_guard(context, "run-7")
+    )
+    assert site_config_from_context(context).fed.rounds == 20
