@@ -331,7 +331,13 @@ class FedConfig(_Strict):
 class DPConfig(_Strict):
     enabled: bool = False
     target_epsilon: float | None = Field(None, gt=0)
-    delta: float | None = Field(None, gt=0, lt=1, description="None = min(1e-5, 1/(10 n))")
+    delta: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="None = min(1e-5, 1/(10 B)), B = the site's patient count rounded up to a power of "
+        "ten (δ is released: it names n's decade, never n itself)",
+    )
     max_grad_norm: float = Field(1.0, gt=0, description="C: per-patient clipping bound")
     sample_rate: float = Field(0.25, gt=0, le=1, description="Poisson rate over patients")
     noise_multiplier: float | None = Field(None, ge=0, description="σ; None = calibrate")
