@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from secure_fed.clients.coarsen import bucket_floor
+from secure_fed.clients.coarsen import bucket_floor, public_count
 from secure_fed.clients.factors import check_factors
 from secure_fed.clients.guard import Refusal, SiteGuard
 from secure_fed.clients.lifetime import keep_anchor, log_lifetime_start, open_lifetime
-from secure_fed.clients.private import TRAIN, SitePrivacy
+from secure_fed.clients.private import SitePrivacy
 from secure_fed.clients.trail import SiteTrail
 from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_client import upload_fingerprint
@@ -355,9 +355,9 @@ class SiteRuntime:
             if self.privacy.distributed is not None:
                 from secure_fed.distributed_plan import plan_digest
 
-                # the public power-of-two floor of its patients (as its privacy record's range): the
-                # server's divisor for the expected batch, q × Σ floors
-                reply["population_floor"] = bucket_floor(self.privacy.n_patients[TRAIN])
+                # the patient count its operator declares public (never one derived from n, which
+                # would be released without noise): the server's divisor, q × Σ declared counts
+                reply["public_patients"] = public_count(self.cfg, self.site) or 1
                 # which plan the share was encoded with: a server on another plan would decode noise
                 reply["distributed_plan"] = plan_digest(self.privacy.distributed)
         if self.trail is not None:

@@ -124,7 +124,7 @@ class Strategy(ABC):
         replies = ctx.transport.exchange("train", {n: {**request, **setups[n]} for n in ctx.nodes})
         participants, declined, eps = [], {}, {}
         said: dict[str, str] = {}  # the sites' own words: the console's, never signed
-        floors: dict[int, int] = {}  # distributed DP: each site's public power-of-two patient floor
+        floors: dict[int, int] = {}  # distributed DP: each site's declared public patient count
         plans: dict[int, str] = {}  # distributed DP: the digest of the plan each site encoded with
         for node in ctx.nodes:
             reply = replies.get(node)
@@ -147,8 +147,8 @@ class Strategy(ABC):
                     )
             else:
                 participants.append(node)
-                if "population_floor" in reply:
-                    floors[node] = int(reply["population_floor"])
+                if "public_patients" in reply:
+                    floors[node] = int(reply["public_patients"])
                 if "distributed_plan" in reply:
                     plans[node] = str(reply["distributed_plan"])
                 for record in reply.get("audit_records", []):
