@@ -157,8 +157,8 @@ SIGNED_REASONS: dict[str, str] = {
     "add sites or lower fed.dropouts (or the SecAgg+ threshold)",
     "too_few_survivors": "fewer sites are left than the run's secure sums need; restart the lost "
     "sites and resume, or start again with more sites",
-    "no_round_completed": "no round could be completed, so there is no model to evaluate; see why "
-    "the sites declined or dropped out on the console",
+    "no_round_completed": "no round completed, so there is no model to evaluate; the console says "
+    "why the sites declined or dropped out",
     "no_evaluation": "no site evaluated the final model; see the sites' errors on the console",
     "resume_mismatch": "--resume was given settings that do not match the stopped run; resume with "
     "the run's own settings or start a new run",
