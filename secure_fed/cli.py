@@ -245,7 +245,9 @@ def run(
     seed: Annotated[int | None, typer.Option(help="run seed")] = None,
     dp: Annotated[bool | None, typer.Option("--dp/--no-dp", help="patient-level DP")] = None,
     target_epsilon: Annotated[float | None, typer.Option(help="ε target per patient (with --dp)")] = None,
-    delta: Annotated[float | None, typer.Option(help="δ (default min(1e-5, 1/(10n)))")] = None,
+    delta: Annotated[
+        float | None, typer.Option(help="δ (default min(1e-5, 1/(10 B)), B = n rounded up to a power of ten)")
+    ] = None,
     secagg: Annotated[
         bool | None, typer.Option("--secagg/--no-secagg", help="SecAgg+ for the updates")
     ] = None,

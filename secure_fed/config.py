@@ -10,7 +10,15 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PositiveInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 
 class _Strict(BaseModel):
@@ -310,12 +318,21 @@ class FedConfig(_Strict):
     dp_weights: Literal["equal", "public_size"] = Field(
         "equal",
         description="site-mode DP: the weight of each site's private update in the server's mean. "
-        "equal: every site counts once; public_size: the power-of-two floor of its training "
-        "patients (the same public range its privacy records give, and the divisor of distributed "
-        "mode), so a 2,800-patient site counts 16 times a 210-patient one. Either is post-processing "
-        "of the sites' private updates (no ε); the weight travels as floor / secagg.count_scale, which "
-        "must stay within secagg.clip (a site refuses to plan otherwise). Non-private runs weigh by "
-        "rows whatever this says",
+        "equal: every site counts once; public_size: the patient count its operator declares public "
+        "in fed.public_patients (a constant of its policy, never read from its data), so a site "
+        "declared at 2,800 counts 13⅓ times one declared at 210. Either is post-processing of the "
+        "sites' private updates (no ε); the weight travels as count / secagg.count_scale, which must "
+        "stay within secagg.clip (a site refuses to plan otherwise). Non-private runs weigh by rows "
+        "whatever this says",
+    )
+    public_patients: dict[str, PositiveInt] = Field(
+        default_factory=dict,
+        description="site policy: each site's training-patient count as its operator declares it "
+        "public, by site name (a round figure the operator chooses; the site never derives it from "
+        "its data, so it does not move when one patient joins). It is the site's weight under "
+        "fed.dp_weights = 'public_size' (needed there for every site) and its term in distributed "
+        "DP's divisor q × Σ counts (a site without an entry counts 1 there: Adam's step hardly "
+        "depends on the divisor's scale)",
     )
     engine: Literal["simulation", "inprocess"] = "simulation"
     simulation_heartbeat_s: float = Field(
@@ -327,11 +344,26 @@ class FedConfig(_Strict):
         "watches that process itself, so a long wait hides no dead one",
     )
 
+    @model_validator(mode="after")
+    def _declared_sizes(self) -> FedConfig:
+        if self.dp_weights == "public_size" and not self.public_patients:
+            raise ValueError(
+                "fed.dp_weights = 'public_size' needs fed.public_patients: declare each site's public "
+                'patient count, e.g. public_patients = { site0 = 2000, site1 = 1000 }, or use "equal"'
+            )
+        return self
+
 
 class DPConfig(_Strict):
     enabled: bool = False
     target_epsilon: float | None = Field(None, gt=0)
-    delta: float | None = Field(None, gt=0, lt=1, description="None = min(1e-5, 1/(10 n))")
+    delta: float | None = Field(
+        None,
+        gt=0,
+        lt=1,
+        description="None = min(1e-5, 1/(10 B)), B = the site's patient count rounded up to a power of "
+        "ten (δ is released: it names n's decade, never n itself)",
+    )
     max_grad_norm: float = Field(1.0, gt=0, description="C: per-patient clipping bound")
     sample_rate: float = Field(0.25, gt=0, le=1, description="Poisson rate over patients")
     noise_multiplier: float | None = Field(None, ge=0, description="σ; None = calibrate")

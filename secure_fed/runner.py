@@ -738,9 +738,9 @@ def _simulation_process(job: _SimulationJob, writer: Any, verbose: bool) -> None
         from flwr.common.logger import FLOWER_LOGGER
 
         FLOWER_LOGGER.error("the simulation process failed", exc_info=err)
-        from secure_fed.failures import signed_reason
+        from secure_fed.failures import console_reason
 
-        writer.send(("error", signed_reason(err)[1]))
+        writer.send(("error", console_reason(err)))
 
 
 def _simulate(job: _SimulationJob, writer: Any) -> None:

@@ -146,7 +146,7 @@ class SitePrivacy:
         if not distributed:
             from secure_fed.clients.coarsen import check_private_weight
 
-            check_private_weight(cfg, n_train)  # before anything is released, not at round 1's sum
+            check_private_weight(cfg, site)  # before anything is released, not at round 1's sum
         for pop, n in ((TRAIN, n_train), (VALIDATION, max(n_val, 1))):
             d = dp.delta if dp.delta is not None else default_delta(n)
             if distributed and pop == TRAIN:

@@ -7,17 +7,18 @@ import io
 import json
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from secure_fed.clients.coarsen import bucket_floor
+from secure_fed.clients.coarsen import bucket_floor, public_count
 from secure_fed.clients.factors import check_factors
 from secure_fed.clients.guard import Refusal, SiteGuard
 from secure_fed.clients.lifetime import keep_anchor, log_lifetime_start, open_lifetime
-from secure_fed.clients.private import TRAIN, SitePrivacy
+from secure_fed.clients.private import SitePrivacy
 from secure_fed.clients.trail import SiteTrail
 from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_client import upload_fingerprint
@@ -200,14 +201,32 @@ class SiteRuntime:
     def log_instruction(
         self, phase: str, round_id: Any, digest: str, outcome: str, code: str | None, detail: str | None
     ) -> None:
-        """Every server instruction, acted on or not, in the site's own log (details stay here)."""
+        """Every server instruction, acted on or not, in the site's own signed log: phase, round,
+        digest, outcome and code. The detail (an exception's or a refusal's own words) goes to the
+        site's unsigned `debug.log` only: it may name local files or hosts, and a signed record is
+        handed to auditors and can never be edited."""
+        round_no = round_id if isinstance(round_id, int) and not isinstance(round_id, bool) else None
+        if detail:
+            self.debug_log(
+                {"phase": phase, "round": round_no, "outcome": outcome, "code": code, "detail": detail}
+            )
         if self.trail is None or self.trail.log.closed:
             return
-        round_no = round_id if isinstance(round_id, int) and not isinstance(round_id, bool) else None
         payload = {"phase": phase, "round": round_no, "digest": digest, "outcome": outcome, "code": code}
-        if detail:
-            payload["detail"] = detail
         self.trail.append("instruction", payload, round_no)
+
+    @property
+    def debug_log_path(self) -> Path:
+        """The site's unsigned debug log, in its private folder (never sent, never signed)."""
+        return self.folder / "debug.log"
+
+    def debug_log(self, entry: dict[str, Any]) -> None:
+        line = json.dumps({"time": datetime.now(UTC).isoformat(), **entry}, default=str)
+        try:
+            with self.debug_log_path.open("a", encoding="utf-8") as out:
+                out.write(line + "\n")
+        except OSError:  # a debug line lost must not fail the instruction it describes
+            log.warning("could not write the site's debug log", exc_info=True)
 
     def _provisioned_sites(self) -> set[str] | None:
         """The sites this one holds a provisioned public key for (None: no keys, so no secure sum)."""
@@ -274,6 +293,7 @@ class SiteRuntime:
             if self.privacy.already_released(round_id):
                 return {
                     "status": "declined",
+                    "code": "release_lost",
                     "population": "train",
                     "budget": self.privacy.budget,
                     "would_be_epsilon": self.privacy.after_round_summary()["epsilon_rdp"],
@@ -297,6 +317,7 @@ class SiteRuntime:
                     )
                 return {
                     "status": "declined",
+                    "code": "budget",
                     "reason": admission.reason,
                     "would_be_epsilon": admission.would_be_epsilon,
                     "budget": self.privacy.budget,
@@ -382,9 +403,9 @@ class SiteRuntime:
             return {}
         assert self.privacy is not None
         return {
-            # the public power-of-two floor of its patients (as its privacy record's range): the
-            # server's divisor for the expected batch, q × Σ floors
-            "population_floor": bucket_floor(self.privacy.n_patients[TRAIN]),
+            # the patient count its operator declares public (never one derived from n, which
+            # would be released without noise): the server's divisor, q × Σ declared counts
+            "public_patients": public_count(self.cfg, self.site) or 1,
             # which plan the share was encoded with: a server on another plan would decode noise
             "distributed_plan": noised,
         }

@@ -34,11 +34,26 @@ class CalibrationError(ValueError):
     """No noise level meets the target (or the target / δ is invalid)."""
 
 
-def default_delta(n_patients: int) -> float:
-    """δ = min(1e-5, 1/(10 n)): well below 1/n, so "release one patient's record" is not ε-cheap."""
+def delta_bucket(n_patients: int) -> int:
+    """The smallest power of ten ≥ n (at least 10): the only thing about n that the default δ
+    depends on, so the released δ names n's decade and nothing finer."""
     if n_patients < 1:
         raise ValueError(f"n_patients must be >= 1, got {n_patients}")
-    return min(1e-5, 1.0 / (10 * n_patients))
+    bucket = 10
+    while bucket < n_patients:  # integers: no float log10 rounding at exact powers of ten
+        bucket *= 10
+    return bucket
+
+
+def default_delta(n_patients: int) -> float:
+    """δ = min(1e-5, 1/(10 B)), B = `delta_bucket(n)` the smallest power of ten ≥ n.
+
+    δ travels in every privacy record and training reply, so it must not be a function of the exact
+    n: 1/(10 n) told the server 12,000 from 12,001 patients. B ≥ n, so δ ≤ 1/(10 n), well below
+    1/n as before ("release one patient's record" is not ε-cheap); what δ releases is the decade
+    of n only (n ≤ 10,000 → 1e-5; 10,000 < n ≤ 100,000 → 1e-6; …), coarser than the power-of-two
+    range the privacy records give anyway."""
+    return min(1e-5, 1.0 / (10 * delta_bucket(n_patients)))
 
 
 def check_delta(delta: float, n_patients: int) -> None:
@@ -51,7 +66,8 @@ def check_delta(delta: float, n_patients: int) -> None:
         raise ValueError(
             f"delta={delta:g} is not smaller than 1/n_patients = 1/{n_patients} = {1.0 / n_patients:g}: "
             "with such a delta a mechanism may reveal a whole patient's data and still count as private. "
-            f"Use delta < 1/n, e.g. the default min(1e-5, 1/(10 n)) = {default_delta(n_patients):g}."
+            f"Use delta < 1/n, e.g. the default {default_delta(n_patients):g} "
+            "(min(1e-5, 1/(10 B)), B = n rounded up to a power of ten)."
         )
 
 

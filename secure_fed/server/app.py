@@ -13,7 +13,7 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from secure_fed.config import RunConfig
-from secure_fed.failures import signed_reason
+from secure_fed.failures import console_reason
 from secure_fed.server.orchestrator import EventSink, MachineryFailed, Orchestrator, SitesLost
 from secure_fed.server.trail import ServerTrail
 from secure_fed.server.transports import GridTransport
@@ -172,7 +172,7 @@ def make_server_app(
                 trail.log.abandon()  # no head record: the log shows the run did not stop cleanly
             if result is not None:
                 # the console's line: our words, never a framework's text (Flower's log has that)
-                result["error"] = signed_reason(err)[1]
+                result["error"] = console_reason(err)
                 result["aborted"] = orchestrator.aborted
                 if isinstance(err, SitesLost | MachineryFailed):
                     result["lost"] = err  # resumable: the runner says how to go on

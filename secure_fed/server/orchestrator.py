@@ -53,7 +53,15 @@ def _say(line: str) -> None:
 
 
 class RunAborted(ValueError):
-    """The run cannot go on (or could not start) safely; every log was closed with `run_aborted`."""
+    """The run cannot go on (or could not start) safely; every log was closed with `run_aborted`.
+    The message is the console's; `code` (a key of `failures.SIGNED_REASONS`) is what is signed."""
+
+    def __init__(self, message: str, code: str = "run_rule") -> None:
+        super().__init__(message)
+        self.code = code
+
+    def __reduce__(self) -> tuple[Any, ...]:  # it crosses the simulation process's pipe
+        return (RunAborted, (str(self), self.code))
 
 
 class SitesLost(RuntimeError):
@@ -267,10 +275,11 @@ class Orchestrator:
             raise RunAborted(
                 f"{absent} of {self.expected} configured sites absent at the start, but fed.dropouts = "
                 f"{asked}: start the missing sites' nodes, or raise fed.dropouts if the run may go on "
-                "without them"
+                "without them",
+                "sites_absent",
             )
         if asked - absent > tolerance.run:
-            raise RunAborted(tolerance.refusal(asked, absent))
+            raise RunAborted(tolerance.refusal(asked, absent), "dropouts_untolerated")
 
     def alive(self) -> list[int]:
         """The nodes that still answer (after a round lost sites mid-way)."""
@@ -335,6 +344,7 @@ class Orchestrator:
         """Close every party's log with a signed `run_aborted` record: the server's through the
         event sink (its caller closes that log), each site's through `finish` with the reason."""
         code, reason = signed_reason(err)
+        log.info("run aborted (%s): %s", code, err)  # the message, unsigned; the signed record has the code
         round_id = self.current_round or None
         sites = getattr(self, "sites", {})
         self.aborted = True
@@ -373,12 +383,13 @@ class Orchestrator:
                         raise RunAborted(
                             f"--resume: the checkpoint after round {done} kept no iterate average, but "
                             f"train.average = {cfg.train.average!r}: resume with the settings the run was "
-                            "started with, or start a new run"
+                            "started with, or start a new run",
+                            "resume_mismatch",
                         )
                     try:
                         average.load_state_dict(saved_average)
                     except AverageMismatch as err:
-                        raise RunAborted(f"--resume: {err}") from None
+                        raise RunAborted(f"--resume: {err}", "resume_mismatch") from None
                 strategy.load_state_dict(strategy_state)
                 per_round = list(meta.get("per_round", []))
                 self.skipped = list(meta.get("skipped_rounds", []))
@@ -418,7 +429,9 @@ class Orchestrator:
                 if lost:
                     raise self._lost(f"round {r} stopped: too few sites could train", lost) from None
                 if not per_round:  # nothing trained: no model to evaluate, the run failed
-                    raise RunAborted(f"{err}\n  no round completed; nothing is evaluated") from None
+                    raise RunAborted(
+                        f"{err}\n  no round completed; nothing is evaluated", "no_round_completed"
+                    ) from None
                 stopped = signed_reason(err)[1]
                 log.warning("%s", err)
                 self.events("run_stopped", {"reason": stopped, "code": "too_few_sites"}, r)
@@ -440,7 +453,7 @@ class Orchestrator:
                 if len(alive) >= tolerance.fewest:
                     self.announce(f"the run goes on with {len(alive)} sites (at least {tolerance.fewest})")
                 if len(alive) < tolerance.fewest:
-                    raise RunAborted(tolerance.abort_message(len(alive), gone)) from err
+                    raise RunAborted(tolerance.abort_message(len(alive), gone), "too_few_survivors") from err
                 self.settled = r
                 self.nodes = alive
                 continue
@@ -480,7 +493,9 @@ class Orchestrator:
             if self.progress is not None:
                 self.progress(r, cfg.fed.rounds, result)
         if not per_round:  # every round was skipped: there is no trained model to score
-            raise RunAborted(f"no round of {cfg.fed.rounds} completed; nothing is evaluated")
+            raise RunAborted(
+                f"no round of {cfg.fed.rounds} completed; nothing is evaluated", "no_round_completed"
+            )
         raise_pending_stop()
         self._forget_failures()
         raw, state = state, average.released(state) if average is not None else state
@@ -492,7 +507,7 @@ class Orchestrator:
             lost = self._lost_workers(self.nodes)
             if lost:
                 raise self._lost("no site evaluated the final model", lost)
-            raise RunAborted("no site evaluated the final model; see the sites' lines above")
+            raise RunAborted("no site evaluated the final model; see the sites' lines above", "no_evaluation")
         finished = self.transport.exchange("finish", {n: _end(stopped) for n in self.nodes})
         failures: dict[int, Failure] = getattr(self.transport, "failures", {})
         unfinished = {

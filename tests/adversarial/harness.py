@@ -42,6 +42,11 @@ class Site:
     def events(self, name: str) -> list[dict[str, Any]]:
         return [r for r in self.log() if r["event"] == name]
 
+    def debug(self) -> list[dict[str, Any]]:
+        """The site's unsigned debug log: the words of its refusals and errors, never signed."""
+        path = self.runtime.debug_log_path
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
 
 class MaliciousServer:
     """`told`: what the server told some sites that it told the others differently (a site's

@@ -135,10 +135,12 @@ def test_errors_carry_a_code_not_local_details(server: MaliciousServer, monkeypa
     assert reply["status"] == "error" and reply["code"] == "internal"
     text = json.dumps(reply, default=str)
     assert "patient-0042" not in text and str(server.victim.runtime.cfg.out) not in text
-    # The details stay in the site's own log.
+    # The site's signed log keeps the codes; the details stay in its unsigned debug log only.
     logged = [r["payload"] for r in server.victim.events("instruction") if r["payload"]["outcome"] != "acted"]
     assert [p["code"] for p in logged] == ["bad_request", "internal"]
-    assert "patient-0042" in logged[-1]["detail"]
+    assert "patient-0042" not in json.dumps(server.victim.log())
+    assert [d["code"] for d in server.victim.debug()] == ["bad_request", "internal"]
+    assert "patient-0042" in server.victim.debug()[-1]["detail"]
 
 
 def test_every_instruction_is_logged_with_a_digest(server: MaliciousServer) -> None:

@@ -18,6 +18,16 @@ def test_default_delta() -> None:
     check_delta(default_delta(37), 37)
 
 
+def test_default_delta_names_only_the_decade_of_n() -> None:
+    # δ is released in every privacy record: n and n + 1 give the same δ inside a decade
+    assert default_delta(12_000) == default_delta(12_001) == pytest.approx(1e-6)
+    assert default_delta(10_000) == 1e-5 and default_delta(10_001) == pytest.approx(1e-6)
+    assert default_delta(100_000) == pytest.approx(1e-6) and default_delta(100_001) == pytest.approx(1e-7)
+    for n in (1, 9, 10, 11, 9_999, 10_000, 10_001, 12_345, 99_999, 100_000, 100_001, 3_000_000):
+        assert default_delta(n) <= min(1e-5, 1 / (10 * n)) * (1 + 1e-12)  # never above the old rule
+        check_delta(default_delta(n), n)
+
+
 def test_delta_not_below_one_over_n_is_refused_with_a_clear_message() -> None:
     with pytest.raises(ValueError, match=r"not smaller than 1/n_patients = 1/50") as info:
         check_delta(0.02, 50)

@@ -43,7 +43,7 @@ def test_dp_run_reports_epsilon_within_target_and_logs_verify(straight_dp_run):
     metrics = outcome.metrics
     assert metrics["secure_aggregation"] == "secagg+"  # on with DP by default
     privacy = metrics["privacy"]
-    assert privacy["delta"] == 1e-5  # min(1e-5, 1/(10 n)) for these small sites
+    assert privacy["delta"] == 1e-5  # min(1e-5, 1/(10 B)), B = n rounded up to a power of ten
     assert set(privacy["epsilon"]) == {"site0", "site1", "site2"}
     for site, eps in privacy["epsilon"].items():
         assert 0 < eps["rdp"] <= 8.0 + 1e-9, site

@@ -32,7 +32,7 @@ class SiteReplies:
     def exchange(self, phase: str, requests: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
         if phase == "train":
             return {
-                n: {"status": "ok", "distributed_plan": self.digests[n], "population_floor": self.floors[n]}
+                n: {"status": "ok", "distributed_plan": self.digests[n], "public_patients": self.floors[n]}
                 for n in requests
             }
         assert phase == PLAIN_SUM

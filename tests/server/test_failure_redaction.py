@@ -16,10 +16,13 @@ from ray.exceptions import ActorDiedError, OutOfMemoryError, WorkerCrashedError
 
 from secure_fed.failures import (
     OUT_OF_MEMORY,
+    SIGNED_REASONS,
     SITE_ERROR,
     WORKER_CRASHED,
     WORKER_KILLED,
     classify,
+    console_reason,
+    declined_reason,
     has_host_detail,
     one_line,
     signed_reason,
@@ -117,18 +120,37 @@ class Ours(RuntimeError):
 Ours.__module__ = "secure_fed.server.orchestrator"
 
 
-def test_signed_reasons_keep_our_words_and_nothing_else() -> None:
-    assert signed_reason(Ours("round 2: only 1 site(s) took part\n  site1: x")) == (
-        "run_rule",
-        "round 2: only 1 site(s) took part site1: x",
-    )
+def test_signed_reasons_are_fixed_texts_and_the_console_keeps_our_words() -> None:
+    # our exception: its code's fixed text is signed, its message (which may name files) is not
+    ours = Ours("round 2: only 1 site(s) took part\n  site1: cannot read /srv/site1/keys")
+    ours.code = "too_few_sites"
+    assert signed_reason(ours) == ("too_few_sites", SIGNED_REASONS["too_few_sites"])
+    assert console_reason(ours) == "round 2: only 1 site(s) took part site1: cannot read /srv/site1/keys"
+    # ours without a known code: the generic rule text, never the message
+    code, reason = signed_reason(Ours("stopped: see D:\\exports\\cohort.csv"))
+    assert code == "internal" and "exports" not in reason and "Ours" in reason
     # our exception carrying a framework's text (a reason that was never classified) is reduced
     code, reason = signed_reason(Ours(f"sum failed: {flower_reason(_oom_died())}"))
-    assert code == OUT_OF_MEMORY and not has_host_detail(reason)
+    assert (code, reason) == (OUT_OF_MEMORY, classify(flower_reason(_oom_died())).reason)
+    assert not has_host_detail(console_reason(Ours(f"sum failed: {flower_reason(_oom_died())}")))
     # anything not ours keeps only its type: its message may name files or hosts
     code, reason = signed_reason(FileNotFoundError("/home/alice/run/checkpoint: no such file"))
     assert code == "internal" and "FileNotFoundError" in reason and "alice" not in reason
     assert len(one_line("x " * 1000)) <= 1000 and one_line("x " * 1000).endswith("…")
+
+
+def test_a_sites_decline_is_signed_as_its_codes_fixed_text() -> None:
+    said = {"status": "refused", "code": "policy", "error": "not in C:\\Users\\dr_smith\\policy.toml"}
+    assert declined_reason(said) == SIGNED_REASONS["policy"]
+    assert (
+        declined_reason({"status": "declined", "code": "budget", "reason": "ε 9 > 8"})
+        == SIGNED_REASONS["budget"]
+    )
+    assert declined_reason(None) == "no reply (dropped out)"
+    unknown = declined_reason({"status": "refused", "code": "srv_hospital_data", "error": "x"})
+    assert "srv" not in unknown and "debug log" in unknown
+    lost = declined_reason({"error": "its worker process crashed", "failure": WORKER_CRASHED})
+    assert lost == "its worker process crashed"  # the transport's kind, in our words
 
 
 def _message(content: Any, dst_node_id: int, message_type: str) -> SimpleNamespace:
@@ -270,8 +292,8 @@ def test_a_lost_worker_stops_an_inprocess_run_for_resume_and_signs_only_our_word
     server = _records(cfg.out, "server")
     assert server[-1]["event"] == "run_aborted", server[-1]
     assert server[-1]["payload"] == {
-        "reason": "round 2 stopped: too few sites could train (site1: its worker was ended by the "
-        "out-of-memory monitor)",
+        "reason": "sites' worker processes ended (site1: its worker was ended by the out-of-memory "
+        "monitor): free memory or lower `[train] threads`, then resume the run",
         "code": OUT_OF_MEMORY,
         "round": 2,
     }

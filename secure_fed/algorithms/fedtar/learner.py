@@ -190,11 +190,13 @@ class ReportLearner:
         )
         start_vec = flatten(start)
         deltas = [flatten(s) - start_vec for s in result.states]
-        # DP: weights must be public (post-processing of DP-SGD only): every site once, or its
-        # public power-of-two patient floor (fed.dp_weights)
+        # DP: weights must be public (post-processing of DP-SGD only): every site once, or the
+        # patient count its operator declares public (fed.dp_weights, fed.public_patients)
         scale = cfg.secagg.count_scale  # public: keeps n·Δ and n inside the SecAgg+ clip range
         weights = (
-            [private_weight(cfg, self.n_train)] * len(deltas) if private else [n / scale for n in result.rows]
+            [private_weight(cfg, self.data.name)] * len(deltas)
+            if private
+            else [n / scale for n in result.rows]
         )
         parts = [
             torch.cat([w * d, torch.tensor([w], dtype=torch.float64)])

@@ -267,7 +267,7 @@ class ImagingLearner:
 
     def _upload(self, start: dict[str, torch.Tensor], private: bool) -> np.ndarray:
         """Σ-ready: the shared parameters' change times a weight, then the weight. Under DP the
-        weight is public (1 per site, or its patients' power-of-two floor with fed.dp_weights =
+        weight is public (1 per site, or the patient count its operator declares with fed.dp_weights =
         "public_size"; the image count would be a non-private release); FM2's domain
         experts are weighted per expert, by the images of that modality, or under DP by 1 for every
         modality: whether a site holds any image of a modality is not public (one patient's image
@@ -276,7 +276,7 @@ class ImagingLearner:
         scale = self.cfg.secagg.count_scale  # keeps weighted changes inside the SecAgg+ clip range
         params = dict(self.model.named_parameters())
         delta = {n: params[n].detach().to(torch.float64) - start[n].to(torch.float64) for n in self.names}
-        w = private_weight(self.cfg, self.n_train) if private else float(len(self.data.train)) / scale
+        w = private_weight(self.cfg, self.data.name) if private else float(len(self.data.train)) / scale
         pooled = [n for n in self.names if not n.startswith("dmoe.")]
         parts = [torch.cat([delta[n].flatten() for n in pooled]) * w, torch.tensor([w], dtype=torch.float64)]
         if self.cfg.fed.method == "fm2":

@@ -20,6 +20,7 @@ from secure_fed.crypto.vectors import (
     embedded_plain_sum,
     plain_sum_request,
 )
+from secure_fed.failures import declined_reason, one_line
 from secure_fed.server.aggregation import AggregationSettings, secure_sum
 
 
@@ -122,15 +123,17 @@ class Strategy(ABC):
             request.update(embed_plain_sum(plain_sum_request(ctx.round, self.upload_dim())))
         replies = ctx.transport.exchange("train", {n: {**request, **setups[n]} for n in ctx.nodes})
         participants, declined, eps = [], {}, {}
-        floors: dict[int, int] = {}  # distributed DP: each site's public power-of-two patient floor
+        said: dict[str, str] = {}  # the sites' own words: the console's, never signed
+        floors: dict[int, int] = {}  # distributed DP: each site's declared public patient count
         plans: dict[int, str] = {}  # distributed DP: the digest of the plan each site encoded with
         for node in ctx.nodes:
             reply = replies.get(node)
             site = ctx.sites[node]
             if reply is None:
-                declined[site] = "no reply (dropped out)"
+                declined[site] = said[site] = declined_reason(None)
             elif reply.get("status") != "ok":
-                declined[site] = str(reply.get("reason", reply.get("error", "declined")))
+                declined[site] = declined_reason(reply)
+                said[site] = one_line(str(reply.get("reason", reply.get("error", "declined"))))
                 if reply.get("status") == "declined":
                     ctx.log_event(
                         "budget_refusal",
@@ -144,8 +147,8 @@ class Strategy(ABC):
                     )
             else:
                 participants.append(node)
-                if "population_floor" in reply:
-                    floors[node] = int(reply["population_floor"])
+                if "public_patients" in reply:
+                    floors[node] = int(reply["public_patients"])
                 if "distributed_plan" in reply:
                     plans[node] = str(reply["distributed_plan"])
                 for record in reply.get("audit_records", []):
@@ -171,7 +174,7 @@ class Strategy(ABC):
         if len(participants) < ctx.cfg.fed.min_sites:
             raise TooFewSites(
                 f"round {ctx.round}: only {len(participants)} site(s) took part, fewer than fed.min_sites = "
-                f"{ctx.cfg.fed.min_sites}" + "".join(f"\n  {s}: {why}" for s, why in declined.items())
+                f"{ctx.cfg.fed.min_sites}" + "".join(f"\n  {s}: {why}" for s, why in said.items())
             )
         train_losses = [float(replies[n].get("train_loss", float("nan"))) for n in participants]
         return (

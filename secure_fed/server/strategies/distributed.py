@@ -5,8 +5,9 @@ Each site uploads, through SecAgg+ in the sites' own ring, its clipped gradient 
 noise share (secure_fed.clients.distributed). The server unmasks only the survivors' sum, which is
 the released noisy sum of clipped gradients; it decodes it with the plan it derives itself from the
 config (the same function the sites use), divides by the expected batch q × Σ_k floor_k, where
-floor_k is site k's public power-of-two patient floor (the same range its privacy record gives; the
-exact counts never leave a site), and takes an Adam step at `train.lr`. Everything after the
+floor_k is site k's patient count as its operator declares it public (`fed.public_patients`, 1 where
+undeclared: a constant of its policy, not derived from its data, so it tells nothing of n), and
+takes an Adam step at `train.lr`. Everything after the
 unmasked sum is post-processing. `noisy_gradient` and `Adam` are the parts an algorithm's own
 distributed strategy reuses.
 """
