@@ -324,8 +324,8 @@ def test_each_config_problem_is_one_line_with_its_file_key_and_fix(tmp_path):
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert sorted(result.output.splitlines()) == sorted(
         [
-            "error: fed.rounds: Input should be greater than or equal to 1 (set on the command line)",
-            f"error: {path}: dp.sample_rate: Input should be less than or equal to 1",
+            "error: fed.rounds: 0 is too small; set it to at least 1 (set on the command line)",
+            f"error: {path}: dp.sample_rate: 2 is too large; set it to at most 1",
             f"error: {path}: fed.rouns: unknown key (did you mean fed.rounds?); remove or respell it "
             "(secure_fed/config.py defines every key)",
         ]
@@ -333,6 +333,17 @@ def test_each_config_problem_is_one_line_with_its_file_key_and_fix(tmp_path):
     # Windows editors start UTF-8 with a byte-order mark; TOML's parser refused it at line 1
     path.write_bytes(b"\xef\xbb\xbf[fed]\nrounds = 0\n")
     _one_error(runner.invoke(app, ["run", "-c", str(path), "-o", str(tmp_path / "o")]), f"{path}: fed.rounds")
+
+
+def test_a_budget_below_the_target_is_refused_before_any_run_starts(tmp_path):
+    """A run calibrated to spend ε = 8 under a budget of 4 would have its sites decline a round
+    partway: refused in one line naming both keys and the fix, with no run folder left behind."""
+    path, out = tmp_path / "c.toml", tmp_path / "o"
+    path.write_text("[dp]\nenabled = true\ntarget_epsilon = 8.0\nbudget_epsilon = 4.0\n")
+    said = _one_error(runner.invoke(app, ["run", "-c", str(path), "-o", str(out)]), str(path))
+    assert "dp.budget_epsilon = 4" in said and "dp.target_epsilon = 8" in said
+    assert "raise dp.budget_epsilon to 8 or more, or lower dp.target_epsilon to 4 or less" in said
+    assert not out.exists()
 
 
 def test_run_path_errors_are_one_message(tmp_path):
