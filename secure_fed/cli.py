@@ -80,7 +80,8 @@ code_app = typer.Typer(
 app.add_typer(code_app, name="code")
 # soft_wrap: a path is printed whole on one line (a hard wrap at the terminal's width cut run
 # folders in two in a captured log, where no one can copy them back)
-console = Console(stderr=True, soft_wrap=True)
+# emoji off: a `path:100:` in a message is rich's emoji code :100:, and must print as digits
+console = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def _say(message: str) -> None:
@@ -1087,7 +1088,8 @@ def audit_report(
             f"--out {out}: name the HTML report (e.g. {out.with_suffix('.html')}); "
             "the JSON and CSV go beside it"
         )
-    raise typer.Exit(report_main(logs, out, keys))
+    # emoji off: the verdict's first problem (`log.jsonl:100: …`) holds rich's emoji code :100:
+    raise typer.Exit(report_main(logs, out, keys, Console(soft_wrap=True, emoji=False)))
 
 
 @audit_app.command("empirical")
