@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 import logging
 import math
@@ -17,6 +18,7 @@ from typing import Annotated, Any, NoReturn
 import click
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
@@ -44,10 +46,40 @@ def os_error_line(err: OSError) -> str:
     return f"{err.filename}: {err.strerror or err}; {fix}"
 
 
+def _whole_sentences(text: str) -> str:
+    """Help as sentences: a docstring's paragraphs without their line breaks (rich keeps them in
+    the command list and in later paragraphs, where they cut sentences and example commands in
+    two), except before an `Example:` line; and "[" escaped, which rich read as markup ("[deploy]"
+    vanished from a help line)."""
+    paragraphs = []
+    for paragraph in inspect.cleandoc(text).split("\n\n"):
+        lines: list[str] = []
+        for line in paragraph.splitlines():
+            if lines and not line.startswith("Example:"):
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line.strip())
+        paragraphs.append("\n".join(lines))
+    return escape("\n\n".join(paragraphs))
+
+
 class _Commands(TyperGroup):
     """Commands refuse the errors they foresee with their own message; a file-system error none of
     them foresaw (an output folder that cannot be written, a path that is a file) is still the
-    operator's to fix, so it gets one line naming the path, never a traceback."""
+    operator's to fix, so it gets one line naming the path, never a traceback. Their help is
+    printed as whole sentences (`_whole_sentences`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for command in self.commands.values():
+            if getattr(command, "_whole_sentences", False):  # escaped once, never twice
+                continue
+            command._whole_sentences = True  # type: ignore[attr-defined]
+            if command.help:
+                command.help = _whole_sentences(command.help)
+            for param in command.params:
+                if getattr(param, "help", None):
+                    param.help = escape(param.help)  # type: ignore[attr-defined]
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -64,23 +96,32 @@ app = typer.Typer(
     pretty_exceptions_show_locals=False,
     help="Privacy-hardened FedTAR: federated longitudinal report generation.",
 )
-data_app = typer.Typer(no_args_is_help=True, help="Make or check cohorts.")
-keys_app = typer.Typer(no_args_is_help=True, help="Provision keys.")
-audit_app = typer.Typer(no_args_is_help=True, help="Verify audit logs and write the compliance report.")
+data_app = typer.Typer(cls=_Commands, no_args_is_help=True, help="Make or check cohorts.")
+keys_app = typer.Typer(cls=_Commands, no_args_is_help=True, help="Provision keys.")
+audit_app = typer.Typer(
+    cls=_Commands, no_args_is_help=True, help="Verify audit logs and write the compliance report."
+)
 app.add_typer(data_app, name="data")
 app.add_typer(keys_app, name="keys")
 app.add_typer(audit_app, name="audit")
-certs_app = typer.Typer(no_args_is_help=True, help="TLS certificates and SuperNode keys for a deployment.")
+certs_app = typer.Typer(
+    cls=_Commands, no_args_is_help=True, help="TLS certificates and SuperNode keys for a deployment."
+)
 app.add_typer(certs_app, name="certs")
-ledger_app = typer.Typer(no_args_is_help=True, help="A site's persistent privacy ledger (ε across runs).")
+ledger_app = typer.Typer(
+    cls=_Commands, no_args_is_help=True, help="A site's persistent privacy ledger (ε across runs)."
+)
 app.add_typer(ledger_app, name="ledger")
 code_app = typer.Typer(
-    no_args_is_help=True, help="The code a deployed site runs: review a run's FAB, approve (pin) its hash."
+    cls=_Commands,
+    no_args_is_help=True,
+    help="The code a deployed site runs: review a run's FAB, approve (pin) its hash.",
 )
 app.add_typer(code_app, name="code")
 # soft_wrap: a path is printed whole on one line (a hard wrap at the terminal's width cut run
 # folders in two in a captured log, where no one can copy them back)
-console = Console(stderr=True, soft_wrap=True)
+# emoji off: a `path:100:` in a message is rich's emoji code :100:, and must print as digits
+console = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def _say(message: str) -> None:
@@ -664,7 +705,7 @@ def client(
     """Run this hospital's hardened node: a Flower SuperNode whose ClientApp takes every privacy
     setting from the site's own --config, never from the server, with telemetry off.
 
-    Example: secure-fed client --site site0 --config site0.toml --superlink link.hospital.net:9092
+    Example: secure-fed client --site site0 --config site0.toml --superlink link.hospital.net:8000
     --root-certificates ca.crt --auth-key node.key --keys keys
     """
     import os
@@ -713,7 +754,9 @@ def client(
 
         # quoted, unwrapped, with the hardening a service file would not get: ready to paste
         hardening = [f"{key}={value}" for key, value in node_environment().items()]
-        typer.echo(shlex.join(["env", *hardening, f"PATH={env['PATH']}", *cmd]))
+        # the service's PATH, not this shell's: the operator's own folders have no place in a unit file
+        service = node_path(node_bin, _SERVICE_PATH)
+        typer.echo(shlex.join(["env", *hardening, f"PATH={service}", *cmd]))
         return
     from secure_fed.clients.preflight import prepare_site
     from secure_fed.clients.supervise import run_node
@@ -743,6 +786,10 @@ def client(
             "match; certificate: it must name the host in --superlink)"
         )
     raise typer.Exit(status)
+
+
+# systemd's PATH for a service: what a node's unit runs with after the launcher and the venv
+_SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def _approved_fabs(policy: RunConfig, config: Path) -> Path:
@@ -1119,7 +1166,8 @@ def audit_report(
             f"--out {out}: name the HTML report (e.g. {out.with_suffix('.html')}); "
             "the JSON and CSV go beside it"
         )
-    raise typer.Exit(report_main(logs, out, keys))
+    # emoji off: the verdict's first problem (`log.jsonl:100: …`) holds rich's emoji code :100:
+    raise typer.Exit(report_main(logs, out, keys, Console(soft_wrap=True, emoji=False)))
 
 
 @audit_app.command("empirical")

@@ -462,6 +462,23 @@ class DPConfig(_Strict):
             return self
         if self.enabled and self.target_epsilon is None and self.noise_multiplier is None:
             raise ValueError("dp.target_epsilon (or dp.noise_multiplier) is required when dp.enabled")
+        if not self.enabled:
+            return self
+        target, budget = self.target_epsilon, self.budget_epsilon
+        if self.noise_multiplier is not None and target is None and budget is None:
+            # the site's budget would be unbounded, which its guard refuses at the first round
+            raise ValueError(
+                f"dp.noise_multiplier = {self.noise_multiplier:g} with neither dp.budget_epsilon nor "
+                "dp.target_epsilon: a site would have no ε budget to hold the run to; set "
+                "dp.budget_epsilon (the most ε the patients may spend) or dp.target_epsilon"
+            )
+        if self.noise_multiplier is None and target is not None and budget is not None and budget < target:
+            # σ is calibrated to spend the whole target, so the guard would decline a round partway
+            raise ValueError(
+                f"dp.budget_epsilon = {budget:g} is below dp.target_epsilon = {target:g}, which the run is "
+                f"calibrated to spend: raise dp.budget_epsilon to {target:g} or more, or lower "
+                f"dp.target_epsilon to {budget:g} or less"
+            )
         return self
 
 
@@ -683,16 +700,71 @@ def _did_you_mean(loc: tuple[int | str, ...]) -> str:
     return ""
 
 
+# pydantic's bounds, in the words of the fix: (what is wrong, how to set it, ctx key)
+_BOUNDS = {
+    "greater_than": ("too small", "above", "gt"),
+    "greater_than_equal": ("too small", "to at least", "ge"),
+    "less_than": ("too large", "below", "lt"),
+    "less_than_equal": ("too large", "to at most", "le"),
+}
+# pydantic's type errors: what the value is not, and what to set
+_KINDS = {
+    "int_parsing": "a whole number",
+    "int_type": "a whole number",
+    "int_from_float": "a whole number",
+    "float_parsing": "a number",
+    "float_type": "a number",
+    "bool_parsing": "true or false",
+    "bool_type": "true or false",
+    "string_type": "a string",
+    "list_type": "a list",
+    "path_type": "a path",
+}
+
+
+def _shown(value: Any) -> str:
+    """A value as the operator wrote it in TOML, cut short where it is long."""
+    if isinstance(value, bool):
+        text = "true" if value else "false"
+    elif isinstance(value, float):
+        text = f"{value:g}"
+    else:
+        text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _problem(e: Any) -> str:
+    """One pydantic error in our words: the value given, what is wrong with it, what to set instead
+    (never the library's "Input should be …", which names neither the value nor the fix)."""
+    kind, ctx, given = e["type"], e.get("ctx") or {}, _shown(e.get("input"))
+    if kind == "extra_forbidden":
+        return "unknown key" + _did_you_mean(e["loc"])
+    if kind in _BOUNDS:
+        wrong, how, bound = _BOUNDS[kind]
+        return f"{given} is {wrong}; set it {how} {_shown(ctx[bound])}"
+    if kind == "finite_number":
+        return f"{given} is not a finite number; set a number (inf and nan would switch its check off)"
+    if kind == "literal_error":
+        return f"{given} is not allowed; set one of {str(ctx['expected']).replace(' or ', ', ')}"
+    if kind in _KINDS:
+        return f"{given} is not {_KINDS[kind]}; set {_KINDS[kind]}"
+    if kind in ("model_type", "dict_type"):
+        section = ".".join(str(p) for p in e["loc"])
+        return f"{given} is not a table; write it as a [{section}] table"
+    if kind == "missing":
+        return "is required; set it"
+    msg = str(e["msg"]).removeprefix("Value error, ").removeprefix("Assertion failed, ")
+    return msg.replace("Input should be", f"{given} must be", 1)
+
+
 def _describe(err: ValidationError) -> str:
     lines = []
     for e in err.errors():
         key = ".".join(str(p) for p in e["loc"]) or "<root>"
-        if e["type"] == "extra_forbidden":
-            msg = "unknown key" + _did_you_mean(e["loc"])
-        else:
-            msg = str(e["msg"]).removeprefix("Value error, ")
-        # a check across sections names its keys itself
-        lines.append(msg if key == "<root>" else f"{key}: {msg}")
+        msg = _problem(e)
+        # a check across keys names its keys itself ("dp.budget_epsilon = 4 is below …")
+        named = msg.startswith(f"{key}.") or msg.startswith(f"{key} ")
+        lines.append(msg if key == "<root>" or named else f"{key}: {msg}")
     return "\n".join(lines)
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,21 @@ def test_every_command_has_help_with_an_example():
         result = runner.invoke(app, [*args, "--help"])
         assert result.exit_code == 0, args
         assert "Example" in result.output, args
+
+
+def test_help_reads_as_whole_sentences(monkeypatch):
+    """A docstring's line breaks are not the help's: at any width a sentence (and an example
+    command) stays whole, and "[deploy]" is text, not markup that eats it."""
+    monkeypatch.setenv("COLUMNS", "400")  # wide: a break left inside a sentence shows as a break
+    top = runner.invoke(app, ["--help"]).output
+    assert "finished cells are skipped, so a sweep resumes where it stopped" in top
+    assert "takes every privacy setting from the site's own --config, never from the server" in top
+    client = runner.invoke(app, ["client", "--help"]).output
+    assert "--superlink link.hospital.net:8000 --root-certificates ca.crt --auth-key node.key" in client
+    review = runner.invoke(app, ["code", "review", "--help"]).output
+    assert "it runs the site's installed package. Files that differ show where" in review
+    approve = runner.invoke(app, ["code", "approve", "--help"]).output
+    assert "[deploy] approved_fabs" in approve
 
 
 def test_data_synth_then_check_ok_and_bad(tmp_path):
@@ -79,6 +96,8 @@ def test_client_builds_a_hardened_supernode_command(tmp_path, monkeypatch):
     refused = runner.invoke(app, [*base, "--keys", str(keys), "--dry-run"])
     assert refused.exit_code == 2 and "--root-certificates" in refused.output  # no TLS, no node
     monkeypatch.chdir(tmp_path)  # relative paths in, absolute paths out (a service file runs elsewhere)
+    # the operator's own PATH is not the service's: the command must not carry it
+    monkeypatch.setenv("PATH", f"{os.environ['PATH']}{os.pathsep}/home/operator/private-bin")
     shown = runner.invoke(
         app,
         [
@@ -95,7 +114,11 @@ def test_client_builds_a_hardened_supernode_command(tmp_path, monkeypatch):
         ],
     )
     assert shown.exit_code == 0, shown.output
+    assert "/home/operator/private-bin" not in shown.output
     cmd = shlex.split(shown.output.strip().splitlines()[-1])  # `env PATH=... flower-supernode ...`
+    path = next(word for word in cmd if word.startswith("PATH=")).removeprefix("PATH=").split(os.pathsep)
+    assert path[0] == str(tmp_path / "site-out" / "node-bin") or path[0].endswith("node-bin"), path
+    assert path[1] == str(Path(sys.executable).parent) and "/usr/bin" in path and "/bin" in path, path
     cmd = cmd[next(k for k, word in enumerate(cmd) if word.endswith("flower-supernode")) :]
     assert "--insecure" not in cmd
     flags = dict(zip(cmd[1::2], cmd[2::2], strict=False))
@@ -324,8 +347,8 @@ def test_each_config_problem_is_one_line_with_its_file_key_and_fix(tmp_path):
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert sorted(result.output.splitlines()) == sorted(
         [
-            "error: fed.rounds: Input should be greater than or equal to 1 (set on the command line)",
-            f"error: {path}: dp.sample_rate: Input should be less than or equal to 1",
+            "error: fed.rounds: 0 is too small; set it to at least 1 (set on the command line)",
+            f"error: {path}: dp.sample_rate: 2 is too large; set it to at most 1",
             f"error: {path}: fed.rouns: unknown key (did you mean fed.rounds?); remove or respell it "
             "(secure_fed/config.py defines every key)",
         ]
@@ -333,6 +356,17 @@ def test_each_config_problem_is_one_line_with_its_file_key_and_fix(tmp_path):
     # Windows editors start UTF-8 with a byte-order mark; TOML's parser refused it at line 1
     path.write_bytes(b"\xef\xbb\xbf[fed]\nrounds = 0\n")
     _one_error(runner.invoke(app, ["run", "-c", str(path), "-o", str(tmp_path / "o")]), f"{path}: fed.rounds")
+
+
+def test_a_budget_below_the_target_is_refused_before_any_run_starts(tmp_path):
+    """A run calibrated to spend ε = 8 under a budget of 4 would have its sites decline a round
+    partway: refused in one line naming both keys and the fix, with no run folder left behind."""
+    path, out = tmp_path / "c.toml", tmp_path / "o"
+    path.write_text("[dp]\nenabled = true\ntarget_epsilon = 8.0\nbudget_epsilon = 4.0\n")
+    said = _one_error(runner.invoke(app, ["run", "-c", str(path), "-o", str(out)]), str(path))
+    assert "dp.budget_epsilon = 4" in said and "dp.target_epsilon = 8" in said
+    assert "raise dp.budget_epsilon to 8 or more, or lower dp.target_epsilon to 4 or less" in said
+    assert not out.exists()
 
 
 def test_run_path_errors_are_one_message(tmp_path):

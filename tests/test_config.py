@@ -58,7 +58,7 @@ def test_an_infinite_or_nan_privacy_setting_is_refused(tmp_path, key):
         path = tmp_path / "c.toml"
         settings = {"target_epsilon": "4.0", key: value}
         path.write_text("[dp]\nenabled = true\n" + "".join(f"{k} = {v}\n" for k, v in settings.items()))
-        with pytest.raises(ConfigError, match=rf"dp\.{key}: Input should be a finite number"):
+        with pytest.raises(ConfigError, match=rf"dp\.{key}: {value} is not a finite number; set a number"):
             load_config(path)
 
 
@@ -106,7 +106,11 @@ _DISTRIBUTED = {
         ({"dp": {"honest_min": 4}}, "dp.honest_min = 4 exceeds the 3 sites"),
         ({"fed": {"method": "fedprox"}}, "'fedprox' with dp.noise = 'distributed' is not yet supported"),
         ({"fed": {"participation": 0.5}}, "fed.participation = 0.5 with dp.noise = 'distributed'"),
-        ({"dp": {"target_epsilon": None, "noise_multiplier": 1.0}}, "needs dp.target_epsilon"),
+        # a budget too: without one the fixed σ is refused first, for leaving the site unbounded
+        (
+            {"dp": {"target_epsilon": None, "noise_multiplier": 1.0, "budget_epsilon": 4.0}},
+            "needs dp.target_epsilon",
+        ),
         ({"dp": {"accountant": "prv"}}, "dp.accountant = 'prv' with dp.noise = 'distributed'.*'rdp'"),
     ],
 )
@@ -135,3 +139,52 @@ def test_h_must_fit_a_sites_secagg_neighbourhood(sites, neighbours, fits):
             ValueError, match=r"secagg.neighbours gives \d+ of 10: set secagg.neighbours to 8"
         ):
             check_honest_min(cfg, sites)
+
+
+@pytest.mark.parametrize(
+    ("dp", "named"),
+    [
+        # calibrated to spend 8 with a budget of 4: a site would decline a round partway through the run
+        (
+            {"target_epsilon": 8.0, "budget_epsilon": 4.0},
+            ["dp.budget_epsilon = 4", "dp.target_epsilon = 8", "raise dp.budget_epsilon to 8 or more"],
+        ),
+        # a fixed σ with no target and no budget: the site would have no ε to hold the run to
+        ({"noise_multiplier": 1.0}, ["dp.noise_multiplier = 1", "set dp.budget_epsilon"]),
+    ],
+)
+def test_a_privacy_budget_the_run_cannot_keep_is_refused_at_load(dp, named):
+    with pytest.raises(ConfigError) as err:
+        build_config({"dp": {"enabled": True, **dp}})
+    message = str(err.value)
+    assert "\n" not in message and all(part in message for part in named), message
+    assert not message.startswith("dp: ")  # the message names its keys itself
+
+
+def test_a_budget_at_or_above_the_target_and_a_fixed_noise_with_a_budget_load():
+    assert build_config({"dp": {"enabled": True, "target_epsilon": 8.0, "budget_epsilon": 8.0}}).dp.enabled
+    # a fixed σ charges what it charges: a budget below the target is the guard's to enforce per round
+    fixed = {"enabled": True, "noise_multiplier": 2.0, "target_epsilon": 3.0, "budget_epsilon": 0.5}
+    assert build_config({"dp": fixed}).dp.budget_epsilon == 0.5
+    assert build_config({"dp": {"enabled": True, "noise_multiplier": 2.0, "budget_epsilon": 4.0}}).dp.enabled
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        ({"dp": {"sample_rate": 2}}, "dp.sample_rate: 2 is too large; set it to at most 1"),
+        ({"fed": {"rounds": 0}}, "fed.rounds: 0 is too small; set it to at least 1"),
+        ({"dp": {"target_epsilon": 0}}, "dp.target_epsilon: 0 is too small; set it above 0"),
+        ({"dp": {"noise": "sitee"}}, "dp.noise: 'sitee' is not allowed; set one of 'site', 'distributed'"),
+        ({"fed": {"rounds": "three"}}, "fed.rounds: 'three' is not a whole number; set a whole number"),
+        ({"fed": {"rounds": 2.5}}, "fed.rounds: 2.5 is not a whole number; set a whole number"),
+        ({"dp": {"enabled": "maybe"}}, "dp.enabled: 'maybe' is not true or false; set true or false"),
+        ({"dp": 3}, "dp: 3 is not a table; write it as a [dp] table"),
+    ],
+)
+def test_value_errors_are_in_our_words_with_the_key_and_the_fix(data, line):
+    """Never the validation library's ("Input should be …", "Value error, …"): the key, the value
+    given and what to set instead, on one line."""
+    with pytest.raises(ConfigError) as err:
+        build_config(data)
+    assert str(err.value) == line

@@ -3,6 +3,7 @@ heading of that file (GitHub's anchor for it). Reads files only (well under a se
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
@@ -71,3 +72,27 @@ def test_readme_says_what_to_do_when_memory_runs_out():
         "exits 1",
     ):
         assert said in line, said
+
+
+def test_the_readmes_superlink_port_is_the_one_a_superlink_serves():
+    """Flower 1.42's SuperLink serves nodes and `flwr` on one port, its --port (8000 unless set):
+    a README command dialling another port reaches nothing."""
+    from secure_fed.cli import client
+
+    default = inspect.signature(client).parameters["superlink"].default
+    port = default.rsplit(":", 1)[1]
+    dialled = re.findall(r"--superlink \S+?:(\d+)", (ROOT / "README.md").read_text(encoding="utf-8"))
+    assert dialled and set(dialled) == {port}, dialled
+    assert f"PORT=${{PORT:-{port}}}" in (ROOT / "docs" / "DEPLOYMENT.md").read_text(encoding="utf-8")
+
+
+def test_the_folders_the_docs_write_in_the_checkout_are_ignored_by_git():
+    """README's commands write keys/, runs/ and data/ and DEPLOYMENT's walk-through deploy-work/ in
+    the repository's root: private keys and patients' runs must never be one `git add .` away."""
+    ignored = {line.strip().strip("/") for line in (ROOT / ".gitignore").read_text().splitlines()}
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    written = {path.split("/")[0] for path in re.findall(r"(?:--out|-o) (\S+)", readme)}
+    written |= {"deploy-work"}  # DEPLOYMENT.md's $WORK under the root
+    folders = {name for name in written if "." not in name}
+    assert {"keys", "runs", "data", "deploy-work"} <= folders, folders
+    assert folders <= ignored, sorted(folders - ignored)

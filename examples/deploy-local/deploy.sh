@@ -75,6 +75,17 @@ else:
     print(((data.get("runs") or [{}])[0] if "runs" in data else data).get(sys.argv[1], ""))' "$1"
 }
 
+wait_for() { # wait_for SECONDS WHAT CONDITION: until the shell CONDITION holds (every 2 s); after SECONDS, say so and fail
+  local deadline=$((SECONDS + $1))
+  until eval "$3"; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      echo "gave up after $1 s waiting for $2 (logs in $WORK/logs)" >&2
+      return 1
+    fi
+    sleep 2
+  done
+}
+
 # -- the steps -----------------------------------------------------------------------------------
 
 superlink() { # the SuperLink: TLS, SuperNode authentication, its state in a database file that
@@ -82,12 +93,7 @@ superlink() { # the SuperLink: TLS, SuperNode authentication, its state in a dat
   start superlink flower-superlink --database superlink.db \
     --ssl-ca-certfile certs/ca.crt --ssl-certfile certs/superlink.pem --ssl-keyfile certs/superlink.key \
     --enable-supernode-auth --host 127.0.0.1 --port "$PORT" --disable-runtime-dependency-installation
-  for _ in $(seq 120); do
-    flwr ls local-deploy >/dev/null 2>&1 && return 0
-    sleep 1
-  done
-  say "the SuperLink did not answer on 127.0.0.1:$PORT within 120 s (logs/superlink.log)"
-  return 1
+  wait_for 120 "the SuperLink on 127.0.0.1:$PORT to answer" 'flwr ls local-deploy >/dev/null 2>&1'
 }
 
 up() {
@@ -130,16 +136,8 @@ up() {
       --runtime-port "$((PORT + 10 + k))"
   done
   # Ready when the SuperLink sees every node online (each fills its caches before it dials)
-  local online=0
-  for _ in $(seq "$RUN_TIMEOUT"); do
-    online="$(flwr supernode list local-deploy --format json | json_field online || echo 0)"
-    [ "$online" -ge "${#SITES[@]}" ] && break
-    sleep 1
-  done
-  if [ "$online" -lt "${#SITES[@]}" ]; then
-    say "only $online of ${#SITES[@]} nodes online within $RUN_TIMEOUT s (logs in $WORK/logs)"
-    return 1
-  fi
+  wait_for "$RUN_TIMEOUT" "all ${#SITES[@]} nodes online" \
+    '[ "$(flwr supernode list local-deploy --format json | json_field online)" = "${#SITES[@]}" ]'
   say "SuperLink on 127.0.0.1:$PORT, nodes ${SITES[*]} online (logs in $WORK/logs)"
 }
 
@@ -159,22 +157,15 @@ run() {
   flwr run app local-deploy --format json --run-config "config-file='$WORK/server.toml'" >logs/run.json
   run_id="$(json_field run-id <logs/run.json)"
   say "run $run_id submitted"
-  for _ in $(seq "$RUN_TIMEOUT"); do
-    status="$(flwr ls local-deploy --run-id "$run_id" --format json | json_field status)"
-    case "$status" in
-    finished:completed)
-      say "run $run_id completed: server/runs/$run_id, site*/runs/$run_id"
-      return 0
-      ;;
-    finished:*)
-      flwr log "$run_id" local-deploy --show >&2 || true
-      say "run $run_id ended $status (the ServerApp's log is above)"
-      return 1
-      ;;
-    esac
-    sleep 1
-  done
-  say "run $run_id did not end within $RUN_TIMEOUT s"
+  wait_for "$RUN_TIMEOUT" "run $run_id to end" \
+    'flwr ls local-deploy --run-id $run_id --format json | json_field status | grep -q "^finished:"'
+  status="$(flwr ls local-deploy --run-id "$run_id" --format json | json_field status)"
+  if [ "$status" = finished:completed ]; then
+    say "run $run_id completed: server/runs/$run_id, site*/runs/$run_id"
+    return 0
+  fi
+  flwr log "$run_id" local-deploy --show >&2 || true
+  say "run $run_id ended $status (the ServerApp's log is above)"
   return 1
 }
 
@@ -195,6 +186,10 @@ restart() {
 
 check() {
   local run_id
+  if [ ! -e logs/run.json ]; then
+    say "no run to check in $WORK yet: \`$0 run $WORK\` starts one (check reads its id from logs/run.json)"
+    return 1
+  fi
   run_id="$(json_field run-id <logs/run.json)"
   for site in "${SITES[@]}"; do
     secure-fed ledger show --site "$site" --config "$site.toml"

@@ -88,15 +88,24 @@ def protected(data: ReportData) -> list[Guarantee]:
     return [g for g in data.guarantees if g.site in covered]
 
 
+PLOT_COLUMNS = 2  # panels in a row of the ε plot
+
+
 def plot_svg(data: ReportData) -> str:
     """ε over rounds, one panel per protected site, each population a line, the site's budget dotted."""
     series = epsilon_series(data.mechanisms)
     guarantees = protected(data)
     if not guarantees:
         return "<p>No site's releases are covered by differential privacy: there is no ε to plot.</p>"
-    figure = Figure(figsize=(5.2 * len(guarantees), 3.6))
-    axes = figure.subplots(1, len(guarantees), squeeze=False)[0]
-    for axis, guarantee in zip(axes, guarantees, strict=True):
+    # At most two panels a row: side by side, six sites made a figure three times the report's
+    # column, shrunk to fit with its text (~5 px); two 5.2-inch panels fit the column unshrunk.
+    columns = min(len(guarantees), PLOT_COLUMNS)
+    rows = math.ceil(len(guarantees) / columns)
+    figure = Figure(figsize=(5.2 * columns, 3.6 * rows))
+    grid = figure.subplots(rows, columns, squeeze=False).flatten()
+    for spare in grid[len(guarantees) :]:
+        figure.delaxes(spare)
+    for axis, guarantee in zip(grid, guarantees, strict=False):
         ledger = guarantee.lifetime_start is not None
         last = 0
         for (site, population), points in sorted(series.items()):
@@ -437,12 +446,19 @@ def _site_table(rows: list[SiteRow], said: Verdict) -> str:
     """One row per site: the same figures as report.csv."""
     dp = any(row.dp for row in rows)
     ledger = any(row.epsilon_before is not None for row in rows)
-    columns: list[tuple[str, Any]] = [
-        ("site", lambda r: f"<b>{_e(r.site)}</b>"),
-        (
-            "patients (train / validation)",
-            lambda r: f"{_e(r.patients_train or '—')} / {_e(r.patients_validation or '—')}",
-        ),
+    columns: list[tuple[str, Any]] = [("site", lambda r: f"<b>{_e(r.site)}</b>")]
+    if any(row.patients_train or row.patients_validation for row in rows):
+        # the ranges come from privacy records: a run without DP has none, and a column of "— / —"
+        # on every row would read as sites without patients
+        columns.append(
+            (
+                "patients (train / validation)",
+                lambda r: (
+                    f"{_e(r.patients_train or 'not logged')} / {_e(r.patients_validation or 'not logged')}"
+                ),
+            )
+        )
+    columns += [
         (
             "rounds taken part in",
             lambda r: (
@@ -803,10 +819,27 @@ def _events_html(data: ReportData) -> str:
             f"</tr>{rows}</table>"
         )
     if data.alpha is not None:
-        parts.append(f"<p>Aggregated α: <code>{_e(json.dumps(data.alpha))}</code></p>")
+        parts.append(f"<p>Aggregated α (the last round's): {_alpha_words(data.alpha)}</p>")
     if data.model_hash is not None:
-        parts.append(f"<p>Released model: <code>{_e(json.dumps(data.model_hash))}</code></p>")
+        parts.append(f"<p>Released model: {_model_words(data.model_hash)}</p>")
     return "".join(parts)
+
+
+def _alpha_words(payload: Any) -> str:
+    """The α weights as numbers, not the record's JSON."""
+    values = payload.get("alpha") if isinstance(payload, dict) else payload
+    if isinstance(values, list) and all(isinstance(v, int | float) for v in values):
+        return ", ".join(f"{v:.3g}" for v in values)
+    return f"<code>{_e(json.dumps(payload))}</code>"  # a shape no party writes: shown as logged
+
+
+def _model_words(payload: Any) -> str:
+    """What was released and its SHA-256, not the record's JSON."""
+    digest = payload.get("sha256") if isinstance(payload, dict) else None
+    if not isinstance(digest, str):
+        return f"<code>{_e(json.dumps(payload))}</code>"  # a shape no party writes: shown as logged
+    what = payload.get("what")
+    return (f"{_e(what)}, " if isinstance(what, str) and what else "") + f"SHA-256 <code>{_e(digest)}</code>"
 
 
 def survivor_rounds(sets: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

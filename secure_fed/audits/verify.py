@@ -691,6 +691,14 @@ def _fmt(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.4g}"
 
 
+def _no_record(lines: list[Line]) -> bool:
+    """No line of the file is an audit record: another kind of file, not a damaged log. A lone torn
+    line is a log cut in its first write, judged as one."""
+    if not lines or (len(lines) == 1 and lines[0].error == TORN):
+        return False
+    return not any(line.record is not None and not shape_problem(line.record) for line in lines)
+
+
 def verify_logs(
     paths: Sequence[Path | str], public_keys: Mapping[str, Ed25519PublicKey] | None
 ) -> Verification:
@@ -710,6 +718,15 @@ def verify_logs(
             continue
         except OSError as err:
             checker.report(path, None, f"cannot read: {err.strerror or err}")
+            continue
+        if _no_record(lines):
+            # one line for a file given by mistake (a README, a config), not one per line of it
+            checker.report(
+                path,
+                None,
+                f"not an audit log: none of its {len(lines)} lines is an audit record; pass the run's "
+                "audit/*.jsonl",
+            )
             continue
         states.append(checker.check_log(path, lines))
     for state in states:
@@ -847,7 +864,8 @@ def verify_main(
     """Print a readable verdict for `secure-fed audit verify`, in the words the report leads with:
     VERIFIED 0, VERIFIED WITH A DROPOUT 3, INCOMPLETE 4 (interrupted by a signal, resumable),
     FAILED or NOT VERIFIED (no --keys: signatures not checked) 1."""
-    console = console or Console(soft_wrap=True)
+    # emoji off: a problem's `path:100:` holds rich's emoji code :100:, printed as a symbol
+    console = console or Console(soft_wrap=True, emoji=False)
     ok, public_keys = keys_for_cli(keys_dir, console, "")
     if not ok:
         return 1

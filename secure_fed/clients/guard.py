@@ -29,6 +29,11 @@ class Refusal(Exception):
         self.code = code
 
 
+class SiteFault(Exception):
+    """The site's own setup failed a phase (its privacy accounting, its ledger), not the server's
+    request: the server is told the site could not complete it, never that it sent a bad request."""
+
+
 def request_digest(phase: str, request: Mapping[str, Any]) -> str:
     """SHA-256 over the phase and every parameter (arrays by dtype, shape and bytes), key order free."""
     h = hashlib.sha256(phase.encode())

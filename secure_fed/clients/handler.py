@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from secure_fed.clients.guard import Refusal, SiteGuard, request_digest
+from secure_fed.clients.guard import Refusal, SiteFault, SiteGuard, request_digest
 from secure_fed.clients.policy import PolicyViolation, SitePolicy
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.crypto import scalars as scalar_sum
@@ -71,6 +71,13 @@ def handle(
         outcome, detail = "refused", getattr(err, "detail", str(err))  # may name local files
         code = _refusal_code(err)
         reply = {"status": "refused", "code": code, "error": str(err)}
+    except SiteFault as err:  # the site's own failing: the request was fine, so not "malformed"
+        outcome, code, detail = "error", "site_fault", str(err)
+        reply = {
+            "status": "error",
+            "code": code,
+            "error": f"the site could not complete {phase!r}: a fault in its own setup (named in its log)",
+        }
     except (KeyError, TypeError, ValueError) as err:
         outcome, code, detail = "error", "bad_request", f"{type(err).__name__}: {err}"
         reply = {"status": "error", "code": code, "error": f"malformed {phase!r} request"}

@@ -16,7 +16,7 @@ import torch
 
 from secure_fed.clients.coarsen import bucket_floor, public_count
 from secure_fed.clients.factors import check_factors
-from secure_fed.clients.guard import Refusal, SiteGuard
+from secure_fed.clients.guard import Refusal, SiteFault, SiteGuard
 from secure_fed.clients.lifetime import keep_anchor, log_lifetime_start, open_lifetime
 from secure_fed.clients.private import SitePrivacy
 from secure_fed.clients.trail import SiteTrail
@@ -300,7 +300,10 @@ class SiteRuntime:
                     "reason": f"round {round_id} was charged before a restart but its release was lost; "
                     "sitting it out rather than releasing twice",
                 }
-            admission = self.privacy.admit_round(round_id)
+            try:
+                admission = self.privacy.admit_round(round_id)
+            except ValueError as err:  # the site's own ledger or guard, not anything the server sent
+                raise SiteFault(f"the site's privacy accounting failed at round {round_id}: {err}") from err
             if not admission.ok:
                 self.stash.pop("upload", None)
                 if self.trail is not None:

@@ -143,6 +143,27 @@ def test_errors_carry_a_code_not_local_details(server: MaliciousServer, monkeypa
     assert "patient-0042" in server.victim.debug()[-1]["detail"]
 
 
+def test_a_sites_own_fault_is_not_reported_as_the_servers_malformed_request(
+    server: MaliciousServer, monkeypatch
+) -> None:
+    """The site's own privacy accounting failing (here its budget guard refusing the site's budget,
+    as an unbounded one was) is the site's fault: the server must not read it as its own bad request."""
+    from secure_fed.dp.budget import BudgetGuard
+
+    privacy = server.victim.runtime.privacy
+    assert privacy is not None
+
+    def unusable(*args: object, **kwargs: object) -> BudgetGuard:
+        return BudgetGuard(privacy.ledger, float("inf"))
+
+    monkeypatch.setattr("secure_fed.clients.private.BudgetGuard", unusable)
+    reply = server.victim.send("train", server.honest_train(1))
+    assert reply["status"] == "error" and reply["code"] == "site_fault", reply
+    assert "malformed" not in reply["error"] and "could not complete 'train'" in reply["error"]
+    logged = [r["payload"] for r in server.victim.events("instruction") if r["payload"]["outcome"] != "acted"]
+    assert logged[-1]["code"] == "site_fault" and "positive and finite" in logged[-1]["detail"]
+
+
 def test_every_instruction_is_logged_with_a_digest(server: MaliciousServer) -> None:
     _admit(server, 1)
     server.victim.send("plain_sum", {"round": 1})  # policy requires SecAgg+: refused

@@ -312,3 +312,16 @@ def test_a_run_that_stopped_early_says_so_and_counts_each_refusal_once(tmp_path:
         first.startswith("Unverified: The logs of run r1") and "none of which took part in a round" in first
     )
     assert "without differential privacy" not in html_path.read_text()
+
+
+def test_a_run_without_population_ranges_shows_no_blank_patients_column_nor_raw_json(
+    pristine_plain: Run, tmp_path: Path
+) -> None:
+    """Without DP no privacy record carries a site's population range: the column would read
+    "— / —" on every row, so it is left out; the released model and α read as words, not JSON."""
+    html, _, _ = _report(pristine_plain, tmp_path)
+    table = _sites(html)
+    assert table and all("patients (train / validation)" not in row for row in table.values()), table
+    assert "— / —" not in html
+    assert '{"sha256"' not in html and "{&quot;sha256&quot;" not in html and "&quot;alpha&quot;" not in html
+    assert "cd" * 32 in html and "0.5, 0.3, 0.2" in html  # the hash and the α values themselves stay

@@ -119,3 +119,23 @@ def test_twenty_sites_read_as_long_as_three_plus_their_rows(reports: dict) -> No
     three, twenty = _prose(reports[3][0]), _prose(reports[20][0])
     assert len(twenty) <= 1.2 * len(three), (len(three), len(twenty))
     assert len(site_table(reports[20][0])) - len(site_table(reports[3][0])) == 17
+
+
+# The report's column: its body's max-width (px). A plot wider than it is shrunk, and its text with it.
+REPORT_COLUMN_PX = 1100
+
+
+@pytest.mark.parametrize("sites", [6, 20])
+def test_the_epsilon_plot_is_never_shrunk_below_its_set_text_size(tmp_path: Path, sites: int) -> None:
+    """At 6 sites the panels side by side made a figure 3x the column: its text showed at ~5 px. The
+    panels wrap into rows instead, so the figure fits the column and its text is drawn as set."""
+    from secure_fed.audits.report import plot_svg
+    from secure_fed.audits.report_data import collect
+
+    written = write_run(tmp_path, Scenario(dp=True, sites=sites))
+    svg = plot_svg(collect(written.paths, None))
+    size = re.search(r'<svg[^>]*\bwidth="([\d.]+)pt"[^>]*\bheight="([\d.]+)pt"', svg)
+    assert size, svg[:300]
+    width_px, height_px = (float(value) * 96 / 72 for value in size.groups())
+    assert width_px <= REPORT_COLUMN_PX, width_px
+    assert height_px >= (sites // 2) * 3 * 96  # a row of panels for every two sites, each still tall

@@ -75,3 +75,30 @@ def test_a_missing_log_is_a_warning(pristine: Run) -> None:
     without_site = verify_logs([pristine.paths["site-0"], pristine.paths["server"]], keys)
     assert any(w.startswith("site-1: log not supplied") for w in without_site.warnings)
     assert not verify_logs(pristine.all_paths, keys).warnings
+
+
+def test_a_file_that_is_no_audit_log_is_one_line(
+    pristine: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A README passed by mistake is named once as not an audit log, not once per line as damaged."""
+    notes = tmp_path / "notes.md"
+    notes.write_text("# Notes\n\n" + "".join(f"line {k}: text, not a record\n" for k in range(3725)))
+    assert verify_main([*pristine.all_paths, notes], pristine.keys_dir) == 1
+    out = capsys.readouterr().out
+    named = [line for line in out.splitlines() if "notes.md" in line and "not an audit log" in line]
+    assert named and "record damaged" not in out, out
+    assert len([line for line in out.splitlines() if line.startswith("  ") and "notes.md" in line]) == 1, out
+
+
+def test_line_numbers_print_as_numbers_not_emoji(
+    pristine: Run, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`path:100:` holds rich's emoji code `:100:` (and `:1234:`): the console must print the digits."""
+    damaged = tmp_path / "site-0.jsonl"
+    lines = pristine.paths["site-0"].read_text().splitlines(keepends=True)
+    damaged.write_text("".join(lines) + "not a record\n" * (1300 - len(lines)))
+    verify_main([damaged], pristine.keys_dir)
+    out = capsys.readouterr().out
+    for number in (100, 1234):
+        assert f"site-0.jsonl:{number}: not valid JSON" in out, out[-2000:]
+    assert "\N{HUNDRED POINTS SYMBOL}" not in out and "\N{INPUT SYMBOL FOR NUMBERS}" not in out

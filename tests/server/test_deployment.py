@@ -734,7 +734,7 @@ DEPLOY_SH = EXAMPLE / "deploy.sh"
 PAGE = REPO / "docs" / "DEPLOYMENT.md"
 NOT_A_STEP = "# not a step of the walk-through"
 ACTIVATE = "source .venv/bin/activate"
-HELPERS = ("start", "stop", "json_field")
+HELPERS = ("start", "stop", "json_field", "wait_for")
 SCRIPT_TIMEOUT = 3000.0  # FedTAR + SecAgg+ + CKKS, 4 nodes, a process per message, 2 busy cores
 PAGE_TIMEOUT = 5400.0  # the whole page: two such runs, a 2-minute wait for the absent site, checks
 
@@ -924,6 +924,31 @@ def test_the_page_runs_the_commands_deploy_sh_runs(tmp_path: Path) -> None:
     for k in range(4):
         copy = next(i for i, c in enumerate(page) if f"examples/deploy-local/site{k}.toml" in c)
         assert copy < min(i for i, c in enumerate(page) if f"--config site{k}.toml" in c)
+
+
+def test_check_before_any_run_says_so_in_one_line(tmp_path: Path) -> None:
+    """`deploy.sh check` reads the last run's id from logs/run.json: before any run there is none,
+    and the operator gets one line saying so and what to run, not bash's own error."""
+    done = subprocess.run(
+        ["bash", str(DEPLOY_SH), "check", str(tmp_path / "deploy-work")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert "no run to check" in lines[0] and "deploy.sh run" in lines[0], lines[0]
+    assert "No such file" not in done.stderr
+
+
+def test_every_wait_on_the_page_and_in_deploy_sh_has_a_time_limit() -> None:
+    """A wait with no limit hangs an operator's shell (or a service's start) for ever when the
+    SuperLink, a node or a run never comes: each wait goes through `wait_for SECONDS WHAT …`."""
+    for name, text in (("DEPLOYMENT.md", page_walkthrough()), ("deploy.sh", DEPLOY_SH.read_text())):
+        text = text.replace(shell_functions(text)["wait_for"], "")  # the one loop, with its limit
+        assert not re.search(r"^\s*(until|while)\b", text, flags=re.M), f"{name} waits with no time limit"
+        waits = re.findall(r"^\s*wait_for (\S+) ", text, flags=re.M)
+        assert len(waits) >= 3, (name, waits)
 
 
 def deploy_command(action: str, work: Path, port: int, cache_dir: Path, *args: str) -> dict[str, Any]:

@@ -227,7 +227,14 @@ def test_an_aborted_inprocess_run_closes_the_servers_log(make_config) -> None:
     aborts, and the server's log ends with `run_aborted` and a signed head, not abandoned."""
     from secure_fed.runner import run_inprocess
 
-    cfg = make_config(dp__enabled=True, dp__target_epsilon=8.0, dp__budget_epsilon=0.01, fed__rounds=1)
+    # a fixed σ: a budget below a calibrated run's target is refused at load, before any run
+    cfg = make_config(
+        dp__enabled=True,
+        dp__noise_multiplier=2.0,
+        dp__target_epsilon=8.0,
+        dp__budget_epsilon=0.01,
+        fed__rounds=1,
+    )
     with pytest.raises(RunAborted):
         run_inprocess(cfg, cfg.out)
     log = [json.loads(line) for line in (Path(cfg.out) / "audit" / "server.jsonl").read_text().splitlines()]
