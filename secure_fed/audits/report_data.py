@@ -121,6 +121,7 @@ class ReportData:
     # distributed DP: each site's signed survivor set, {"round", "site", "survivors", "honest_min"}
     survivor_sets: list[dict[str, Any]] = field(default_factory=list)
     alpha: Any = None
+    alpha_rounds: list[dict[str, Any]] = field(default_factory=list)  # each "alpha" event: alpha_path.py
     model_hash: Any = None
     verification: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] | None = None  # RunSettings of the logged run_config; None: none logged
@@ -485,6 +486,7 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
             data.survivor_sets.append({"round": record["round"], **payload})
         elif event == "alpha":
             data.alpha = payload
+            data.alpha_rounds.append({"round": record["round"], **payload})
         elif event == "model_hash":
             data.model_hash = payload
         elif event == "empirical_audit":
