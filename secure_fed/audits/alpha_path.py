@@ -21,7 +21,11 @@ def alpha_path(per_round: Iterable[dict[str, Any]]) -> list[tuple[int, list[floa
     by_round = {
         int(row["round"]): [float(a) for a in row["alpha"]]
         for row in per_round
-        if isinstance(row, dict) and row.get("alpha") is not None and row.get("round") is not None
+        # an audit log is read as found: a payload that is not a list of weights shows no path
+        if isinstance(row, dict)
+        and isinstance(row.get("alpha"), list)
+        and all(isinstance(a, int | float) for a in row["alpha"])
+        and isinstance(row.get("round"), int)
     }
     return sorted(by_round.items())
 

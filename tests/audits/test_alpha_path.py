@@ -24,6 +24,9 @@ def test_the_path_is_in_round_order_and_a_rerecorded_round_keeps_its_last_alpha(
     path = alpha_path([*INSIDE, {"round": 1, "alpha": [0.1, 0.3, 0.2, 0.2, 0.2]}])
     assert [r for r, _ in path] == [1, 2]
     assert path[0][1] == [0.1, 0.3, 0.2, 0.2, 0.2]
+    # a malformed audit payload (a bare number, text, no round) shows no path rather than failing the report
+    odd = [{"round": 5, "alpha": 1.0}, {"round": 6, "alpha": ["x"]}, {"round": None, "alpha": [0.5, 0.5]}]
+    assert alpha_path(odd) == []
 
 
 def test_a_weight_on_its_floor_is_inside_and_one_below_it_is_flagged() -> None:
