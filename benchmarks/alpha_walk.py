@@ -16,10 +16,19 @@ grid and 200 at the retuned recipe (one α step a round); and 50 and 200 steps a
 keeps lr × steps of the 5-round recipe (5e-3 and 1.25e-3): the same total pull, so a steady signal
 moves α as far, while the noise's walk (∝ lr·√steps) shrinks.
 
-    python benchmarks/alpha_walk.py            # prints the table's rows as JSON
-    python benchmarks/alpha_walk.py --write    # docs/results/fedtar-alpha-walk.json
+The second table (docs/results/fedtar-alpha-walk-floored.json) is the default that replaced it
+(issue 63), chosen here on noise before any private run: α = λ/T + (1 − λ)·softmax(u) with
+train.alpha_floor 0.1 (every α_t in [0.1, 0.6] at T = 5), ψ's torch init, and plain SGD on the
+hypergradient in units of its run's own size at the rate train.meta_travel / rounds. Its rows are
+travel budgets by step counts, on the same noise and pull, plus a steady pull with no noise (how far
+a full budget carries α). The rule, fixed before the rows were read: the largest travel of
+TRAVELS whose median largest α on noise alone stays ≤ NOISE_LIMIT at every step count (uniform is
+0.2, the floor's top 0.6).
 
-tests/test_alpha_walk.py checks that the committed table is what this script computes.
+    python benchmarks/alpha_walk.py            # prints both tables' rows as JSON
+    python benchmarks/alpha_walk.py --write    # docs/results/fedtar-alpha-walk{,-floored}.json
+
+tests/test_alpha_walk.py checks that the committed tables are what this script computes.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from secure_fed.algorithms.fedtar.temporal import MetaUpdater, TemporalMetaLearner
+from secure_fed.algorithms.fedtar.temporal import MetaUpdater, TemporalMetaLearner, alpha_bounds
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,6 +60,11 @@ CASES: tuple[tuple[int, float, str], ...] = (
     (200, 1.25e-3, "200 rounds at lr × steps of the 5-round recipe"),
 )
 OUT = ROOT / "docs" / "results" / "fedtar-alpha-walk.json"
+OUT_FLOORED = ROOT / "docs" / "results" / "fedtar-alpha-walk-floored.json"
+FLOOR = 0.1  # the write-up's §4.1 lower bound on α_t
+TRAVELS = (2.0, 4.0, 8.0)  # ψ's travel budgets tried, in units of the run's hypergradient size
+STEP_COUNTS = (5, 10, 20, 50, 200)  # α steps: the configs' rounds (5, 10, 50, 200) and the DP check's 20
+NOISE_LIMIT = 0.25  # the rule: median largest α on noise alone at most this, at every step count
 
 
 def walk(steps: int, lr: float, seed: int, pull: float) -> np.ndarray:
@@ -62,6 +76,20 @@ def walk(steps: int, lr: float, seed: int, pull: float) -> np.ndarray:
     for _ in range(steps):
         grad = rng.normal(0.0, 1.0, T)
         grad[0] -= pull  # descent on α: a negative hypergradient raises α₀
+        alpha = meta.step(grad)
+    return alpha
+
+
+def walk_floored(steps: int, travel: float, seed: int, pull: float, noise: float = 1.0) -> np.ndarray:
+    """α after `steps` of the default ψ update (floor, torch init, SGD at travel / steps) on noise
+    of std `noise` per index (plus −pull on index 0's hypergradient)."""
+    torch.manual_seed(seed)
+    meta = MetaUpdater(TemporalMetaLearner(T, seed=seed, floor=FLOOR, init="torch"), travel / steps, "sgd")
+    rng = np.random.default_rng(seed)
+    alpha = meta.learner.alpha()
+    for _ in range(steps):
+        grad = rng.normal(0.0, noise, T)
+        grad[0] -= pull
         alpha = meta.step(grad)
     return alpha
 
@@ -87,6 +115,79 @@ def rows(seeds: int = SEEDS) -> list[list[Any]]:
             ]
         )
     return out
+
+
+def floored_rows(seeds: int = SEEDS, step_counts: tuple[int, ...] = STEP_COUNTS) -> list[list[Any]]:
+    torch.set_num_threads(1)
+    out: list[list[Any]] = []
+    for travel in TRAVELS:
+        for steps in step_counts:
+            noise = [walk_floored(steps, travel, s, 0.0) for s in range(seeds)]
+            signal = [walk_floored(steps, travel, s, PULL) for s in range(seeds)]
+            pull_only = [walk_floored(steps, travel, s, PULL, noise=0.0) for s in range(seeds)]
+            out.append(
+                [
+                    f"{travel:g}",
+                    steps,
+                    f"{travel / steps:g}",
+                    _median_range([float(a.max()) for a in noise]),
+                    _median_range([float(a.min()) for a in noise]),
+                    _median_range([float(a[0]) for a in signal]),
+                    f"{sum(int(np.argmax(a) != 0) for a in signal)} of {seeds}",
+                    _median_range([float(a[0]) for a in pull_only]),
+                ]
+            )
+    return out
+
+
+def chosen_travel(made: list[list[Any]]) -> float:
+    """The rule of the module docstring on `floored_rows`' rows: the largest travel whose median
+    largest α on noise alone is ≤ NOISE_LIMIT at every step count."""
+    ok = [
+        travel
+        for travel in TRAVELS
+        if all(float(r[3].split()[0]) <= NOISE_LIMIT for r in made if float(r[0]) == travel)
+    ]
+    if not ok:
+        raise ValueError(f"no travel of {TRAVELS} keeps the noise walk within {NOISE_LIMIT}")
+    return max(ok)
+
+
+def floored_table(made: list[list[Any]], commit: str, date: str) -> dict[str, Any]:
+    low, high = alpha_bounds(T, FLOOR)
+    return {
+        "title": "FedTAR's default ψ update on noise: α with the floor and SGD at travel / steps, by travel "
+        f"budget and steps (T = {T}, {SEEDS} seeds, median [min, max])",
+        "source": {
+            "command": "python benchmarks/alpha_walk.py --write",
+            "commit": commit,
+            "date": date,
+            "machine": "any (seeded, no data; the real meta-learner and its SGD, one torch thread)",
+            "wall": None,
+        },
+        "columns": [
+            "travel",
+            "α steps",
+            "meta lr",
+            "largest α, noise only",
+            "smallest α, noise only",
+            f"α on the pulled index, pull {PULL:g} + noise",
+            "seeds whose largest α is on another index, pull + noise",
+            f"α on the pulled index, pull {PULL:g} alone",
+        ],
+        "rows": made,
+        "notes": [
+            f"α = λ/T + (1 − λ)·softmax(u), λ = min(1, {FLOOR:g}·T): every α_t in [{low:.1f}, {high:.1f}] "
+            f"for any u at T = {T}. Uniform α is {1 / T:.3f}.",
+            "ψ takes plain SGD steps (torch init) of ĝ_r = g_r / max(‖g_r‖, RMS of ‖g‖ so far) at the "
+            "rate travel / steps: the steps' lengths add up to at most the travel.",
+            f"Noise: a T-vector of N(0, 1) hypergradients per step; the pull adds −{PULL:g} on the first "
+            "index (half the noise's std); 'alone' is the pull without noise.",
+            f"The rule, fixed before these rows were read: the largest travel whose median largest α on "
+            f"noise alone is ≤ {NOISE_LIMIT:g} at every step count: {chosen_travel(made):g} "
+            "(train.meta_travel's default).",
+        ],
+    }
 
 
 def table(made: list[list[Any]], commit: str, date: str) -> dict[str, Any]:
@@ -128,15 +229,21 @@ def main() -> None:
     args = parser.parse_args()
     if args.write and args.quick:
         parser.error("--write keeps the full table: drop --quick")
-    made = rows(3 if args.quick else SEEDS)
+    seeds = 3 if args.quick else SEEDS
+    made = rows(seeds)
+    floored = floored_rows(seeds)
     if args.write:
         sys.path.insert(0, str(ROOT / "tools"))
         from doc_tables import dump_table, git_head
 
-        OUT.write_text(
-            dump_table(table(made, git_head(short=True), dt.date.today().isoformat())), encoding="utf-8"
+        commit, date = git_head(short=True), dt.date.today().isoformat()
+        OUT.write_text(dump_table(table(made, commit, date)), encoding="utf-8")
+        OUT_FLOORED.write_text(dump_table(floored_table(floored, commit, date)), encoding="utf-8")
+    print(
+        json.dumps(
+            {"rows": made, "floored_rows": floored, "travel": chosen_travel(floored)}, ensure_ascii=False
         )
-    print(json.dumps({"rows": made}, ensure_ascii=False))
+    )
 
 
 if __name__ == "__main__":

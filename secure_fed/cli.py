@@ -212,6 +212,11 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
             "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}",
         )
     Console().print(table)
+    from secure_fed.audits.alpha_path import alpha_path, summary_lines
+
+    # FedTAR: α's path over the rounds, flagged where it left the write-up's [0.1, 0.9]
+    for line in summary_lines(alpha_path(metrics.get("per_round") or [])):
+        Console().print(line, style="bold red" if "LEFT" in line else None, markup=False, highlight=False)
 
 
 def _run_in_folder(folder: Path) -> str | None:

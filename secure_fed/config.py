@@ -215,8 +215,33 @@ class ModelConfig(_Strict):
 
 class TrainConfig(_Strict):
     lr: float = Field(1e-3, gt=0, description="adapters (paper: 1e-5 with a full-size backbone)")
-    meta_lr: float = Field(
-        5e-2, gt=0, description="ψ, the temporal meta-learner (paper: 1e-4 over many more rounds)"
+    meta_lr: float | None = Field(
+        None,
+        gt=0,
+        description="ψ's learning rate (the temporal meta-learner; paper: 1e-4 over many more rounds); "
+        "None = train.meta_travel / fed.rounds. Runs before issue 63 used Adam at 5e-2",
+    )
+    meta_travel: float = Field(
+        2.0,
+        gt=0,
+        description="ψ's travel budget over the run: with meta_optimizer 'sgd' each round's step is at "
+        "most meta_lr long (in units of the run's hypergradient size), so the run's steps add up to at "
+        "most this; chosen on noise alone (benchmarks/alpha_walk.py, "
+        "docs/results/fedtar-alpha-walk-floored.json)",
+    )
+    meta_optimizer: Literal["sgd", "adam"] = Field(
+        "sgd",
+        description="ψ's update: 'sgd' (plain SGD on the hypergradient in units of its run's size: a "
+        "step shrinks with the hypergradient and zero-mean noise averages out; torch's init for ψ) or "
+        "'adam' (the original: Adam, ψ's small init; about meta_lr on every parameter a step)",
+    )
+    alpha_floor: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="α = λ/T + (1 − λ)·softmax(u), λ = min(1, alpha_floor·T): every α_t ≥ alpha_floor and, "
+        "for T ≥ 2, ≤ 1 − (T − 1)·alpha_floor, on the simplex (the write-up's §4.1 α_t ∈ [0.1, 0.9]); "
+        "0 = the paper's plain softmax",
     )
     fedtar_step: Literal["chained", "matched"] = Field(
         "chained",

@@ -33,6 +33,8 @@ from matplotlib.ticker import MaxNLocator
 from rich.console import Console
 from rich.markup import escape
 
+from secure_fed.audits.alpha_path import alpha_path
+from secure_fed.audits.alpha_path import report_html as alpha_report_html
 from secure_fed.audits.keys import keys_for_cli
 from secure_fed.audits.report_data import (
     Guarantee,
@@ -820,6 +822,7 @@ def _events_html(data: ReportData) -> str:
         )
     if data.alpha is not None:
         parts.append(f"<p>Aggregated α (the last round's): {_alpha_words(data.alpha)}</p>")
+    parts.append(alpha_report_html(alpha_path(data.alpha_events)))  # by round, flagged outside [0.1, 0.9]
     if data.model_hash is not None:
         parts.append(f"<p>Released model: {_model_words(data.model_hash)}</p>")
     return "".join(parts)

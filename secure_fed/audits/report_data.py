@@ -129,6 +129,7 @@ class ReportData:
     survivor_sets: list[dict[str, Any]] = field(default_factory=list)
     alpha: Any = None
     alpha_rounds: list[int] = field(default_factory=list)  # rounds whose α sum the server logged
+    alpha_events: list[dict[str, Any]] = field(default_factory=list)  # each "alpha" event: alpha_path.py
     model_hash: Any = None
     verification: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] | None = None  # RunSettings of the logged run_config; None: none logged
@@ -529,6 +530,7 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
             data.alpha = payload
             if isinstance(record["round"], int) and record["round"] not in data.alpha_rounds:
                 data.alpha_rounds.append(record["round"])
+            data.alpha_events.append({"round": record["round"], **payload})
         elif event == "model_hash":
             data.model_hash = payload
         elif event == "empirical_audit":

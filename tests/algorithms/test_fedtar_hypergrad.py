@@ -125,6 +125,11 @@ def test_per_patient_hypergradients_match_finite_differences(
         plus = patient_losses64(model64, residual_chain(start, snapshots, up).final, val)
         minus = patient_losses64(model64, residual_chain(start, snapshots, down).final, val)
         fd[:, t] = (plus - minus) / (2 * H)
+    # ψ's objective weighs every report the same: a patient's scalars are the derivative of the sum
+    # of its reports' losses, i.e. its reports × the derivative of its mean loss L_p
+    reports = torch.bincount(val.patient_slot, minlength=n_patients).double()
+    assert reports.max() > reports.min()  # patients with different visit counts: the weighting shows
+    fd *= reports[:, None]
     # Error budget, measured on this setup (largest |s| ≈ 0.16): the float64 central difference has
     # truncation error O(h²) — 1.6e-4 at h = 1e-2, 1.6e-6 at h = 1e-3, 4e-8 at h = 1e-4, where the
     # float32 JVP rounding floor shows. At h = 1e-3 a tolerance of 1e-4 × max|s| leaves a 10× margin
@@ -132,15 +137,16 @@ def test_per_patient_hypergradients_match_finite_differences(
     scale = float(fd.abs().max())
     assert scale > 1e-3  # a non-trivial derivative, so the comparison means something
     torch.testing.assert_close(scalars, fd, rtol=1e-4, atol=1e-4 * scale)
-    # Total validation loss Σ_p L_p: the per-patient split sums to its derivative.
+    # Total validation loss Σ_reports ℓ: the per-patient split sums to its derivative.
     torch.testing.assert_close(scalars.sum(0), fd.sum(0), rtol=1e-4, atol=1e-4 * scale)
 
 
 def test_split_sums_to_reverse_mode_total(
     site: SiteRuntime, model64: ReportModel, computed: tuple[ResidualChain, torch.Tensor, torch.Tensor]
 ) -> None:
-    """Σ_p s_{p,t} = ⟨∇_w Σ_p L_p(w^(T)), ∂w^(T)/∂α_t⟩ with the gradient by reverse mode in float64,
-    and the result does not depend on the batch size."""
+    """Σ_p s_{p,t} = ⟨∇_w Σ_reports ℓ(w^(T)), ∂w^(T)/∂α_t⟩ (every report weighs the same, as the
+    test split is scored) with the gradient by reverse mode in float64, and the result does not
+    depend on the batch size."""
     chain, small, _ = computed
     val = site.learner.data.val
     final = torch.as_tensor(chain.final)
@@ -153,9 +159,7 @@ def test_split_sums_to_reverse_mode_total(
     rows = functional_call(
         model64, params, (val.images.double(), val.input_ids, val.profiles.double()), strict=False
     )
-    n = int(val.patient_slot.max()) + 1
-    visits = torch.bincount(val.patient_slot, minlength=n).double()
-    total = (rows / visits[val.patient_slot]).sum()  # Σ_p mean over p's rows
+    total = rows.sum()  # Σ over the reports, each weighing 1 (not Σ_p of p's mean)
     grads = torch.autograd.grad(total, list(params.values()))
     gradient = torch.cat([g.reshape(-1) for g in grads])
     expected = directions @ gradient

@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 import torch
 
+from secure_fed.algorithms.fedtar.strategy import FedTAR, meta_rate
 from secure_fed.algorithms.fedtar.temporal import (
     MetaUpdater,
     TemporalMetaLearner,
+    alpha_bounds,
     chain_weights,
     convex_combination,
     matched_step_scale,
@@ -394,3 +396,141 @@ def test_temporal_step_reads_the_configured_kind() -> None:
         )
     # uniform α, T = 5: the matched scale of the convex reading is √5
     assert matched_step_scale(np.full(5, 0.2), "convex") == pytest.approx(np.sqrt(5.0), rel=1e-12)
+
+
+# -- the floor and the default ψ update (issue 63) ---------------------------------------------------
+
+
+def random_scores(seed: int, t_max: int) -> torch.Tensor:
+    """Scores u from mild to saturating: up to ±1e4, where a plain softmax is one-hot in float64."""
+    rng = np.random.default_rng(seed)
+    return torch.tensor(rng.normal(size=t_max) * 10.0 ** rng.uniform(-2, 4), dtype=torch.float64)
+
+
+@pytest.mark.parametrize("t_max", [1, 2, 3, 5, 8])
+@pytest.mark.parametrize("floor", [0.05, 0.1, 0.2, 0.3])
+def test_the_floored_alpha_stays_within_its_bounds_for_every_score(t_max: int, floor: float) -> None:
+    low, high = alpha_bounds(t_max, floor)
+    assert low == pytest.approx(min(floor, 1.0 / t_max))
+    if t_max >= 2 and floor * t_max <= 1:
+        assert high == pytest.approx(1.0 - (t_max - 1) * floor)
+    learner = TemporalMetaLearner(t_max, embed_dim=8, seed=3, floor=floor, init="torch")
+    for seed in SEEDS:
+        alpha = learner._floored(random_scores(seed, t_max)).numpy()
+        assert alpha.min() >= low - 1e-12 and alpha.max() <= high + 1e-12
+        assert alpha.sum() == pytest.approx(1.0, abs=1e-12)
+
+
+def test_the_write_ups_bounds_hold_at_the_default_floor() -> None:
+    """§4.1's α_t ∈ [0.1, 0.9] with weights that sum to 1: [0.1, 0.9] at T = 2, [0.1, 0.6] at T = 5."""
+    assert alpha_bounds(2, 0.1) == pytest.approx((0.1, 0.9))
+    assert alpha_bounds(5, 0.1) == pytest.approx((0.1, 0.6))
+    # a floor above 1/T leaves α uniform: λ = 1
+    assert alpha_bounds(4, 0.3) == pytest.approx((0.25, 0.25))
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_learned_alpha_keeps_the_floor_after_any_hypergradients(optimizer: str) -> None:
+    """Huge, steady and noisy hypergradients alike: α never leaves [0.1, 0.6] at T = 5, where the
+    plain softmax (floor 0) goes one-hot under the same steps."""
+    for seed in range(6):
+        floored = MetaUpdater(TemporalMetaLearner(5, seed=seed, floor=0.1, init="torch"), 0.5, optimizer)
+        plain = MetaUpdater(TemporalMetaLearner(5, seed=seed, floor=0.0, init="torch"), 0.5, optimizer)
+        rng = np.random.default_rng(seed)
+        for _ in range(60):
+            grad = rng.normal(size=5) * 1e3
+            grad[seed % 5] -= 5e3  # a steady pull far larger than any real one
+            alpha = floored.step(grad)
+            assert alpha.min() >= 0.1 - 1e-9 and alpha.max() <= 0.6 + 1e-9
+            assert alpha.sum() == pytest.approx(1.0, abs=1e-9)
+            plain_alpha = plain.step(grad)
+        assert plain_alpha.max() > 0.99  # the same steps saturate the plain softmax
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_theorems_one_and_two_hold_with_the_floored_alpha(seed: int) -> None:
+    """The learner's floored α (after steps) in the residual chain and the convex reading: w^(T) is
+    a convex combination of w^(0) and the snapshots (Thm. 1) and each step is
+    α_t‖w̄^(t) − w^(t−1)‖ (Thm. 2)."""
+    start, snapshots, _ = random_case(seed)
+    meta = MetaUpdater(TemporalMetaLearner(len(snapshots), seed=seed, floor=0.1, init="torch"), 1.0, "sgd")
+    rng = np.random.default_rng(seed)
+    for _ in range(5):
+        alpha = meta.step(rng.normal(size=len(snapshots)) * 100.0)
+    present = np.ones(len(alpha), dtype=bool)
+    weights = convex_weights(alpha, present)
+    assert weights.min() >= 0 and weights.sum() == pytest.approx(1.0, abs=1e-12)
+    chain = residual_chain(start, snapshots, alpha)
+    np.testing.assert_allclose(weights @ np.vstack([start, snapshots]), chain.final, atol=1e-10)
+    for t in range(len(alpha)):
+        step = np.linalg.norm(chain.states[t + 1] - chain.states[t])
+        assert step == pytest.approx(alpha[t] * np.linalg.norm(snapshots[t] - chain.states[t]), rel=1e-12)
+    convex = convex_combination(start, snapshots, alpha)
+    np.testing.assert_allclose(convex.final, alpha @ snapshots, atol=1e-10)
+
+
+def test_the_sgd_update_is_free_of_the_hypergradients_units() -> None:
+    """ĝ = g / max(‖g‖, RMS so far): the same hypergradients times 1e-3 or 1e3 give the same α path,
+    so one travel budget serves a sum over 10 validation reports or 10,000, with or without DP."""
+    rng = np.random.default_rng(0)
+    grads = rng.normal(size=(12, 5)) + np.array([-0.5, 0, 0, 0, 0])
+    paths = []
+    for unit in (1e-3, 1.0, 1e3):
+        meta = MetaUpdater(TemporalMetaLearner(5, seed=1, floor=0.1, init="torch"), 0.2, "sgd")
+        paths.append(np.array([meta.step(g * unit) for g in grads]))
+    np.testing.assert_allclose(paths[0], paths[1], atol=1e-9)
+    np.testing.assert_allclose(paths[2], paths[1], atol=1e-9)
+
+
+def test_the_sgd_steps_add_up_to_at_most_the_travel() -> None:
+    """Each ĝ_r is at most one unit long, so ψ's steps at lr = travel / rounds sum to ≤ travel in
+    these units; an outlier round (1e6 × the rest) takes a unit step, not a 1e6 one; a round smaller
+    than the run's typical size takes a proportionally smaller step (it shrinks with the gradient)."""
+    meta = MetaUpdater(TemporalMetaLearner(5, seed=0, floor=0.1, init="torch"), 0.1, "sgd")
+    rng = np.random.default_rng(1)
+    sizes = []
+    for r in range(30):
+        g = rng.normal(size=5) * (1e6 if r == 10 else 1.0)
+        sizes.append(float(np.linalg.norm(meta.scaled(g))))
+    assert max(sizes) <= 1.0 + 1e-12
+    assert sizes[10] == pytest.approx(1.0)
+    # after the outlier the run's RMS is ~1e6/√r: ordinary rounds now take tiny steps
+    assert max(sizes[11:]) < 1e-3
+    quiet = MetaUpdater(TemporalMetaLearner(5, seed=0, floor=0.1, init="torch"), 0.1, "sgd")
+    base = np.array([1.0, -2.0, 0.5, 0.0, 0.5])
+    for _ in range(5):
+        quiet.scaled(base)
+    assert np.linalg.norm(quiet.scaled(base * 0.1)) == pytest.approx(0.1 * np.sqrt(6 / 5.01), rel=1e-9)
+    # the size is the centred part's, the part that moves α: a large shift common to every α_t
+    # (without DP most of g: every copy's step lowers the loss) neither moves α nor shrinks the step
+    shifted = MetaUpdater(TemporalMetaLearner(5, seed=0, floor=0.1, init="torch"), 0.1, "sgd")
+    assert base.mean() == 0
+    np.testing.assert_allclose(shifted.scaled(base + 1e4), base / np.linalg.norm(base), atol=1e-9)
+
+
+def test_the_sgd_update_follows_a_steady_pull_and_ignores_the_all_ones_direction() -> None:
+    meta = MetaUpdater(TemporalMetaLearner(4, seed=2, floor=0.1, init="torch"), 0.2, "sgd")
+    before = [p.detach().clone() for p in meta.learner.parameters()]
+    meta.step(np.full(4, 3.0))  # a shift common to every α_t: the simplex does not move
+    for b, p in zip(before, meta.learner.parameters(), strict=True):
+        torch.testing.assert_close(p.detach(), b, atol=1e-7, rtol=0)
+    for _ in range(20):
+        alpha = meta.step(np.array([0.3, -1.0, 0.2, 0.5]))
+    assert int(np.argmax(alpha)) == 1 and alpha[1] > 0.3
+
+
+def test_the_default_rate_is_the_travel_over_the_rounds_and_resume_keeps_its_units(make_config) -> None:
+    cfg = make_config(fed__method="fedtar", fed__rounds=20)
+    assert cfg.train.meta_optimizer == "sgd" and cfg.train.alpha_floor == 0.1
+    assert cfg.train.meta_lr is None and meta_rate(cfg) == pytest.approx(cfg.train.meta_travel / 20)
+    assert meta_rate(make_config(train__meta_lr=0.05)) == 0.05  # an explicit rate wins (old records)
+    first = FedTAR(4, 5, cfg)
+    assert first.alpha() == pytest.approx(np.full(5, 0.2))
+    for g in ([1.0, -2.0, 0.0, 0.5, 0.1], [0.2, 0.1, -0.3, 0.0, 0.4]):
+        first.meta.step(np.array(g))
+    resumed = FedTAR(4, 5, cfg)
+    resumed.load_state_dict(first.state_dict())
+    np.testing.assert_array_equal(resumed.alpha(), first.alpha())
+    assert resumed.meta.state_dict() == first.meta.state_dict()
+    step = np.array([0.5, 0.0, -0.5, 0.1, 0.0])
+    np.testing.assert_allclose(resumed.meta.step(step), first.meta.step(step), atol=1e-12)

@@ -7,8 +7,12 @@ all T products cost one (rows × P)·(P × T) product more, where a Jacobian-vec
 pass per direction (and torch.func.jvp's first call loads torch's forward-mode decompositions
 through the deprecated torch.jit.script, whose warning a default run would print). A trainable
 parameter used by an op with no per-row rule raises at the forward, never a silent zero.
-Rows are then summed per patient (a patient's loss is the mean over its visits), which is the unit
-the DP clipping of the α scalars needs.
+Rows are then summed per patient, which is the unit the DP clipping of the α scalars needs. Every
+report weighs the same (ψ descends Σ_reports ℓ, the validation loss weighted as the test split is
+scored, per report): a patient's scalars are the sum over its reports, not their mean, which had
+given a one-visit patient's report the weight of a five-visit patient's five (visit 1 then weighed
+0.41 of the objective against 0.30 of the reports scored). The returned losses stay per-patient
+means: they are the run's reported validation loss, comparable with earlier runs.
 """
 
 from __future__ import annotations
@@ -34,7 +38,8 @@ def per_patient_hypergradients(
     examples: Examples,
     batch_size: int = 64,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns (S, losses): S[p, t] = ∂L_p/∂α_t and the per-patient validation loss L_p.
+    """Returns (S, losses): S[p, t] = Σ_{reports r of p} ∂ℓ_r/∂α_t and the per-patient validation
+    loss L_p (the mean over p's reports).
 
     The model's own parameters are swapped for w^(T) during each forward and put back after."""
     template = model.trainable_state()
@@ -66,4 +71,4 @@ def per_patient_hypergradients(
             losses.index_add_(0, slots_of_rows, row_losses.detach().double().cpu())
     finally:
         model.train()
-    return scalars / visits[:, None], losses / visits
+    return scalars, losses / visits

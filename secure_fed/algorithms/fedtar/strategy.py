@@ -36,8 +36,15 @@ class FedTAR(Strategy):
         self.name = name
         self.t_max = t_max
         self.temporal = temporal
-        self.learner = TemporalMetaLearner(t_max, cfg.fed.time_embedding_dim, seed=cfg.seed)
-        self.meta = MetaUpdater(self.learner, cfg.train.meta_lr)
+        train = cfg.train
+        self.learner = TemporalMetaLearner(
+            t_max,
+            cfg.fed.time_embedding_dim,
+            seed=cfg.seed,
+            floor=train.alpha_floor,
+            init="torch" if train.meta_optimizer == "sgd" else "small",
+        )
+        self.meta = MetaUpdater(self.learner, meta_rate(cfg), train.meta_optimizer)
 
     def upload_dim(self) -> int:
         return self.t_max * (self.dim + 1)
@@ -100,9 +107,20 @@ class FedTAR(Strategy):
 
     def state_dict(self) -> dict[str, Any]:
         params = {f"psi.{k}": v.detach().numpy() for k, v in self.learner.state_dict().items()}
+        # the SGD update's running hypergradient size: a resumed run keeps its units
+        params.update(
+            {f"meta.{k}": np.asarray(v, dtype=np.float64) for k, v in self.meta.state_dict().items()}
+        )
         return params
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.learner.load_state_dict(
             {k[4:]: torch.as_tensor(v) for k, v in state.items() if k.startswith("psi.")}
         )
+        self.meta.load_state_dict({k[5:]: float(v) for k, v in state.items() if k.startswith("meta.")})
+
+
+def meta_rate(cfg: RunConfig) -> float:
+    """ψ's rate: train.meta_lr where given, else the travel budget spread over the run's rounds."""
+    train = cfg.train
+    return train.meta_lr if train.meta_lr is not None else train.meta_travel / cfg.fed.rounds

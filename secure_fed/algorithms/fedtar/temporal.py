@@ -119,18 +119,59 @@ def matched_step_scale(alpha: np.ndarray, kind: ChainKind = "residual") -> float
     return float(1.0 / np.sqrt(np.sum(chain_weights(alpha, kind=kind) ** 2)))
 
 
-class TemporalMetaLearner(nn.Module):
-    """u_t = g(e(t); ψ), α = softmax(u): a learned time embedding and a small MLP."""
+MetaInit = Literal["small", "torch"]
+MetaOptimizer = Literal["sgd", "adam"]
 
-    def __init__(self, t_max: int, embed_dim: int = 32, hidden: int = 32, seed: int = 0) -> None:
+
+def floor_mix(t_max: int, floor: float) -> float:
+    """λ of α = λ/T + (1 − λ)·softmax(u): λ = min(1, floor·T) gives α_t ≥ floor for every u and,
+    for T ≥ 2, α_t ≤ 1 − (T − 1)·floor (0.9 at T = 2, 0.6 at T = 5 with floor 0.1); α stays on the
+    simplex. The write-up's §4.1 "keep α_t within [0.1, 0.9]" made consistent with a sum of 1."""
+    return min(1.0, floor * t_max)
+
+
+def alpha_bounds(t_max: int, floor: float) -> tuple[float, float]:
+    """The [min, max] every α_t of the floored softmax stays within, for any scores u."""
+    lam = floor_mix(t_max, floor)
+    return lam / t_max, lam / t_max + (1.0 - lam)
+
+
+class TemporalMetaLearner(nn.Module):
+    """u_t = g(e(t); ψ), α = λ/T + (1 − λ)·softmax(u): a learned time embedding, a small MLP and the
+    floor of `floor_mix` (floor 0: the paper's plain softmax).
+
+    init "small" is the original one (every weight N(0, 0.02²)): the hidden state is then nearly the
+    shared bias for every t, so ∂u/∂ψ barely differs between visit indices and plain SGD on ψ sits on
+    a flat start for hundreds of steps, then jumps (benchmarks/alpha_walk.py). Only Adam's
+    per-parameter scaling moved it. init "torch" is torch's own (embedding N(0, 1), Linear
+    U(±1/√fan_in)) with the same zeroed last layer: the visit indices' hidden states differ from the
+    first step, so a step on ψ is close to a step on u. Both start at uniform α."""
+
+    def __init__(
+        self,
+        t_max: int,
+        embed_dim: int = 32,
+        hidden: int = 32,
+        seed: int = 0,
+        floor: float = 0.0,
+        init: MetaInit = "small",
+    ) -> None:
         super().__init__()
         gen = torch.Generator().manual_seed(seed)
         self.t_max = t_max
+        self.mix = floor_mix(t_max, floor)
         self.embedding = nn.Embedding(t_max, embed_dim)
         self.mlp = nn.Sequential(nn.Linear(embed_dim, hidden), nn.Tanh(), nn.Linear(hidden, 1))
         with torch.no_grad():
-            for p in self.parameters():
-                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+            if init == "small":
+                for p in self.parameters():
+                    p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+            else:
+                self.embedding.weight.copy_(torch.randn(self.embedding.weight.shape, generator=gen))
+                first = self.mlp[0]
+                bound = 1.0 / float(np.sqrt(embed_dim))
+                for p in (first.weight, first.bias):
+                    p.copy_((torch.rand(p.shape, generator=gen) * 2.0 - 1.0) * bound)
             # Start from uniform α: equal scores for every visit index.
             self.mlp[-1].weight.zero_()
             self.mlp[-1].bias.zero_()
@@ -138,26 +179,70 @@ class TemporalMetaLearner(nn.Module):
     def scores(self) -> torch.Tensor:
         return self.mlp(self.embedding(torch.arange(self.t_max))).squeeze(-1)
 
+    def _floored(self, scores: torch.Tensor) -> torch.Tensor:
+        return self.mix / self.t_max + (1.0 - self.mix) * torch.softmax(scores, dim=0)
+
     def forward(self) -> torch.Tensor:
-        return torch.softmax(self.scores(), dim=0)
+        return self._floored(self.scores())
 
     def alpha(self) -> np.ndarray:
         """α in float64: the aggregation is a convex combination only if α sums to 1, and a float32
         softmax misses that by up to ~1e-7."""
         with torch.no_grad():
-            return torch.softmax(self.scores().double(), dim=0).numpy()
+            return self._floored(self.scores().double()).numpy()
 
 
 class MetaUpdater:
-    """Back-propagates the summed hypergradient ∂L_val/∂α through softmax and g to update ψ."""
+    """Back-propagates the summed hypergradient ∂L_val/∂α through the floored softmax and g to update ψ.
 
-    def __init__(self, learner: TemporalMetaLearner, lr: float) -> None:
+    "adam": torch's Adam at `lr` (the original step). Its step is about `lr` on each of ψ's
+    parameters whatever the hypergradient's size, so steady pulls and DP noise alike become full
+    steps, and ψ's ~1,300 parameters moving together carry u far.
+    "sgd": plain SGD on ψ of the hypergradient in units of its own size over the run,
+    ĝ_r = c_r / max(‖c_r‖, RMS_{i≤r} ‖c_i‖) with c_r = g_r − mean_t(g_r): the sum's scale (the
+    number of validation reports, C_α, σ_α) differs by orders of magnitude between runs and is not
+    public under DP, so the rate is set in these units. Only the centred part c moves α (a shift
+    common to every α_t leaves the simplex, and the softmax's Jacobian maps it to 0); without DP the
+    common part is most of g (every copy's step lowers the loss), and measuring the size with it
+    would shrink the steps that matter. ‖ĝ_r‖ ≤ 1, so the steps of a run at lr = travel / rounds add
+    up to at most `travel`; a round whose hypergradient is smaller than the run's typical one moves
+    ψ less, and zero-mean noise adds up like √rounds against a steady pull's rounds, so at a fixed
+    travel it averages out as the run gets longer."""
+
+    def __init__(self, learner: TemporalMetaLearner, lr: float, optimizer: MetaOptimizer = "adam") -> None:
         self.learner = learner
-        self.optim = torch.optim.Adam(learner.parameters(), lr=lr)
+        self.kind = optimizer
+        self.optim: torch.optim.Optimizer = (
+            torch.optim.SGD(learner.parameters(), lr=lr)
+            if optimizer == "sgd"
+            else torch.optim.Adam(learner.parameters(), lr=lr)
+        )
+        self.sum_sq = 0.0  # Σ_r ‖g_r‖² of the steps taken ("sgd"), kept in checkpoints
+        self.steps = 0
+
+    def scaled(self, alpha_grad: np.ndarray) -> np.ndarray:
+        """The hypergradient the optimiser sees: "sgd"'s ĝ_r (updates the running size), "adam"'s g."""
+        grad = np.asarray(alpha_grad, dtype=np.float64)
+        if self.kind != "sgd":
+            return grad
+        centred = grad - grad.mean()
+        size = float(np.linalg.norm(centred))
+        self.sum_sq += size * size
+        self.steps += 1
+        scale = max(size, float(np.sqrt(self.sum_sq / self.steps)))
+        return centred / scale if scale > 0 else centred
 
     def step(self, alpha_grad: np.ndarray) -> np.ndarray:
+        grad = self.scaled(alpha_grad)
         self.optim.zero_grad()
         alpha = self.learner()
-        alpha.backward(torch.tensor(alpha_grad, dtype=alpha.dtype))  # a copy: sums may arrive read-only
+        alpha.backward(torch.tensor(grad, dtype=alpha.dtype))  # a copy: sums may arrive read-only
         self.optim.step()
         return self.learner.alpha()
+
+    def state_dict(self) -> dict[str, float]:
+        return {"sum_sq": self.sum_sq, "steps": float(self.steps)}
+
+    def load_state_dict(self, state: dict[str, float]) -> None:
+        self.sum_sq = float(state.get("sum_sq", 0.0))
+        self.steps = int(state.get("steps", 0))
