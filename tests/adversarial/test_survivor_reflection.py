@@ -24,7 +24,7 @@ import pytest
 from secure_fed.crypto.secagg_protocol import CONSISTENCY, UNMASK
 from tests.adversarial.harness import MaliciousServer, secure_round_until_masked
 from tests.adversarial.harness_secagg import Transcript, what_is_learned
-from tests.adversarial.test_survivor_views import COLLUDER, SPLIT, _Party
+from tests.adversarial.test_survivor_views import COLLUDER, SPLIT, _Party, unmask_request
 from tests.conftest import DISTRIBUTED_DP
 
 ALIAS_BASE = 100  # made-up node ids under which the server lists each site's "dropped" partner
@@ -50,17 +50,7 @@ def _reflection_attack(
         if "confirmations" not in reply:
             refusals[n] = f"consistency: {reply.get('error')}"
         own = dict(zip(reply.get("confirm_to", []), reply.get("confirmations", []), strict=True))
-        held = transcript.partners[n]
-        reply = server.sites[n].send(
-            UNMASK,
-            {
-                "round_id": round_id,
-                "survived": [w for w in held if w in view],
-                "dropped": [w for w in held if w not in view],
-                "confirmed_by": sorted(own),
-                "confirmations": [own[u] for u in sorted(own)],
-            },
-        )
+        reply = server.sites[n].send(UNMASK, unmask_request(round_id, transcript.partners[n], view, own))
         answers[n] = reply if "seed_shares" in reply else None
         if answers[n] is None:
             refusals.setdefault(n, f"unmask: {reply.get('error')}")

@@ -86,19 +86,21 @@ def _split_view_answers(server: MaliciousServer, transcript: Transcript, round_i
         # the colluder's tag is a real one, to n from the colluder (it holds the pair's key)
         to_n = confirmation_statement(statement, COLLUDER, sites_of[COLLUDER], n, sites_of[n])
         mine = {**mail[n], COLLUDER: channel.confirm(keys[n], to_n)}
-        held = transcript.partners[n]
-        reply = server.sites[n].send(
-            UNMASK,
-            {
-                "round_id": round_id,
-                "survived": [w for w in held if w in view],
-                "dropped": [w for w in held if w not in view],
-                "confirmed_by": sorted(mine),
-                "confirmations": [mine[u] for u in sorted(mine)],
-            },
-        )
+        reply = server.sites[n].send(UNMASK, unmask_request(round_id, transcript.partners[n], view, mine))
         answers[n] = reply if "seed_shares" in reply else None
     return answers
+
+
+def unmask_request(round_id: int, held: list[int], view: list[int], tags: dict[int, bytes]) -> dict[str, Any]:
+    """An unmask request for survivor view `view` to a site whose partners are `held`, carrying
+    `tags` (node → the confirmation shown as that node's)."""
+    return {
+        "round_id": round_id,
+        "survived": [w for w in held if w in view],
+        "dropped": [w for w in held if w not in view],
+        "confirmed_by": sorted(tags),
+        "confirmations": [tags[u] for u in sorted(tags)],
+    }
 
 
 @pytest.mark.parametrize("method", ["fedavg"])
