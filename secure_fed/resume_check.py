@@ -164,6 +164,31 @@ def _check_checkpoint(out: Path, server: list[dict[str, Any]]) -> None:
         ) from None
 
 
+def check_average(cfg: RunConfig, out: Path) -> None:
+    """The checkpoint's iterate average must be the one this run's settings make: the server would
+    otherwise refuse it only once the federation had started, and a run it refused then was closed
+    for good, though resuming with the settings it began with would have gone on."""
+    from secure_fed.averaging import AverageMismatch, IterateAverage
+    from secure_fed.server.checkpoint import STATE_FILE, load_checkpoint
+
+    average = IterateAverage.from_config(cfg, cfg.fed.rounds)
+    if average is None or not (out / "checkpoint" / STATE_FILE).is_file():
+        return  # no average asked for: a run may always release its last iterate instead
+    saved = load_checkpoint(out / "checkpoint")
+    if saved is None:
+        return
+    state = out / "checkpoint" / STATE_FILE
+    if saved.average is None:
+        raise ResumeRefused(
+            f"{state}: kept no iterate average, but train.average = {cfg.train.average!r}: resume with "
+            "the train settings the run was started with, or start a new run with --out"
+        )
+    try:
+        average.load_state_dict(saved.average)
+    except AverageMismatch as err:
+        raise ResumeRefused(f"{state}: {err}") from None
+
+
 def check_resume(cfg: RunConfig, out: Path) -> None:
     """Raise `ResumeRefused` for the first file the resumed run in `out` cannot go on with.
 
@@ -182,3 +207,4 @@ def check_resume(cfg: RunConfig, out: Path) -> None:
                 if party == "server":
                     server = records
     _check_checkpoint(out, server)
+    check_average(cfg, out)

@@ -12,6 +12,7 @@ import pytest
 
 from secure_fed.averaging import IterateAverage
 from secure_fed.crypto.secagg_protocol import PLAIN_SUM
+from secure_fed.resume_check import ResumeRefused, check_average
 from secure_fed.server.checkpoint import load_checkpoint
 from secure_fed.server.orchestrator import MachineryFailed, Orchestrator, RunAborted
 
@@ -130,6 +131,11 @@ def test_a_resume_with_other_averaging_settings_is_refused(make_config) -> None:
     with pytest.raises(MachineryFailed, match="ConnectionError"):  # resumable: logs left open
         _run(cfg, Sites(fail_at_round=2))
     changed = cfg.model_copy(update={"train": cfg.train.model_copy(update={"ema_decay": 0.5})})
+    # `secure-fed run --resume` refuses it before anything starts (`check_resume` ends with this
+    # check), the logs left open for a resume
+    # with the settings the run began with; the server still refuses it if asked
+    with pytest.raises(ResumeRefused, match="iterate average was made with"):
+        check_average(changed, cfg.out)
     with pytest.raises(RunAborted, match="iterate average was made with"):
         _run(changed, Sites(), resume=True)
     plain = cfg.model_copy(update={"train": cfg.train.model_copy(update={"average": "none"})})
@@ -139,6 +145,8 @@ def test_a_resume_with_other_averaging_settings_is_refused(make_config) -> None:
     with pytest.raises(MachineryFailed, match="ConnectionError"):  # resumable: logs left open
         _run(none_kept, Sites(fail_at_round=2))
     averaging = none_kept.model_copy(update={"train": none_kept.train.model_copy(update={"average": "tail"})})
+    with pytest.raises(ResumeRefused, match="kept no iterate average"):
+        check_average(averaging, none_kept.out)
     with pytest.raises(RunAborted, match="kept no iterate average"):
         _run(averaging, Sites(), resume=True)
 
