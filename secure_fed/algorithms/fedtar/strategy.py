@@ -117,7 +117,10 @@ class FedTAR(Strategy):
         self.learner.load_state_dict(
             {k[4:]: torch.as_tensor(v) for k, v in state.items() if k.startswith("psi.")}
         )
-        self.meta.load_state_dict({k[5:]: float(v) for k, v in state.items() if k.startswith("meta.")})
+        # a checkpoint stores each number as a one-element array (numpy 2 refuses float() of one)
+        self.meta.load_state_dict(
+            {k[5:]: float(np.asarray(v).reshape(-1)[0]) for k, v in state.items() if k.startswith("meta.")}
+        )
 
 
 def meta_rate(cfg: RunConfig) -> float:
