@@ -1139,7 +1139,7 @@ def audit_verify(
 
     Example: secure-fed audit verify runs/demo/audit/*.jsonl --keys runs/demo/public-keys
     """
-    from secure_fed.audits.verify import verify_main
+    from secure_fed.audits.verify_console import verify_main
 
     raise typer.Exit(verify_main(logs, keys))
 

@@ -26,8 +26,8 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "Problem",
         "Verification",
         "verify_logs",
-        "verify_main",
     ),
+    "secure_fed.audits.verify_console": ("verify_main",),
 }
 
 __getattr__, __dir__, __all__ = lazy_names(__name__, _NAMES)

@@ -31,7 +31,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 from rich.console import Console
-from rich.markup import escape
 
 from secure_fed.audits.alpha_path import alpha_path
 from secure_fed.audits.alpha_path import report_html as alpha_report_html
@@ -47,7 +46,7 @@ from secure_fed.audits.report_data import (
     run_facts,
     site_rows,
 )
-from secure_fed.audits.verdict import Verdict, verdict
+from secure_fed.audits.verdict import Verdict, tone, verdict, verdict_markup
 from secure_fed.audits.verify import verify_logs
 
 _CSS = """
@@ -997,22 +996,13 @@ def _h2(title: str, said: Verdict) -> str:
     return f"<h2>{_e(title)}{'' if said.verified else ' (unverified)'}</h2>"
 
 
-def _tone(said: Verdict) -> str:
-    """Green only for good news on both counts: the logs verify and the run finished (VERIFIED),
-    and DP bounds every site's releases within its budget. A run without DP, or over a budget, is
-    never shown green, however intact its logs."""
-    if not said.verified or said.privacy.startswith("PRIVACY BUDGET EXCEEDED"):
-        return "bad"
-    return "ok" if said.good else "warn"
-
-
 def render_html(data: ReportData) -> str:
     generated = datetime.now(UTC).isoformat(timespec="seconds")
     said = verdict(data.verification, run_facts(data))
     rows = site_rows(data, said.verified)
     # Only this stylesheet may style the page: markup that got in through a log could not add any.
     style = "'sha256-" + base64.b64encode(hashlib.sha256(_CSS.encode("utf-8")).digest()).decode() + "'"
-    tone = _tone(said)
+    shade = tone(said)
     title = said.line if said.privacy else f"{said.word} — privacy compliance report"
     notes = ""
     unsupplied = data.verification.get("unsupplied") or []
@@ -1028,7 +1018,7 @@ def render_html(data: ReportData) -> str:
         f"<title>{_e(said.word)} — privacy compliance report — {_e(', '.join(data.run_ids))}</title>"
         f"<style>{_CSS}</style></head><body>"
         f"<h1 id='title'>{_e(title)}</h1>"
-        f"<p class='verdict {tone}' id='verdict'><b>{_e(said.word)}</b>: {_e(said.why)}.</p>{notes}"
+        f"<p class='verdict {shade}' id='verdict'><b>{_e(said.word)}</b>: {_e(said.why)}.</p>{notes}"
         f"<p class='muted'>Generated {generated} by secure-fed audit report from "
         f"the audit logs of {len(data.parties)} {'party' if len(data.parties) == 1 else 'parties'} "
         "(listed under Verification).</p>"
@@ -1123,11 +1113,3 @@ def report_main(
     )
     console.print(verdict_markup(said), highlight=False)
     return said.exit_code
-
-
-def verdict_markup(said: Verdict) -> str:
-    """The verdict for a console, as the report's first two lines: its title (integrity and privacy
-    together, green only where the report's is: `_tone`), then why."""
-    colour = {"ok": "bold green", "warn": "bold yellow"}.get(_tone(said), "bold red")
-    why = f"[{colour}]{escape(said.word)}[/]: {escape(said.why)}"
-    return f"[{colour}]{escape(said.line)}[/]\n{why}" if said.privacy else why

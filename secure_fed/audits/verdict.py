@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from rich.markup import escape
+
 EXIT_OK = 0
 EXIT_PROBLEM = 1
 EXIT_DROPOUT = 3
@@ -188,3 +190,20 @@ def _integrity(result: Mapping[str, Any], run: Mapping[str, Any] | None) -> Verd
         f"every log is complete and unmodified, every signature holds, {figures}",
         EXIT_OK,
     )
+
+
+def tone(said: Verdict) -> str:
+    """Green only for good news on both counts: the logs verify and the run finished (VERIFIED),
+    and DP bounds every site's releases within its budget. A run without DP, or over a budget, is
+    never shown green, however intact its logs."""
+    if not said.verified or said.privacy.startswith("PRIVACY BUDGET EXCEEDED"):
+        return "bad"
+    return "ok" if said.good else "warn"
+
+
+def verdict_markup(said: Verdict) -> str:
+    """The verdict for a console, as the report's first two lines: its title (integrity and privacy
+    together, green only where the report's is: `tone`), then why."""
+    colour = {"ok": "bold green", "warn": "bold yellow"}.get(tone(said), "bold red")
+    why = f"[{colour}]{escape(said.word)}[/]: {escape(said.why)}"
+    return f"[{colour}]{escape(said.line)}[/]\n{why}" if said.privacy else why

@@ -39,9 +39,6 @@ from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
 from secure_fed.audits.accounting import EventError, StreamAccountant, prv_matches, rdp_matches
 from secure_fed.audits.distributed_checks import (
@@ -51,14 +48,13 @@ from secure_fed.audits.distributed_checks import (
     distributed_findings,
 )
 from secure_fed.audits.empirical_bound import check_record as check_empirical_record
-from secure_fed.audits.keys import key_fingerprint, keys_for_cli
+from secure_fed.audits.keys import key_fingerprint
 from secure_fed.audits.payloads import instruction_problem, record_round, round_sites, run_settings
 from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
 from secure_fed.audits.reader import TORN, Line, read_log
 from secure_fed.audits.records import GENESIS_HASH, record_hash, shape_problem, signature_holds
 from secure_fed.audits.verdict import EXIT_DROPOUT as EXIT_DROPOUT  # re-exported for callers
 from secure_fed.audits.verdict import EXIT_INTERRUPTED as EXIT_INTERRUPTED
-from secure_fed.audits.verdict import verdict
 
 # What AuditLog writes: datetime.now(UTC).isoformat(timespec="microseconds"). Anything else in a
 # `time` field was not written by the log (and would reach the report's page as text).
@@ -678,15 +674,6 @@ class _Checker:
                 )
 
 
-def _print_empirical(console: Console, result: Verification) -> None:
-    for value in result.empirical.values():
-        console.print(
-            f"empirical audit: ε̂ = {value:.3f} re-derived from the logged canary counts "
-            "(a measured lower bound on ε)",
-            highlight=False,
-        )
-
-
 def _fmt(value: float) -> str:
     return "inf" if math.isinf(value) else f"{value:.4g}"
 
@@ -856,57 +843,6 @@ def _check_empirical_audits(checker: _Checker, states: list[_LogState]) -> dict[
 # short) or no keys given; 3 every record verifies but a site's log stops where the server's signed
 # log says that site left the run (a dropout); 4 every record verifies but the run was interrupted
 # by a signal (each log ends with its signed run_aborted).
-
-
-def verify_main(
-    paths: Sequence[Path | str], keys_dir: Path | str | None, console: Console | None = None
-) -> int:
-    """Print a readable verdict for `secure-fed audit verify`, in the words the report leads with:
-    VERIFIED 0, VERIFIED WITH A DROPOUT 3, INCOMPLETE 4 (interrupted by a signal, resumable),
-    FAILED or NOT VERIFIED (no --keys: signatures not checked) 1."""
-    # emoji off: a problem's `path:100:` holds rich's emoji code :100:, printed as a symbol
-    console = console or Console(soft_wrap=True, emoji=False)
-    ok, public_keys = keys_for_cli(keys_dir, console, "")
-    if not ok:
-        return 1
-    result = verify_logs(paths, public_keys)
-    table = Table(title="Audit logs")
-    for column in ("log", "party", "records", "privacy records", "head"):
-        table.add_column(column)
-    for log in result.logs:
-        table.add_row(
-            log.path,
-            log.party or "?",
-            str(log.records),
-            str(log.privacy_records),
-            "yes"
-            if log.closed
-            else f"[yellow]none: dropped out in round {log.dropped_in}[/]"
-            if log.dropped_in is not None
-            else f"[yellow]none: interrupted by {log.interrupted_by}[/]"
-            if log.interrupted_by is not None
-            else "[red]missing[/]",
-        )
-    console.print(table)
-    for warning in result.warnings:
-        console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
-    _print_empirical(console, result)
-    from secure_fed.audits.report import verdict_markup
-    from secure_fed.audits.report_data import collect, run_facts
-
-    # the report's verdict, word for word: the logs' integrity and the privacy they record
-    said = verdict(verification_json(result), run_facts(collect(paths, result)))
-    console.print(verdict_markup(said), highlight=False)
-    if not result.keys_checked:
-        # The one place that says how to check them; the verifier never trusts a key from a log.
-        console.print(
-            "  The verifier trusts only public keys you supply (KEYS/signing/<party>.pub, or the folder"
-            " `secure-fed keys export-public` writes), never keys found inside a log.",
-            highlight=False,
-        )
-    for item in [*result.problems, *result.interruptions, *result.dropouts]:
-        console.print(f"  {item}", markup=False, highlight=False)
-    return said.exit_code
 
 
 def problem_line(problem: Problem) -> str:

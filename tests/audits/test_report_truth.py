@@ -25,7 +25,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secure_fed.audits.keys import load_public_keys, write_key_pair
 from secure_fed.audits.log import AuditLog
 from secure_fed.audits.report import report_main, write_report
-from secure_fed.audits.verify import EXIT_DROPOUT, EXIT_INTERRUPTED, verify_main
+from secure_fed.audits.verify import EXIT_DROPOUT, EXIT_INTERRUPTED
+from secure_fed.audits.verify_console import verify_main
 
 from .conftest import DELTA, instruction, mechanism_json, opacus_epsilon
 from .tamper import read_records

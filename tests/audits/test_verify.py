@@ -11,7 +11,8 @@ from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.log import AuditLog
 from secure_fed.audits.records import seal
 from secure_fed.audits.verdict import verdict
-from secure_fed.audits.verify import verification_json, verify_logs, verify_main
+from secure_fed.audits.verify import verification_json, verify_logs
+from secure_fed.audits.verify_console import verify_main
 
 from .conftest import DELTA, Run, instruction, mechanism_json
 from .tamper import first_index, read_records, remove_records, reseal_from, write_records

@@ -10,7 +10,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from secure_fed.audits.keys import key_fingerprint, load_public_keys, write_key_pair
-from secure_fed.audits.verify import verify_logs, verify_main
+from secure_fed.audits.verify import verify_logs
+from secure_fed.audits.verify_console import verify_main
 
 from .conftest import SITES, Run
 
