@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
 import os
 from pathlib import Path
 from typing import Any
 
+from secure_fed.audits.reader import TORN, read_log
 from secure_fed.config import RunConfig
 from secure_fed.data.sites import site_names
 
@@ -83,20 +83,19 @@ def _check_log(path: Path, party: str, keys: Path | None) -> list[dict[str, Any]
 
     fix = "restore it from a backup, or start a new run with --out"
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
+        lines = read_log(path)
+    except OSError as err:
         raise ResumeRefused(f"{path}: cannot be read ({err}); {fix}") from None
-    if text and not text.endswith("\n"):
+    if lines and lines[-1].error == TORN:
         raise ResumeRefused(
             f"{path}: its last line is torn (the writer stopped mid-record); run `secure-fed audit verify "
             f"{path}`, then {fix}"
         )
     records = []
-    for number, line in enumerate(text.splitlines(), 1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError:
-            raise ResumeRefused(f"{path}:{number}: not an audit record; {fix}") from None
+    for line in lines:
+        if line.record is None:
+            raise ResumeRefused(f"{path}:{line.number}: not an audit record; {fix}")
+        records.append(line.record)
     if not records:
         return records
     last = records[-1]

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from secure_fed.audits.log import AuditLog, AuditLogBusy
+from secure_fed.audits.reader import read_log
 from secure_fed.clients.handler import handle
 from secure_fed.clients.lifetime import log_lifetime_end
 from secure_fed.clients.runtime import SiteRuntime
@@ -173,12 +174,10 @@ def _hand_over_pending(trail: ServerTrail, site_logs: Iterable[Path]) -> None:
 
 
 def _log_records(path: Path) -> list[dict[str, Any]]:
-    records = []
+    """The log's readable records (a stop reads what it can: a damaged line is verify's to judge)."""
     with contextlib.suppress(OSError):
-        for line in path.read_text(encoding="utf-8").splitlines():
-            with contextlib.suppress(json.JSONDecodeError):
-                records.append(json.loads(line))
-    return records
+        return [line.record for line in read_log(path) if line.record is not None]
+    return []
 
 
 def _checkpointed_round(out: Path) -> int:
