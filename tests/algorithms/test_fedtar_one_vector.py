@@ -91,8 +91,9 @@ def test_a_patients_vector_is_its_weighted_gradient_and_sketches_clipped_as_one(
     release = OneVectorRelease.for_round(cfg, "fedtar", 1, ALPHA, dim)
     c = chain_weights(ALPHA, kind=cfg.train.fedtar_chain)
     np.testing.assert_allclose(release.weights, t_max * c / c.sum(), rtol=1e-15)
-    sketch = sketch_matrix(sketch_seed(cfg, 1), k, dim)
     kappa = sketch_scale(cfg.train.fedtar_sketch_share)
+    np.testing.assert_allclose(release.scales, kappa * release.weights, rtol=1e-15)
+    sketch = sketch_matrix(sketch_seed(cfg, 1), k, dim)
     assert release.dim == dim + t_max * k
     work = ClippedSum(model, NO_CLIP, copies=t_max)
     clipped_work = ClippedSum(model, 0.01, copies=t_max)
@@ -109,7 +110,8 @@ def test_a_patients_vector_is_its_weighted_gradient_and_sketches_clipped_as_one(
             model, start, mine, NO_CLIP, 1.0, n, _stream(), work=work, release=release
         )
         assert sampled == n
-        expected = np.concatenate([release.weights @ per_t, *(kappa * (sketch @ g) for g in per_t)])
+        sketches = (kappa * w * (sketch @ g) for w, g in zip(release.weights, per_t, strict=True))
+        expected = np.concatenate([release.weights @ per_t, *sketches])
         scale = float(np.abs(expected).max())
         np.testing.assert_allclose(v, expected, rtol=1e-4, atol=1e-5 * scale)
         vectors[slot] = v
@@ -212,10 +214,11 @@ def test_with_the_identity_sketch_the_surrogates_give_the_exact_hypergradient(ma
     t_max, dim = 3, 12
     start, grad_val = rng.normal(size=dim), rng.normal(size=dim)
     per_t = rng.normal(size=(t_max, dim)) * np.array([[1.0], [0.5], [2.0]])
-    kappa = sketch_scale(0.3)
-    model_part = release_weights(ALPHA, kind) @ per_t
-    released = np.concatenate([model_part, kappa * per_t.reshape(-1)])  # P = I
-    got_model, sketches = split_release(released, dim, t_max, dim, kappa)
+    weights = release_weights(ALPHA, kind)
+    scales = sketch_scale(0.3) * weights
+    model_part = weights @ per_t
+    released = np.concatenate([model_part, (scales[:, None] * per_t).reshape(-1)])  # P = I
+    got_model, sketches = split_release(released, dim, t_max, dim, scales)
     np.testing.assert_allclose(got_model, model_part, rtol=1e-15)
     np.testing.assert_allclose(sketches, per_t, rtol=1e-12)
     norm = direction_step_norm(cfg, dim)
@@ -268,3 +271,25 @@ def test_a_malformed_alpha_is_named(alpha: object, says: str) -> None:
     with pytest.raises(ValueError, match=says):
         check_alpha(alpha, 3, 0.1)
     np.testing.assert_array_equal(check_alpha(ALPHA.tolist(), 3, 0.1), ALPHA)
+
+
+@pytest.mark.parametrize("alpha", [ALPHA, np.array([0.1, 0.1, 0.8]), np.full(3, 1 / 3)])
+def test_a_one_visit_patients_sketch_takes_the_same_share_whatever_alpha(
+    make_config, alpha: np.ndarray
+) -> None:
+    """Visit t's sketch is weighed by ω_t like its gradient: a patient with one visit gives the
+    sketch κ‖Pg‖/√(‖g‖² + κ²‖Pg‖²) of its norm (ρ where ‖Pg‖ = ‖g‖) at every α; with one κ for
+    every t, a visit of small weight was mostly sketch."""
+    cfg = make_config(**DISTRIBUTED_DP, fed__method="fedtar")
+    dim, t_max = 300, 3
+    grad = torch.tensor(np.random.default_rng(3).normal(size=(1, dim)))
+    release = OneVectorRelease.for_round(cfg, "fedtar", 1, alpha, dim)
+    assert release.sketch is not None
+    kappa = sketch_scale(cfg.train.fedtar_sketch_share)
+    jl = float(np.linalg.norm(release.sketch @ grad.numpy()[0]) / np.linalg.norm(grad.numpy()[0]))
+    expected = kappa * jl / np.sqrt(1 + (kappa * jl) ** 2)
+    for t in range(t_max):
+        per_copy = [grad if s == t else None for s in range(t_max)]
+        row = release(per_copy)[0].numpy()
+        share = np.linalg.norm(row[dim:]) / np.linalg.norm(row)
+        assert share == pytest.approx(expected, rel=1e-9), (t, alpha)

@@ -35,7 +35,7 @@ from secure_fed.algorithms.fedtar.release import (
     release_dim,
     sketch_matrix,
     sketch_rows,
-    sketch_scale,
+    sketch_scales,
     sketch_seed,
     split_release,
     surrogate_snapshots,
@@ -88,8 +88,9 @@ class DistributedFedTAR(FedTAR):
         participants, declined, info = self.train_phase(ctx, global_state)
         released, summed = noisy_gradient(self, ctx, participants, info, self.step_dim())
         rows = sketch_rows(self.cfg, self.name)
-        scale = sketch_scale(self.cfg.train.fedtar_sketch_share)
-        model_part, sketches = split_release(released, self.dim, self.t_max, rows, scale)
+        # the α the sites weighed with: ψ has not stepped since the instruction was sent
+        scales = sketch_scales(self.cfg, self.alpha())
+        model_part, sketches = split_release(released, self.dim, self.t_max, rows, scales)
         final = self.adam.step(global_state, model_part)
         if rows:
             sketch = sketch_matrix(sketch_seed(self.cfg, ctx.round), rows, self.dim)

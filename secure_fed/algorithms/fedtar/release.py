@@ -4,7 +4,7 @@ The T-copy release sends each sampled patient's gradients of the T visit-index c
 together to C: the patient's signal is spread over T blocks and its release keeps at most
 ‖s‖₂ ≈ 0.47 of FedAvg's signal-to-noise (issue 63). Here a patient sends ONE vector
 
-    v_p = [ Σ_t ω_t g_{p,t} ; κ·(P g_{p,t})_{t=1..T} ]      (D + T·k entries)
+    v_p = [ Σ_t ω_t g_{p,t} ; (κ·ω_t·P g_{p,t})_{t=1..T} ]      (D + T·k entries)
 
 clipped as one vector to C, summed and encoded like FedAvg's gradient. g_{p,t} is the gradient at
 the round's global state of p's loss on its visit-t rows (what copy t computes); ω_t = T·c_t / Σ_s c_s
@@ -14,10 +14,15 @@ model part at FedAvg's size: at equal ω it is Σ_t g_{p,t}, the patient's whole
 FedAvg's. The server's Adam step does not see the scale; an unclipped patient's signal-to-noise does.
 
 P is a public k×D Gaussian sketch (entries N(0, 1/k), so E[PᵀP] = I), drawn from a seed of the run
-and the round that nobody chooses. κ = ρ/√(1 − ρ²) (ρ = `train.fedtar_sketch_share`): with
-orthogonal per-visit gradients and equal ω the sketch takes ρ of the patient's norm, since
-‖P g‖ ≈ ‖g‖ whatever g is (JL); aligned ones give it less. A clipped patient's model part keeps
-√(1 − ρ²) of C (0.954 at ρ = 0.3).
+and the round that nobody chooses. κ = ρ/√(1 − ρ²) (ρ = `train.fedtar_sketch_share`). Visit t's
+sketch is weighed by ω_t as its gradient is in the model part, so that whatever α is, a patient
+with one visit, or with orthogonal per-visit gradients, gives the sketch exactly ρ of its norm
+(‖P g‖ ≈ ‖g‖ whatever g is: JL), and aligned gradients give it less: a clipped patient's model part
+keeps at least about √(1 − ρ²) of C (0.954 at ρ = 0.3). With one κ for every t (the first design)
+a patient whose visits have small ω_t was mostly sketch: at the floor's extreme α (0.6 on the last
+of 5 visit indices) the sketch took a median 0.66 of the norm and the model part's effective noise
+rose to 1.57× FedAvg's (benchmarks/fedtar_release_noise.py). The price: the server divides
+sketch t by κ·ω_t, so a visit index ψ weighs little gets a noisier α hypergradient.
 
 The server takes its Adam step on the first D entries. For α it forms surrogate snapshots
 w̄_t = w_g − η·Pᵀŝ_t from the sketches ŝ_t (the rest over κ), and the chain's directions from them:
@@ -98,17 +103,22 @@ def release_weights(alpha: np.ndarray, kind: ChainKind = "residual") -> np.ndarr
     return len(c) * c / c.sum()
 
 
+def sketch_scales(cfg: RunConfig, alpha: np.ndarray) -> np.ndarray:
+    """κ·ω_t: the factor on visit t's sketch, which the server divides out."""
+    return sketch_scale(cfg.train.fedtar_sketch_share) * release_weights(alpha, cfg.train.fedtar_chain)
+
+
 @dataclass(frozen=True)
 class OneVectorRelease:
     """A site's map from a patient's per-visit-index gradients to the vector it releases for it.
 
-    `weights` ω (T,), `sketch` P (k × D, or None: no sketch), `scale` κ. Applied row by row: a
+    `weights` ω (T,), `sketch` P (k × D, or None: no sketch), `scales` κ·ω_t (T,). Applied row by row: a
     patient's vector depends on its own gradients only, so clipping it bounds the patient's effect
     on the sum by C (`secure_fed.clients.distributed.clipped_gradient_sum`)."""
 
     weights: np.ndarray
     sketch: np.ndarray | None
-    scale: float
+    scales: np.ndarray
     grad_dim: int
 
     @classmethod
@@ -118,7 +128,7 @@ class OneVectorRelease:
         k = sketch_rows(cfg, method)
         sketch = sketch_matrix(sketch_seed(cfg, round_id), k, dim) if k else None
         weights = release_weights(alpha, cfg.train.fedtar_chain)
-        return cls(weights, sketch, sketch_scale(cfg.train.fedtar_sketch_share), dim)
+        return cls(weights, sketch, sketch_scales(cfg, alpha), dim)
 
     @property
     def dim(self) -> int:
@@ -136,7 +146,7 @@ class OneVectorRelease:
         model = torch.zeros((n, self.grad_dim), dtype=torch.float64, device=device)
         parts = [model]
         sketch = None if self.sketch is None else torch.as_tensor(self.sketch, device=device)
-        for w, g in zip(self.weights, per_copy, strict=True):
+        for w, s, g in zip(self.weights, self.scales, per_copy, strict=True):
             block = None if g is None else g.double()
             if block is not None:
                 model.add_(block, alpha=float(w))
@@ -145,18 +155,22 @@ class OneVectorRelease:
                 parts.append(
                     torch.zeros((n, k), dtype=torch.float64, device=device)
                     if block is None
-                    else self.scale * (block @ sketch.T)
+                    else float(s) * (block @ sketch.T)
                 )
         return torch.cat(parts, dim=1)
 
 
 def split_release(
-    released: np.ndarray, dim: int, t_max: int, rows: int, scale: float
+    released: np.ndarray, dim: int, t_max: int, rows: int, scales: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The server's reading of the decoded release: (G, the model part, D; ŝ, the sketches over κ, T × k)."""
+    """The server's reading of the decoded release: (G, the model part, D; ŝ, the sketches, T × k,
+    each over its scale κ·ω_t; a visit index of weight 0, possible only without a floor, reads 0)."""
     if released.shape != (dim + t_max * rows,):
         raise ValueError(f"the release must have {dim + t_max * rows} entries, got {released.shape}")
-    return released[:dim], released[dim:].reshape(t_max, rows) / scale
+    scales = np.asarray(scales, dtype=np.float64)
+    sketches = released[dim:].reshape(t_max, rows)
+    safe = np.where(scales > 0, scales, 1.0)
+    return released[:dim], np.where(scales[:, None] > 0, sketches / safe[:, None], 0.0)
 
 
 def surrogate_steps(sketch: np.ndarray, sketches: np.ndarray) -> np.ndarray:
