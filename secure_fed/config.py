@@ -261,9 +261,9 @@ class TrainConfig(_Strict):
         description="what a FedTAR site releases a round with distributed DP: 'copies' (one adapter "
         "gradient per visit index, a patient's T clipped together: the release's signal-to-noise is at "
         "most ‖s‖₂ ≈ 0.47 of FedAvg's) or 'one-vector' (Σ_t c_t g_t from the round's public α, plus a "
-        "small public sketch of each g_t for α's hypergradient, clipped as one vector: FedAvg's "
-        "signal-to-noise; benchmarks/fedtar_release_noise.py chose it). Site mode and non-private "
-        "runs always train the copies",
+        "small public sketch of each g_t for α's hypergradient, clipped as one vector: close to "
+        "FedAvg's signal-to-noise; chosen by benchmarks/fedtar_release_noise.py, "
+        "docs/results/fedtar-release-noise.json). Site mode and non-private runs always train the copies",
     )
     fedtar_sketch_dim: int = Field(
         64,
@@ -278,7 +278,8 @@ class TrainConfig(_Strict):
         gt=0,
         lt=1,
         description="'one-vector': ρ, the sketch's share of a patient's released norm when its visits' "
-        "gradients are orthogonal (κ = ρ/√(1 − ρ²)); the model part keeps √(1 − ρ²) of the clip norm",
+        "gradients are orthogonal, whatever α (visit t's sketch is scaled by κ·ω_t, κ = ρ/√(1 − ρ²)); "
+        "a clipped patient's model part keeps √(1 − ρ²) of the clip norm",
     )
     local_epochs: int = Field(2, ge=1)
     average: Literal["none", "ema", "tail"] = Field(
