@@ -31,8 +31,11 @@ def test_a_malformed_alpha_is_refused_uncharged_and_a_sound_one_trains(make_conf
     site = server.victim
     folder = site.runtime.folder
     charged = len(site.events("privacy"))
+    honest = server.honest_train(1)  # what our server sends: ψ's α at the round's start, uniform
+    np.testing.assert_array_equal(honest["alpha"], np.full(cfg.data.max_visits, 1 / cfg.data.max_visits))
     for name, extra in MALFORMED:
-        reply = site.send("train", server.honest_train(1, **extra))
+        request = {k: v for k, v in server.honest_train(1).items() if k != "alpha"}
+        reply = site.send("train", {**request, **extra})
         assert reply["status"] == "refused" and reply["code"] == "bad_request", (name, reply)
         assert "release input" in reply["error"], (name, reply["error"])
         assert not (folder / "release-r1.npy").exists(), name
@@ -41,8 +44,7 @@ def test_a_malformed_alpha_is_refused_uncharged_and_a_sound_one_trains(make_conf
     assert [r["outcome"] for r in refusals] == ["refused"] * len(MALFORMED)
     assert all(r["code"] == "bad_request" for r in refusals)
 
-    t_max = cfg.data.max_visits
-    reply = site.send("train", server.honest_train(1, alpha=np.full(t_max, 1.0 / t_max)))
+    reply = site.send("train", server.honest_train(1))
     assert reply["status"] == "ok", reply
     assert (folder / "release-r1.npy").exists()
     assert len(site.events("privacy")) > charged
