@@ -310,7 +310,11 @@ class Orchestrator:
         no head record, and no `finish` to sites whose workers are gone (one that answered would
         close its log for good)."""
         round_id = self.interrupted_round()
-        payload = {"reason": signed_reason(err)[1], "code": err.code, "round": round_id}
+        # MachineryFailed's reason is already the allow-listed words for the error beneath it; its
+        # code ("internal") would read as a site's fault if looked up again
+        reason = err.reason if isinstance(err, MachineryFailed) else signed_reason(err)[1]
+        # `resumable` tells `audit verify` that the sites, told nothing, stopped with the run here
+        payload = {"reason": reason, "code": err.code, "round": round_id, "resumable": True}
         try:
             self.events("run_aborted", payload, round_id)
         except Exception:  # noqa: BLE001 (the stop itself must reach the caller)
