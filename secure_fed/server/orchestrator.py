@@ -549,11 +549,11 @@ class Orchestrator:
         self.final_state = state
         return RunOutcome(metrics=metrics, stopped_early=stopped, per_round=per_round, unfinished=unfinished)
 
-    def _site_privacy_at_end(self, replies: dict[int, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    def _site_privacy_at_end(self, replies: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Each site's ε as its accountant holds it at the end (every population, the whole run,
         before a resume too), from its `finish` reply; its last privacy records (the final α
         release) come with it and go into the server's log like every other round's."""
-        ended: dict[str, dict[str, float | None]] = {}
+        ended: dict[str, dict[str, Any]] = {}  # {"rdp", "prv", "population"}
         for node, reply in replies.items():
             for record in reply.get("audit_records", []) if isinstance(reply, dict) else []:
                 self.copy_record(json.loads(record))
@@ -562,6 +562,8 @@ class Orchestrator:
             prv = float(reply.get("epsilon_prv", float("nan")))
             site = self.sites.get(node, str(node))
             ended[site] = {"rdp": float(reply["epsilon_rdp"]), "prv": None if np.isnan(prv) else prv}
+            if isinstance(reply.get("epsilon_population"), str):
+                ended[site]["population"] = reply["epsilon_population"]
             if "delta" in reply:
                 self.site_deltas[site] = float(reply["delta"])
         return ended
@@ -654,7 +656,7 @@ NOISE_FREE_PRIVACY: dict[str, Any] = {
 def privacy_summary(
     per_round: list[dict[str, Any]],
     deltas: dict[str, float],
-    ended: dict[str, dict[str, float | None]] | None = None,
+    ended: dict[str, dict[str, Any]] | None = None,
     accountant: str = "rdp",
 ) -> dict[str, Any]:
     """metrics.json's privacy block: each site's cumulative ε at the end of the run as the site's
