@@ -188,6 +188,11 @@ class ModelConfig(_Strict):
     hyper_rank: int = Field(2, ge=1, le=16)
     profile_dim: int = Field(8, ge=1, le=128, description="dimension of φ_p")
     gmm_components: int = Field(16, ge=1, le=64)
+    visit_input: bool = Field(
+        False,
+        description="the report's visit index (one-hot over data.max_visits) joins q_p at the patient "
+        "hyper-LoRA's input, so one adapter is visit-aware (public: the report's own position)",
+    )
     gmm_reg_covar: float = Field(1e-6, ge=1e-6)
     cache_dir: Path = Field(
         default_factory=lambda: cache_base(),
@@ -692,6 +697,12 @@ class RunConfig(_Strict):
             raise ValueError(
                 f"fed.method = {method!r} does not run on data.kind = {kind!r}; choose from "
                 + ", ".join(METHODS_FOR[kind])
+            )
+        if self.model.visit_input and not self.hyper_lora_on:
+            # the visit index enters through the patient hyper-LoRA; without it nothing reads it
+            raise ValueError(
+                "model.visit_input needs the patient hyper-LoRA: set model.hyper_lora = true and a "
+                f"method other than fedtar-no-gmm (fed.method = {method!r}), or unset model.visit_input"
             )
         if kind == "imaging" and self.dp.enabled and method == "fm2":
             # both make one image's gradient depend on other images: per-image clipping then no

@@ -177,13 +177,22 @@ def privacy_line(metrics: dict[str, Any], accountant: str, budget: float | None)
         return None
     delta = privacy.get("delta")
     parts = []
+    populations = set()
     for site, eps in sorted(spent.items()):
-        value = eps.get(accountant)
-        if value is None:
-            value = eps.get("rdp")
+        value, mark = eps.get(accountant), ""
+        if value is None:  # no PRV figure covers every population that released: RDP's, said so
+            value, mark = eps.get("rdp"), (" (RDP)" if accountant != "rdp" else "")
         shown = "n/a" if value is None else f"{value:.2f}"
-        parts.append(f"{site} {shown}" + (f"/{budget:g}" if budget is not None else ""))
+        parts.append(f"{site} {shown}" + (f"/{budget:g}" if budget is not None else "") + mark)
+        populations.add(POPULATION_WORDS.get(str(eps.get("population", "train")), "patients"))
     name = {"rdp": "RDP", "prv": "PRV"}.get(accountant, accountant)
     delta_text = f"{delta:.1e}" if isinstance(delta, int | float) else "n/a"
     budget_text = " of budget" if budget is not None else ""
-    return f"privacy: δ={delta_text}, ε per patient ({name} accountant){budget_text}: " + ", ".join(parts)
+    whose = " or ".join(sorted(populations))
+    return f"privacy: δ={delta_text}, ε per patient, {whose} ({name} accountant){budget_text}: " + ", ".join(
+        parts
+    )
+
+
+# the population a site's headline ε is of (the one with the largest ε)
+POPULATION_WORDS = {"train": "training patients", "validation": "validation patients"}

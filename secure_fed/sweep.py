@@ -499,6 +499,7 @@ def _score_sites(
     from secure_fed.clients.runtime import SiteRuntime
     from secure_fed.clients.site import attach_profiles
     from secure_fed.data.sites import site_names
+    from secure_fed.model.setup import visit_slots
     from secure_fed.model.vectors import flatten
     from secure_fed.server.orchestrator import pool_scores
 
@@ -513,7 +514,7 @@ def _score_sites(
         runtime.guard.trained_round(cfg.fed.rounds)
         runtime.guard.save()  # handle() reads the guard from the site's folder
         if gmms is not None:
-            attach_profiles(runtime.learner.data, gmms[site])
+            attach_profiles(runtime.learner.data, gmms[site], visit_slots(cfg))
         vector = flatten(state_for(runtime.learner.data.train)).numpy()
         replies[site] = handle(runtime, "evaluate", {"global": vector, "stopped_early": note}, {})[0]
     per_site = {s: {k: float(r[k]) for k in METRIC_NAMES if k in r} for s, r in replies.items()}

@@ -212,9 +212,15 @@ def test_a_failure_of_the_runs_own_machinery_leaves_it_resumable(tmp_path, cache
         assert "/tmp/x" not in json.dumps(records), party
     # its report is written, and does not read as a run that went well
     verdict = json.loads((out / "report.json").read_text())["verdict"]
-    assert verdict["word"] != "VERIFIED" and f"wrote {out / 'report.html'} ({verdict['word']}" in _one_line(
-        failed.output
-    ), (verdict, failed.output)
+    wrote = f"wrote {out / 'report.html'} ({verdict['word']}"
+    assert wrote in _one_line(failed.output), (verdict, failed.output)
+    # nothing was cut or forged: the sites were told nothing and stopped with it, so the verdict is
+    # the interrupted run's (exit 4), not a tampered log's FAILED; the signed reason is the server's
+    assert (verdict["word"], verdict["exit_code"]) == ("INCOMPLETE", 4), verdict
+    assert "a failure of the server's own code in round 1: server, site0, site1, site2" in verdict["why"]
+    stop = _records(out, "server")[-1]
+    assert stop["event"] == "run_aborted" and stop["payload"]["resumable"] is True, stop
+    assert stop["payload"]["reason"].startswith("the server stopped on an unexpected RuntimeError"), stop
     assert "/tmp/x" not in (out / "report.html").read_text(encoding="utf-8")
     monkeypatch.setattr(orchestrator, "sample_sites", sample)
     resumed = runner.invoke(app, ["run", "--resume", str(out)])
@@ -222,6 +228,35 @@ def test_a_failure_of_the_runs_own_machinery_leaves_it_resumable(tmp_path, cache
     assert (out / "metrics.json").is_file()
     for party in ("server", "site0", "site1", "site2"):
         assert _records(out, party)[-1]["event"] == "head", party
+
+
+def test_a_server_log_cut_back_to_a_stop_the_run_resumed_from_fails(tmp_path, cache_dir, monkeypatch):
+    """Attack: after a machinery stop in round 1 and a resume that ran round 2, the server's log is
+    cut back to its signed resumable stop, hiding what it signed after. The sites' logs hold round
+    2, so that stop did not end the run: FAILED, naming the cut, not the interrupted run's INCOMPLETE."""
+    import secure_fed.server.orchestrator as orchestrator
+
+    out = tmp_path / "o"
+    config = _config(tmp_path / "run.toml", cache_dir, rounds=2, dp=False)
+    sample = orchestrator.sample_sites
+
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("disk quota exceeded")
+
+    monkeypatch.setattr(orchestrator, "sample_sites", broken)
+    assert runner.invoke(app, ["run", "-c", str(config), "-o", str(out)]).exit_code == 1
+    monkeypatch.setattr(orchestrator, "sample_sites", sample)
+    assert runner.invoke(app, ["run", "--resume", str(out)]).exit_code == 0
+    server = out / "audit" / "server.jsonl"
+    lines = server.read_text().splitlines()
+    stop = max(i for i, line in enumerate(lines) if json.loads(line)["event"] == "run_aborted")
+    assert stop < len(lines) - 1  # the resumed run went on after it
+    server.write_text("\n".join(lines[: stop + 1]) + "\n")
+    logs = [str(path) for path in sorted((out / "audit").glob("*.jsonl"))]
+    verified = runner.invoke(app, ["audit", "verify", *logs, "--keys", str(out / "keys")])
+    said = _one_line(verified.output)
+    assert verified.exit_code == 1 and "FAILED" in said, said
+    assert "cut back to a stop the run resumed from" in said and "holds round 2" in said, said
 
 
 @pytest.mark.parametrize("damage", ["sealed_log", "missing_key"])

@@ -627,10 +627,14 @@ def test_closing_privacy_line_names_accountant_delta_and_budget():
         }
     }
     line = privacy_line(metrics, "prv", 8.0)
+    # site0's PRV does not cover all it released: its RDP figure, marked as such, not under PRV's name
     assert line == (
-        "privacy: δ=1.0e-05, ε per patient (PRV accountant) of budget: site0 2.25/8, site1 3.10/8"
+        "privacy: δ=1.0e-05, ε per patient, training patients (PRV accountant) of budget: "
+        "site0 2.25/8 (RDP), site1 3.10/8"
     )
     assert privacy_line(metrics, "rdp", None).endswith("(RDP accountant): site0 2.25, site1 3.50")
+    metrics["privacy"]["epsilon"]["site1"]["population"] = "validation"
+    assert ", training patients or validation patients (RDP" in (privacy_line(metrics, "rdp", None) or "")
     assert privacy_line({"privacy": {"epsilon": {}}}, "rdp", None) is None
 
 

@@ -50,7 +50,8 @@ EVENTS: dict[str, str] = {
     "alpha_skipped": 'the round\'s α sum could not be completed and α kept its value: {"reason"}',
     "participation": 'the sites sampled for a round: {"fraction", "sampled": [...]}',
     "run_stopped": 'the run ended before its planned rounds: {"reason"}',
-    "run_aborted": 'the run failed and ended here; nothing more was released: {"reason", "code"?, "round"?}',
+    "run_aborted": 'the run failed and ended here; nothing more was released: {"reason", "code"?, "round"?, '
+    '"signal"?, "resumable"? (the server\'s own failure: the sites stopped with it, --resume goes on)}',
     "sites_absent": "fewer sites than configured came to the run; each absent one counts as a dropout: "
     '{"expected", "present": [...]}',
     "round_skipped": 'sites left mid-round: no aggregate, the model kept: {"reason", "dropped": [...]}',

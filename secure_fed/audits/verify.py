@@ -588,11 +588,39 @@ class _Checker:
             for state in states
             if state.party == "server" and state.path not in problem_paths and _signal_stop(state)
         }
+        # ...and a server's log cut back to a stop it signed before a resume sits beside logs of the
+        # same run that go on past it: that stop did not end the run
+        for state in states:
+            if state.party != "server" or state.run_id not in stopped:
+                continue
+            later = _outlived_by(state, states)
+            if later is not None:
+                stopped.discard(state.run_id)
+                problem_paths.add(state.path)
+                self.report(
+                    state.path,
+                    state.unfinished[0] if state.unfinished else None,
+                    f"the log stops at its signed run_aborted, but {later}: it was cut back to a stop "
+                    "the run resumed from",
+                )
+        # A resumable stop of the server's own (its machinery failed, sites' workers were lost) is
+        # signed in its log alone: the sites were told nothing. A site's log of that run that holds
+        # nothing after the stop's round and no end of its own stopped there with the run.
+        resumable = {
+            state.run_id: stop
+            for state in states
+            if state.party == "server"
+            and state.path not in problem_paths
+            and (stop := _signal_stop(state)) is not None
+            and _resumable(state)
+        }
         dropouts = []
         for state in states:
             if state.unfinished is None:
                 continue
             stop = _signal_stop(state)
+            if stop is None and state.path not in problem_paths and _stopped_with(state, resumable):
+                stop = resumable[state.run_id]
             if (
                 stop is not None
                 and state.path not in problem_paths
@@ -809,18 +837,62 @@ def _survivors_named(payload: Mapping[str, Any]) -> tuple[str, ...] | None:
     return tuple(str(s) for s in sites) if isinstance(sites, list) else None
 
 
-def _signal_stop(state: _LogState) -> tuple[str, int | None] | None:
-    """(signal, round) when the log's last line is its party's `run_aborted` naming a stop signal."""
+def _last_abort(state: _LogState) -> dict[str, Any] | None:
+    """The log's last record when it is its party's `run_aborted` and the log has no head record."""
     if state.unfinished is None or not state.records:
         return None
     line, _ = state.unfinished
     last = state.records[max(state.records)]
-    if line.record is not last or last["event"] != "run_aborted":
+    return last if line.record is last and last["event"] == "run_aborted" else None
+
+
+def _resumable(state: _LogState) -> bool:
+    last = _last_abort(state)
+    return last is not None and last["payload"].get("resumable") is True
+
+
+def _signal_stop(state: _LogState) -> tuple[str, int | None] | None:
+    """(what stopped it, round) when the log's last line is its party's `run_aborted` naming a stop
+    signal, or, in the server's log, a resumable stop of its own ("a failure of the server's own code")."""
+    last = _last_abort(state)
+    if last is None:
         return None
-    signal, round_ = last["payload"].get("signal"), last["payload"].get("round")
+    payload = last["payload"]
+    signal, round_ = payload.get("signal"), payload.get("round")
+    if (not isinstance(signal, str) or not signal) and payload.get("resumable") is True:
+        signal = "a failure of the server's own code"
     if not isinstance(signal, str) or not signal:
         return None
     return signal, round_ if isinstance(round_, int) and not isinstance(round_, bool) else None
+
+
+def _outlived_by(server: _LogState, states: list[_LogState]) -> str | None:
+    """How a log of the server's run goes on past the stop its log ends with, if one does: it holds a
+    later round. (A site's log closed after a stop in the last round is not enough: a site may have
+    closed on `finish` before the server's own stop.)"""
+    stop = _signal_stop(server)
+    round_ = stop[1] if stop else None
+    for other in states:
+        if other is server or other.run_id != server.run_id:
+            continue
+        rounds = [r["round"] for r in other.records.values() if isinstance(r["round"], int)]
+        if round_ is not None and rounds and max(rounds) > round_:
+            return f"{other.party}'s log of the same run holds round {max(rounds)}"
+    return None
+
+
+def _stopped_with(state: _LogState, resumable: dict[str | None, tuple[str, int | None]]) -> bool:
+    """A site's log that stops, with no end of its own, in a run whose server signed a resumable
+    stop, and holds no record of a round after the stop's."""
+    if state.party == "server" or state.run_id not in resumable:
+        return False
+    round_ = resumable[state.run_id][1]
+    for record in state.records.values():
+        if record["event"] in ("run_end", "run_aborted"):
+            return False
+        if round_ is not None and isinstance(record["round"], int) and record["round"] > round_:
+            return False
+    return True
 
 
 def _check_empirical_audits(checker: _Checker, states: list[_LogState]) -> dict[str, float]:

@@ -361,11 +361,16 @@ class SitePrivacy:
             # no epsilon_* keys: the server then records no ε for this site, rather than a 0
             return {"noise_free_reference": True, "noise_multiplier": 0.0}
         eps = self.epsilon()
+        rdp = {pop: v["rdp"] for pop, v in eps.items() if v.get("rdp") is not None}
+        prv = [v.get("prv") for v in eps.values()]
         return {
-            "epsilon_rdp": max((v["rdp"] for v in eps.values() if v.get("rdp") is not None), default=0.0),
-            "epsilon_prv": max(
-                (v["prv"] for v in eps.values() if v.get("prv") is not None), default=float("nan")
-            ),
+            "epsilon_rdp": max(rdp.values(), default=0.0),
+            # one accountant over every population that released: a PRV figure for one population
+            # (the validation patients' α scalars) is not the site's PRV ε while another (the
+            # Skellam-noised training step) has none
+            "epsilon_prv": max(prv) if prv and None not in prv else float("nan"),  # type: ignore[type-var]
+            # whose ε the headline is: the population with the largest RDP ε
+            "epsilon_population": max(rdp, key=lambda pop: rdp[pop]) if rdp else TRAIN,
             "delta": max(self.delta.values()),
             "noise_multiplier": self.sigma,
         }

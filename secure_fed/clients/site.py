@@ -90,6 +90,12 @@ def patient_profiles(examples: Examples) -> np.ndarray:
     return examples.raw_profiles[list(first.values())]
 
 
-def attach_profiles(data: SiteData, gmm: ProfileModel) -> None:
+def attach_profiles(data: SiteData, gmm: ProfileModel, visit_slots: int = 0) -> None:
+    """q_p on every row; with `visit_slots` (model.visit_input) the row's visit index one-hot after
+    it, the last slot standing for any later visit."""
     for split in (data.train, data.val, data.test):
-        split.profiles = torch.from_numpy(gmm.responsibilities(split.raw_profiles))
+        q = torch.from_numpy(gmm.responsibilities(split.raw_profiles))
+        if visit_slots:
+            slot = split.visit_index.clamp(1, visit_slots) - 1
+            q = torch.cat([q, torch.nn.functional.one_hot(slot, visit_slots).to(q.dtype)], dim=1)
+        split.profiles = q

@@ -116,6 +116,7 @@ def build_model(
     adapter_seed: int = 0,
     min_positions: int = 0,
     recipe: str = "",
+    visit_slots: int = 0,
 ) -> ReportModel:
     """Base weights are identical at every site: built from a fixed seed, pretrained on public
     synthetic data once, cached, then frozen under the adapters."""
@@ -140,7 +141,13 @@ def build_model(
             tmp.replace(path)
     model.base_digest = weights_digest(model.state_dict())
     torch.manual_seed(adapter_seed + 1)
+    # the hyper-LoRA's input: q_p, and with `visit_slots` the visit index one-hot after it
     model.add_adapters(
-        cfg.lora_rank, cfg.lora_alpha, cfg.hyper_lora, cfg.gmm_components, cfg.profile_dim, cfg.hyper_rank
+        cfg.lora_rank,
+        cfg.lora_alpha,
+        cfg.hyper_lora,
+        cfg.gmm_components + visit_slots,
+        cfg.profile_dim,
+        cfg.hyper_rank,
     )
     return model

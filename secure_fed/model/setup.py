@@ -87,6 +87,11 @@ def _pretrain(model: ReportModel, examples: object, steps: int, lr: float, batch
             log.info("base pretraining step %d/%d loss %.3f", step, steps, float(loss.detach()))
 
 
+def visit_slots(cfg: RunConfig) -> int:
+    """How many visit-index inputs the patient hyper-LoRA takes after q_p (`model.visit_input`)."""
+    return cfg.data.max_visits if cfg.model.visit_input and cfg.hyper_lora_on else 0
+
+
 def build_report_model(cfg: RunConfig) -> ReportModel:
     tokenizer = load_tokenizer(cfg.model.tokenizer_path, cfg.data.tokenizer)
 
@@ -105,5 +110,6 @@ def build_report_model(cfg: RunConfig) -> ReportModel:
         adapter_seed=cfg.seed,
         min_positions=cfg.data.max_report_tokens + 2,
         recipe=pretraining_recipe(cfg),
+        visit_slots=visit_slots(cfg),
     )
     return model.to(resolve_device(cfg.train.device))

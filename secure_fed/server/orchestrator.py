@@ -310,7 +310,11 @@ class Orchestrator:
         no head record, and no `finish` to sites whose workers are gone (one that answered would
         close its log for good)."""
         round_id = self.interrupted_round()
-        payload = {"reason": signed_reason(err)[1], "code": err.code, "round": round_id}
+        # MachineryFailed's reason is already the allow-listed words for the error beneath it; its
+        # code ("internal") would read as a site's fault if looked up again
+        reason = err.reason if isinstance(err, MachineryFailed) else signed_reason(err)[1]
+        # `resumable` tells `audit verify` that the sites, told nothing, stopped with the run here
+        payload = {"reason": reason, "code": err.code, "round": round_id, "resumable": True}
         try:
             self.events("run_aborted", payload, round_id)
         except Exception:  # noqa: BLE001 (the stop itself must reach the caller)
@@ -545,11 +549,11 @@ class Orchestrator:
         self.final_state = state
         return RunOutcome(metrics=metrics, stopped_early=stopped, per_round=per_round, unfinished=unfinished)
 
-    def _site_privacy_at_end(self, replies: dict[int, dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    def _site_privacy_at_end(self, replies: dict[int, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         """Each site's ε as its accountant holds it at the end (every population, the whole run,
         before a resume too), from its `finish` reply; its last privacy records (the final α
         release) come with it and go into the server's log like every other round's."""
-        ended: dict[str, dict[str, float | None]] = {}
+        ended: dict[str, dict[str, Any]] = {}  # {"rdp", "prv", "population"}
         for node, reply in replies.items():
             for record in reply.get("audit_records", []) if isinstance(reply, dict) else []:
                 self.copy_record(json.loads(record))
@@ -558,6 +562,8 @@ class Orchestrator:
             prv = float(reply.get("epsilon_prv", float("nan")))
             site = self.sites.get(node, str(node))
             ended[site] = {"rdp": float(reply["epsilon_rdp"]), "prv": None if np.isnan(prv) else prv}
+            if isinstance(reply.get("epsilon_population"), str):
+                ended[site]["population"] = reply["epsilon_population"]
             if "delta" in reply:
                 self.site_deltas[site] = float(reply["delta"])
         return ended
@@ -650,7 +656,7 @@ NOISE_FREE_PRIVACY: dict[str, Any] = {
 def privacy_summary(
     per_round: list[dict[str, Any]],
     deltas: dict[str, float],
-    ended: dict[str, dict[str, float | None]] | None = None,
+    ended: dict[str, dict[str, Any]] | None = None,
     accountant: str = "rdp",
 ) -> dict[str, Any]:
     """metrics.json's privacy block: each site's cumulative ε at the end of the run as the site's

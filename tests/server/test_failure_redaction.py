@@ -296,6 +296,7 @@ def test_a_lost_worker_stops_an_inprocess_run_for_resume_and_signs_only_our_word
         "monitor): free memory or lower `[train] threads`, then resume the run",
         "code": OUT_OF_MEMORY,
         "round": 2,
+        "resumable": True,  # the sites were told nothing: `audit verify` reads them as stopped with it
     }
     _no_leak(cfg.out)
     assert not (cfg.out / "metrics.json").exists()

@@ -26,7 +26,7 @@ from secure_fed.dp.events import PoissonSampledGaussian
 from secure_fed.dp.keystream import NOISE_KEY_BYTES, NoiseStream
 from secure_fed.dp.ledger import PrivacyLedger
 from secure_fed.model.report_model import ReportModel
-from secure_fed.model.setup import build_report_model
+from secure_fed.model.setup import build_report_model, visit_slots
 
 
 def _concat(parts: list[Examples]) -> Examples:
@@ -67,7 +67,7 @@ def pooled_splits(
             )
         else:
             gmm = fit(site, patient_profiles(data.train))
-        attach_profiles(data, gmm)
+        attach_profiles(data, gmm, visit_slots(cfg))
         train.append(data.train)
         val.append(data.val)
         test.append(data.test)

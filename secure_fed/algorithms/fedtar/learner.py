@@ -34,7 +34,7 @@ from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.dp.histogram import histogram_event
 from secure_fed.dp.site_ledger import SiteLedger
 from secure_fed.model.report_model import ReportModel
-from secure_fed.model.setup import build_report_model
+from secure_fed.model.setup import build_report_model, visit_slots
 from secure_fed.model.vectors import flatten, unflatten
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ class ReportLearner:
         )
         if privacy is not None and event is not None and charge:
             privacy.record_gmm(event)
-        attach_profiles(self.data, gmm)
+        attach_profiles(self.data, gmm, visit_slots(cfg))
         self.model = build_report_model(cfg)
         if self._scaffold_memory is not None:
             self.restore({"scaffold_c": self._scaffold_memory})

@@ -156,6 +156,8 @@ class Strategy(ABC):
                 if "epsilon_rdp" in reply:
                     prv = float(reply["epsilon_prv"])
                     eps[site] = {"rdp": float(reply["epsilon_rdp"]), "prv": None if np.isnan(prv) else prv}
+                    if isinstance(reply.get("epsilon_population"), str):
+                        eps[site]["population"] = reply["epsilon_population"]
                     ctx.site_deltas[site] = float(reply["delta"])
         ctx.declined = dict(declined)
         if ctx.aggregation.secagg is None:
