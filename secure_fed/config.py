@@ -261,6 +261,31 @@ class TrainConfig(_Strict):
         "(w^(t) = w^(t-1) + α_t (w̄^(t) - w^(t-1)) from the round's start, which keeps "
         "Π(1 - α_t) of the start: 0.33 at uniform α, T = 5) or 'convex' (w = Σ_t α_t w̄^(t))",
     )
+    fedtar_release: Literal["copies", "one-vector"] = Field(
+        "one-vector",
+        description="what a FedTAR site releases a round with distributed DP: 'copies' (one adapter "
+        "gradient per visit index, a patient's T clipped together: the release's signal-to-noise is at "
+        "most ‖s‖₂ ≈ 0.47 of FedAvg's) or 'one-vector' (Σ_t c_t g_t from the round's public α, plus a "
+        "small public sketch of each g_t for α's hypergradient, clipped as one vector: close to "
+        "FedAvg's signal-to-noise; chosen by benchmarks/fedtar_release_noise.py, "
+        "docs/results/fedtar-release-noise.json). Site mode and non-private runs always train the copies",
+    )
+    fedtar_sketch_dim: int = Field(
+        64,
+        ge=1,
+        le=1024,
+        description="'one-vector': k, the rows of the public Gaussian sketch of each visit index's "
+        "gradient (α's hypergradient is a JL estimate whose relative error is about √(2/k)); it adds "
+        "T·k coordinates to the release",
+    )
+    fedtar_sketch_share: float = Field(
+        0.3,
+        gt=0,
+        lt=1,
+        description="'one-vector': ρ, the sketch's share of a patient's released norm when its visits' "
+        "gradients are orthogonal, whatever α (visit t's sketch is scaled by κ·ω_t, κ = ρ/√(1 − ρ²)); "
+        "a clipped patient's model part keeps √(1 − ρ²) of the clip norm",
+    )
     local_epochs: int = Field(2, ge=1)
     average: Literal["none", "ema", "tail"] = Field(
         "none",

@@ -400,3 +400,18 @@ def test_secagg_flower_against_sets_ours_beside_flowers_at_each_site_count() -> 
         [10, "plain round", "0.500", "0.400", "1.25"],
         [10, "SecAgg+ round", "1.500", "3.000", "0.50"],
     ]
+
+
+@pytest.mark.bench
+def test_fedtar_release_noise_smoke(cache_dir: Path) -> None:
+    """benchmarks/fedtar_release_noise.py --quick: the fields docs/BENCHMARKS.md's table and notes
+    read (tools/bench_tables.py shapes them) are there, and each ratio is its own effective noises'."""
+    out = _smoke("fedtar_release_noise.py", "--cache", str(cache_dir))
+    table = _tool("bench_tables").shape("fedtar-release-noise", out, "cmd", "machine", None, "0" * 40)
+    assert [r[0] for r in table["rows"]] == ["uniform", "peaked on visit 1", "peaked on visit 3"]
+    for row in out["rows"]:
+        for key in ("copies", "one_vector"):
+            ratio = row[key]["effective_noise"] / row["fedavg"]["effective_noise"]
+            assert math.isclose(row[key]["over_fedavg"], ratio)
+        assert 0 < row["one_vector"]["sketch_share_median"] < 1
+    assert out["noise"]["one-vector"]["padded_dim"] == out["noise"]["fedavg"]["padded_dim"]

@@ -602,6 +602,77 @@ def wire_codec_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
 
 Outs = Sequence[dict[str, Any]]
 # name -> (title, columns (or a function of the outputs), rows, notes)
+RELEASE_COLUMNS = [
+    "α",
+    "FedAvg: effective noise",
+    "FedTAR, T copies: effective noise",
+    "copies / FedAvg",
+    "FedTAR, one vector: effective noise",
+    "one vector / FedAvg",
+    "first design, one κ / FedAvg",
+    "one vector's weights, no sketch / FedAvg",
+    "sketch's median share of a patient's norm",
+]
+
+
+def fedtar_release_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    out = _output(_one(outs))
+    rows = []
+    for cell in out["rows"]:
+        fedavg = cell["fedavg"]["effective_noise"]
+        rows.append(
+            [
+                cell["alpha"],
+                f"{fedavg:.3f}",
+                f"{cell['copies']['effective_noise']:.3f}",
+                f"{cell['copies']['effective_noise'] / fedavg:.2f}",
+                f"{cell['one_vector']['effective_noise']:.3f}",
+                f"{cell['one_vector']['effective_noise'] / fedavg:.2f}",
+                f"{cell['one_kappa']['effective_noise'] / fedavg:.2f}",
+                f"{cell['weights_alone']['effective_noise'] / fedavg:.2f}",
+                f"{cell['one_vector']['sketch_share_median']:.2f}",
+            ]
+        )
+    return rows
+
+
+def fedtar_release_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
+    out = _output(_one(outs))
+    noise = out["noise"]
+    uniform = out["rows"][0]
+    plan = {name: found["std_plan_all_survive"] for name, found in noise.items()}
+    return [
+        f"{out['config']}, {out['site']} ({out['patients']} training patients, T = {out['visits']}, "
+        f"{_int(out['trainable'])} adapter values), all of them (q = 1) through the real clipped-sum "
+        f"path from the round-1 global state; the plan of {out['sites']} sites at ε = {out['epsilon']:g}, "
+        f"δ = {out['delta']:g}, q = {out['sample_rate']:g}, {out['rounds']} rounds, C = {out['clip']:g}.",
+        "Signal: the norm of the mean clipped per-patient contribution to the model update (the copies: "
+        "Σ_t c_t of each copy's block, c the chain's weights). Effective noise: the released noise std "
+        "per coordinate in that update (the copies: √Σc_t² × theirs) over the signal. Noise std, the "
+        f"plan's with all {out['sites']} sites surviving: FedAvg {plan['fedavg']:.4f} "
+        f"(d = {_int(noise['fedavg']['dim'])}), one vector {plan['one-vector']:.4f} "
+        f"(d = {_int(noise['one-vector']['dim'])}, the same padded size), copies "
+        f"{plan['copies']:.4f} (d = {_int(noise['copies']['dim'])}); measured on the "
+        "decoded ring sum of the sites' encoded zero vectors: "
+        f"{noise['fedavg']['std_measured']:.4f}, {noise['one-vector']['std_measured']:.4f}, "
+        f"{noise['copies']['std_measured']:.4f}.",
+        f"One vector: k = {out['sketch_dim']} sketch rows, sketch share ρ = {out['sketch_share']:g} "
+        f"(κ = ρ/√(1 − ρ²)), visit t's sketch weighed by κ·ω_t; 'one κ' weighs every sketch by κ (the "
+        "first design); 'no sketch' is Σ_t ω_t g_t alone (α could not learn), what the weighting costs "
+        "apart from the sketch's share of the clip norm. Patients clipped: FedAvg "
+        f"{100 * uniform['fedavg']['clipped_fraction']:.0f} %, one vector "
+        f"{100 * uniform['one_vector']['clipped_fraction']:.0f} % (uniform α).",
+        f"Target: one vector ≤ {out['target_over_fedavg']}× FedAvg's effective noise at uniform α; "
+        f"measured {uniform['one_vector']['over_fedavg']:.3f}× "
+        f"(copies {uniform['copies']['over_fedavg']:.3f}×). "
+        "The rule written before the hospital figures were read (the default of `train.fedtar_release` "
+        "under distributed DP: one vector if it meets the target and is below the copies at every α) "
+        f"gives {'one-vector' if out['one_vector_default'] else 'copies'}; the first design (one κ) "
+        f"reads {uniform['one_kappa']['over_fedavg']:.3f}× and was changed after its hospital run "
+        "(docs/experiments/fedtar-one-vector-release.md).",
+    ]
+
+
 SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[Outs], list[str]]]] = {
     "upload-bytes": (
         "Upload per site per round: values and bytes",
@@ -749,6 +820,13 @@ SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[
             f"{_one(outs)['values']:,} values an array; {_one(outs)['repeats']} interleaved repeats after "
             "a warm-up; each round trip checked exact."
         ],
+    ),
+    "fedtar-release-noise": (
+        "FedTAR's distributed-DP release against FedAvg's: effective noise of the model update, same plan "
+        "(ε = 8)",
+        RELEASE_COLUMNS,
+        fedtar_release_rows,
+        fedtar_release_notes,
     ),
     "distributed-cost": (
         "One private step plus its share of a SecAgg+ sum: distributed DP vs site mode (tiny preset)",

@@ -21,16 +21,33 @@ from __future__ import annotations
 import copy
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
 from secure_fed.clients.training import patient_passes, rows_of
 from secure_fed.data.batching import Examples
-from secure_fed.dp.dpsgd import PatientDPSGD, poisson_sample
+from secure_fed.dp.dpsgd import PatientDPSGD, clipped_row_sum, poisson_sample
 from secure_fed.dp.keystream import NoiseStream
 from secure_fed.model.report_model import ReportModel
+
+
+class PatientRelease(Protocol):
+    """A public map from one patient's gradients (per adapter copy, a row each) to the vector
+    released for that patient, which is then clipped to C as one vector: what the patient moves the
+    sum by is bounded by the clipping whatever the map, so the step's sensitivity stays C. Applied
+    to many patients at once, row i of every block and of the result being patient i's: the map
+    must not mix rows (FedTAR's one-vector release: `secure_fed.algorithms.fedtar.release`)."""
+
+    @property
+    def dim(self) -> int:
+        """The released vector's length."""
+        ...
+
+    def __call__(self, per_copy: Sequence[torch.Tensor | None]) -> torch.Tensor:
+        """(patients × P) per copy (None: a copy no sampled patient reached) → (patients × dim)."""
+        ...
 
 
 class ClippedSum:
@@ -97,6 +114,7 @@ def clipped_gradient_sum(
     stream: NoiseStream,
     work: ClippedSum | None = None,
     max_patients_per_pass: int | None = None,
+    release: PatientRelease | None = None,
 ) -> tuple[np.ndarray, int]:
     """Σ over the Poisson-sampled patients of their joint gradient clipped to `clip`, flattened in
     `trainable_state()` order (float64), and how many patients were sampled. No noise: the noise
@@ -105,7 +123,9 @@ def clipped_gradient_sum(
     one after the other, and a patient's rows in all of them are clipped together). `work`: the
     site's ClippedSum for `model`, kept across rounds (without it one is made for this call);
     `model` itself is never changed. `max_patients_per_pass`: the sample's forward and backward run
-    in passes of at most that many patients (memory only; None: one pass)."""
+    in passes of at most that many patients (memory only; None: one pass). `release`: each patient
+    releases `release` of its per-copy gradients instead, clipped to `clip` as one vector, and the
+    result is the sum of those (length `release.dim`); the copies' gradients themselves never leave."""
     groups = [examples] if isinstance(examples, Examples) else list(examples)
     if work is None:
         work = ClippedSum(model, clip, copies=len(groups))
@@ -137,7 +157,12 @@ def clipped_gradient_sum(
             if k < len(passes) - 1:
                 engine.accumulate(index, n_patients)
         if not ran:
-            return np.zeros(sum(p.numel() for p in params), dtype=np.float64), int(chosen.numel())
+            size = release.dim if release is not None else sum(p.numel() for p in params)
+            return np.zeros(size, dtype=np.float64), int(chosen.numel())
+        if release is not None:
+            _, per_copy = engine.patient_gradients(index, n_patients)
+            released = clipped_row_sum(release(per_copy), clip)
+            return released.cpu().numpy(), int(chosen.numel())
         engine.privatize(index, n_patients)
         # a copy that saw no sampled row has no gradient: its block of the sum is zero
         flat = torch.cat(

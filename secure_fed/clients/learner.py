@@ -76,11 +76,23 @@ class Learner(Protocol):
         sites' noise shares cover (the trainable adapters times the copies the method trains)."""
         ...
 
+    def distributed_options(self, method: str, options: dict[str, Any]) -> dict[str, Any]:
+        """`dp.noise = "distributed"`: the public inputs of `method`'s release that the training
+        instruction carries (FedTAR's round α), checked before the round is charged; ValueError
+        on a malformed one, which the site refuses."""
+        ...
+
     def distributed_update(
-        self, round_id: int, method: str, global_vec: np.ndarray, privacy: SitePrivacy
+        self,
+        round_id: int,
+        method: str,
+        global_vec: np.ndarray,
+        privacy: SitePrivacy,
+        options: dict[str, Any] | None = None,
     ) -> tuple[np.ndarray, int, float]:
         """`dp.noise = "distributed"`: (the site's encoded share of a clipped gradient sum, steps,
-        loss). Only a learner the config admits for distributed noise has one."""
+        loss). `options`: what `distributed_options` returned. Only a learner the config admits for
+        distributed noise has one."""
         ...
 
     def hypergradients(self, final: np.ndarray, directions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:

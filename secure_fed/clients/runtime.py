@@ -264,6 +264,12 @@ class SiteRuntime:
             raise Refusal(
                 "bad_request", f"dp.noise = 'distributed' was planned for {cfg.fed.method}, not {method}"
             )
+        release_options: dict[str, Any] = {}
+        if self.privacy is not None and self.privacy.distributed is not None:
+            try:  # before the round is admitted: a malformed instruction is refused uncharged
+                release_options = self.learner.distributed_options(method, options)
+            except ValueError as err:
+                raise Refusal("bad_request", f"the training instruction's release input: {err}") from None
         self.guard.check_training(round_id)
         self.guard.save()
         released = self.folder / f"release-r{round_id}.npy"
@@ -331,7 +337,7 @@ class SiteRuntime:
                 # a factor would weigh this site's noise share, not only its patients' gradients
                 raise Refusal("bad_request", "dp.noise = 'distributed' takes no server-chosen factors")
             upload, steps, mean_loss = self.learner.distributed_update(
-                round_id, method, global_vec, self.privacy
+                round_id, method, global_vec, self.privacy, release_options
             )
         else:
             gradients = (lambda: self.privacy.gradients(round_id)) if self.privacy is not None else None

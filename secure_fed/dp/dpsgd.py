@@ -234,6 +234,17 @@ class StepStats:
     sampled: int = 0  # patients with a row in this step
 
 
+def clipped_row_sum(rows: torch.Tensor, clip: float) -> torch.Tensor:
+    """Σ_i min(1, C/‖rows[i]‖)·rows[i] in float64: every row (one patient's released vector) clipped
+    to L2 norm ≤ C as one vector, then summed; no noise. One patient moves the sum by at most C."""
+    if not clip > 0:
+        raise ValueError(f"clip must be > 0, got {clip}")
+    rows = rows.double()
+    norms = torch.linalg.vector_norm(rows, dim=1)
+    factors = clip / torch.clamp(norms, min=clip)
+    return factors @ rows
+
+
 class PatientDPSGD:
     def __init__(
         self,
@@ -361,12 +372,7 @@ class PatientDPSGD:
         `patient_index[t][row]` is the patient slot (0..num_patients-1) of row `row` of module t's
         batch; None (or empty) for a module that saw no rows this step.
         """
-        for where, norm in self._batch_norms:
-            if norm.training:  # e.g. a later .train() on the plain nn.Module: this step mixed rows
-                raise RuntimeError(
-                    f"{where} was switched to training mode after PatientDPSGD checked it, so this "
-                    f"step's per-patient gradients depend on other patients' rows. Fix: {ROW_MIXING_FIX}."
-                )
+        self._check_row_mixing()
         self.accumulate(patient_index, num_patients)
         passes, self._passes = self._passes, [[] for _ in self.modules]
         seen = [slots for module in passes for _, slots in module]
@@ -429,6 +435,48 @@ class PatientDPSGD:
         return StepStats(
             per_patient_norms=norms, clipped_fraction=clipped, num_patients=num_patients, sampled=sampled
         )
+
+    def patient_gradients(
+        self, patient_index: Sequence[torch.Tensor | None], num_patients: int
+    ) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """End the step with each sampled patient's own gradient, neither clipped nor noised: (the
+        patients' slots, increasing; per module a (len(slots), P_t) matrix whose row i is patient
+        slots[i]'s gradient over all its rows in that module, zero where it had none, or None for a
+        module no patient reached). Arguments as for `privatize`.
+
+        For a mechanism that releases a function of each patient's joint gradient and clips that
+        (`clipped_row_sum`) instead of the gradient itself: the clipping then bounds what the
+        patient moves the release by, and the caller states that sensitivity. Canaries
+        (`injected`) are clipped and summed by `privatize` only, so a step with them is refused."""
+        if self.injected is not None:
+            raise RuntimeError("injected canaries go through privatize, not patient_gradients")
+        self._check_row_mixing()
+        self.accumulate(patient_index, num_patients)
+        passes, self._passes = self._passes, [[] for _ in self.modules]
+        seen = [slots for module in passes for _, slots in module]
+        present = torch.unique(torch.cat(seen)) if seen else torch.zeros(0, dtype=torch.long)
+        compact = torch.full((num_patients,), -1, dtype=torch.long)
+        compact[present] = torch.arange(len(present))
+        out: list[torch.Tensor | None] = []
+        for module_passes in passes:
+            if not module_passes:
+                out.append(None)
+                continue
+            first = module_passes[0][0]
+            rows = first.new_zeros((len(present), first.shape[1]))
+            for part, part_slots in module_passes:
+                rows.index_add_(0, compact[part_slots].to(rows.device), part)
+            out.append(rows)
+        self._clear_grad_samples()
+        return present, out
+
+    def _check_row_mixing(self) -> None:
+        for where, norm in self._batch_norms:
+            if norm.training:  # e.g. a later .train() on the plain nn.Module: this step mixed rows
+                raise RuntimeError(
+                    f"{where} was switched to training mode after PatientDPSGD checked it, so this "
+                    f"step's per-patient gradients depend on other patients' rows. Fix: {ROW_MIXING_FIX}."
+                )
 
     def _add_injected(
         self,

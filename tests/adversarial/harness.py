@@ -21,7 +21,7 @@ from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
 from secure_fed.data.sites import site_names
 from secure_fed.keyring import audit_keys_dir
-from secure_fed.registry import initial_state
+from secure_fed.registry import initial_state, strategy_factory
 from secure_fed.runner import run_id_for
 
 
@@ -84,13 +84,24 @@ class MaliciousServer:
         return self.sites[node]
 
     def honest_train(self, round_id: int, method: str | None = None, **extra: Any) -> dict[str, Any]:
+        method = method or self.cfg.fed.method
         return {
             "round": round_id,
-            "method": method or self.cfg.fed.method,
+            "method": method,
             "global": self.global_state.copy(),
             "dp": self.cfg.dp.enabled,
+            **self._options(method, round_id),
             **extra,
         }
+
+    def _options(self, method: str, round_id: int) -> dict[str, Any]:
+        """What our server's strategy for `method` adds to a training request at its start
+        (distributed FedTAR's one-vector release: the round's α)."""
+        factory = strategy_factory(method)
+        if factory is None or not method.startswith("fedtar"):  # others' options are their tests'
+            return {}
+        strategy = factory(self.global_state.size, self.cfg.data.max_visits, self.cfg)
+        return strategy.train_options(round_id)
 
     def log_paths(self) -> list[Path]:
         return [Path(site.runtime.cfg.out) / "audit" / f"{site.runtime.site}.jsonl" for site in self.sites]

@@ -289,7 +289,7 @@ def test_distributed_fedtar_scales_its_copies_steps_only_when_matched(make_confi
     start = np.linspace(-1.0, 1.0, dim)
     moved: dict[str, np.ndarray] = {}
     for kind in ("chained", step):
-        cfg = make_config(train__fedtar_step=kind)
+        cfg = make_config(train__fedtar_step=kind, train__fedtar_release="copies")
         strategy = distributed.DistributedFedTAR(dim, t_max, cfg)
         monkeypatch.setattr(strategy, "train_phase", lambda ctx, state: ([0], {}, {}))
         monkeypatch.setattr(distributed, "noisy_gradient", lambda *a: (gradient, None))

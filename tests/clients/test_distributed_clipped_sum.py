@@ -161,18 +161,26 @@ def test_a_copy_serves_only_the_model_and_clip_it_was_made_for(
             clipped_gradient_sum(other, _start(model, 1), examples, clip, 0.5, n, _stream(1), work=work)
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedtar"])
+@pytest.mark.parametrize(
+    ("method", "release"), [("fedavg", "copies"), ("fedtar", "copies"), ("fedtar", "one-vector")]
+)
 def test_the_learner_keeps_one_copy_and_shares_as_a_fresh_one_would(
-    prepared: tuple[RunConfig, SiteData, ReportModel], method: str
+    prepared: tuple[RunConfig, SiteData, ReportModel], method: str, release: str
 ) -> None:
     """The caller: `ReportLearner.distributed_update` builds its ClippedSum in its first round and
     reuses it; its round-2 share (the clipped sum encoded with the keystream's rounding and noise)
     is the one a learner without a kept copy sends from the same start and stream."""
     cfg, data, model = prepared
+    cfg = cfg.model_copy(update={"train": cfg.train.model_copy(update={"fedtar_release": release})})
     n = 1 + int(data.train.patient_slot.max())
     dim = ReportLearner(cfg, data, model=model).distributed_dim(method)
     adapters = sum(p.numel() for p in model.parameters() if p.requires_grad)
-    assert dim == adapters * (cfg.data.max_visits if method == "fedtar" else 1)
+    t_max = cfg.data.max_visits
+    if release == "one-vector":  # the model part and T sketches of k rows
+        assert dim == adapters + t_max * cfg.train.fedtar_sketch_dim
+    else:
+        assert dim == adapters * (t_max if method == "fedtar" else 1)
+    options = {"alpha": np.full(t_max, 1.0 / t_max)} if release == "one-vector" else {}
     # a plan made by hand: the encoding is under test, not the calibration (plan_for: 5 s CPU)
     padded, gamma = padded_size(dim), 1e-5
     l2, l1 = rounded_sensitivities(CLIP, gamma, padded)
@@ -190,15 +198,17 @@ def test_the_learner_keeps_one_copy_and_shares_as_a_fresh_one_would(
         max_patients_per_pass=cfg.dp.max_patients_per_pass,
     )
     kept = ReportLearner(cfg, data, model=model)
-    kept.distributed_update(1, method, flatten(_start(model, 1)).numpy(), privacy)  # type: ignore[arg-type]
+    kept.distributed_update(1, method, flatten(_start(model, 1)).numpy(), privacy, options)  # type: ignore[arg-type]
     work = kept._clipped_sum
     assert work is not None and work.serves(model, CLIP, cfg.data.max_visits if method == "fedtar" else 1)
     global_vec = flatten(_start(model, 2)).numpy()
     torch.manual_seed(0)
-    share, steps, _ = kept.distributed_update(2, method, global_vec, privacy)  # type: ignore[arg-type]
+    share, steps, _ = kept.distributed_update(2, method, global_vec, privacy, options)  # type: ignore[arg-type]
     assert kept._clipped_sum is work and steps == 1
     torch.manual_seed(0)
-    fresh, _, _ = ReportLearner(cfg, data, model=model).distributed_update(2, method, global_vec, privacy)  # type: ignore[arg-type]
+    fresh, _, _ = ReportLearner(cfg, data, model=model).distributed_update(  # type: ignore[arg-type]
+        2, method, global_vec, privacy, options
+    )
     assert share.size == padded and share.tobytes() == fresh.tobytes()
 
 

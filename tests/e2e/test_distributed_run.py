@@ -1,6 +1,7 @@
 """A distributed-DP run end to end (dp.noise = "distributed", in-process engine, 3 sites, 2 rounds),
-FedAvg and FedTAR (whose one step a round covers every visit index's copy, and whose α still takes
-its step on the sites' scalars): it completes, its logs verify with every ε re-derived, each
+FedAvg and FedTAR (whose one step a round covers every visit index's copy, or is its one-vector
+release of the model and T sketches, and whose α still takes its step on the sites' scalars): it
+completes, its logs verify with every ε re-derived, each
 privacy record names the mode, h, c and the plan, the compliance report says so in words, and the
 noise in the sum the server released is what the plan says (measured: the decoded sum minus the
 sites' own clipped sums, every coordinate)."""
@@ -19,8 +20,12 @@ from secure_fed.runner import run_inprocess
 from tests.conftest import DISTRIBUTED_DP
 
 
-@pytest.mark.parametrize("method", ["fedavg", "fedtar"])
-def test_distributed_run_completes_verifies_and_releases_the_planned_noise(make_config, monkeypatch, method):
+@pytest.mark.parametrize(
+    ("method", "release"), [("fedavg", "copies"), ("fedtar", "copies"), ("fedtar", "one-vector")]
+)
+def test_distributed_run_completes_verifies_and_releases_the_planned_noise(
+    make_config, monkeypatch, method, release
+):
     import secure_fed.clients.distributed as site_side
     import secure_fed.dp.distributed as mechanism
 
@@ -44,6 +49,7 @@ def test_distributed_run_completes_verifies_and_releases_the_planned_noise(make_
     cfg = make_config(
         **DISTRIBUTED_DP,
         fed__method=method,
+        train__fedtar_release=release,
     )
     outcome = run_inprocess(cfg, cfg.out)
     assert outcome.metrics["rounds"] == 2 and len(released) == 2
@@ -71,6 +77,15 @@ def test_distributed_run_completes_verifies_and_releases_the_planned_noise(make_
         alphas = [row["alpha"] for row in outcome.metrics["per_round"]]
         assert len(alphas) == 2 and all(abs(sum(a) - 1) < 1e-9 for a in alphas)
         assert alphas[1] != alphas[0] and not np.allclose(alphas[1], 1 / len(alphas[1]))
+        assert all(0.1 <= a <= 0.9 for row in alphas for a in row)  # the write-up's bounds
+    if release == "one-vector":
+        # the round is priced as FedAvg's: its plan bar the vector's length, which pads alike
+        from secure_fed.distributed_plan import plan_for
+
+        ours = released[0][1]
+        fedavg = plan_for(cfg, ours.dim - cfg.data.max_visits * cfg.train.fedtar_sketch_dim, 3)  # type: ignore[attr-defined]
+        event = {**steps[0]["event"], "dim": fedavg.dim}
+        assert event == {**fedavg.event(cfg.dp.sample_rate, 1).to_json(), "count": event["count"]}
 
     html, _, _ = write_report(logs, cfg.out / "report.html", load_public_keys(cfg.out / "keys"))
     words = html.read_text()

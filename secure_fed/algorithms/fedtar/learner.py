@@ -20,6 +20,7 @@ import torch
 
 from secure_fed.algorithms.fedtar.hypergrad import per_patient_hypergradients
 from secure_fed.algorithms.fedtar.profile import fit_gmm
+from secure_fed.algorithms.fedtar.release import OneVectorRelease, check_alpha, release_dim
 from secure_fed.clients.evaluation import evaluate_split, free_text_labeler
 from secure_fed.clients.learner import LocalUpdate, SiteStart, private_weight
 from secure_fed.clients.private import TRAIN, SitePrivacy
@@ -220,18 +221,42 @@ class ReportLearner:
         train = self.data.train
         return [train] if visits is None else [train.at_visit(t) for t in visits]
 
+    def _one_vector(self, method: str) -> bool:
+        """FedTAR's one-vector release (`train.fedtar_release`; `release.py`), not its T copies."""
+        return visit_groups(method, self.cfg.data.max_visits) is not None and (
+            self.cfg.train.fedtar_release == "one-vector"
+        )
+
     def distributed_dim(self, method: str) -> int:
+        if self._one_vector(method):
+            return release_dim(self.cfg, method, self.dim())
         copies = visit_groups(method, self.cfg.data.max_visits)
         return self.dim() * (1 if copies is None else len(copies))
 
+    def distributed_options(self, method: str, options: dict[str, Any]) -> dict[str, Any]:
+        """The one-vector release's public input, the round's α, from the training instruction,
+        checked before anything is charged (ValueError: a malformed instruction, refused)."""
+        if not self._one_vector(method):
+            return {}
+        if "alpha" not in options:
+            raise ValueError("a one-vector FedTAR round needs the round's α in the instruction")
+        return {"alpha": check_alpha(options["alpha"], self.cfg.data.max_visits, self.cfg.train.alpha_floor)}
+
     def distributed_update(
-        self, round_id: int, method: str, global_vec: np.ndarray, privacy: SitePrivacy
+        self,
+        round_id: int,
+        method: str,
+        global_vec: np.ndarray,
+        privacy: SitePrivacy,
+        options: dict[str, Any] | None = None,
     ) -> tuple[np.ndarray, int, float]:
         """One distributed-DP step: this site's clipped gradient sum over its Poisson-sampled
         patients, encoded with its noise share into the ring (its keystream draws the sample, the
         rounding and the noise); the server decodes only the sum over the survivors. FedTAR's step
         is one over all its per-visit-index copies at once: a patient's gradients in every copy are
-        clipped together, so the step's sensitivity is C whatever visits the patient has."""
+        clipped together, so the step's sensitivity is C whatever visits the patient has. With
+        `train.fedtar_release = "one-vector"` a patient releases one vector made of those gradients
+        and the round's α (`release.py`), clipped to C as one vector: the same sensitivity."""
         from secure_fed.clients.distributed import ClippedSum, clipped_gradient_sum
         from secure_fed.distributed_plan import round_seed
         from secure_fed.dp.distributed import encode_share
@@ -243,10 +268,15 @@ class ReportLearner:
         stream = privacy.noise_stream("distributed_dp", round_id)
         if self._clipped_sum is None or not self._clipped_sum.serves(model, privacy.clip, len(groups)):
             self._clipped_sum = ClippedSum(model, privacy.clip, copies=len(groups))
+        release = None
+        if self._one_vector(method):
+            # `options` as `distributed_options` checked it: a round without α is not run
+            alpha = (options or {})["alpha"]
+            release = OneVectorRelease.for_round(self.cfg, method, round_id, alpha, self.dim())
         clipped, sampled = clipped_gradient_sum(
             model, start, groups, privacy.clip, privacy.sampling_rate,
             privacy.n_patients[TRAIN], stream, work=self._clipped_sum,
-            max_patients_per_pass=privacy.max_patients_per_pass,
+            max_patients_per_pass=privacy.max_patients_per_pass, release=release,
         )  # fmt: skip
         # the sample above, then the share's rounding and Skellam noise, all from this one keystream
         share = encode_share(clipped, privacy.distributed, round_seed(self.cfg, round_id), stream)

@@ -69,17 +69,20 @@ class FedTAR(Strategy):
         summed: Any,
         declined: dict[str, str],
         info: dict[str, Any],
+        final: np.ndarray | None = None,
     ) -> RoundResult:
         """Phases (c)–(f) from the round's snapshots w̄^(1..T): the temporal step (the residual
         chain, or the convex combination: `train.fedtar_chain`), the survivors' α hypergradient sum
-        and ψ's step."""
+        and ψ's step. `final`: the round's model where it is not the chain's own end (the one-vector
+        release's step; the snapshots are then its surrogates, which give only α's directions)."""
         alpha = self.alpha()
         chain = temporal_step(self.cfg.train.fedtar_chain, global_state, snapshots, alpha, present=present)
+        final = chain.final if final is None else final
         val_loss = None
         delivered: list[int] | None = None
         kept = False
         if self.temporal:
-            request = {"round": ctx.round, "final": chain.final, "directions": chain.directions}
+            request = {"round": ctx.round, "final": final, "directions": chain.directions}
             replies = ctx.transport.exchange("hypergrad", {n: dict(request) for n in summed.survivors})
             answered = [n for n in summed.survivors if replies.get(n, {}).get("status") == "ok"]
             delivered, kept = [], True
@@ -95,7 +98,7 @@ class FedTAR(Strategy):
                 if n_val:
                     val_loss = sum(float(replies[n]["val_loss_sum"]) for n in answered) / n_val
         return self.result(
-            chain.final,
+            final,
             summed,
             declined,
             info,

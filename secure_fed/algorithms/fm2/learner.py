@@ -153,8 +153,16 @@ class ImagingLearner:
     def distributed_dim(self, method: str) -> int:
         raise NotImplementedError("dp.noise = 'distributed' runs only FedAvg and FedTAR on report data")
 
+    def distributed_options(self, method: str, options: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError("dp.noise = 'distributed' runs only FedAvg and FedTAR on report data")
+
     def distributed_update(
-        self, round_id: int, method: str, global_vec: np.ndarray, privacy: SitePrivacy
+        self,
+        round_id: int,
+        method: str,
+        global_vec: np.ndarray,
+        privacy: SitePrivacy,
+        options: dict[str, Any] | None = None,
     ) -> tuple[np.ndarray, int, float]:
         raise NotImplementedError("dp.noise = 'distributed' runs only FedAvg and FedTAR on report data")
 
