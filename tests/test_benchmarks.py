@@ -199,6 +199,23 @@ def test_distributed_noise_smoke() -> None:
     assert all(value > 0 for value in out["timing_ms"].values()) and out["encode_over_site_noise"] > 0
 
 
+def test_distributed_survivors_smoke() -> None:
+    out = _smoke("distributed_survivors.py")
+    cases = {row["case"]: row for row in out["rows"]}
+    assert set(cases) == {
+        "unlayered, all five",
+        "all five survive",
+        "one dropout before masking",
+        "one dropout after confirming",
+    }
+    for row in out["rows"]:
+        # measured through encode_(layered_)share, remove_layers and decode_sum, as the plan says
+        assert abs(row["std"] / row["std_expected"] - 1) < 0.1
+        assert row["honest_floor_over_mu"] >= 1 - 1e-12
+    assert cases["all five survive"]["std_expected"] < cases["unlayered, all five"]["std_expected"]
+    assert all(value > 0 for value in out["timing_ms"].values())
+
+
 @pytest.mark.bench
 def test_hospital_cost_smoke(cache_dir: Path) -> None:
     """benchmarks/hospital_cost.py: the per-unit costs docs/BENCHMARKS.md quotes and the grid

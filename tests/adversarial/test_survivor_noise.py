@@ -72,6 +72,13 @@ def _honest_floor(
     return sum(plan.share_mu - sum(layers[i] for i in revealed.get(n, [])) for n in in_sum if n != colluder)
 
 
+def _verify_problems(server: MaliciousServer) -> list[str]:
+    from secure_fed.audits.verify import verify_logs
+    from secure_fed.crypto.keys import load_public_keys
+
+    return [p.reason for p in verify_logs(server.log_paths(), load_public_keys(server.keys_dir)).problems]
+
+
 def _revealed(replies: dict[int, dict[str, Any]]) -> dict[int, list[int]]:
     return {n: list(r["noise_layer_index"]) for n, r in replies.items() if NOISE_LAYER_SEEDS in r}
 
@@ -98,6 +105,9 @@ def test_a_server_that_claims_more_survivors_gets_no_layer(
     if naive:
         assert _revealed(replies) == {n: [0] for n in range(4)}, replies
         assert floor == pytest.approx(0.75 * plan.mu_total)  # the attack worked: 3/4 of the charged noise
+        # `audit verify` re-derives m from each site's signed records and names every such reveal
+        named = [r for r in _verify_problems(server) if "revealed noise layers for 5 survivors" in r]
+        assert sorted(r.split(":")[1].split()[0] for r in named) == [f"site{n}" for n in range(4)], named
         return
     assert not _revealed(replies), replies
     for n, reply in replies.items():
@@ -131,6 +141,7 @@ def test_a_site_that_drops_after_confirming_keeps_its_layers_in_the_sum(
         assert record["payload"]["survivors"] == 5 and record["payload"]["layers"] == [0]
         assert record["payload"]["confirmed"] == sorted(transcript.keys[u]["site"] for u in everyone)
     assert not server.sites[4].events("noise_layers_revealed")
+    assert not [r for r in _verify_problems(server) if "noise layers" in r]
 
 
 @pytest.mark.parametrize("naive", [True, False], ids=["no-reveal-mark", "real"])
