@@ -203,9 +203,9 @@ def _number(value: Any) -> float | None:
 def reveal_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
     """Noise sized for the confirmed survivors, re-derived from each site's own signed records: a
     site reveals its removable layers once a round, for a survivor count m with h ≤ m ≤ the set it
-    confirmed (and m − 1 of that set's sites named as confirming), exactly the layers h .. m − 1 (or
-    none), so its share keeps mu/(m − c) of the round's plan, and the m − c honest survivors carry
-    the mu_total the ledger charged."""
+    confirmed (and m of that set's sites named as confirming), exactly the layers its survivor counts
+    (rungs, from h) free at m (or none), so its share keeps mu/(r − c) of the round's plan for a
+    rung r ≤ m, and the m − c honest survivors carry at least the mu_total the ledger charged."""
     findings = []
     for log in logs:
         for round_, reveals in sorted(log.reveals.items()):
@@ -249,18 +249,33 @@ def reveal_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
                     "set it confirmed"
                 )
                 continue
-            if layers not in ([], list(range(m - h))):
+            counts = payload.get("rungs")
+            if (
+                not isinstance(counts, list)
+                or not all(isinstance(r, int) and not isinstance(r, bool) for r in counts)
+                or not counts
+                or counts[0] != h
+                or counts != sorted(set(counts))
+            ):
                 finding(
-                    f"revealed noise layers {layers} for {m} survivors; only layers "
-                    f"{list(range(m - h))} (or none) leave the honest survivors the charged noise"
+                    f"logged a noise-layer reveal whose survivor counts {counts!r} do not start at h = {h}"
                 )
                 continue
-            kept = mu / (m - c) if layers else share
+            freed = [i for i in range(len(counts) - 1) if counts[i + 1] <= m]
+            if layers not in ([], freed):
+                finding(
+                    f"revealed noise layers {layers} for {m} survivors; only layers {freed} (or none) "
+                    f"of its counts {counts} leave the honest survivors the charged noise"
+                )
+                continue
+            sized = max(r for r in counts if r <= m)
+            kept = mu / (sized - c) if layers else share
             logged = _number(payload.get("kept_variance"))
             if logged is None or abs(logged - kept) > 1e-9 * kept or (m - c) * kept < mu * (1 - 1e-12):
                 finding(
                     f"logs a kept noise variance of {payload.get('kept_variance')!r} for {m} survivors; "
-                    f"the plan gives {kept:.6g} (mu_total / (m − c) = {mu:.6g} / {m - c})"
+                    f"the plan gives {kept:.6g} (mu_total / (r − c) = {mu:.6g} / {sized - c}, "
+                    f"r = {sized} ≤ m)"
                 )
     return findings
 

@@ -316,7 +316,7 @@ def _reveal_layers(
     server's count (`noise_survivors`) must be that m, or the site refuses and reveals nothing (its
     state has moved past the unmask: nothing more is answered this round). The round is marked
     revealed either way, and the reveal is logged, signed, before it leaves."""
-    from secure_fed.dp.distributed import SEED_BYTES, kept_variance, layers_for, removable_layers
+    from secure_fed.dp.distributed import SEED_BYTES, kept_variance, layers_for, removable_layers, rungs
 
     plan = _distributed_plan(runtime)
     round_id = state["round_id"]
@@ -357,6 +357,7 @@ def _reveal_layers(
                 "layers": index,
                 "kept_variance": keeps,
                 "sized_for": kept_variance(plan, m),
+                "rungs": rungs(plan),
                 "honest_min": plan.honest_min,
                 "colluders": plan.colluders,
                 "mu_total": plan.mu_total,

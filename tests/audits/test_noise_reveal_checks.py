@@ -1,8 +1,9 @@
 """`audit verify` re-derives noise sized for the confirmed survivors from each site's own signed
 records (secure_fed.audits.distributed_checks.reveal_findings / removal_findings): a reveal for a
-survivor count m outside [h, the set the site confirmed], layers other than h .. m − 1, a kept
-variance other than mu_total/(m − c), a second reveal of a round, and a server removal no site
-logged are each named, with the round and the site."""
+survivor count m outside [h, the set the site confirmed], layers other than those its survivor
+counts (from h) free at m, a kept variance other than mu_total/(r − c) for its largest count
+r ≤ m, a second reveal of a round, and a server removal no site logged are each named, with the
+round and the site."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ def _reveal(
         "confirmed": [f"site{k}" for k in range(m)],
         "layers": list(range(m - 4)) if layers is None else layers,
         "kept_variance": MU / (m - 1) if kept is None else kept,
+        "rungs": [4, 5],
         **extra,
     }
 
@@ -64,6 +66,7 @@ def test_a_site_with_no_seeds_may_reveal_nothing() -> None:
         (_reveal(5, layers=[0, 1]), SET, "revealed noise layers [0, 1] for 5 survivors"),
         (_reveal(5, kept=MU / 5), SET, "logs a kept noise variance"),
         (_reveal(3, layers=[]), SET, "outside [h = 4"),
+        (_reveal(5, rungs=[3, 4, 5]), SET, "do not start at h = 4"),
     ],
 )
 def test_a_reveal_the_records_do_not_bear_out_is_named(
