@@ -1,9 +1,10 @@
 """Distributed DP's noise sized for the confirmed survivors, against the server that removes it.
 
 A site's share carries mu/(h − c), enough for the fewest survivors it unmasks with, in layers: a
-base and one removable layer per survivor count h .. n − 1 (secure_fed.dp.distributed). With its
-unmask reply a site reveals the seeds of the layers its confirmed survivor count m frees, keeping
-mu/(m − c), so the m − c honest survivors still carry mu_total. Three attacks, each through real
+base and one removable layer between consecutive counts it sizes for (h and the top two:
+secure_fed.dp.distributed). With its unmask reply a site reveals the seeds of the layers its
+confirmed survivor count m frees, keeping mu/(m − c), so the m − c honest survivors still carry
+mu_total. Three attacks, each through real
 `SiteRuntime`s driven by `handle` (5 sites, c = 1, h = 4: one removable layer, freed at m = 5):
 
 - the server lies about m: one site is gone (its input is not in the sum) and the server asks the
