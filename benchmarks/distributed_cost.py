@@ -12,8 +12,9 @@ distributed mode trains), on one fixed batch of patients so that both modes do t
   float64 update vector;
 - distributed: the same forward and backward on the engine of the site's kept work copy
   (`secure_fed.clients.distributed.ClippedSum`, as `clipped_gradient_sum` runs it: σ = 0 and
-  divisor 1, the clipped sum), flattened, then `encode_share` (projection, scaling, rotation,
-  rounding, Skellam share) with the run's plan (`secure_fed.distributed_plan.plan_for`: h = K − 1,
+  divisor 1, the clipped sum), flattened, then `encode_layered_share` (projection, scaling,
+  rotation, rounding, the Skellam share in a base and its removable layers) with the run's plan
+  (`secure_fed.distributed_plan.plan_for`: h = K − 1,
   c = 1, a 32-bit ring sized for K sites).
 
 Neither includes an optimiser step (site mode's local AdamW step, distributed mode's server-side
@@ -26,6 +27,9 @@ sums K float vectors of the update's length plus its weight (quantised into the 
 site); distributed mode sums K `encode_share` outputs as ring integers (`ring_bits` = the plan's
 bits, each site's `SiteRules` with the plan's h, as `clients/handler.py` sets them). The round's
 time over K is a site's share of it. The distributed sum is checked to be the exact residue sum.
+Distributed mode's server then takes out the layers every site reveals when all K survive
+(`remove_layers`, the seeds of layers h .. K − 1 from each site): `distributed_removal`, charged
+like the sum, over K.
 
 Times are medians over interleaved repeats of both wall time and process CPU time (one torch
 thread; CPU time is far less disturbed by other jobs on a shared machine); the ratio per K is
@@ -69,7 +73,7 @@ from secure_fed.crypto.transport import LocalTransport
 from secure_fed.crypto.vectors import SiteRules, client_step, sum_vectors
 from secure_fed.distributed_plan import delta, plan_for, round_seed
 from secure_fed.dp.calibration import calibrate_noise
-from secure_fed.dp.distributed import DistributedPlan, encode_share
+from secure_fed.dp.distributed import DistributedPlan, encode_layered_share, layers_for, remove_layers
 from secure_fed.dp.dpsgd import PatientDPSGD
 from secure_fed.dp.keystream import NoiseStream
 from secure_fed.model.setup import build_report_model
@@ -179,8 +183,10 @@ class PrivateSteps:
     def site_step(self) -> np.ndarray:
         return self._gradient(self.site_engine)
 
-    def distributed_step(self, engine: PatientDPSGD, plan: DistributedPlan, seed: bytes) -> np.ndarray:
-        return encode_share(self._gradient(engine), plan, seed, NoiseStream(bytes(32)))
+    def distributed_step(
+        self, engine: PatientDPSGD, plan: DistributedPlan, seed: bytes
+    ) -> tuple[np.ndarray, list[bytes]]:
+        return encode_layered_share(self._gradient(engine), plan, seed, NoiseStream(bytes(32)))
 
 
 def _identities(nodes: list[int]) -> dict[int, SecAggIdentity]:
@@ -254,6 +260,7 @@ def bench_sites(
         "distributed_step",
         "site_sum",
         "distributed_sum",
+        "distributed_removal",
         "round_setup",
         "build",
         "site_round_setup",
@@ -266,15 +273,18 @@ def bench_sites(
         stream = NoiseStream(bytes([repeat % 256]) * 32)
         w_setup, c_setup, engine = _timed(lambda st=stream: steps.round_setup(st))
         w_site, c_site, _ = _timed(steps.site_step)
-        w_dist, c_dist, share = _timed(lambda s=seed, e=engine: steps.distributed_step(e, plan, s))
+        w_dist, c_dist, (share, seeds) = _timed(lambda s=seed, e=engine: steps.distributed_step(e, plan, s))
         # after the steps: the model copies these two make and drop would otherwise sit between a
         # round's setup and its step, where no real round has them
         w_build, c_build, _ = _timed(lambda: steps.build(NoiseStream(bytes(32))))
         w_ssetup, c_ssetup, _ = _timed(steps.site_round_setup)
-        shares = {1: share} | {
-            n: encode_share(rng.normal(0.0, 1.0, steps.dim), plan, seed, NoiseStream(bytes([n]) * 32))
+        layered = {1: (share, seeds)} | {
+            n: encode_layered_share(rng.normal(0.0, 1.0, steps.dim), plan, seed, NoiseStream(bytes([n]) * 32))
             for n in range(2, sites + 1)
         }
+        shares = {n: pair[0] for n, pair in layered.items()}
+        # every site survives and reveals the layers a count of K frees
+        freed = [(i, pair[1][i]) for pair in layered.values() for i in layers_for(plan, sites)]
         w_ssum, c_ssum, _ = secure_sum(site_inputs, base, float_rules, repeat)
         w_dsum, c_dsum, total = secure_sum(shares, ring, ring_rules, repeat)
         expected = np.sum([s.astype(np.uint64) for s in shares.values()], axis=0) & np.uint64(
@@ -282,6 +292,7 @@ def bench_sites(
         )
         if not np.array_equal(np.asarray(total, dtype=np.uint64), expected):
             raise RuntimeError("the SecAgg+ ring sum is not the residue sum of the shares")
+        w_rem, c_rem, _ = _timed(lambda t=total, f=freed: remove_layers(t, plan, f))
         if repeat < args.warmup:
             continue
         for key, w, c in (
@@ -289,6 +300,7 @@ def bench_sites(
             ("distributed_step", w_dist, c_dist),
             ("site_sum", w_ssum, c_ssum),
             ("distributed_sum", w_dsum, c_dsum),
+            ("distributed_removal", w_rem, c_rem),
             ("round_setup", w_setup, c_setup),
             ("build", w_build, c_build),
             ("site_round_setup", w_ssetup, c_ssetup),
@@ -299,7 +311,7 @@ def bench_sites(
     def summary(series: dict[str, list[float]]) -> dict[str, float]:
         med = {k: _median(v) for k, v in series.items()}
         site = med["site_step"] + med["site_sum"] / sites
-        dist = med["distributed_step"] + med["distributed_sum"] / sites
+        dist = med["distributed_step"] + (med["distributed_sum"] + med["distributed_removal"]) / sites
         return {
             **{f"{k}_ms": 1e3 * v for k, v in med.items()},
             "site_sum_share_ms": 1e3 * med["site_sum"] / sites,

@@ -198,3 +198,28 @@ def test_the_release_default_is_what_the_benchmark_chose() -> None:
 
     chose = "one-vector" if _raw("fedtar-release-noise")["output"]["one_vector_default"] else "copies"
     assert TrainConfig().fedtar_release == chose
+
+
+def test_distributed_survivors_rows_are_the_measured_ratios_and_the_plan_holds_mu_total() -> None:
+    """The table's ratios are the measured std over the curator's σ·C; what the plan predicts is
+    (kept variances over mu_total) m/(m − c) per revealing share, and every case keeps ≥ mu_total."""
+    raw = _raw("distributed-survivors")
+    out = raw["output"]
+    table = bench_tables.shape("distributed-survivors", raw, "cmd", "machine", None, "0" * 40)
+    rows = {row[0]: row for row in table["rows"]}
+    prv = out["curator_sigma"]["prv"] * out["clip"]
+    for cell in out["rows"]:
+        assert rows[cell["case"]][3] == f"{cell['std'] / prv:.3f}"
+        assert cell["honest_floor_over_mu"] >= 1 - 1e-12
+    by_case = {cell["case"]: cell for cell in out["rows"]}
+    z = out["skellam_noise_multiplier"]
+    # all five reveal for m = 5: 5·mu/4; unlayered: 5·mu/3 (h − c = 3)
+    assert by_case["all five survive"]["ratio_prv_expected"] == pytest.approx(
+        math.sqrt(5 / 4) * z * out["clip"] / prv
+    )
+    assert by_case["unlayered, all five"]["ratio_prv_expected"] == pytest.approx(
+        math.sqrt(5 / 3) * z * out["clip"] / prv
+    )
+    # issue 64's dropout target holds on the measurement, the all-five one is reported as it is
+    assert by_case["one dropout before masking"]["ratio_prv"] <= 1.25
+    assert by_case["one dropout after confirming"]["ratio_prv"] <= 1.25

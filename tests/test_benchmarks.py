@@ -199,6 +199,23 @@ def test_distributed_noise_smoke() -> None:
     assert all(value > 0 for value in out["timing_ms"].values()) and out["encode_over_site_noise"] > 0
 
 
+def test_distributed_survivors_smoke() -> None:
+    out = _smoke("distributed_survivors.py")
+    cases = {row["case"]: row for row in out["rows"]}
+    assert set(cases) == {
+        "unlayered, all five",
+        "all five survive",
+        "one dropout before masking",
+        "one dropout after confirming",
+    }
+    for row in out["rows"]:
+        # measured through encode_(layered_)share, remove_layers and decode_sum, as the plan says
+        assert abs(row["std"] / row["std_expected"] - 1) < 0.1
+        assert row["honest_floor_over_mu"] >= 1 - 1e-12
+    assert cases["all five survive"]["std_expected"] < cases["unlayered, all five"]["std_expected"]
+    assert all(value > 0 for value in out["timing_ms"].values())
+
+
 @pytest.mark.bench
 def test_hospital_cost_smoke(cache_dir: Path) -> None:
     """benchmarks/hospital_cost.py: the per-unit costs docs/BENCHMARKS.md quotes and the grid
@@ -249,10 +266,20 @@ def test_distributed_cost_smoke(cache_dir: Path) -> None:
     assert out["model"]["trainable"] == row["plan"]["dim"] <= row["plan"]["padded_dim"]
     for clock in ("cpu", "wall"):
         timing = row[clock]
-        for part in ("site_step", "distributed_step", "site_sum", "distributed_sum", "round_setup"):
+        for part in (
+            "site_step",
+            "distributed_step",
+            "site_sum",
+            "distributed_sum",
+            "distributed_removal",
+            "round_setup",
+        ):
             assert timing[f"{part}_ms"] > 0
         # the ratio is the two totals', each a step plus a fifth of its mode's secure sum
-        total = timing["distributed_step_ms"] + timing["distributed_sum_ms"] / 5
+        total = (
+            timing["distributed_step_ms"]
+            + (timing["distributed_sum_ms"] + timing["distributed_removal_ms"]) / 5
+        )
         assert timing["distributed_total_ms"] == pytest.approx(total)
         assert timing["ratio"] == pytest.approx(timing["distributed_total_ms"] / timing["site_total_ms"])
         assert timing["ratio_with_round_setup"] > timing["ratio"]

@@ -13,6 +13,7 @@ gives the command, commit, date and machine unless flags override them:
 
     python tools/bench_tables.py distributed-noise docs/results/distributed-noise.json
     python tools/bench_tables.py distributed-noise-accounting docs/results/distributed-noise.json
+    python tools/bench_tables.py distributed-survivors docs/results/distributed-survivors.json
 
 secagg.py and dp_overhead.py have no shaper yet: their tables in the docs were
 transcribed, and their notes say how they were combined.
@@ -416,6 +417,50 @@ def distributed_noise_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
     ]
 
 
+def distributed_survivors_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    out = _output(_one(outs))
+
+    def revealing(row: dict[str, Any]) -> int:
+        # a site confirming m = h frees no layer: it reveals an empty list
+        return row["revealing"] if row["confirmed_survivors"] > out["honest_min"] else 0
+
+    return [
+        [
+            row["case"],
+            f"{row['sites_in_sum']} ({revealing(row)} reveal a layer)",
+            row["confirmed_survivors"],
+            f"{row['ratio_prv']:.3f}",
+            f"{row['ratio_prv_expected']:.3f}",
+            f"{row['ratio_rdp']:.3f}",
+            f"{row['ratio_rdp_expected']:.3f}",
+            f"{row['honest_floor_over_mu']:.3f}",
+        ]
+        for row in out["rows"]
+    ]
+
+
+def distributed_survivors_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
+    out = _output(_one(outs))
+    sigma, ms = out["curator_sigma"], out["timing_ms"]
+    return [
+        f"Plan: {out['config']} (ε = {out['epsilon']:g}, δ = {out['delta']:g}, "
+        f"q = {out['sample_rate']:g}, {out['steps']} steps, C = {out['clip']:g}, {out['amplification']} "
+        f"RDP bound), {out['sites']} sites, "
+        f"h = {out['honest_min']}, c = {out['colluders']}: Skellam noise multiplier "
+        f"{out['skellam_noise_multiplier']:.4f}, {out['removable_layers']} removable layer(s) per share.",
+        f"Curator's σ: the pooled DP-SGD σ at the same (ε, δ, q, steps) and histogram share, "
+        f"{sigma['prv']:.4f} with the PRV accountant (issue 64's reference), {sigma['rdp']:.4f} with RDP.",
+        "Measured: std per coordinate of (released − true sum) over d = "
+        f"{_int(out['dim'])} coordinates, from real encode_share / encode_layered_share, remove_layers "
+        "and decode_sum; expected: from the kept variances of the plan (no sampling error).",
+        "Honest floor: what the honest shares keep when the c colluders are the shares that keep the "
+        "most, over the mu_total the ledger charges (the guarantee: ≥ 1).",
+        f"Time at d = {_int(out['dim'])}, medians of {out['repeats']} interleaved repeats: encode_share "
+        f"{ms['encode_share']:.1f} ms, encode_layered_share {ms['encode_layered_share']:.1f} ms, the "
+        f"server's removal of one site's revealed layers {ms['remove_one_sites_layers']:.1f} ms.",
+    ]
+
+
 ACCOUNTING_COLUMNS = [
     "setting",
     "site mode σ (exact)",
@@ -788,6 +833,22 @@ SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[
         ],
         distributed_noise_rows,
         distributed_noise_notes,
+    ),
+    "distributed-survivors": (
+        "Released noise std over the curator's σ·C, distributed DP at the hospital settings, shares sized "
+        "for the confirmed survivors",
+        [
+            "case",
+            "shares in the sum",
+            "confirmed m",
+            "released / curator (PRV σ)",
+            "expected (PRV σ)",
+            "released / curator (RDP σ)",
+            "expected (RDP σ)",
+            "honest floor / mu_total",
+        ],
+        distributed_survivors_rows,
+        distributed_survivors_notes,
     ),
     "distributed-noise-accounting": (
         "Where distributed DP's noise goes: noise multipliers at the same (ε, δ, q, steps) and the "

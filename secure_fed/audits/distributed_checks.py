@@ -23,6 +23,8 @@ from typing import Any
 
 SURVIVORS_EVENT = "secagg_survivors"
 UNMASK_PHASE = "secagg_unmask"
+REVEAL_EVENT = "noise_layers_revealed"
+REMOVAL_EVENT = "noise_layers_removed"
 
 
 @dataclass
@@ -37,6 +39,8 @@ class SiteRounds:
     # "site" or, where the log names the node the site confirmed it as, "site@node"
     survivors: dict[int, tuple[int | None, tuple[str, ...], int | None]] = field(default_factory=dict)
     unmasked: set[int] = field(default_factory=set)  # rounds whose unmask request the site acted on
+    # round → [(line, payload)] of the site's `noise_layers_revealed` records (one a round, or a finding)
+    reveals: dict[int, list[tuple[int | None, Mapping[str, Any]]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,118 @@ def survivor_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
     return findings
 
 
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def reveal_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
+    """Noise sized for the confirmed survivors, re-derived from each site's own signed records: a
+    site reveals its removable layers once a round, for a survivor count m with h ≤ m ≤ the set it
+    confirmed (and m of that set's sites named as confirming), exactly the layers its survivor counts
+    (rungs, from h) free at m (or none), so its share keeps mu/(r − c) of the round's plan for a
+    rung r ≤ m, and the m − c honest survivors carry at least the mu_total the ledger charged."""
+    findings = []
+    for log in logs:
+        for round_, reveals in sorted(log.reveals.items()):
+            line, payload = reveals[0]
+
+            def finding(
+                reason: str, line: int | None = line, round_: int = round_, log: SiteRounds = log
+            ) -> None:
+                findings.append(Finding(log.path, line, f"round {round_}: {log.site} {reason}"))
+
+            if len(reveals) > 1:
+                finding(f"revealed its noise layers {len(reveals)} times; a site reveals once a round")
+            if round_ not in log.plans:
+                continue  # a reveal answers an unmask: `unshared_findings` names the round already
+            plan = log.plans[round_][1]
+            mu = _number(plan.get("mu_total"))
+            h, c = plan.get("honest_min"), plan.get("colluders")
+            m, layers = payload.get("survivors"), payload.get("layers")
+            if mu is None or not isinstance(h, int) or not isinstance(c, int) or not 0 <= c < h:
+                finding("revealed noise layers under a plan its log does not state (mu_total, h, c)")
+                continue
+            share = mu / (h - c)  # each share as encoded: h − c of them carry mu_total
+            if not isinstance(m, int) or isinstance(m, bool) or not isinstance(layers, list):
+                finding("logged a noise-layer reveal without its survivor count and layers")
+                continue
+            confirmed = log.survivors.get(round_)
+            if confirmed is None:
+                finding("revealed noise layers without a confirmed survivor set for the round")
+                continue
+            named = payload.get("confirmed")
+            sites_in_set = {entry.split("@")[0] for entry in confirmed[1]}
+            if not h <= m <= len(confirmed[1]):
+                finding(
+                    f"revealed noise layers for {m} survivors, outside [h = {h}, the {len(confirmed[1])} "
+                    "it confirmed]: its share keeps less than the noise the ledger charged"
+                )
+                continue
+            if not isinstance(named, list) or len(set(named)) != m or not set(named) <= sites_in_set:
+                finding(
+                    f"revealed noise layers for {m} survivors without naming {m} confirming sites of the "
+                    "set it confirmed"
+                )
+                continue
+            counts = payload.get("rungs")
+            if (
+                not isinstance(counts, list)
+                or not all(isinstance(r, int) and not isinstance(r, bool) for r in counts)
+                or not counts
+                or counts[0] != h
+                or counts != sorted(set(counts))
+            ):
+                finding(
+                    f"logged a noise-layer reveal whose survivor counts {counts!r} do not start at h = {h}"
+                )
+                continue
+            freed = [i for i in range(len(counts) - 1) if counts[i + 1] <= m]
+            if layers not in ([], freed):
+                finding(
+                    f"revealed noise layers {layers} for {m} survivors; only layers {freed} (or none) "
+                    f"of its counts {counts} leave the honest survivors the charged noise"
+                )
+                continue
+            sized = max(r for r in counts if r <= m)
+            kept = mu / (sized - c) if layers else share
+            logged = _number(payload.get("kept_variance"))
+            if logged is None or abs(logged - kept) > 1e-9 * kept or (m - c) * kept < mu * (1 - 1e-12):
+                finding(
+                    f"logs a kept noise variance of {payload.get('kept_variance')!r} for {m} survivors; "
+                    f"the plan gives {kept:.6g} (mu_total / (r − c) = {mu:.6g} / {sized - c}, "
+                    f"r = {sized} ≤ m)"
+                )
+    return findings
+
+
+def removal_findings(
+    logs: Sequence[SiteRounds], removals: Sequence[tuple[str, int | None, int, Any]]
+) -> list[Finding]:
+    """The server's removals (path, line, round, {site: m}) must each match a reveal the site itself
+    logged for that round, with the same m and its layers: the server removes only what it was given."""
+    findings = []
+    by_site = {log.site: log for log in logs}
+    for path, line, round_, removed in removals:
+        if not isinstance(removed, dict):
+            findings.append(Finding(path, line, f"round {round_}: a noise-layer removal names no sites"))
+            continue
+        for site, m in sorted(removed.items()):
+            log = by_site.get(site)
+            if log is None:  # the site's log is not among those checked: nothing to compare with
+                continue
+            own = [p for _, p in log.reveals.get(round_, [])]
+            if not any(p.get("survivors") == m and p.get("layers") for p in own):
+                findings.append(
+                    Finding(
+                        path,
+                        line,
+                        f"round {round_}: the server removed {site}'s noise layers for {m} survivors, but "
+                        f"{site}'s log holds no reveal of layers for {m} survivors in round {round_}",
+                    )
+                )
+    return findings
+
+
 def distributed_findings(logs: Sequence[SiteRounds]) -> list[Finding]:
     per_round = plan_findings(logs) + plan_change_findings(logs) + unshared_findings(logs)
-    return per_round + survivor_findings(logs)
+    return per_round + survivor_findings(logs) + reveal_findings(logs)

@@ -46,6 +46,11 @@ EVENTS: dict[str, str] = {
     "secagg_round": 'secure aggregation of one round: {"participants": [...], "dropped": [...]}',
     "secagg_survivors": "the survivor set a site confirmed in a distributed-DP round's consistency step, "
     'the only set it unmasks for: {"site", "survivors": [sites], "members": [[node, site]], "honest_min"}',
+    "noise_layers_revealed": "a distributed-DP site's unmask: the removable noise layers it revealed for the "
+    'survivor count it confirmed itself: {"site", "survivors", "confirmed": [sites], "layers": [index], '
+    '"kept_variance", "sized_for", "rungs", "honest_min", "colluders", "mu_total"}',
+    "noise_layers_removed": "the server took survivors' revealed noise layers out of a distributed-DP sum "
+    'before decoding it: {"round", "removed": {site: survivor count}}',
     "alpha": "the aggregated (final) α",
     "alpha_skipped": 'the round\'s α sum could not be completed and α kept its value: {"reason"}',
     "participation": 'the sites sampled for a round: {"fraction", "sampled": [...]}',

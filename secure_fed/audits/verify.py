@@ -42,10 +42,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from secure_fed.audits.accounting import EventError, StreamAccountant, prv_matches, rdp_matches
 from secure_fed.audits.distributed_checks import (
+    REMOVAL_EVENT,
+    REVEAL_EVENT,
     SURVIVORS_EVENT,
     UNMASK_PHASE,
     SiteRounds,
     distributed_findings,
+    removal_findings,
 )
 from secure_fed.audits.empirical_bound import check_record as check_empirical_record
 from secure_fed.audits.keys import key_fingerprint
@@ -201,6 +204,9 @@ class _LogState:
     acted: Counter[tuple[str, int | None]] = field(default_factory=Counter)
     # this log's own signed survivor sets (distributed DP's consistency step)
     survivors: list[tuple[Line, dict[str, Any]]] = field(default_factory=list)
+    # this log's own reveals of removable noise layers, and any server records of their removal
+    reveals: list[tuple[Line, dict[str, Any]]] = field(default_factory=list)
+    removals: list[tuple[Line, dict[str, Any]]] = field(default_factory=list)
 
     def participated(self, site: str) -> dict[int, Line]:
         """Rounds in which this log says `site` took part, with the line that says so first."""
@@ -444,6 +450,10 @@ class _Checker:
                     )
         elif event == SURVIVORS_EVENT and record["party"] == state.party:
             state.survivors.append((line, record))
+        elif event == REVEAL_EVENT and record["party"] == state.party:
+            state.reveals.append((line, record))
+        elif event == REMOVAL_EVENT:
+            state.removals.append((line, record))
         elif event == "budget_refusal" and isinstance(payload.get("site"), str):
             state.named.add(payload["site"])
         elif event == "instruction":
@@ -499,7 +509,14 @@ class _Checker:
     def check_distributed(self, states: list[_LogState]) -> None:
         """Under distributed DP: one plan and one signed survivor set of at least h sites per round,
         across the sites' own logs (`distributed_checks`), so a logged ε is an upper bound."""
-        for finding in distributed_findings([_site_rounds(state) for state in states if state.party]):
+        removals = [
+            (state.path, line.number, record["round"], record["payload"].get("removed"))
+            for state in states
+            for line, record in state.removals
+            if isinstance(record.get("round"), int) and isinstance(record.get("payload"), dict)
+        ]
+        sites = [_site_rounds(state) for state in states if state.party]
+        for finding in distributed_findings(sites) + removal_findings(sites, removals):
             self.problems.append(Problem(finding.path, finding.line, finding.reason))
 
     def check_handed_over(self, states: list[_LogState]) -> None:
@@ -823,6 +840,9 @@ def _site_rounds(state: _LogState) -> SiteRounds:
     rounds.unmasked = {
         r for (phase, r), n in state.acted.items() if phase == UNMASK_PHASE and isinstance(r, int) and n
     }
+    for line, record in state.reveals:
+        if isinstance(record.get("round"), int) and isinstance(record.get("payload"), dict):
+            rounds.reveals.setdefault(record["round"], []).append((line.number, record["payload"]))
     return rounds
 
 

@@ -57,6 +57,7 @@ _STASHED = (
     "secagg_members",
     "upload_round",
     "upload_plan",
+    "noise_layers",
     "scalars",
     "scalars_round",
 )

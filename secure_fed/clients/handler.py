@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import numpy as np
+
 from secure_fed.clients.guard import Refusal, SiteFault, SiteGuard, request_digest
 from secure_fed.clients.policy import PolicyViolation, SitePolicy
 from secure_fed.clients.runtime import SiteRuntime
@@ -20,9 +22,13 @@ from secure_fed.crypto import scalars as scalar_sum
 from secure_fed.crypto import vectors as vector_sum
 from secure_fed.crypto.secagg_protocol import (
     CONSISTENCY,
+    NOISE_LAYER_INDEX,
+    NOISE_LAYER_SEEDS,
+    NOISE_SURVIVORS,
     PLAIN_SUM,
     SECAGG_PHASES,
     SETUP,
+    UNMASK,
     SecAggRefused,
     embed_setup,
     embedded_setup,
@@ -37,8 +43,10 @@ _LOCAL_DETAIL = "_local_detail"
 # plain-sum query would have had, so the log reads the same whether a round takes one phase or two
 _CARRIED_INSTRUCTION = "_carried_instruction"
 
+# the rounds whose removable noise layers this site has revealed (or refused to): once a round, ever
+NOISE_REVEALS = "noise_reveals"
 # protocol records that must survive a node restart (kept in the guard's file as well)
-PROTOCOL_MARKS = (vector_sum.MASKED_UPLOADS, *scalar_sum.ROUND_MARKS)
+PROTOCOL_MARKS = (vector_sum.MASKED_UPLOADS, *scalar_sum.ROUND_MARKS, NOISE_REVEALS)
 VECTOR_PHASES = frozenset({PLAIN_SUM, *SECAGG_PHASES})
 SCALAR_PHASES = frozenset(
     {scalar_sum.PLAIN_PHASE, scalar_sum.KEYS_PHASE, scalar_sum.ENCRYPT_PHASE, scalar_sum.DECRYPT_PHASE}
@@ -141,6 +149,9 @@ def _dispatch(
             raise Refusal("no_update", "no update to aggregate this round")
         if phase == SETUP:  # the later phases are held to the setup's round by the protocol state
             _check_secagg_round(runtime, request)
+        layered = phase == UNMASK and _distributed_plan(runtime) is not None
+        if layered:
+            _check_not_revealed(state, request)
         reply, state = vector_sum.client_step(
             phase,
             request,
@@ -154,6 +165,8 @@ def _dispatch(
         )
         if phase == CONSISTENCY:
             _log_survivors(runtime, state)
+        if layered:
+            return _reveal_layers(runtime, request, reply, state)
         return reply, state
     if phase in SCALAR_PHASES:
         scalars = runtime.stash.get("scalars")
@@ -263,6 +276,96 @@ def _log_survivors(runtime: SiteRuntime, state: Payload) -> None:
         },
         state["round_id"] if isinstance(state["round_id"], int) else None,
     )
+
+
+def _distributed_plan(runtime: SiteRuntime) -> Any:
+    return getattr(getattr(runtime, "privacy", None), "distributed", None)
+
+
+def _reveal_marks(state: Payload) -> list[str]:
+    marks = state.get(NOISE_REVEALS, [])
+    if not isinstance(marks, list) or not all(isinstance(m, str) for m in marks):
+        raise SecAggRefused(f"this site's record of revealed noise layers ({NOISE_REVEALS}) is corrupt")
+    return list(marks)
+
+
+def _check_not_revealed(state: Payload, request: Payload) -> None:
+    """One reveal a round, ever: a second unmask request (the protocol refuses it too) or one after
+    the protocol was restarted for the round finds the round already marked."""
+    asked = request.get("round_id")
+    if str(asked) in _reveal_marks(state):
+        raise SecAggRefused(
+            f"distributed DP: this site already answered round {asked!r}'s noise-layer reveal; "
+            "no second unmask is answered"
+        )
+
+
+def _confirmed_count(state: Payload, request: Payload) -> int:
+    """m: this site and the neighbours whose confirmations of its set verified (the request is not
+    read: the server's count is only compared with this one)."""
+    return len(state.get("confirmed_nodes", []))
+
+
+def _reveal_layers(
+    runtime: SiteRuntime, request: Payload, reply: Payload, state: Payload
+) -> tuple[Payload, Payload]:
+    """The unmask reply with the seeds of the noise layers the confirmed survivor count frees.
+
+    m is this site's own count, never the server's: itself and every neighbour whose confirmation of
+    the set it confirmed verified (`secagg_client`: each honest one of them is in the sum). The
+    server's count (`noise_survivors`) must be that m, or the site refuses and reveals nothing (its
+    state has moved past the unmask: nothing more is answered this round). The round is marked
+    revealed either way, and the reveal is logged, signed, before it leaves."""
+    from secure_fed.dp.distributed import SEED_BYTES, kept_variance, layers_for, removable_layers, rungs
+
+    plan = _distributed_plan(runtime)
+    round_id = state["round_id"]
+    marked = {**state, NOISE_REVEALS: [*_reveal_marks(state), str(round_id)]}
+    confirmed = [int(n) for n in state.get("confirmed_nodes", [])]
+    m = _confirmed_count(state, request)
+    asked = request.get(NOISE_SURVIVORS)
+    if isinstance(asked, bool) or not isinstance(asked, int) or asked != m:
+        return {
+            "error": f"distributed DP: the server sizes the noise for {asked!r} survivors, this site "
+            f"confirmed {m} (itself and the confirmations it verified); no unmasking share sent",
+            "code": "secagg",
+        }, marked
+    if not plan.honest_min <= m <= plan.max_sites:
+        return {
+            "error": f"distributed DP: {m} confirmed survivors lies outside [h, n] = "
+            f"[{plan.honest_min}, {plan.max_sites}]; no unmasking share sent",
+            "code": "secagg",
+        }, marked
+    kept = runtime.stash.get("noise_layers")
+    seeds = (
+        []
+        if kept is None
+        else [bytes(row) for row in np.asarray(kept, dtype=np.uint8).reshape(-1, SEED_BYTES)]
+    )
+    # a share kept without its layers (or with another plan's count) reveals nothing: its whole noise stays
+    index = layers_for(plan, m) if len(seeds) == len(removable_layers(plan)) else []
+    keeps = plan.share_mu - sum(removable_layers(plan)[i] for i in index)
+    trail = getattr(runtime, "trail", None)
+    if trail is not None and not trail.log.closed:
+        site_of = dict(zip(state["survivors"], state["survivor_sites"], strict=True))
+        trail.append(
+            "noise_layers_revealed",
+            {
+                "site": runtime.site,
+                "survivors": m,
+                "confirmed": sorted(str(site_of[n]) for n in confirmed if n in site_of),
+                "layers": index,
+                "kept_variance": keeps,
+                "sized_for": kept_variance(plan, m),
+                "rungs": rungs(plan),
+                "honest_min": plan.honest_min,
+                "colluders": plan.colluders,
+                "mu_total": plan.mu_total,
+            },
+            round_id if isinstance(round_id, int) else None,
+        )
+    reveal = {NOISE_SURVIVORS: m, NOISE_LAYER_INDEX: index, NOISE_LAYER_SEEDS: [seeds[i] for i in index]}
+    return {**reply, **reveal}, marked
 
 
 def _secagg_rules(runtime: SiteRuntime) -> vector_sum.SiteRules:

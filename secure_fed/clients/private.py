@@ -126,6 +126,9 @@ class SitePrivacy:
     # dp.noise_free_reference: σ = 0 everywhere, nothing charged or logged, ε = ∞ (not private)
     noise_free: bool = False
     _streams: dict[tuple[str, int], NoiseStream] = field(default_factory=dict, init=False, repr=False)
+    # distributed DP: the seeds of the removable noise layers of each round's share, from its
+    # encoding until the runtime takes them (`take_layers`) to keep with the release
+    _layers: dict[int, list[bytes]] = field(default_factory=dict, init=False, repr=False)
 
     @classmethod
     def plan(
@@ -215,6 +218,15 @@ class SitePrivacy:
         )
 
     # -- releases ---------------------------------------------------------------------------
+    def keep_layers(self, round_id: int, seeds: list[bytes]) -> None:
+        """The removable layers' seeds of round `round_id`'s share (dp.distributed.encode_layered_share)."""
+        self._layers[round_id] = list(seeds)
+
+    def take_layers(self, round_id: int) -> list[bytes]:
+        """The seeds kept for `round_id`, once; none (nothing the site could ever remove: its whole
+        share stays in the sum) where the share was encoded without layers."""
+        return self._layers.pop(round_id, [])
+
     def noise_stream(self, purpose: str, round_id: int) -> NoiseStream:
         """A new keystream for one release (fresh key every call: a retry draws new noise, so
         whatever must not be released twice has to be kept by the caller)."""

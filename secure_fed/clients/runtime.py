@@ -41,6 +41,17 @@ def save_release(path: Path, values: np.ndarray) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
+def _load_layers(path: Path) -> list[bytes]:
+    """The layer seeds kept with a saved release; none where none were kept (a release saved before
+    layers existed, or a lost file): then nothing is revealed and the whole share stays in the sum."""
+    from secure_fed.dp.distributed import SEED_BYTES
+
+    raw = path.read_bytes() if path.exists() else b""
+    if len(raw) % SEED_BYTES:
+        return []
+    return [raw[i : i + SEED_BYTES] for i in range(0, len(raw), SEED_BYTES)]
+
+
 def _site_privacy(
     cfg: RunConfig,
     site: str,
@@ -285,6 +296,7 @@ class SiteRuntime:
                 self.stash["secagg_members"] = json.loads(members.read_text()) if members.exists() else []
                 self.stash["upload_round"] = round_id
                 self._stash_plan(noised)
+                self._stash_layers(_load_layers(released.with_suffix(".layers")))
                 self.guard.trained_round(round_id)
                 self._keep_trained_from(round_id, global_vec)
                 self.guard.save()
@@ -339,7 +351,9 @@ class SiteRuntime:
             upload, steps, mean_loss = self.learner.distributed_update(
                 round_id, method, global_vec, self.privacy, release_options
             )
+            layers = self.privacy.take_layers(round_id)
         else:
+            layers = []
             gradients = (lambda: self.privacy.gradients(round_id)) if self.privacy is not None else None
             update = self.learner.local_update(round_id, method, global_vec, gradients, options)
             upload, steps, mean_loss = update.upload * factors.own, update.steps, update.mean_loss
@@ -349,6 +363,7 @@ class SiteRuntime:
         self.stash["upload_round"] = round_id
         noised = self._current_plan()
         self._stash_plan(noised)
+        self._stash_layers(layers)
         if self.privacy is not None:
             # the factors and the plan first: a retry re-sends the release under the vector it was
             # made with, and only under the plan it was noised for
@@ -357,6 +372,8 @@ class SiteRuntime:
             atomic_write_bytes(released.with_suffix(".factor-sites"), sites)
             if noised is not None:
                 atomic_write_bytes(released.with_suffix(".plan"), noised.encode())
+                # a retried round re-sends this share: with it the seeds of its removable layers
+                atomic_write_bytes(released.with_suffix(".layers"), b"".join(layers))
             save_release(released, upload)
         self.guard.trained_round(round_id)
         self._keep_trained_from(round_id, global_vec)
@@ -400,6 +417,15 @@ class SiteRuntime:
                 "keys it had for this run, or start a new run)",
             )
         return noised
+
+    def _stash_layers(self, seeds: list[bytes]) -> None:
+        """The seeds of the stashed share's removable noise layers, as one uint8 array (L × 32: the
+        wire codec carries arrays): revealed at the unmask, those the confirmed survivors free."""
+        from secure_fed.dp.distributed import SEED_BYTES
+
+        self.stash["noise_layers"] = (
+            np.frombuffer(b"".join(seeds), dtype=np.uint8).reshape(-1, SEED_BYTES).copy()
+        )
 
     def _stash_plan(self, noised: str | None) -> None:
         if noised is None:

@@ -152,6 +152,7 @@ _ROUND_KEYS = frozenset(
         "pair_keys",
         "survivors",
         "survivor_sites",
+        "confirmed_nodes",
     }
 )
 
@@ -648,10 +649,12 @@ def _check_named_as_signed(named: Mapping[int, str], state: State, identity: Sec
 
 def _check_survivor_confirmations(
     request: Mapping[str, Any], state: State, identity: SecAggIdentity | None, honest_min: int | None
-) -> None:
+) -> set[int]:
     """The unmask request must carry confirmations of the set this site confirmed from at least h
     of its members (this site counts itself), each an HMAC under the key this site shares with the
-    neighbour it names."""
+    neighbour it names. Returns the nodes whose confirmations verified, this one included: each
+    honest one of them is in the unmasked sum (its pairwise mask with this site is revealed by
+    neither of the two), which is what a caller may size anything on."""
     if identity is None:
         raise SecAggRefused("checking the survivor confirmations needs this site's identity (its run)")
     nodes, sites = state["survivors"], state["survivor_sites"]
@@ -681,6 +684,7 @@ def _check_survivor_confirmations(
             f"distributed DP: {len(confirmed)} sites (this one included) confirmed the survivor set this "
             f"site confirmed, fewer than h = {needed} (dp.honest_min); no unmasking share sent"
         )
+    return confirmed
 
 
 def _unmask(
@@ -689,8 +693,9 @@ def _unmask(
     survived = _ids(request, "survived")
     dropped = _ids(request, "dropped")
     partners, t = state["partners"], state["threshold"]
+    confirmed: set[int] = set()
     if state["stage"] == CONSISTENCY:
-        _check_survivor_confirmations(request, state, identity, honest_min)
+        confirmed = _check_survivor_confirmations(request, state, identity, honest_min)
         if set(survived) != set(partners) & set(state["survivors"]):
             raise SecAggRefused(
                 "the unmask request's survivors are not the survivor set this site confirmed: "
@@ -733,7 +738,7 @@ def _unmask(
     }
     # forget the shares and keys: a second unmask request in this round finds nothing to reveal
     done = {k: v for k, v in state.items() if k not in ("held_seed", "pair_keys", "peer_confirm_key")}
-    return reply, {**done, "stage": UNMASK}
+    return reply, {**done, "stage": UNMASK, "confirmed_nodes": sorted(confirmed)}
 
 
 def secagg_client_step(

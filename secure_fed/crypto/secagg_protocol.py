@@ -23,6 +23,12 @@ MASKED = "secagg_masked"
 CONSISTENCY = "secagg_consistency"
 UNMASK = "secagg_unmask"
 SECAGG_PHASES = (SETUP, SHARES, MASKED, CONSISTENCY, UNMASK)
+# Distributed DP's noise sized for the confirmed survivors rides on the unmask: the request says the
+# survivor count m the server will take each site's noise down to (its own confirmations plus the
+# ones it is shown), the reply carries the seeds of the removable noise layers m frees (by index)
+NOISE_SURVIVORS = "noise_survivors"
+NOISE_LAYER_INDEX = "noise_layer_index"
+NOISE_LAYER_SEEDS = "noise_layer_seeds"
 # A setup request (and its reply) can ride inside another message, its fields under this prefix, so
 # that key advertisement shares the round trip that hands the sites their work.
 EMBEDDED_SETUP = "secagg_setup."
@@ -217,3 +223,7 @@ class VectorSum:
     dropped: list[int] = field(default_factory=list)
     quantisation_bound: float = 0.0
     clipped_fraction: float = 0.0
+    # distributed DP: what each survivor revealed with its unmask reply, node → (the survivor count
+    # it confirmed, [(layer index, seed)]): the removable noise layers its share no longer needs,
+    # for the mechanism to take out of `total` (the protocol only carries them)
+    noise_layers: dict[int, tuple[int, list[tuple[int, bytes]]]] = field(default_factory=dict)

@@ -26,6 +26,9 @@ from secure_fed.crypto.secagg_identity import SIGNATURE_BYTES
 from secure_fed.crypto.secagg_protocol import (
     CONSISTENCY,
     MASKED,
+    NOISE_LAYER_INDEX,
+    NOISE_LAYER_SEEDS,
+    NOISE_SURVIVORS,
     SETUP,
     SHARES,
     UNMASK,
@@ -244,7 +247,13 @@ def _collect_unmask_shares(
         if confirmations is None:
             return {}
         mail = confirmations[u]
-        return {"confirmed_by": sorted(mail), "confirmations": [mail[v] for v in sorted(mail)]}
+        # the survivor count the site will size its noise for: itself and each confirmation it is
+        # shown; a site whose own count differs refuses (the server's word on m is checked)
+        return {
+            "confirmed_by": sorted(mail),
+            "confirmations": [mail[v] for v in sorted(mail)],
+            NOISE_SURVIVORS: len(mail) + 1,
+        }
 
     requests = {
         u: {
@@ -258,6 +267,7 @@ def _collect_unmask_shares(
     }
     seed_shares: dict[int, list[bytes]] = {u: [] for u in survivors}
     pair_keys: dict[tuple[int, int], bytes] = {}
+    layers: dict[int, tuple[int, list[tuple[int, bytes]]]] = {}
     for u, r in transport.exchange(UNMASK, requests).items():
         asked = requests.get(u)
         if (
@@ -272,7 +282,11 @@ def _collect_unmask_shares(
             seed_shares[w].append(share)
         for v, key in zip(asked["dropped"], r["pair_keys"], strict=True):
             pair_keys[u, v] = key
-    return seed_shares, pair_keys
+        index, seeds = r.get(NOISE_LAYER_INDEX), r.get(NOISE_LAYER_SEEDS)
+        if NOISE_SURVIVORS in asked and isinstance(index, list) and _is_bytes_list(seeds, len(index)):
+            if r.get(NOISE_SURVIVORS) == asked[NOISE_SURVIVORS]:
+                layers[u] = (asked[NOISE_SURVIVORS], list(zip(index, seeds, strict=True)))
+    return seed_shares, pair_keys, layers
 
 
 def _unmasking_keys(
@@ -340,7 +354,9 @@ def run_secagg(
     if settings.checks_survivors:
         confirmations = _collect_survivor_confirmations(transport, survivors, keys, round_id)
         _require(sorted(confirmations), params, CONSISTENCY)
-    seed_shares, pair_keys = _collect_unmask_shares(transport, partners, survivors, round_id, confirmations)
+    seed_shares, pair_keys, layers = _collect_unmask_shares(
+        transport, partners, survivors, round_id, confirmations
+    )
     add_masks(total, _unmasking_keys(partners, survivors, seed_shares, pair_keys, params, round_id))
 
     if settings.ring_bits is not None:
@@ -351,6 +367,7 @@ def run_secagg(
             total=residues,
             survivors=survivors,
             dropped=sorted(set(nodes) - set(survivors)),
+            noise_layers=layers,
         )
     signed = from_ring(total, params.modulus_bits)
     return VectorSum(

@@ -534,8 +534,22 @@ def encode_share(
     to the site: the rounding uniforms and then the Poisson pairs come from its AES-CTR generator
     (`NoiseStream.cipher_generator`), never from a seeded statistical one.
     """
+    rounded, rng = _encode_signal(clipped_sum, plan, round_seed, noise)
+    half = plan.share_mu / 2
+    noise_vector = rng.poisson(half, plan.padded_dim) - rng.poisson(half, plan.padded_dim)
+    share = rounded + noise_vector
+    return share.astype(np.uint64) & np.uint64((1 << plan.bits) - 1)
+
+
+def _encode_signal(
+    clipped_sum: np.ndarray, plan: DistributedPlan, round_seed: bytes, noise: NoiseStream
+) -> tuple[np.ndarray, np.random.Generator]:
+    """The projected, scaled, rotated and randomly rounded sum (int64), and the generator the
+    share's noise is then drawn from."""
     if not isinstance(noise, NoiseStream):
         raise TypeError(f"DP noise must come from a NoiseStream (keystream), got {type(noise).__name__}")
+    if plan.share_mu / 2 > MAX_POISSON_LAMBDA * 1.01:
+        raise ValueError(f"share_mu {plan.share_mu:g} is beyond the Poisson sampler's accurate range")
     rng = noise.cipher_generator()
     x = np.asarray(clipped_sum, dtype=np.float64)
     if x.ndim != 1 or x.shape[0] != plan.dim:
@@ -548,13 +562,118 @@ def encode_share(
         scale *= plan.site_bound / norm  # projection onto the ball: one patient still moves it ≤ C
     y = rotate(x * scale, round_seed, plan.padded_dim)
     y += rng.random(plan.padded_dim)
-    rounded = np.floor(y).astype(np.int64)
-    half = plan.share_mu / 2
-    if half > MAX_POISSON_LAMBDA * 1.01:
-        raise ValueError(f"share_mu {plan.share_mu:g} is beyond the Poisson sampler's accurate range")
-    noise = rng.poisson(half, plan.padded_dim) - rng.poisson(half, plan.padded_dim)
-    share = rounded + noise
-    return share.astype(np.uint64) & np.uint64((1 << plan.bits) - 1)
+    return np.floor(y).astype(np.int64), rng
+
+
+# -- noise sized for the confirmed survivors (add-then-remove) -----------------------------------
+#
+# A site cannot know, when it encodes, how many sites will survive. It adds share_mu = mu/(h − c),
+# enough for the fewest survivors it unmasks with, but as independent Skellam layers over the
+# survivor counts it can size for, its rungs h = r_0 < r_1 < … < r_L = n (n = plan.max_sites, the
+# run's sites): a base of variance mu/(n − c) from its secret keystream and one removable layer i of
+# variance mu/(r_i − c) − mu/(r_(i+1) − c), each drawn from a seed of its own. Skellam variables add
+# (independent Poisson differences), so the layers sum to exactly Skellam(share_mu), the share the
+# ring and the accounting were sized for. Once m survivors are confirmed a site reveals the seeds of
+# the layers i with r_(i+1) ≤ m and the server subtracts them: the site keeps mu/(r − c) for r the
+# largest rung ≤ m, at least mu/(m − c), so the m − c honest survivors the c-colluder assumption
+# leaves still carry at least mu_total, the noise the ledger charged for. A site that confirms and
+# then drops reveals nothing and keeps more. Each layer costs the site one more Skellam draw and the
+# server one per revealing site, so the rungs are h and the top TOP_RUNGS counts only (every count
+# at the default h = n − c with one colluder; a dropout past them keeps the noise sized for h).
+
+SEED_BYTES = 32  # a removable layer's seed: the key of its own AES-CTR noise stream
+TOP_RUNGS = 2  # survivor counts sized for below n: all surviving, and one dropout
+
+
+def rungs(plan: DistributedPlan) -> list[int]:
+    """The survivor counts a share can be sized for: h and the TOP_RUNGS highest counts above it."""
+    h, n = plan.honest_min, plan.max_sites
+    return sorted({h} | {r for r in range(n - TOP_RUNGS + 1, n + 1) if r > h})
+
+
+def removable_layers(plan: DistributedPlan) -> list[float]:
+    """Variances of the removable layers: layer i, mu/(r_i − c) − mu/(r_(i+1) − c) over consecutive
+    rungs. Empty when h = n (nothing can be removed)."""
+    c, mu, counts = plan.colluders, plan.mu_total, rungs(plan)
+    return [mu / (low - c) - mu / (high - c) for low, high in zip(counts, counts[1:], strict=False)]
+
+
+def base_variance(plan: DistributedPlan) -> float:
+    """The part of a share no survivor count removes: mu/(n − c)."""
+    return plan.mu_total / (plan.max_sites - plan.colluders)
+
+
+def sized_for(plan: DistributedPlan, survivors: int) -> int:
+    """The largest rung at most `survivors`: the count a share's kept noise is sized for."""
+    check_survivors(plan, survivors)
+    return max(r for r in rungs(plan) if r <= survivors)
+
+
+def kept_variance(plan: DistributedPlan, survivors: int) -> float:
+    """What a site's share keeps once it has revealed its layers for `survivors` confirmed survivors:
+    mu/(r − c) for r = sized_for(m) ≤ m, so that m − c honest survivors carry at least mu_total."""
+    return plan.mu_total / (sized_for(plan, survivors) - plan.colluders)
+
+
+def check_survivors(plan: DistributedPlan, survivors: int) -> int:
+    if isinstance(survivors, bool) or not isinstance(survivors, int):
+        raise ValueError(f"the survivor count must be an int, got {survivors!r}")
+    if not plan.honest_min <= survivors <= plan.max_sites:
+        raise ValueError(
+            f"{survivors} survivors lies outside [h = {plan.honest_min}, n = {plan.max_sites}]: "
+            "no layer removal is defined for it"
+        )
+    return survivors
+
+
+def layers_for(plan: DistributedPlan, survivors: int) -> list[int]:
+    """The indices of the layers a site reveals for `survivors` confirmed survivors: those whose upper
+    rung is at most m."""
+    check_survivors(plan, survivors)
+    counts = rungs(plan)
+    return [i for i in range(len(counts) - 1) if counts[i + 1] <= survivors]
+
+
+def layer_noise(plan: DistributedPlan, index: int, seed: bytes) -> np.ndarray:
+    """Removable layer `index` of a share (int64, length padded_dim), regenerated from its seed:
+    the site adds it when it encodes, the server subtracts it when the seed is revealed."""
+    variances = removable_layers(plan)
+    if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < len(variances):
+        raise ValueError(f"layer index {index!r} is not one of this plan's {len(variances)} layers")
+    if not isinstance(seed, bytes) or len(seed) != SEED_BYTES:
+        raise ValueError(f"a layer seed is {SEED_BYTES} bytes")
+    rng = NoiseStream(seed).cipher_generator()
+    half = variances[index] / 2
+    return rng.poisson(half, plan.padded_dim) - rng.poisson(half, plan.padded_dim)
+
+
+def encode_layered_share(
+    clipped_sum: np.ndarray, plan: DistributedPlan, round_seed: bytes, noise: NoiseStream
+) -> tuple[np.ndarray, list[bytes]]:
+    """`encode_share` with its noise in layers: the share (same distribution as encode_share's) and
+    the seeds of its removable layers, one per survivor count h .. n − 1, secret to the site until
+    it reveals those a confirmed survivor count no longer needs (`layers_for`). The seeds are
+    keystream bytes of the release's own stream, after the generator the base noise is drawn with:
+    revealing them tells nothing of the rounding or the base."""
+    share, rng = _encode_signal(clipped_sum, plan, round_seed, noise)
+    raw = np.empty(len(removable_layers(plan)) * SEED_BYTES, dtype=np.uint8)
+    noise.fill(raw)
+    seeds = [raw[i : i + SEED_BYTES].tobytes() for i in range(0, raw.size, SEED_BYTES)]
+    base = base_variance(plan) / 2
+    share += rng.poisson(base, plan.padded_dim) - rng.poisson(base, plan.padded_dim)
+    for index, seed in enumerate(seeds):
+        share += layer_noise(plan, index, seed)
+    return share.astype(np.uint64) & np.uint64((1 << plan.bits) - 1), seeds
+
+
+def remove_layers(
+    total: np.ndarray, plan: DistributedPlan, revealed: Sequence[tuple[int, bytes]]
+) -> np.ndarray:
+    """The ring sum with the revealed layers (index, seed) taken out, mod 2^bits."""
+    out = np.asarray(total).astype(np.uint64)
+    for index, seed in revealed:
+        out -= layer_noise(plan, index, seed).astype(np.uint64)  # two's complement: mod 2^64
+    return out & np.uint64((1 << plan.bits) - 1)
 
 
 def centre(total: np.ndarray, bits: int) -> np.ndarray:

@@ -93,13 +93,15 @@ def _split_view_answers(server: MaliciousServer, transcript: Transcript, round_i
 
 def unmask_request(round_id: int, held: list[int], view: list[int], tags: dict[int, bytes]) -> dict[str, Any]:
     """An unmask request for survivor view `view` to a site whose partners are `held`, carrying
-    `tags` (node → the confirmation shown as that node's)."""
+    `tags` (node → the confirmation shown as that node's), and the survivor count our server would
+    size the noise for: the site and the confirmations it is shown."""
     return {
         "round_id": round_id,
         "survived": [w for w in held if w in view],
         "dropped": [w for w in held if w not in view],
         "confirmed_by": sorted(tags),
         "confirmations": [tags[u] for u in sorted(tags)],
+        "noise_survivors": len(tags) + 1,
     }
 
 

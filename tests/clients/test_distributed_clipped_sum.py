@@ -196,6 +196,7 @@ def test_the_learner_keeps_one_copy_and_shares_as_a_fresh_one_would(
         n_patients={TRAIN: n},
         noise_stream=lambda purpose, round_id: _stream(round_id),
         max_patients_per_pass=cfg.dp.max_patients_per_pass,
+        keep_layers=lambda round_id, seeds: None,  # the layers' seeds, for the runtime (not compared here)
     )
     kept = ReportLearner(cfg, data, model=model)
     kept.distributed_update(1, method, flatten(_start(model, 1)).numpy(), privacy, options)  # type: ignore[arg-type]

@@ -259,7 +259,7 @@ class ReportLearner:
         and the round's α (`release.py`), clipped to C as one vector: the same sensitivity."""
         from secure_fed.clients.distributed import ClippedSum, clipped_gradient_sum
         from secure_fed.distributed_plan import round_seed
-        from secure_fed.dp.distributed import encode_share
+        from secure_fed.dp.distributed import encode_layered_share
 
         assert privacy.distributed is not None
         model = self._model()
@@ -278,8 +278,12 @@ class ReportLearner:
             privacy.n_patients[TRAIN], stream, work=self._clipped_sum,
             max_patients_per_pass=privacy.max_patients_per_pass, release=release,
         )  # fmt: skip
-        # the sample above, then the share's rounding and Skellam noise, all from this one keystream
-        share = encode_share(clipped, privacy.distributed, round_seed(self.cfg, round_id), stream)
+        # the sample above, then the share's rounding and Skellam noise, all from this one keystream;
+        # the noise in layers, those the confirmed survivors do not need removed at the unmask
+        share, layers = encode_layered_share(
+            clipped, privacy.distributed, round_seed(self.cfg, round_id), stream
+        )
+        privacy.keep_layers(round_id, layers)
         log.debug("site %s round %d: %d patients sampled", self.data.name, round_id, sampled)
         return share, 1, float("nan")
 

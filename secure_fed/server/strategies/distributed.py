@@ -69,11 +69,41 @@ def noisy_gradient(
             "[dp] settings and the same provisioned sites"
         )
     total, summed = strategy.sum_uploads(ctx, participants, padded_size(step_dim))
+    total = _without_freed_layers(strategy, ctx, total, summed, plan)
     noisy_sum = decode_sum(total, plan, round_seed(strategy.cfg, ctx.round))
     floors = info.get("population_floors", {})
     patients = sum(floors.get(n, 0) for n in summed.survivors)
     expected_batch = max(strategy.cfg.dp.sample_rate * patients, 1.0)
     return noisy_sum / expected_batch, summed
+
+
+def _without_freed_layers(
+    strategy: Strategy, ctx: RoundContext, total: np.ndarray, summed: Any, plan: Any
+) -> np.ndarray:
+    """The ring sum less the noise layers survivors revealed (dp.distributed, "add-then-remove"):
+    each survivor's exactly for the count it confirmed, or none of its (a reveal that names other
+    layers is left in: more noise, never less)."""
+    from secure_fed.dp.distributed import layers_for
+
+    revealed = getattr(summed, "noise_layers", None) or {}
+    survivors = set(summed.survivors)
+    removed: dict[str, int] = {}
+    pairs = []
+    for node, (count, layers) in sorted(revealed.items()):
+        try:
+            expected = layers_for(plan, count)
+        except ValueError:
+            continue
+        if node not in survivors or [index for index, _ in layers] != expected:
+            continue
+        removed[ctx.sites[node]] = count
+        pairs.extend(layers)
+    if not pairs:
+        return total
+    from secure_fed.dp.distributed import remove_layers
+
+    ctx.log_event("noise_layers_removed", {"round": ctx.round, "removed": removed})
+    return remove_layers(total, plan, pairs)
 
 
 class DistributedFedAvg(Strategy):
