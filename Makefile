@@ -12,7 +12,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser test test-deploy demo lint bench clean results results-paper results-paper-drift0 results-paper-drift results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2 results-hospital-grid results-hospital-grid-site results-hospital-grid-distributed hospital-grid-worker-1 hospital-grid-worker-2
+.PHONY: install browser test test-fast test-deploy demo lint bench clean results results-paper results-paper-drift0 results-paper-drift results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2 results-hospital-grid results-hospital-grid-site results-hospital-grid-distributed hospital-grid-worker-1 hospital-grid-worker-2
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || bash .ci/check-install-space $(dir $(abspath $(VENV))) $(INSTALL_NEEDS_GIB)
@@ -31,6 +31,11 @@ browser:
 # the benchmark scripts' slower smoke runs are `make bench`'s (pytest -m bench)
 test: $(STAMP) browser
 	$(PY) -m pytest -q -m "not bench"
+
+# the suite without the tests that start a federation process (Ray, a SuperLink or SuperNode,
+# `secure-fed run`): the ones marked `slow`; ~N min on 2 cores against `make test`'s ~M
+test-fast: $(STAMP) browser
+	$(PY) -m pytest -q -m "not slow and not bench"
 
 # docs/RESULTS.md's tables, resumable (finished cells are skipped): run it in the background with
 #   nohup make results > runs/results.log 2>&1 &

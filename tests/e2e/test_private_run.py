@@ -114,6 +114,7 @@ def _wait_for_round(meta, round_id, proc, timeout=300):
     raise AssertionError("no checkpoint in time")
 
 
+@pytest.mark.slow
 def test_resume_after_kill_does_not_double_count(make_config, tmp_path, straight_dp_run):
     cfg = make_config(**DP_RUN)
     config_file = tmp_path / "run.toml"
