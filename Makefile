@@ -32,8 +32,9 @@ browser:
 test: $(STAMP) browser
 	$(PY) -m pytest -q -m "not bench"
 
-# the suite without the tests that start a federation process (Ray, a SuperLink or SuperNode,
-# `secure-fed run`): the ones marked `slow`; ~N min on 2 cores against `make test`'s ~M
+# the suite less its `slow` tests (those that start Ray, a SuperLink or SuperNode or a `secure-fed
+# run`, and the in-process runs and scripts of several seconds): 7.5 min on the 2-core machine
+# under other work (6 min of CPU), against `make test`'s ~26 min idle (README)
 test-fast: $(STAMP) browser
 	$(PY) -m pytest -q -m "not slow and not bench"
 

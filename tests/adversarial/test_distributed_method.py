@@ -5,11 +5,14 @@ step the site planned covers every visit index's copy."""
 
 from __future__ import annotations
 
+import pytest
+
 from secure_fed.dp.distributed import padded_size
 from tests.adversarial.harness import MaliciousServer
 from tests.conftest import DISTRIBUTED_DP
 
 
+@pytest.mark.slow
 def test_a_distributed_site_trains_only_the_method_it_planned(make_config, one_torch_thread) -> None:  # noqa: ANN001
     cfg = make_config(
         **DISTRIBUTED_DP,

@@ -19,6 +19,7 @@ from secure_fed.runner import run_inprocess
 from tests.conftest import DISTRIBUTED_DP
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["fedavg", "fedtar"])
 def test_distributed_run_completes_verifies_and_releases_the_planned_noise(make_config, monkeypatch, method):
     import secure_fed.clients.distributed as site_side

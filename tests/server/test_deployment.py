@@ -870,6 +870,7 @@ def run_stand_in(args: list[str], work: Path, shims: Path, port: int) -> tuple[l
     return recorded(log, work), sorted(recorded(Path(f"{log}.started"), work))
 
 
+@pytest.mark.slow
 def test_the_page_runs_the_commands_deploy_sh_runs(tmp_path: Path) -> None:
     """DEPLOYMENT.md's walk-through and `deploy.sh all` make the same calls of secure-fed, flwr,
     flower-superlink, cp, mkdir and sed, in the same order, with the same arguments: a doc edit
