@@ -12,7 +12,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser test test-deploy demo lint bench clean results results-paper results-paper-drift0 results-paper-drift results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2 results-hospital-grid results-hospital-grid-site results-hospital-grid-distributed hospital-grid-worker-1 hospital-grid-worker-2
+.PHONY: install browser test test-fast test-deploy demo lint bench clean results results-paper results-paper-drift0 results-paper-drift results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2 results-hospital-grid results-hospital-grid-site results-hospital-grid-distributed hospital-grid-worker-1 hospital-grid-worker-2
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || bash .ci/check-install-space $(dir $(abspath $(VENV))) $(INSTALL_NEEDS_GIB)
@@ -31,6 +31,12 @@ browser:
 # the benchmark scripts' slower smoke runs are `make bench`'s (pytest -m bench)
 test: $(STAMP) browser
 	$(PY) -m pytest -q -m "not bench"
+
+# the suite less its `slow` tests (those that start Ray, a SuperLink or SuperNode or a `secure-fed
+# run`, and the in-process runs and scripts of several seconds): 7.5 min on the 2-core machine
+# under other work (6 min of CPU), against `make test`'s ~26 min idle (README)
+test-fast: $(STAMP) browser
+	$(PY) -m pytest -q -m "not slow and not bench"
 
 # docs/RESULTS.md's tables, resumable (finished cells are skipped): run it in the background with
 #   nohup make results > runs/results.log 2>&1 &

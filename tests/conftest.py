@@ -6,7 +6,9 @@ Every test runs with Flower telemetry off and Ray on loopback (secure_fed sets b
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import shutil
+import subprocess
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,81 @@ assert os.environ["FLWR_TELEMETRY_ENABLED"] == "0"
 # two sweeps ran). Subprocesses (`secure-fed run`, SuperNodes) inherit the variable; a test of
 # `train.threads` sets its own count.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+# `make test-fast` runs the tests not marked `slow`; a test that starts a federation process without
+# the marker would make it slow unseen, so such a start fails the test. Seen from here: a process
+# started by a test or its fixtures (a script's own children are not).
+_FLOWER_BINARIES = {
+    "flower-superlink",
+    "flower-supernode",
+    "flwr-simulation",
+    "flwr-serverapp",
+    "flwr-clientapp",
+}
+
+
+def _argv(args: object) -> list[str]:
+    if isinstance(args, str):
+        return args.split()
+    return [str(a) for a in args] if isinstance(args, Sequence) else []
+
+
+def starts_a_federation(args: object) -> bool:
+    """Whether a command line starts Flower's SuperLink or SuperNode, or a `secure-fed run`."""
+    argv = _argv(args)
+    names = [Path(a).name for a in argv]
+    if "--help" in argv:
+        return False
+    if _FLOWER_BINARIES & set(names) or "--superexec-auth-secret-file" in argv:  # the run's own SuperLink
+        return True
+    for i, name in enumerate(names[:-1]):
+        if name in ("secure-fed", "secure_fed.cli") and names[i + 1] == "run":
+            return True
+        # `secure-fed client` starts a SuperNode of its own (a dry run prints its command only)
+        if name in ("secure-fed", "secure_fed.cli") and names[i + 1] == "client" and "--dry-run" not in argv:
+            return True
+    return "make" in names and "demo" in names
+
+
+_unmarked: list[pytest.Item] = []  # the test running now, where it is not marked slow or bench
+_started: list[str] = []
+
+
+class _WatchedPopen(subprocess.Popen):
+    def __init__(self, args: object, *rest: object, **kwargs: object) -> None:
+        # a command that cannot run starts nothing (a test of a SuperLink that fails to start)
+        runnable = bool(_argv(args)) and shutil.which(_argv(args)[0]) is not None
+        if _unmarked and runnable and starts_a_federation(args):
+            _started.append(" ".join(_argv(args))[:200])
+            raise RuntimeError("a test not marked slow starts a federation process")
+        super().__init__(args, *rest, **kwargs)  # type: ignore[arg-type]
+
+
+def _watched(item: pytest.Item) -> Iterator[None]:
+    if item.get_closest_marker("slow") or item.get_closest_marker("bench"):
+        yield
+        return
+    _unmarked.append(item)
+    _started.clear()
+    saved, subprocess.Popen = subprocess.Popen, _WatchedPopen  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        subprocess.Popen = saved  # type: ignore[misc]
+        _unmarked.clear()
+    if _started:
+        pytest.fail(f"{item.nodeid} starts {_started[0]!r}: mark it @pytest.mark.slow", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    yield from _watched(item)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    yield from _watched(item)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -64,6 +64,7 @@ def _one_line(output: str) -> str:
     return " ".join(output.split())
 
 
+@pytest.mark.slow
 def test_a_stop_a_damaged_checkpoint_and_a_resume_each_tell_the_truth(tmp_path, cache_dir, monkeypatch):
     from secure_fed.algorithms.fedtar.learner import ReportLearner
 

@@ -9,12 +9,14 @@ import json
 from typing import Any
 
 import numpy as np
+import pytest
 
 from tests.scripts import ROOT, load_script
 
 walk = load_script("benchmarks/alpha_walk.py")
 
 
+@pytest.mark.slow
 def test_committed_table_is_what_the_script_computes() -> None:
     committed = json.loads((ROOT / "docs" / "results" / "fedtar-alpha-walk.json").read_text(encoding="utf-8"))
     assert committed["rows"] == walk.rows(), "stale: run python benchmarks/alpha_walk.py --write"
@@ -34,6 +36,7 @@ def test_fifty_steps_at_the_configs_rate_saturate_alpha_on_noise_and_a_tenth_of_
     assert all(a[0] > 0.2 for a in pulled_slow)
 
 
+@pytest.mark.slow
 def test_at_the_retuned_recipes_200_steps_the_configs_rate_saturates_and_the_scaled_rate_follows_a_pull() -> (
     None
 ):
@@ -53,6 +56,7 @@ def floored_committed() -> dict[str, Any]:
     )
 
 
+@pytest.mark.slow
 def test_the_committed_floored_table_is_what_the_script_computes_where_the_rule_binds() -> None:
     """Its rows at 5, 10 and 20 steps recomputed in full (every travel: where the noise walk is
     largest, so where the rule decides); the longer rows cost minutes and follow the same code."""
@@ -70,6 +74,7 @@ def test_the_config_default_travel_is_the_rules_choice_on_the_committed_rows() -
     assert (defaults.meta_optimizer, defaults.alpha_floor, defaults.meta_lr) == ("sgd", walk.FLOOR, None)
 
 
+@pytest.mark.slow
 def test_the_default_keeps_alpha_in_bounds_on_noise_and_follows_a_steady_pull() -> None:
     """At the default travel: on noise alone α stays near uniform at every length of run (where Adam
     at the old 5e-2 went one-hot by 50 steps), no α_t ever leaves [0.1, 0.6], and a steady pull half

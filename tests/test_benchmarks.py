@@ -186,6 +186,7 @@ def test_secagg_flower_smoke() -> None:
     assert [row[0] for row in floor_table["rows"]] == [3]
 
 
+@pytest.mark.slow
 def test_distributed_noise_smoke() -> None:
     out = _smoke("distributed_noise.py")
     (row,) = out["noise"]

@@ -69,6 +69,7 @@ def test_committed_table_is_what_the_kept_records_give(plans: dict[float, dict])
     assert fresh == committed, "stale: run python benchmarks/central_at_distributed_noise.py --keep --write"
 
 
+@pytest.mark.slow
 def test_plan_only_prints_each_epsilons_noise_and_runs_nothing(tmp_path: Path) -> None:
     """The documented first command: the σ per ε as JSON, no sweep folder made."""
     from tests.scripts import run_script

@@ -638,6 +638,7 @@ def test_closing_privacy_line_names_accountant_delta_and_budget():
     assert privacy_line({"privacy": {"epsilon": {}}}, "rdp", None) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("signum", "code", "word", "engine"),
     [

@@ -64,6 +64,7 @@ def test_points_are_each_sweeps_means_and_t_intervals(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == PNG
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("spec", "says"),
     [

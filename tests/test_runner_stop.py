@@ -13,6 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from secure_fed.audits.keys import write_key_pair
@@ -109,6 +110,7 @@ def _stop(tmp_path, worker: str, *flags: str) -> tuple[subprocess.CompletedProce
     return done, path
 
 
+@pytest.mark.slow
 def test_the_stop_takes_a_site_log_from_every_process_holding_it(tmp_path):
     done, path = _stop(tmp_path, WORKER)
     assert done.returncode == 0, done.stderr
@@ -118,6 +120,7 @@ def test_the_stop_takes_a_site_log_from_every_process_holding_it(tmp_path):
     assert records[1]["prev_hash"] == records[0]["hash"]  # on the site's own chain
 
 
+@pytest.mark.slow
 def test_the_stop_takes_a_site_log_whose_holder_the_first_scan_missed(tmp_path):
     """A worker the raylet forks while the stop freezes the others takes the log after the scan
     for holders found none (CI: a SIGTERM stop left site logs unsigned, "another process is writing

@@ -50,6 +50,7 @@ def _take_task(address: str, secret: bytes | None) -> str:
         client.close()
 
 
+@pytest.mark.slow
 def test_the_superlink_listens_on_loopback_and_ends_with_the_block(tmp_path: Path) -> None:
     with local_superlink(tmp_path / "home", tmp_path / "logs" / "superlink.log") as link:
         port = int(link.address.rsplit(":", 1)[1])
@@ -62,6 +63,7 @@ def test_the_superlink_listens_on_loopback_and_ends_with_the_block(tmp_path: Pat
     assert (tmp_path / "logs" / "superlink.log").exists()
 
 
+@pytest.mark.slow
 def test_another_local_process_cannot_take_the_runs_task(tmp_path: Path) -> None:
     """The attack: any local user can reach a loopback port. With the run started and its task
     pending, asking for it without the run's secret, or with another secret, gets nothing; the
@@ -124,6 +126,7 @@ def _beats(link, token: str) -> bool:  # noqa: ANN001
         client.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("heartbeat_s", "held"), [(1.0, False), (30.0, True)])
 def test_the_runs_superlink_holds_a_taken_task_for_its_configured_heartbeat_window(
     tmp_path: Path, heartbeat_s: float, held: bool

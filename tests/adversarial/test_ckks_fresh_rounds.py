@@ -160,6 +160,7 @@ def test_scalar_phases_only_for_the_admitted_alpha_round(he_server: MaliciousSer
     assert [r["code"] for r in victim.refusals(ENCRYPT_PHASE)] == ["alpha_round", "alpha_round", "protocol"]
 
 
+@pytest.mark.slow
 def test_last_rounds_alpha_cannot_be_summed_again(he_server: MaliciousServer) -> None:
     """Once round 2's α is released, round 1's scalar phases are closed at every site: the server
     cannot come back to an old release for a second, differently composed sum."""

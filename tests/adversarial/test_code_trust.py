@@ -83,6 +83,7 @@ def test_the_node_resolves_flwr_clientapp_to_the_sites_runner(site: dict[str, Pa
     assert f"approved-fabs='{site['approvals']}'" in node_config
 
 
+@pytest.mark.slow
 def test_the_launcher_imports_nothing_from_the_working_folder_or_pythonpath(tmp_path: Path) -> None:
     """A `secure_fed` package in the process's folder or on PYTHONPATH (where a FAB could be
     unpacked) never shadows the site's installed one."""

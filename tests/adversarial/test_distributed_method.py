@@ -14,6 +14,7 @@ from tests.adversarial.harness import MaliciousServer
 from tests.conftest import DISTRIBUTED_DP
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("release", ["copies", "one-vector"])
 def test_a_distributed_site_trains_only_the_method_it_planned(make_config, one_torch_thread, release) -> None:  # noqa: ANN001
     cfg = make_config(

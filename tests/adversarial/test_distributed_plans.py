@@ -11,6 +11,8 @@ plan per round across the sites' logs, naming the round and the sites that diffe
 
 from __future__ import annotations
 
+import pytest
+
 from secure_fed.audits.verify import verify_logs
 from secure_fed.crypto.keys import load_public_keys
 from tests.adversarial.harness import MaliciousServer, secure_round_until_masked
@@ -20,6 +22,7 @@ VICTIM = 0
 COLLUDER = 4
 
 
+@pytest.mark.slow
 def test_a_site_told_another_round_count_never_masks_with_the_others(make_config, one_torch_thread) -> None:  # noqa: ANN001
     cfg = make_config(**DISTRIBUTED_DP | {"dp__honest_min": None}, data__synth__sites=5, fed__rounds=1)
     victim_cfg = cfg.model_copy(update={"fed": cfg.fed.model_copy(update={"rounds": 20})})

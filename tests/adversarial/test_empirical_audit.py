@@ -94,6 +94,7 @@ def test_the_default_canaries_put_the_ceiling_above_epsilon() -> None:
     assert default_canaries(8.0, DELTA) is None
 
 
+@pytest.mark.slow
 def test_zero_noise_control_is_a_violation(stated: tuple[float, float]) -> None:
     """The negative control: the accountant is told σ, DP-SGD adds nothing; the audit must fail."""
     sigma, epsilon = stated
@@ -183,6 +184,7 @@ def test_the_report_calls_an_audit_that_could_not_fail_inconclusive() -> None:
     assert "Inconclusive" in page and "ε̂ / ε" not in page
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
 def test_zero_noise_through_the_site_runtime_is_a_violation(make_config, tmp_path, monkeypatch) -> None:
     """The same control through `run_empirical_audit` (the site's runtime, model and cohort) with

@@ -33,6 +33,7 @@ def _logged_epsilon(out: Path, site: str) -> dict[str, float]:
     return {acc: max(eps[acc] for eps in last.values()) for acc in ("rdp", "prv")}
 
 
+@pytest.mark.slow
 def test_a_resumed_run_reports_the_sites_epsilon_and_who_declined(make_config, monkeypatch):
     from secure_fed.algorithms.fedtar.learner import ReportLearner
     from secure_fed.audits.keys import load_public_keys

@@ -71,6 +71,7 @@ def _plan_switch(server: MaliciousServer, announced: RunConfig) -> VectorSum:
     return _secure_sum(server, announced, 2)
 
 
+@pytest.mark.slow
 def test_a_release_planned_before_hello_is_never_summed_under_the_plan_hello_fixed(
     announced: RunConfig,
 ) -> None:
@@ -154,6 +155,7 @@ def test_a_secagg_setup_for_another_round_than_the_upload_is_refused(make_config
     assert set(keys) >= {"enc_pk", "mask_pk", "key_sig"}, keys
 
 
+@pytest.mark.slow
 def test_verify_names_the_round_and_the_site_of_the_plan_switch(announced: RunConfig, monkeypatch) -> None:  # noqa: ANN001
     """The logs of the attack as the sites wrote them before the refusals above: those are switched
     off here (with them the victim refuses the attack and logs only its refusals); everything else

@@ -41,6 +41,7 @@ def _released_deltas(reply: dict[str, Any]) -> set[tuple[str, float]]:
     }
 
 
+@pytest.mark.slow
 def test_delta_does_not_tell_n_from_n_plus_one(make_config, one_torch_thread, monkeypatch) -> None:
     # dp.delta unset: the default used to be 1/(10 n) above 10,000 patients, so 12,000 and 12,001
     # gave the server two different numbers in every privacy record and training reply

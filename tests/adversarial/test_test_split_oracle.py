@@ -55,6 +55,7 @@ def test_an_early_stop_before_any_training_round_scores_nothing(policy: RunConfi
         assert "CE-F1" not in reply
 
 
+@pytest.mark.slow
 def test_the_test_split_is_scored_once_across_runs(policy: RunConfig, one_torch_thread) -> None:
     weights = initial_state(policy)
     train = {"round": 1, "method": "fedavg", "global": weights, "dp": True}

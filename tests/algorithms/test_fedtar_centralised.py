@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from secure_fed.algorithms.fedtar.centralised import train_centralised
 from secure_fed.clients.evaluation import METRIC_NAMES
 
 
+@pytest.mark.slow
 def test_centrally_trained_beats_untrained_on_every_metric(make_config):
     # Untrained: no pretraining of the base, no adapter training (random initialisation).
     # A cohort big enough that every finding occurs among the test patients.

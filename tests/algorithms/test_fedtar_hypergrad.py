@@ -192,6 +192,7 @@ def test_unflatten_roundtrip_and_length_check(site: SiteRuntime) -> None:
         unflatten(torch.zeros(vec.numel() + 1, dtype=torch.float64), state)
 
 
+@pytest.mark.slow
 def test_the_hypergradient_raises_no_warning_of_its_own(site: SiteRuntime) -> None:
     """A default FedTAR run must print no deprecation warning without a console filter hiding one.
     torch warns once per process, when something first loads its forward-mode decompositions

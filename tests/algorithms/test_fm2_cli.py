@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from secure_fed.cli import app
@@ -72,6 +73,7 @@ def test_disjoint_split_refuses_more_sites_than_modalities(tmp_path) -> None:
     assert not (tmp_path / "d").exists()  # refused before rendering anything
 
 
+@pytest.mark.slow
 def test_the_documented_table_command_runs(tmp_path, cache_dir) -> None:
     """docs/RESULTS.md's FM2 table command, on a tiny grid (later flags override the documented ones)."""
     text = (ROOT / "docs" / "RESULTS.md").read_text()
@@ -114,6 +116,7 @@ def test_the_documented_table_command_runs(tmp_path, cache_dir) -> None:
     assert any(ln.startswith("| fm2 | ") for ln in lines)
 
 
+@pytest.mark.slow
 def test_the_readme_fm2_commands_run_as_written(tmp_path, cache_dir, monkeypatch) -> None:
     text = (ROOT / "README.md").read_text()
     lines = [ln.split("#")[0].split() for ln in text.splitlines() if ln.startswith("secure-fed ")]

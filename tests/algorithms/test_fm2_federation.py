@@ -111,6 +111,7 @@ def test_what_each_method_shares() -> None:
     assert "head.weight" in fedbn and len(fedbn) == len(names) - 2 * len(norms)
 
 
+@pytest.mark.slow
 def test_fm2_dp_run_with_secagg_logs_verify_with_rederived_epsilon(cache_dir, tmp_path) -> None:
     cfg = _config(
         cache_dir,

@@ -58,6 +58,7 @@ def reports(
     return {n: _render(tmp_path_factory.mktemp(f"sites{n}"), n) for n in (3, 20)}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sites", [3, 20])
 def test_the_verdict_is_the_first_line(reports: dict, sites: int) -> None:
     page, data, _ = reports[sites]
@@ -71,6 +72,7 @@ def test_the_verdict_is_the_first_line(reports: dict, sites: int) -> None:
     assert lines[1].startswith(f"{word}: site2 in round 2 left the run, as the server's signed log says")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sites", [3, 20])
 def test_one_table_row_per_site_and_the_same_rows_in_json_and_csv(reports: dict, sites: int) -> None:
     page, data, rows = reports[sites]
@@ -95,6 +97,7 @@ def test_one_table_row_per_site_and_the_same_rows_in_json_and_csv(reports: dict,
     assert "test-set scores" not in by_site["site2"]["what left the site: protection"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sites", [3, 20])
 def test_no_per_site_sentence_repeats_and_terms_are_explained_once(reports: dict, sites: int) -> None:
     page, _, _ = reports[sites]
@@ -115,6 +118,7 @@ def test_no_per_site_sentence_repeats_and_terms_are_explained_once(reports: dict
     assert "site2 dropped out in round 2" in prose and "site2 released no test-set scores" in prose
 
 
+@pytest.mark.slow
 def test_twenty_sites_read_as_long_as_three_plus_their_rows(reports: dict) -> None:
     three, twenty = _prose(reports[3][0]), _prose(reports[20][0])
     assert len(twenty) <= 1.2 * len(three), (len(three), len(twenty))
@@ -125,6 +129,7 @@ def test_twenty_sites_read_as_long_as_three_plus_their_rows(reports: dict) -> No
 REPORT_COLUMN_PX = 1100
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sites", [6, 20])
 def test_the_epsilon_plot_is_never_shrunk_below_its_set_text_size(tmp_path: Path, sites: int) -> None:
     """At 6 sites the panels side by side made a figure 3x the column: its text showed at ~5 px. The

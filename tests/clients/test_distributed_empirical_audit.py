@@ -17,6 +17,7 @@ from tests.clients.test_empirical_audit import _config
 runner = CliRunner()
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread", "pinned_auditor")
 def test_distributed_audit_logs_a_record_that_verifies(cache_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "audit"

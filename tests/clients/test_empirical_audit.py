@@ -52,6 +52,7 @@ rounds = 2
     return path
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread", "pinned_auditor")
 def test_audit_logs_a_record_that_verifies_and_reaches_the_report(cache_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "audit"
@@ -134,6 +135,7 @@ def test_results_commands_are_the_ones_the_script_runs() -> None:
         assert command.replace("secure-fed", "$SF", 1) in script, command
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread", "pinned_auditor")
 def test_a_histogram_released_without_noise_is_a_violation_on_the_console(
     cache_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

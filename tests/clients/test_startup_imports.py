@@ -22,6 +22,7 @@ def _imported_after(code: str) -> dict[str, bool]:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "code",
     [
@@ -36,6 +37,7 @@ def test_a_node_process_does_not_import_what_it_may_not_use(code: str) -> None:
     assert _imported_after(code) == dict.fromkeys(HEAVY, False)
 
 
+@pytest.mark.slow
 def test_the_facades_still_give_every_name() -> None:
     import secure_fed.audits as audits
     import secure_fed.dp as dp

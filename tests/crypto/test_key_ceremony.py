@@ -52,6 +52,7 @@ def _private_files(folder: Path) -> set[str]:
     return {p.name for p in folder.rglob("*.pem")} | {p.name for p in folder.rglob("secret.tenseal")}
 
 
+@pytest.mark.slow
 def test_each_party_holds_only_its_own_signing_key(ceremony: Path) -> None:
     for party in PARTIES:
         kit = ceremony / f"{party}-keys"
@@ -60,12 +61,14 @@ def test_each_party_holds_only_its_own_signing_key(ceremony: Path) -> None:
         assert sorted(load_public_keys(kit)) == sorted(PARTIES)
 
 
+@pytest.mark.slow
 def test_every_kit_pins_the_same_keys(ceremony: Path) -> None:
     pinned = [load_fingerprints(ceremony / f"{party}-keys") for party in PARTIES]
     assert all(p == pinned[0] for p in pinned)
     assert sorted(pinned[0]["signing"]) == sorted(PARTIES)
 
 
+@pytest.mark.slow
 def test_only_sites_can_decrypt_and_the_server_cannot(ceremony: Path) -> None:
     """Whoever can decrypt is named: every site (with a secret context matching the pinned public
     one); the server holds the public context only."""
@@ -82,6 +85,7 @@ def test_only_sites_can_decrypt_and_the_server_cannot(ceremony: Path) -> None:
         assert ckks.he_key_id(ctx) == ckks.he_key_id(public)
 
 
+@pytest.mark.slow
 def test_kits_made_apart_authenticate_each_other_for_secagg(ceremony: Path) -> None:
     alice = load_identity(ceremony / "site0-keys", "site0", "run-1")
     bob = load_identity(ceremony / "site1-keys", "site1", "run-1")
@@ -90,6 +94,7 @@ def test_kits_made_apart_authenticate_each_other_for_secagg(ceremony: Path) -> N
     assert "server" not in bob.peer_public_keys  # the server's key never vouches for a peer
 
 
+@pytest.mark.slow
 def test_the_verifier_folder_has_no_secret_and_verifies_logs(ceremony: Path, tmp_path: Path) -> None:
     verifier = ceremony / "verifier-keys"
     assert _private_files(verifier) == set()
@@ -100,6 +105,7 @@ def test_the_verifier_folder_has_no_secret_and_verifies_logs(ceremony: Path, tmp
     assert verify_logs([log_path], verifier_public_keys(verifier)).ok
 
 
+@pytest.mark.slow
 def test_a_substituted_public_key_is_refused(ceremony: Path, tmp_path: Path) -> None:
     """The server (or anyone relaying published/) swaps site1's key for one it holds the secret of."""
     published = tmp_path / "published"

@@ -141,6 +141,7 @@ def test_clipping_bug_exceeds_stated_epsilon(stated: tuple[float, float]) -> Non
     assert eps_hat > epsilon
 
 
+@pytest.mark.slow
 def test_a_patient_counted_twice_shows_but_stays_under_the_stated_epsilon(
     stated: tuple[float, float],
 ) -> None:

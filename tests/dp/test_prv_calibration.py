@@ -40,6 +40,7 @@ def test_prv_calibrates_less_noise_than_rdp_at_the_hospital_recipe() -> None:
     assert epsilon_of(list(prv.planned_events), DELTA, "rdp") > TARGET + 1
 
 
+@pytest.mark.slow
 def test_dp_sgd_alone_pins_both_accountants() -> None:
     # the DP-SGD steps alone (no histogram): 50 steps at q = 0.1
     sigma = {a: split_budget(TARGET, DELTA, sampling_rate=Q, rounds=50, steps_per_round=1,

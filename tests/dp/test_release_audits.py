@@ -65,6 +65,7 @@ def _small_histogram(rng, sigma, delta, noise):
     return audit_histogram(200, 20, 27, sigma, delta, rng, noise)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("audit", [_small_alpha, _small_histogram], ids=["alpha_scalars", "gmm_histogram"])
 def test_a_correct_release_is_flagged_within_the_confidence_level(audit) -> None:
     """The one-run bound holds at 95 %: a release with its stated noise is called a violation in at

@@ -20,6 +20,7 @@ from secure_fed.runner import run_inprocess
 from tests.conftest import DISTRIBUTED_DP
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("method", "release"), [("fedavg", "copies"), ("fedtar", "copies"), ("fedtar", "one-vector")]
 )

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -27,6 +29,7 @@ from secure_fed.crypto.secagg_protocol import (
 from secure_fed.crypto.vectors import embedded_plain_sum
 from secure_fed.runner import run_inprocess
 from secure_fed.server.transports import InProcessTransport
+from tests.conftest import small_config
 
 METRICS = METRIC_NAMES
 
@@ -35,6 +38,7 @@ def _run(cfg, **kw):
     return run_inprocess(cfg, cfg.out, **kw)
 
 
+@pytest.mark.slow
 def test_fedtar_run_writes_metrics_checkpoint_and_verifiable_audit(make_config):
     cfg = make_config()
     outcome = _run(cfg)
@@ -76,8 +80,16 @@ def test_fedtar_run_writes_metrics_checkpoint_and_verifiable_audit(make_config):
 OLD_META = {"train__meta_optimizer": "adam", "train__meta_lr": 0.05, "train__alpha_floor": 0.0}
 
 
-def test_secagg_run_matches_plain_run_within_quantisation(make_config):
-    plain = _run(make_config("plain", secagg__enabled=False, **OLD_META)).metrics
+@pytest.fixture(scope="module")
+def plain(cache_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The plain-sum run both secure sums are compared with: one run, not one per test (the same
+    config: SecAgg+ is off without DP)."""
+    return _run(small_config(cache_dir, tmp_path_factory.mktemp("plain") / "run", **OLD_META)).metrics
+
+
+@pytest.mark.slow
+def test_secagg_run_matches_plain_run_within_quantisation(make_config, plain):
+    assert plain["secure_aggregation"] != "secagg+"
     masked = _run(make_config("masked", secagg__enabled=True, **OLD_META)).metrics
     assert masked["secure_aggregation"] == "secagg+"
     bound = max(r["quantisation_bound"] for r in masked["per_round"])
@@ -96,10 +108,10 @@ def test_secagg_run_matches_plain_run_within_quantisation(make_config):
     assert all(r["val_loss"] is not None for r in plain["per_round"])
 
 
-def test_he_alpha_trajectory_equals_plain_run(make_config, tmp_path):
+@pytest.mark.slow
+def test_he_alpha_trajectory_equals_plain_run(make_config, tmp_path, plain):
     keys = tmp_path / "keys"
     init_keys(keys, ["server", "site0", "site1", "site2"])
-    plain = _run(make_config("plain", **OLD_META)).metrics
     he = _run(
         make_config("he", he__enabled=True, he__keys_dir=str(keys), audit__keys_dir=str(keys), **OLD_META)
     ).metrics
@@ -160,6 +172,7 @@ def _recorded_run(monkeypatch, cfg, **kw):
     return outcome, made[0]
 
 
+@pytest.mark.slow
 def test_secagg_keys_ride_on_the_training_message(make_config, monkeypatch):
     """No round trip of its own for key advertisement: the training message carries each site's
     SecAgg+ setup, the training reply its public keys, and the sum needs 3 more phases, not 4."""
@@ -195,6 +208,7 @@ def test_a_plain_round_is_one_message_phase(make_config, monkeypatch, method):
     assert all(r["quantisation_bound"] == 0 for r in outcome.metrics["per_round"])
 
 
+@pytest.mark.slow
 def test_sites_lost_after_the_piggybacked_setup_are_dropped_not_fatal(make_config, monkeypatch):
     """7 sites (k = 6, Shamir threshold 5: up to 7 sites a site asks for t = k - 1, which holds
     against three colluders and survives one dropout): one never answers the training message

@@ -38,6 +38,7 @@ def _ledger(out, site):
     return PrivacyLedger.from_json(json.loads((out / "sites" / site / "ledger.json").read_text()))
 
 
+@pytest.mark.slow
 def test_dp_run_reports_epsilon_within_target_and_logs_verify(straight_dp_run):
     cfg, outcome = straight_dp_run
     metrics = outcome.metrics
@@ -58,6 +59,7 @@ def test_dp_run_reports_epsilon_within_target_and_logs_verify(straight_dp_run):
     assert len(result.rederived) >= 3 * (1 + 2 * 3)  # GMM + (DP-SGD, α) per round, per site
 
 
+@pytest.mark.slow
 def test_a_method_without_alpha_charges_no_alpha_and_refuses_to_release_it(make_config):
     """FedAvg never asks for α scalars: its validation patients are not charged for them, and a
     server that asks anyway is refused (the release would be uncharged)."""
@@ -77,6 +79,7 @@ def test_a_method_without_alpha_charges_no_alpha_and_refuses_to_release_it(make_
         runtime.hypergrad(1, np.zeros(dim), np.zeros((cfg.data.max_visits, dim)))
 
 
+@pytest.mark.slow
 def test_budget_guard_stops_sites_before_exceeding_budget(make_config):
     # Noise fixed, budget small: with σ = 2 (q = 0.5, 4 steps a round) and the GMM histogram the
     # train patients reach ε ≈ 2.84 after round 1 and would reach ≈ 3.93 after round 2.
@@ -114,6 +117,7 @@ def _wait_for_round(meta, round_id, proc, timeout=300):
     raise AssertionError("no checkpoint in time")
 
 
+@pytest.mark.slow
 def test_resume_after_kill_does_not_double_count(make_config, tmp_path, straight_dp_run):
     cfg = make_config(**DP_RUN)
     config_file = tmp_path / "run.toml"

@@ -52,6 +52,7 @@ def real_set(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_realistic(tmp_path_factory.mktemp("real"), studies=36, seed=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("source", ["annotation", "manifest"])
 def test_one_dp_round_on_real_format_data(source, real_set, cache_dir, tmp_path, one_torch_thread):
     path = real_set if source == "annotation" else real_set.parent / "manifest.jsonl"

@@ -47,6 +47,7 @@ def pages(cache_dir, tmp_path_factory, one_torch_thread) -> dict[int, str]:  # n
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sites", [3, 20])
 def test_a_real_runs_report_leads_with_its_verdict_and_has_a_row_per_site(pages: dict, sites: int) -> None:
     page = pages[sites]
@@ -58,6 +59,7 @@ def test_a_real_runs_report_leads_with_its_verdict_and_has_a_row_per_site(pages:
     assert len(shapes) == len(set(shapes)), [s for s in shapes if shapes.count(s) > 1]
 
 
+@pytest.mark.slow
 def test_a_twenty_site_runs_summary_reads_as_long_as_a_three_site_ones(pages: dict) -> None:
     three, twenty = _prose(pages[3]), _prose(pages[20])
     assert len(twenty) <= 1.2 * len(three), (len(three), len(twenty))

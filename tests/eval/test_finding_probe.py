@@ -6,6 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from tests.scripts import run_script
 
 
@@ -13,6 +15,7 @@ def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return run_script("benchmarks/finding_probe.py", *args, env={"SECURE_FED_CACHE": str(tmp_path / "cache")})
 
 
+@pytest.mark.slow
 def test_probe_reads_references_exactly_and_scores_every_finding(tmp_path):
     config = tmp_path / "quick.toml"
     config.write_text("[data.synth]\npatients = 20\n[model]\npretrain_steps = 20\n")
@@ -33,6 +36,7 @@ def test_probe_reads_references_exactly_and_scores_every_finding(tmp_path):
     assert runs[0]["test_visits"] != runs[1]["test_visits"] or runs[0]["probe"] != runs[1]["probe"]
 
 
+@pytest.mark.slow
 def test_bad_arguments_are_one_line(tmp_path):
     missing = tmp_path / "missing.toml"
     for args, expected in (

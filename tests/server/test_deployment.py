@@ -658,6 +658,7 @@ def site_log(folder: Path, site: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
+@pytest.mark.slow
 def test_flwr_run_on_a_local_deployment(tmp_path: Path, cache_dir: Path) -> None:
     """The approved FAB runs; before it, a FAB whose ClientApp is the coordinator's own gets only a
     content-free refusal and none of its code runs on a node (tests/adversarial/test_code_trust.py:
@@ -869,6 +870,7 @@ def run_stand_in(args: list[str], work: Path, shims: Path, port: int) -> tuple[l
     return recorded(log, work), sorted(recorded(Path(f"{log}.started"), work))
 
 
+@pytest.mark.slow
 def test_the_page_runs_the_commands_deploy_sh_runs(tmp_path: Path) -> None:
     """DEPLOYMENT.md's walk-through and `deploy.sh all` make the same calls of secure-fed, flwr,
     flower-superlink, cp, mkdir and sed, in the same order, with the same arguments: a doc edit
@@ -1008,6 +1010,7 @@ def verify(logs: list[Path], keys: Path) -> subprocess.CompletedProcess:
 
 # ~30 minutes on this 2-core machine (two full DP + SecAgg+ + CKKS runs on 4 TLS nodes, a node lost,
 # a restart): over half of `make test`'s budget, so `make test-deploy` runs it; `make test` skips it.
+@pytest.mark.slow
 @pytest.mark.skipif(
     os.environ.get("SECURE_FED_DEPLOY_SCRIPT") != "1",
     reason="the deployment page's walk-through takes ~30 min: `make test-deploy` runs it",

@@ -150,6 +150,7 @@ def test_sites_refusing_the_first_round_fail_the_run_without_scoring_an_untraine
     assert "id='aborted'" in page and "The run was aborted" in page and "no round completed" in page
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["train", "secagg_shares"])
 def test_a_site_killed_mid_round_costs_that_round_and_the_run_finishes_on_three(make_config, phase) -> None:
     cfg = make_config(

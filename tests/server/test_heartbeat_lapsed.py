@@ -9,10 +9,13 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from secure_fed.config import load_config
 from tests.server.test_deployment import BIN, small_run_toml, warm_cache
 
 
+@pytest.mark.slow
 def test_a_lapsed_heartbeat_is_one_line_naming_the_key_and_the_resume(
     tmp_path: Path, cache_dir: Path
 ) -> None:

@@ -33,6 +33,7 @@ def test_a_bad_fraction_is_refused() -> None:
         sample_sites([1, 2, 3], 0.0, 0, 1, 1)
 
 
+@pytest.mark.slow
 def test_a_run_trains_only_the_sampled_sites_and_charges_only_them(make_config) -> None:
     """DP + SecAgg+ over 4 sites at participation 0.5: each round samples max(3, 2) sites (a secure
     sum never has fewer than 3), the sample is in the server's log, and each site's ledger holds

@@ -51,6 +51,7 @@ def run_cli(
     return subprocess.CompletedProcess(proc.args, proc.returncode, log.read_text(errors="replace"), "")
 
 
+@pytest.mark.slow
 def test_simulation_engine_on_loopback_and_equal_to_inprocess(tmp_path: Path, cache_dir: Path) -> None:
     config = small_run_toml(tmp_path / "run.toml", tmp_path / "unused", cache_dir, ROUNDS)
     warm_cache(load_config(config))

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from typer.testing import CliRunner
 
 from secure_fed.audits.keys import load_public_keys
@@ -67,6 +68,7 @@ def budget_records(folder: Path, site: str) -> list[dict[str, Any]]:
     return [r["payload"] for r in map(json.loads, lines) if r["event"] == "site_budget"]
 
 
+@pytest.mark.slow
 def test_two_runs_on_the_same_site_data_continue_its_epsilon(make_config, tmp_path: Path) -> None:
     keys = tmp_path / "keys"
     init_keys(keys, ["server", "site0", "site1", "site2"])

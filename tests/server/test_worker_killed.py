@@ -61,6 +61,7 @@ def _run(*args: str, log: Path) -> subprocess.Popen:
     )
 
 
+@pytest.mark.slow
 def test_a_killed_worker_stops_the_run_clearly_and_resume_finishes_it(
     tmp_path: Path, cache_dir: Path
 ) -> None:
