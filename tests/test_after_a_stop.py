@@ -191,6 +191,7 @@ def test_the_verdict_line_carries_the_privacy_and_a_run_without_dp_is_never_gree
         assert verdict["privacy"] in line
 
 
+@pytest.mark.slow  # whole runs in process (each run ~1 min)
 def test_a_failure_of_the_runs_own_machinery_leaves_it_resumable(tmp_path, cache_dir, monkeypatch):
     """Not a site's refusal nor a budget: an unexpected error of the server's own code. The logs are
     not sealed (no head record), the console says so in one line, and `--resume` finishes the run."""
@@ -231,6 +232,7 @@ def test_a_failure_of_the_runs_own_machinery_leaves_it_resumable(tmp_path, cache
         assert _records(out, party)[-1]["event"] == "head", party
 
 
+@pytest.mark.slow  # whole runs in process (each run ~1 min)
 def test_a_server_log_cut_back_to_a_stop_the_run_resumed_from_fails(tmp_path, cache_dir, monkeypatch):
     """Attack: after a machinery stop in round 1 and a resume that ran round 2, the server's log is
     cut back to its signed resumable stop, hiding what it signed after. The sites' logs hold round

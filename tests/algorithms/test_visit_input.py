@@ -74,6 +74,7 @@ def test_refused_in_one_line_where_nothing_reads_it(cache_dir: Path, tmp_path: P
     assert "\n" not in str(err.value)
 
 
+@pytest.mark.slow  # whole runs in process (each run ~1 min)
 def test_a_visit_aware_fedtar_run_completes(cache_dir: Path, tmp_path: Path) -> None:
     config = tmp_path / "run.toml"
     config.write_text(

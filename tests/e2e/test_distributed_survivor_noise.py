@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.verify import verify_logs
@@ -17,6 +18,7 @@ from secure_fed.runner import run_inprocess
 from tests.conftest import DISTRIBUTED_DP
 
 
+@pytest.mark.slow  # whole runs in process (each run ~1 min)
 def test_all_survivors_reveal_the_freed_layer_and_the_sum_carries_the_m_sized_noise(make_config, monkeypatch):
     import secure_fed.clients.distributed as site_side
     import secure_fed.dp.distributed as mechanism
