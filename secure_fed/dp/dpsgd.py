@@ -365,6 +365,24 @@ class PatientDPSGD:
             self._passes[t].append((rows, slots))
         self._clear_grad_samples()
 
+    def _end_passes(
+        self, patient_index: Sequence[torch.Tensor | None], num_patients: int
+    ) -> tuple[list[list[tuple[torch.Tensor, torch.Tensor]]], torch.Tensor, torch.Tensor]:
+        """Take the step's last pass and hand over every pass's (rows, slots) per module, with the
+        patients present this step (increasing) and each slot's compact index (−1 if absent).
+
+        Only the patients in this step get a row: slots are dense over the whole population, of
+        which Poisson sampling picks a fraction q. Absent patients have a zero gradient (norm 0,
+        nothing to clip or sum), so leaving them out changes no result, only the work."""
+        self._check_row_mixing()
+        self.accumulate(patient_index, num_patients)
+        passes, self._passes = self._passes, [[] for _ in self.modules]
+        seen = [slots for module in passes for _, slots in module]
+        present = torch.unique(torch.cat(seen)) if seen else torch.zeros(0, dtype=torch.long)
+        compact = torch.full((num_patients,), -1, dtype=torch.long)
+        compact[present] = torch.arange(len(present))
+        return passes, present, compact
+
     def privatize(self, patient_index: Sequence[torch.Tensor | None], num_patients: int) -> StepStats:
         """Replace every trainable parameter's `.grad` with the clipped, noised, scaled patient sum
         over this step's passes (`accumulate`), the last of which left its per-row gradients now.
@@ -372,16 +390,7 @@ class PatientDPSGD:
         `patient_index[t][row]` is the patient slot (0..num_patients-1) of row `row` of module t's
         batch; None (or empty) for a module that saw no rows this step.
         """
-        self._check_row_mixing()
-        self.accumulate(patient_index, num_patients)
-        passes, self._passes = self._passes, [[] for _ in self.modules]
-        seen = [slots for module in passes for _, slots in module]
-        # Only the patients in this step get a row: slots are dense over the whole population, of
-        # which Poisson sampling picks a fraction q. Absent patients have a zero gradient (norm 0,
-        # nothing to clip or sum), so leaving them out changes no result, only the work.
-        present = torch.unique(torch.cat(seen)) if seen else torch.zeros(0, dtype=torch.long)
-        compact = torch.full((num_patients,), -1, dtype=torch.long)
-        compact[present] = torch.arange(len(present))
+        passes, present, compact = self._end_passes(patient_index, num_patients)
         # Per module: a (k, P) matrix of gradients and the patient (compact slot) of each row, such
         # that a patient's gradient for the module is the sum of its rows. Modules are disjoint
         # blocks of parameters, so a patient's squared joint norm is the sum over modules.
@@ -450,13 +459,7 @@ class PatientDPSGD:
         (`injected`) are clipped and summed by `privatize` only, so a step with them is refused."""
         if self.injected is not None:
             raise RuntimeError("injected canaries go through privatize, not patient_gradients")
-        self._check_row_mixing()
-        self.accumulate(patient_index, num_patients)
-        passes, self._passes = self._passes, [[] for _ in self.modules]
-        seen = [slots for module in passes for _, slots in module]
-        present = torch.unique(torch.cat(seen)) if seen else torch.zeros(0, dtype=torch.long)
-        compact = torch.full((num_patients,), -1, dtype=torch.long)
-        compact[present] = torch.arange(len(present))
+        passes, present, compact = self._end_passes(patient_index, num_patients)
         out: list[torch.Tensor | None] = []
         for module_passes in passes:
             if not module_passes:
