@@ -64,17 +64,30 @@ def test_points_are_each_sweeps_means_and_t_intervals(tmp_path: Path) -> None:
     assert png.read_bytes()[:8] == PNG
 
 
+BAD_SERIES = [
+    ("no-colon", "write it as PATH:METHOD=LABEL"),
+    ("{dir}:central", "write it as PATH:METHOD=LABEL"),
+    ("{dir}/missing:central=x", "no such sweep folder or kept record"),
+    ("{dir}:fedtar=x", "has no fedtar cell"),
+]
+
+
+@pytest.mark.parametrize(("spec", "says"), BAD_SERIES)
+def test_a_bad_series_is_one_line_naming_it(
+    tmp_path: Path, spec: str, says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    _folder(tmp_path / "s", _cells("central", 8.0, [4.0, 4.1]))
+    code = plot_sweeps.main(["-o", str(tmp_path / "p.png"), spec.format(dir=tmp_path / "s")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert err.count("\n") == 1 and says in err and "Traceback" not in err
+    assert not (tmp_path / "p.png").exists()
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    ("spec", "says"),
-    [
-        ("no-colon", "write it as PATH:METHOD=LABEL"),
-        ("{dir}:central", "write it as PATH:METHOD=LABEL"),
-        ("{dir}/missing:central=x", "no such sweep folder or kept record"),
-        ("{dir}:fedtar=x", "has no fedtar cell"),
-    ],
-)
-def test_a_bad_series_is_one_line_naming_it(tmp_path: Path, spec: str, says: str) -> None:
+def test_the_script_itself_exits_2_with_the_one_line(tmp_path: Path) -> None:
+    """The same refusal through the script as a user runs it (the cases above call its main)."""
+    spec, says = BAD_SERIES[3]
     _folder(tmp_path / "s", _cells("central", 8.0, [4.0, 4.1]))
     out = subprocess.run(
         [
