@@ -33,8 +33,8 @@ test: $(STAMP) browser
 	$(PY) -m pytest -q -m "not bench"
 
 # the suite less its `slow` tests (those that start Ray, a SuperLink or SuperNode or a `secure-fed
-# run`, and the in-process runs and scripts of several seconds): 7.5 min on the 2-core machine
-# under other work (6 min of CPU), against `make test`'s ~26 min idle (README)
+# run`, and the in-process runs and scripts of several seconds): 5 min 40 s on the idle 2-core
+# machine, against `make test`'s 21 min 36 s (README)
 test-fast: $(STAMP) browser
 	$(PY) -m pytest -q -m "not slow and not bench"
 
