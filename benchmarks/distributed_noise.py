@@ -37,12 +37,11 @@ import json
 import math
 import os
 import statistics
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _noise_sums import median_ms, site_vectors  # benchmarks/ is on sys.path as a script
 
 from secure_fed.config import load_config
 from secure_fed.distributed_plan import compare_noise, delta, histogram_sigma, honest_min, plan_for
@@ -72,14 +71,6 @@ HOSPITAL_OTHER_RATES = ((0.05, 100), (0.02, 250), (0.01, 500))
 HOSPITAL_OTHER_EPSILONS = (1.0, 2.0)
 
 
-def _vectors(sites: int, dim: int, norm: float, rng: np.random.Generator) -> list[np.ndarray]:
-    out = []
-    for _ in range(sites):
-        v = rng.normal(size=dim)
-        out.append(v * (norm / float(np.linalg.norm(v))))
-    return out
-
-
 def _site_mode_std(vectors: list[np.ndarray], std: float) -> float:
     released = np.zeros_like(vectors[0])
     for v in vectors:
@@ -95,15 +86,6 @@ def _distributed_std(vectors: list[np.ndarray], plan: DistributedPlan) -> float:
     total &= np.uint64((1 << plan.bits) - 1)
     released = decode_sum(total, plan, SEED)
     return float((released - sum(vectors)).std())
-
-
-def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def _plan(
@@ -249,7 +231,7 @@ def main() -> None:
     site_std_each = sigma * args.clip
     rows = []
     for h in args.sites:
-        vectors = _vectors(h, args.dim, args.site_norm, rng)
+        vectors = site_vectors(h, args.dim, args.site_norm, rng)
         site = _site_mode_std(vectors, site_std_each)
         row: dict[str, Any] = {
             "h": h,
@@ -281,7 +263,7 @@ def main() -> None:
 
     # timing at d coordinates: distributed encoding vs site mode's noise addition
     timing_plan = _plan(args, honest_min=3, colluders=1, max_sites=50)
-    vector = _vectors(1, args.dim, args.site_norm, rng)[0]
+    vector = site_vectors(1, args.dim, args.site_norm, rng)[0]
     # fixed key: the benchmark times the draws, it releases nothing
     generator = NoiseStream(bytes(32)).cipher_generator()
 
@@ -311,7 +293,7 @@ def main() -> None:
     timings: dict[str, list[float]] = {name: [] for name in parts}
     for _ in range(args.repeats):
         for name, fn in parts.items():  # interleaved: background load hits all alike
-            timings[name].append(_median_ms(fn, 1))
+            timings[name].append(median_ms(fn, 1))
     ms = {name: statistics.median(values) for name, values in timings.items()}
     print(
         json.dumps(

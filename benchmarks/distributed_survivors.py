@@ -31,12 +31,12 @@ import json
 import math
 import os
 import statistics
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _noise_sums import median_ms, site_vectors  # benchmarks/ is on sys.path as a script
 
 from secure_fed.config import load_config
 from secure_fed.distributed_plan import _site_sigma, delta, plan_for
@@ -54,14 +54,6 @@ from secure_fed.dp.keystream import NoiseStream
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "hospital-scale-distributed.toml"
 SITES = 5
 SEED = bytes(range(32))
-
-
-def _vectors(sites: int, dim: int, norm: float, rng: np.random.Generator) -> list[np.ndarray]:
-    out = []
-    for _ in range(sites):
-        v = rng.normal(size=dim)
-        out.append(v * (norm / float(np.linalg.norm(v))))
-    return out
 
 
 def _released_std(
@@ -83,15 +75,6 @@ def _released_std(
     total = remove_layers(total, plan, freed)
     released = decode_sum(total, plan, SEED)
     return float((released - sum(vectors)).std())
-
-
-def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
 
 
 def main() -> None:
@@ -128,7 +111,7 @@ def main() -> None:
             kept_variance(plan, survivors) if layered and k < revealing else plan.share_mu
             for k in range(in_sum)
         ]
-        vectors = _vectors(in_sum, args.dim, args.site_norm, rng)
+        vectors = site_vectors(in_sum, args.dim, args.site_norm, rng)
         std = _released_std(vectors, plan, layered=layered, revealing=revealing, survivors=survivors)
         expected = plan.gamma * math.sqrt(sum(kept))
         rows.append(
@@ -150,7 +133,7 @@ def main() -> None:
             }
         )
 
-    vector = _vectors(1, args.dim, args.site_norm, rng)[0]
+    vector = site_vectors(1, args.dim, args.site_norm, rng)[0]
     _, seeds = encode_layered_share(vector, plan, SEED, NoiseStream(bytes(32)))
     freed = [(i, seeds[i]) for i in layers_for(plan, SITES)]
     total = np.zeros(plan.padded_dim, dtype=np.uint64)
@@ -164,7 +147,7 @@ def main() -> None:
     timings: dict[str, list[float]] = {name: [] for name in parts}
     for _ in range(args.repeats):
         for name, fn in parts.items():  # interleaved: background load hits all alike
-            timings[name].append(_median_ms(fn, 1))
+            timings[name].append(median_ms(fn, 1))
     ms = {name: statistics.median(values) for name, values in timings.items()}
     print(
         json.dumps(
