@@ -25,27 +25,9 @@ from tests.conftest import DISTRIBUTED_DP
     ("method", "release"), [("fedavg", "copies"), ("fedtar", "copies"), ("fedtar", "one-vector")]
 )
 def test_distributed_run_completes_verifies_and_releases_the_planned_noise(
-    make_config, monkeypatch, method, release
+    make_config, noise_spy, method, release
 ):
-    import secure_fed.clients.distributed as site_side
-    import secure_fed.dp.distributed as mechanism
-
-    clipped: dict[int, list[np.ndarray]] = {}
-    released: list[tuple[np.ndarray, object]] = []
-    real_sum, real_decode = site_side.clipped_gradient_sum, mechanism.decode_sum
-
-    def spy_sum(*args, **kwargs):  # what each site encodes: never leaves it, kept here to measure
-        out = real_sum(*args, **kwargs)
-        clipped.setdefault(len(released) + 1, []).append(out[0])
-        return out
-
-    def spy_decode(total, plan, seed):
-        out = real_decode(total, plan, seed)
-        released.append((out, plan))
-        return out
-
-    monkeypatch.setattr(site_side, "clipped_gradient_sum", spy_sum)
-    monkeypatch.setattr(mechanism, "decode_sum", spy_decode)
+    clipped, released = noise_spy.clipped, noise_spy.released
     # h = 3 of 3 sites, c = 1: each share carries half the noise, the two honest ones all of it
     cfg = make_config(
         **DISTRIBUTED_DP,

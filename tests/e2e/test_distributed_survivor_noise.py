@@ -19,26 +19,10 @@ from tests.conftest import DISTRIBUTED_DP
 
 
 @pytest.mark.slow  # whole runs in process (each run ~1 min)
-def test_all_survivors_reveal_the_freed_layer_and_the_sum_carries_the_m_sized_noise(make_config, monkeypatch):
-    import secure_fed.clients.distributed as site_side
+def test_all_survivors_reveal_the_freed_layer_and_the_sum_carries_the_m_sized_noise(make_config, noise_spy):
     import secure_fed.dp.distributed as mechanism
 
-    clipped: dict[int, list[np.ndarray]] = {}
-    released: list[tuple[np.ndarray, object]] = []
-    real_sum, real_decode = site_side.clipped_gradient_sum, mechanism.decode_sum
-
-    def spy_sum(*args, **kwargs):  # what each site encodes: never leaves it, kept here to measure
-        out = real_sum(*args, **kwargs)
-        clipped.setdefault(len(released) + 1, []).append(out[0])
-        return out
-
-    def spy_decode(total, plan, seed):
-        out = real_decode(total, plan, seed)
-        released.append((out, plan))
-        return out
-
-    monkeypatch.setattr(site_side, "clipped_gradient_sum", spy_sum)
-    monkeypatch.setattr(mechanism, "decode_sum", spy_decode)
+    clipped, released = noise_spy.clipped, noise_spy.released
     cfg = make_config(**DISTRIBUTED_DP, data__synth__sites=4, fed__method="fedavg")
     outcome = run_inprocess(cfg, cfg.out)
     assert outcome.metrics["rounds"] == 2 and len(released) == 2
