@@ -76,7 +76,7 @@ from secure_fed.dp.calibration import calibrate_noise
 from secure_fed.dp.distributed import DistributedPlan, encode_layered_share, layers_for, remove_layers
 from secure_fed.dp.dpsgd import PatientDPSGD
 from secure_fed.dp.keystream import NoiseStream
-from secure_fed.model.setup import build_report_model
+from secure_fed.model.setup import build_report_model, visit_slots
 
 TARGET_RATIO = 1.3
 
@@ -120,7 +120,7 @@ class PrivateSteps:
         gmm, _ = fit_gmm(
             patient_profiles(data.train), cfg.model.gmm_components, cfg.model.gmm_reg_covar, 0, None
         )
-        attach_profiles(data, gmm)
+        attach_profiles(data, gmm, visit_slots(cfg))
         self.cfg = cfg
         self.model = build_report_model(cfg)
         self.examples = data.train

@@ -46,7 +46,7 @@ from secure_fed.config import RunConfig, build_config
 from secure_fed.data.batching import Examples
 from secure_fed.dp.dpsgd import PatientDPSGD
 from secure_fed.dp.keystream import NoiseStream
-from secure_fed.model.setup import build_report_model
+from secure_fed.model.setup import build_report_model, visit_slots
 
 
 def make_config(preset: str, cache: Path, visits: int, patients: int, pretrain_steps: int) -> RunConfig:
@@ -84,7 +84,7 @@ class Setup:
         gmm, _ = fit_gmm(
             patient_profiles(data.train), cfg.model.gmm_components, cfg.model.gmm_reg_covar, 0, None
         )
-        attach_profiles(data, gmm)
+        attach_profiles(data, gmm, visit_slots(cfg))
         self.model = build_report_model(cfg)
         self.start = self.model.trainable_state()
         self.groups: list[Examples] = [data.train.at_visit(t) for t in range(1, cfg.data.max_visits + 1)]

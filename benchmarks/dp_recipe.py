@@ -34,13 +34,14 @@ from typing import Any
 import torch
 
 from secure_fed.clients.private import steps_per_epoch
+from secure_fed.clients.site import with_visit
 from secure_fed.config import RunConfig, load_config
 from secure_fed.data.batching import Examples, make_examples
 from secure_fed.data.cohort import load_cohort
 from secure_fed.data.synthetic import synthesize
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.dp.calibration import default_delta, split_budget
-from secure_fed.model.setup import PUBLIC_SEED, build_report_model
+from secure_fed.model.setup import PUBLIC_SEED, build_report_model, visit_slots
 
 CONFIG = Path(__file__).parents[1] / "configs" / "hospital-scale.toml"
 RATES = (0.25, 0.2, 0.1, 0.05, 0.02)
@@ -88,7 +89,8 @@ def public_examples(cfg: RunConfig, patients: int, seed: int, folder: Path) -> E
     cohort = load_cohort(manifest, cfg.data.synth.image_size)
     key = hashlib.sha256(b"public-cohort").digest()
     examples = make_examples(cohort.visits, tokenizer, key, cfg.data.max_report_tokens, cfg.data.max_visits)
-    examples.profiles = torch.full((len(examples), cfg.model.gmm_components), 1.0 / cfg.model.gmm_components)
+    uniform = torch.full((len(examples), cfg.model.gmm_components), 1.0 / cfg.model.gmm_components)
+    examples.profiles = with_visit(uniform, examples.visit_index, visit_slots(cfg))
     return examples
 
 

@@ -59,7 +59,7 @@ from secure_fed.config import RunConfig, load_config
 from secure_fed.distributed_plan import delta, plan_for, round_seed
 from secure_fed.dp.distributed import DistributedPlan, decode_sum, encode_share
 from secure_fed.dp.keystream import NoiseStream
-from secure_fed.model.setup import build_report_model
+from secure_fed.model.setup import build_report_model, visit_slots
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSPITAL = ROOT / "configs" / "hospital-scale-distributed.toml"
@@ -153,7 +153,7 @@ def main() -> None:
     t_max = cfg.data.max_visits
     data = load_site(cfg, site)
     gmm, _ = fit_gmm(patient_profiles(data.train), cfg.model.gmm_components, cfg.model.gmm_reg_covar, 0, None)
-    attach_profiles(data, gmm)
+    attach_profiles(data, gmm, visit_slots(cfg))
     model = build_report_model(cfg)
     dim = sum(p.numel() for p in model.parameters() if p.requires_grad)
     # round 1's global state, which every party builds from the run's seed

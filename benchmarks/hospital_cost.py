@@ -45,7 +45,7 @@ from secure_fed.config import RunConfig, load_config
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.dp.keystream import NOISE_KEY_BYTES, NoiseStream
 from secure_fed.model import report_model
-from secure_fed.model.setup import build_report_model
+from secure_fed.model.setup import build_report_model, visit_slots
 
 CONFIG = Path(__file__).parents[1] / "configs" / "hospital-scale.toml"
 EPSILONS = (1.0, 2.0, 4.0, 8.0, 16.0)
@@ -391,7 +391,7 @@ def main() -> None:
         gmm, _ = fit_gmm(
             patient_profiles(data.train), cfg.model.gmm_components, cfg.model.gmm_reg_covar, 0, None
         )
-        attach_profiles(data, gmm)
+        attach_profiles(data, gmm, visit_slots(cfg))
         enc = [n for n, p in model.named_parameters() if p.requires_grad and n.startswith("encoder.")]
         train = train_costs(cfg, model, data.train, args.epochs)
         result: dict[str, Any] = {

@@ -188,10 +188,12 @@ class ModelConfig(_Strict):
     hyper_rank: int = Field(2, ge=1, le=16)
     profile_dim: int = Field(8, ge=1, le=128, description="dimension of φ_p")
     gmm_components: int = Field(16, ge=1, le=64)
-    visit_input: bool = Field(
-        False,
+    visit_input: bool | None = Field(
+        None,
         description="the report's visit index (one-hot over data.max_visits) joins q_p at the patient "
-        "hyper-LoRA's input, so one adapter is visit-aware (public: the report's own position)",
+        "hyper-LoRA's input, so one adapter is visit-aware (public: the report's own position); "
+        "None = on for the FedTAR methods that have the hyper-LoRA (FedTAR's visit-aware reading, "
+        "issue 63, chosen before any run that measures it), off for every other method",
     )
     gmm_reg_covar: float = Field(1e-6, ge=1e-6)
     cache_dir: Path = Field(
@@ -723,6 +725,13 @@ class RunConfig(_Strict):
     def hyper_lora_on(self) -> bool:
         """The `fedtar-no-gmm` ablation drops the patient hyper-LoRA (and so the GMM's role)."""
         return self.model.hyper_lora and self.fed.method != "fedtar-no-gmm"
+
+    @property
+    def visit_input_on(self) -> bool:
+        """Whether the hyper-LoRA reads the visit index: `model.visit_input`, or by default FedTAR's."""
+        if self.model.visit_input is not None:
+            return self.model.visit_input and self.hyper_lora_on
+        return self.hyper_lora_on and self.fed.method.startswith("fedtar")
 
     @property
     def secagg_on(self) -> bool:

@@ -95,7 +95,12 @@ def attach_profiles(data: SiteData, gmm: ProfileModel, visit_slots: int = 0) -> 
     it, the last slot standing for any later visit."""
     for split in (data.train, data.val, data.test):
         q = torch.from_numpy(gmm.responsibilities(split.raw_profiles))
-        if visit_slots:
-            slot = split.visit_index.clamp(1, visit_slots) - 1
-            q = torch.cat([q, torch.nn.functional.one_hot(slot, visit_slots).to(q.dtype)], dim=1)
-        split.profiles = q
+        split.profiles = with_visit(q, split.visit_index, visit_slots)
+
+
+def with_visit(q: torch.Tensor, visit_index: torch.Tensor, visit_slots: int) -> torch.Tensor:
+    """q with each row's visit index one-hot after it (nothing added when `visit_slots` is 0)."""
+    if not visit_slots:
+        return q
+    slot = visit_index.clamp(1, visit_slots) - 1
+    return torch.cat([q, torch.nn.functional.one_hot(slot, visit_slots).to(q.dtype)], dim=1)

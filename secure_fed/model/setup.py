@@ -88,8 +88,8 @@ def _pretrain(model: ReportModel, examples: object, steps: int, lr: float, batch
 
 
 def visit_slots(cfg: RunConfig) -> int:
-    """How many visit-index inputs the patient hyper-LoRA takes after q_p (`model.visit_input`)."""
-    return cfg.data.max_visits if cfg.model.visit_input and cfg.hyper_lora_on else 0
+    """How many visit-index inputs the patient hyper-LoRA takes after q_p (`RunConfig.visit_input_on`)."""
+    return cfg.data.max_visits if cfg.visit_input_on else 0
 
 
 def build_report_model(cfg: RunConfig) -> ReportModel:

@@ -60,8 +60,9 @@ def prepared(
     assert cfg.train.fedtar_release == "one-vector"  # the distributed default
     data = load_site(cfg, "site0")
     gmm, _ = fit_gmm(patient_profiles(data.train), cfg.model.gmm_components, cfg.model.gmm_reg_covar, 0, None)
-    attach_profiles(data, gmm)
-    from secure_fed.model.setup import build_report_model
+    from secure_fed.model.setup import build_report_model, visit_slots
+
+    attach_profiles(data, gmm, visit_slots(cfg))
 
     return cfg, data, build_report_model(cfg)
 

@@ -50,7 +50,7 @@ def test_the_adapter_reads_the_visit(cache_dir: Path, tmp_path: Path) -> None:
     model = build_report_model(cfg)
     k, slots = cfg.model.gmm_components, visit_slots(cfg)
     assert model.proj is not None and model.proj.in_features == k + slots
-    plain = build_report_model(small_config(cache_dir, tmp_path / "plain"))
+    plain = build_report_model(small_config(cache_dir, tmp_path / "plain", model__visit_input=False))
     assert plain.proj is not None and plain.proj.in_features == k
     torch.manual_seed(0)
     with torch.no_grad():  # a trained head: the patient term is no longer zero
@@ -88,3 +88,24 @@ def test_a_visit_aware_fedtar_run_completes(cache_dir: Path, tmp_path: Path) -> 
     assert ran.exit_code == 0, ran.output
     metrics = json.loads((out / "metrics.json").read_text())
     assert np.isfinite(metrics["test"]["CIDEr"]), metrics["test"]
+
+
+@pytest.mark.parametrize(
+    ("method", "hyper_lora", "expected"),
+    [
+        ("fedtar", True, True),
+        ("fedtar-no-temporal", True, True),
+        ("fedtar-no-gmm", True, False),
+        ("fedavg", True, False),
+        ("fedtar", False, False),
+    ],
+)
+def test_by_default_fedtar_reads_the_visit_and_no_other_method_does(
+    cache_dir: Path, tmp_path: Path, method: str, hyper_lora: bool, expected: bool
+) -> None:
+    """Unset, `model.visit_input` is FedTAR's: its hyper-LoRA reads the visit index; FedAvg, the
+    ablation without the hyper-LoRA and a plain adapter keep q_p alone."""
+    cfg = small_config(cache_dir, tmp_path, fed__method=method, model__hyper_lora=hyper_lora)
+    assert cfg.model.visit_input is None
+    assert cfg.visit_input_on is expected
+    assert visit_slots(cfg) == (cfg.data.max_visits if expected else 0)

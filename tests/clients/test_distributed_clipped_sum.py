@@ -26,7 +26,7 @@ from secure_fed.dp.distributed import DistributedPlan, padded_size
 from secure_fed.dp.events import rounded_sensitivities
 from secure_fed.dp.keystream import NoiseStream
 from secure_fed.model.report_model import ReportModel
-from secure_fed.model.setup import build_report_model
+from secure_fed.model.setup import build_report_model, visit_slots
 from secure_fed.model.vectors import flatten
 from tests.conftest import small_config
 
@@ -52,7 +52,7 @@ def prepared(
     )
     data = load_site(cfg, "site0")
     gmm, _ = fit_gmm(patient_profiles(data.train), cfg.model.gmm_components, cfg.model.gmm_reg_covar, 0, None)
-    attach_profiles(data, gmm)
+    attach_profiles(data, gmm, visit_slots(cfg))
     return cfg, data, build_report_model(cfg)
 
 

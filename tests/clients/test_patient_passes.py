@@ -19,7 +19,7 @@ from secure_fed.config import RunConfig
 from secure_fed.data.batching import Examples
 from secure_fed.dp.keystream import NoiseStream
 from secure_fed.model.report_model import ReportModel
-from secure_fed.model.setup import build_report_model
+from secure_fed.model.setup import build_report_model, visit_slots
 from tests.conftest import small_config
 
 CLIP = 0.05  # below the typical per-patient norm: a patient clipped per pass would differ
@@ -33,7 +33,7 @@ def prepared(
     cfg = small_config(root / "cache", root / "out", model__pretrain_steps=0, fed__method="fedtar")
     data = load_site(cfg, "site0")
     gmm, _ = fit_gmm(patient_profiles(data.train), cfg.model.gmm_components, cfg.model.gmm_reg_covar, 0, None)
-    attach_profiles(data, gmm)
+    attach_profiles(data, gmm, visit_slots(cfg))
     return cfg, data, build_report_model(cfg)
 
 

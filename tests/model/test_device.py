@@ -41,7 +41,7 @@ def test_the_model_goes_where_resolve_device_says_and_inputs_follow(
     # CPU inputs are moved to the model's device by the model itself: callers never place tensors
     images = torch.zeros(2, 2, 32, 32)
     ids = torch.ones(2, 6, dtype=torch.long)
-    profiles = torch.zeros(2, cfg.model.gmm_components)
+    profiles = torch.zeros(2, cfg.model.gmm_components + setup.visit_slots(cfg))
     loss = model(images, ids, profiles)
     assert loss.device.type == "meta" and loss.shape == (2,)
 
