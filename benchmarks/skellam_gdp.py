@@ -50,14 +50,14 @@ def main() -> None:
 
     rows = [
         {
-            "accountant": "RDP (Agarwal, Kairouz & Liu; the ledger's)",
+            "accountant": "RDP (the ledger's)",
             "sound": "yes",
             "z": z_rdp,
             "epsilon_of_running_plan": epsilon_rdp([*fixed, plan.event(q, steps)], d),
             "ratio_all_five": ratio(z_rdp),
         },
         {
-            "accountant": "PLD on the Gaussian pair of the centre step",
+            "accountant": "PLD on the centre-step Gaussian pair",
             "sound": "if the centre step is the largest (checked to mu = 1e6, not proved)",
             "z": z_gdp,
             "epsilon_of_running_plan": gdp_epsilon(plan.mu_total, plan.l2_sensitivity, q, steps, d, fixed),
