@@ -223,3 +223,20 @@ def test_distributed_survivors_rows_are_the_measured_ratios_and_the_plan_holds_m
     # issue 64's dropout target holds on the measurement, the all-five one is reported as it is
     assert by_case["one dropout before masking"]["ratio_prv"] <= 1.25
     assert by_case["one dropout after confirming"]["ratio_prv"] <= 1.25
+
+
+def test_skellam_gdp_rows_are_the_outputs_and_the_rdp_row_is_the_ledgers() -> None:
+    """The table's cells are the raw output's; the RDP row's plan prices at the target ε (what the
+    ledger charges), the route's ratio follows from its z the way the survivors table's does."""
+    raw = _raw("skellam-gdp")
+    out = raw["output"]
+    table = bench_tables.shape("skellam-gdp", raw, "cmd", "machine", None, "0" * 40)
+    rdp, route = out["rows"]
+    assert [row[0] for row in table["rows"]] == [rdp["accountant"], route["accountant"]]
+    assert table["rows"][1][4] == f"{route['ratio_all_five']:.3f}"
+    assert rdp["sound"] == "yes" and route["sound"] != "yes"
+    assert rdp["epsilon_of_running_plan"] == pytest.approx(out["epsilon"], rel=1e-4)
+    assert route["epsilon_of_running_plan"] < rdp["epsilon_of_running_plan"]
+    for row in (rdp, route):
+        expected = math.sqrt(5 / 4) * row["z"] * (1 + out["inflation"]) / out["curator_sigma_prv"]
+        assert row["ratio_all_five"] == pytest.approx(expected, rel=1e-12)

@@ -439,6 +439,35 @@ def distributed_survivors_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]
     ]
 
 
+def skellam_gdp_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    out = _output(_one(outs))
+    return [
+        [
+            row["accountant"],
+            row["sound"],
+            f"{row['z']:.4f}",
+            f"{row['epsilon_of_running_plan']:.2f}",
+            f"{row['ratio_all_five']:.3f}",
+        ]
+        for row in out["rows"]
+    ]
+
+
+def skellam_gdp_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
+    out = _output(_one(outs))
+    return [
+        f"Plan: {out['config']} (ε = {out['epsilon']:g} with the GMM histogram, δ = {out['delta']:g}, "
+        f"q = {out['sample_rate']:g}, {out['steps']} steps), d = {_int(out['dim'])}, {out['sites']} sites, "
+        f"h = {out['honest_min']}, c = {out['colluders']}: mu_total = {out['mu_total']:.4g}, "
+        f"Δ₂ = {out['l2_sensitivity']:.6g}, rounding inflation {100 * out['inflation']:.3f} %.",
+        f"z = √mu / Δ₂ meeting the target; ε of the running (RDP-calibrated) plan under each; released std "
+        f"with all five surviving over the curator's σ = {out['curator_sigma_prv']:.4f} (PRV): "
+        "√(5/4)·z·(1 + inflation)/σ, as the survivors table's expected column.",
+        f"Centre step at this mu: M·√mu − 1 = {out['centre_step_excess']:.2g}, so the route's pair is the "
+        "Gaussian of the Skellam's variance to that precision.",
+    ]
+
+
 def distributed_survivors_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
     out = _output(_one(outs))
     sigma, ms = out["curator_sigma"], out["timing_ms"]
@@ -849,6 +878,19 @@ SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[
         ],
         distributed_survivors_rows,
         distributed_survivors_notes,
+    ),
+    "skellam-gdp": (
+        "The Skellam sum's accountant at the hospital settings: RDP against the PLD route on the "
+        "centre step's Gaussian pair",
+        [
+            "accountant",
+            "sound",
+            "z for ε = 8",
+            "ε of the running plan",
+            "released / curator (PRV σ), all five",
+        ],
+        skellam_gdp_rows,
+        skellam_gdp_notes,
     ),
     "distributed-noise-accounting": (
         "Where distributed DP's noise goes: noise multipliers at the same (ε, δ, q, steps) and the "

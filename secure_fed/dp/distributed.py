@@ -61,6 +61,9 @@ prices a logged Skellam sum with):
   order ≥ 3. Logs written before the symmetric bound existed carry no `amplification` key and are
   priced with it, so their logged ε still re-derives.
 
+No PLD/PRV accountant prices the sum: its pairs have no dominating pair we can prove (docs/THREAT_MODEL.md,
+"Why the Skellam sum keeps RDP"; dp/skellam_gdp.py measures what one would be worth).
+
 Pure numpy/math: imports nothing of clients, server or Flower.
 """
 
