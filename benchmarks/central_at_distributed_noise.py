@@ -23,7 +23,7 @@ record, and the JSON below lists it.
     .venv/bin/python benchmarks/central_at_distributed_noise.py --keep --write   # the docs' JSON
 
 Option (c) of docs/experiments/bench-distributed-dp.md at hospital scale is the same comparison
-at a smaller Poisson rate over the same five passes, run with the CLI (`secure-fed sweep ... --set
+at a smaller Poisson rate over the same five passes, run with the CLI (`secure-fed-lab sweep ... --set
 dp.sample_rate=0.02`, the commands in docs/experiments/hospital-sampling-rate.md): --keep-rates
 commits its two sweep folders, --write-rates renders docs/results/hospital-sampling-rate.json from
 them and the recipe's kept sweeps, with the noise each mode released at each rate.
@@ -130,9 +130,9 @@ def _model_dim() -> int:
 def run(epsilons: list[float], seeds: list[int], out: Path) -> None:
     from secure_fed.config import load_config
     from secure_fed.console import quiet_frameworks
-    from secure_fed.sweep import sweep
+    from secure_fed.lab.sweep import sweep
 
-    quiet_frameworks()  # the sweep's console, as `secure-fed sweep` shows it
+    quiet_frameworks()  # the sweep's console, as `secure-fed-lab sweep` shows it
     if (dim := _model_dim()) != DIM:
         raise SystemExit(f"the model's FedAvg step has {dim} coordinates, not {DIM}: update DIM")
     for epsilon in epsilons:
@@ -145,7 +145,7 @@ def run(epsilons: list[float], seeds: list[int], out: Path) -> None:
 
 def _keep(folder: Path, name: str) -> Path:
     """A sweep folder's cells as the kept record docs/results/sweeps/NAME.json."""
-    from secure_fed.sweep import kept
+    from secure_fed.lab.sweep import kept
 
     path = KEPT / f"{name}.json"
     path.write_text(json.dumps(kept(folder), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -173,7 +173,7 @@ def _shown(mean: float, ci: tuple[float, float] | None, signed: bool = False) ->
 
 def table(plans: dict[float, dict[str, Any]], commit: str, date: str) -> dict[str, Any]:
     """The docs table from the kept records: per ε, the noise each way and what it trained."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import sweep as sw
 
     mine = [r for path in sorted(KEPT.glob(f"{NAME}-eps*.json")) for r in _runs(path.stem)]
     central = [r for r in _runs(CENTRAL_RECORD) if r["method"] == "central"]
@@ -254,7 +254,7 @@ def rates_table(commit: str, date: str) -> dict[str, Any]:
     """Option (c) from the kept sweeps: per rate and ε, the noise each mode released (over C, and
     over the expected batch it is averaged into) and what each trained, paired by seed against
     private central at that rate and at the recipe's."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import sweep as sw
 
     records = {name: _record(name) for pair in RATE_RECORDS.values() for name in pair}
     recipe_central = [r for r in records[CENTRAL_RECORD]["runs"] if r["method"] == "central"]
@@ -312,13 +312,13 @@ def rates_table(commit: str, date: str) -> dict[str, Any]:
         "Poisson rate and at a smaller one over the same five passes (BENCHMARKS option (c)); mean "
         "and 95 % t interval over seeds, differences paired by seed",
         "source": {
-            "command": "secure-fed sweep --config configs/hospital-scale-distributed.toml --set "
+            "command": "secure-fed-lab sweep --config configs/hospital-scale-distributed.toml --set "
             "dp.sample_rate=0.02 --rounds 250 --methods fedavg --seeds 0,1,2 --epsilons 1 -o "
-            "runs/results-hospital-distributed-q002 && secure-fed sweep --config "
+            "runs/results-hospital-distributed-q002 && secure-fed-lab sweep --config "
             "configs/hospital-scale-distributed.toml --set dp.sample_rate=0.02 --rounds 250 --methods "
-            "fedavg --seeds 0,1,2 --epsilons 2 -o runs/results-hospital-distributed-q002 && secure-fed "
+            "fedavg --seeds 0,1,2 --epsilons 2 -o runs/results-hospital-distributed-q002 && secure-fed-lab "
             "sweep --config configs/hospital-scale.toml --set dp.sample_rate=0.02 --methods central "
-            "--seeds 0,1,2 --epsilons 1 -o runs/results-hospital-central-q002 && secure-fed sweep "
+            "--seeds 0,1,2 --epsilons 1 -o runs/results-hospital-central-q002 && secure-fed-lab sweep "
             "--config configs/hospital-scale.toml --set dp.sample_rate=0.02 --methods central --seeds "
             "0,1,2 --epsilons 2 -o runs/results-hospital-central-q002 && python "
             "benchmarks/central_at_distributed_noise.py --keep-rates --write-rates",

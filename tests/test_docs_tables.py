@@ -1,6 +1,6 @@
 """The docs' tables and figures are the committed JSON's (tools/doc_tables.py), and the project
 carries no writing-period labels. Each test reads files only and takes well under a second; the
-sweep round trip also imports secure_fed.sweep (torch, Flower: about 30 s alone on a loaded
+sweep round trip also imports secure_fed.lab.sweep (torch, Flower: about 30 s alone on a loaded
 2-core machine, already paid by tests/test_sweep.py in a suite run)."""
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def test_a_json_without_its_command_or_a_missing_json_is_refused(tmp_path):
 
 
 def test_from_sweep_renders_the_sweeps_own_table(tmp_path):
-    from secure_fed import sweep as sw
+    from secure_fed.lab import sweep as sw
 
     runs = [
         {"method": m, "epsilon": None, "seed": s, "test": {"CIDEr": v + s / 100}, "wall_s": 60.0}
@@ -209,7 +209,7 @@ def test_from_sweep_renders_the_sweeps_own_table(tmp_path):
 def test_paired_between_sets_one_sweep_against_another_seed_by_seed(tmp_path):
     """Distributed DP against site mode: two sweep folders of one cohort, the same (method, ε)
     paired on the seeds both have (seed 2 ran in one only), its interval from those differences."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import sweep as sw
 
     def sweep_folder(name: str, values: dict[int, float]) -> Path:
         cells = values.items()
@@ -263,7 +263,7 @@ def test_per_site_vs_local_takes_local_from_the_sweep_given_against(tmp_path):
 def test_paired_methods_compares_two_methods_of_one_sweep_at_each_epsilon(tmp_path):
     """FedTAR against FedAvg: at each ε both ran, paired on the seeds both have; an ε only one ran
     has no row, and a method the sweep did not run is refused naming the ones it did."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import sweep as sw
 
     cells = [("fedtar", None, 0, 3.0), ("fedtar", None, 1, 3.2), ("fedavg", None, 0, 2.0),
              ("fedavg", None, 1, 2.6), ("fedtar", 8.0, 0, 1.5), ("fedavg", 8.0, 0, 2.5),
@@ -303,8 +303,8 @@ def test_no_writing_period_labels_in_the_project():
 def test_a_kept_sweep_record_renders_the_same_table_as_its_folder(tmp_path):
     """--keep commits a sweep's cells (docs/results/sweeps/FOLDER.json); --from-sweep on that file
     renders what the folder did, so a table can be remade and extended after runs/ is gone."""
-    from secure_fed import sweep as sw
     from secure_fed.config import RunConfig
+    from secure_fed.lab import sweep as sw
 
     folder = tmp_path / "results-x"
     runs = [
@@ -335,7 +335,7 @@ def test_a_kept_sweep_record_renders_the_same_table_as_its_folder(tmp_path):
 def test_paired_between_against_one_method_sets_each_method_against_central(tmp_path):
     """Distributed DP's goal is the private pooled `central` of the site-mode sweep at the same ε:
     --against-method pairs every method of one sweep with that method of the other, seed by seed."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import sweep as sw
 
     def sweep_folder(name: str, cells: list[tuple[str, float, int, float]]) -> Path:
         runs = [{"method": m, "epsilon": e, "seed": s, "test": {"CIDEr": v}} for m, e, s, v in cells]

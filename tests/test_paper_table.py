@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from secure_fed import sweep as sw
 from secure_fed.config import RunConfig, load_config
+from secure_fed.lab import sweep as sw
 from tests.scripts import ROOT, load_script
 
 doc_tables = load_script("tools/doc_tables.py")

@@ -13,12 +13,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from secure_fed import sweep as sweep_module
 from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.config import RunConfig
 from secure_fed.data.cohort import _split_sizes
 from secure_fed.data.sites import split_seed
-from secure_fed.sweep import (
+from secure_fed.lab import sweep as sweep_module
+from secure_fed.lab.sweep import (
     markdown_table,
     paired_differences,
     privacy_table,
@@ -362,7 +362,7 @@ SWEEP_FLAGS = {"--config", "--methods", "--seeds", "--epsilons", "-o", "--out", 
 def _check_sweep_command(cmd: list[str]) -> None:
     from secure_fed.config import load_config
 
-    assert cmd[0].endswith("secure-fed") and cmd[1] == "sweep", cmd
+    assert cmd[0].endswith("secure-fed-lab") and cmd[1] == "sweep", cmd
     from secure_fed.cli import _set_options
 
     pairs = list(zip(cmd[2::2], cmd[3::2], strict=True))
@@ -446,7 +446,7 @@ def test_a_held_split_makes_every_seed_train_on_the_same_data():
 def test_sweep_help_lists_every_method():
     from typer.testing import CliRunner
 
-    from secure_fed.cli import app
+    from secure_fed.lab.cli import app
 
     result = CliRunner().invoke(app, ["sweep", "--help"], terminal_width=400)
     assert result.exit_code == 0
@@ -458,14 +458,14 @@ def test_results_md_sweep_commands_are_valid():
     parse and name real things."""
     docs = ROOT / "docs"
     text = (docs / "RESULTS.md").read_text()
-    commands = [ln.split() for ln in text.splitlines() if ln.startswith("secure-fed sweep")]
+    commands = [ln.split() for ln in text.splitlines() if ln.startswith("secure-fed-lab sweep")]
     assert commands
     for path in sorted((docs / "results").glob("*.json")):
         record = json.loads(path.read_text())
         if "columns" not in record:  # a plot's points or a benchmark's raw output: not a table
             continue
         for part in record["source"]["command"].split(" && "):
-            if part.startswith("secure-fed sweep"):
+            if part.startswith("secure-fed-lab sweep"):
                 commands.append(part.split())
     for cmd in commands:
         _check_sweep_command(cmd)
@@ -793,7 +793,7 @@ def test_make_results_hospital_runs_on_the_hospital_configs(
     assert recipe(f"{worker}-2") == (["$(STAMP)"], [dist, site])
     line = _make_recipe(text, site)
     distributed = _make_recipe(text, dist)
-    cmd = line.replace("$(SWEEP)", ".venv/bin/secure-fed sweep").split()
+    cmd = line.replace("$(SWEEP)", ".venv/bin/secure-fed-lab sweep").split()
     _check_sweep_command(cmd)
     args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
     assert args["--methods"].split(",") == site_methods
@@ -805,7 +805,7 @@ def test_make_results_hospital_runs_on_the_hospital_configs(
     assert synth.sites >= 5 and len(set(synth.site_patients)) == synth.sites and synth.visits == 5
     # issue 31 at this scale: FedAvg and FedTAR with distributed DP on the same patients and recipe, its
     # one-step rounds the same private steps as site mode's rounds of 1/q steps
-    cmd = distributed.replace("$(SWEEP)", ".venv/bin/secure-fed sweep").split()
+    cmd = distributed.replace("$(SWEEP)", ".venv/bin/secure-fed-lab sweep").split()
     _check_sweep_command(cmd)
     args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
     assert args["--methods"].split(",") == distributed_methods
@@ -898,11 +898,11 @@ def test_cells_of_another_base_model_are_not_mixed_in(tmp_path: Path, monkeypatc
 
 
 def test_sweep_cli_takes_finished_cells_from_a_kept_record(tmp_path: Path):
-    """`secure-fed sweep --cells-from` writes the kept cells into the folder and does not run them
+    """`secure-fed-lab sweep --cells-from` writes the kept cells into the folder and does not run them
     (a real sweep with nothing left to run); a file that is not a record is one line naming it."""
     from typer.testing import CliRunner
 
-    from secure_fed.cli import app
+    from secure_fed.lab.cli import app
 
     cfg = RunConfig()
     cfg.fed.engine = "inprocess"  # what the sweep command runs

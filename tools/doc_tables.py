@@ -19,7 +19,7 @@ Cells are strings or numbers, rendered as given (store "0.123 ± 0.004" as a str
     python tools/doc_tables.py --check     # exit 1, naming each stale block, when a doc and its JSON differ
     python tools/doc_tables.py --write     # rewrite the stale blocks from their JSON
     python tools/doc_tables.py --from-sweep runs/results --table summary --name NAME \\
-        --command "secure-fed sweep ..." --machine "..."   # docs/results/NAME.json from a sweep folder
+        --command "secure-fed-lab sweep ..." --machine "..."   # docs/results/NAME.json from a sweep folder
     # --keep also commits the folder's cells (docs/results/sweeps/), which --from-sweep reads in its place
 """
 
@@ -281,7 +281,7 @@ def _with_local(results: dict[str, Any], against: dict[str, Any] | None) -> list
     """The sweep's cells and, where it has no `local` cells of its own, the ones of the sweep given
     with --against: a distributed-DP sweep's cohort is the site-mode sweep's, and training alone
     releases nothing, so it has no distributed run of its own. Only `local` is borrowed."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import sweep as sw
 
     runs = list(results["runs"])
     if against is not None and not any(r["method"] == sw.LOCAL for r in runs):
@@ -296,11 +296,11 @@ def sweep_markdown(
     names: tuple[str, str] = ("this sweep", "the other"),
     versus: str | None = None,
 ) -> str:
-    """The markdown the sweep itself renders for ``table`` (secure_fed/sweep.py, write_outputs),
+    """The markdown the sweep itself renders for ``table`` (secure_fed/lab/sweep.py, write_outputs),
     from the results.json it wrote: the doc's table is the sweep's, never retyped. ``paired-between``
     sets each cell group against the same (method, ε) of a second sweep's results (``against``)."""
-    from secure_fed import share_kept as sk
-    from secure_fed import sweep as sw
+    from secure_fed.lab import share_kept as sk
+    from secure_fed.lab import sweep as sw
 
     if table == "paired-between":
         if against is None:
@@ -357,9 +357,9 @@ def scores_and_share_table(runs: list[dict[str, Any]], metrics: Sequence[str] = 
     (the sweep's ``intervals``) and the share of non-private ``central``'s gain over ``base`` it
     reaches (``share_kept.shares_of_central``): the two tables joined row by row, never retyped.
     ``central`` at ε = ∞ is the reference; a group without a share (``base``, ``local``) shows —."""
-    from secure_fed import share_kept as sk
-    from secure_fed import sweep as sw
-    from secure_fed.sweep_cells import CENTRAL, labelled
+    from secure_fed.lab import share_kept as sk
+    from secure_fed.lab import sweep as sw
+    from secure_fed.lab.cells import CENTRAL, labelled
 
     shares = {(r["method"], r["epsilon"]): r for r in sk.shares_of_central(runs, metrics)}
 
@@ -452,7 +452,7 @@ def _sweep_results(folder: Path) -> dict[str, Any]:
     """A sweep folder's results.json, or the tables' data derived from a kept record of its cells
     (docs/results/sweeps/NAME.json: the same tables once the folder is gone)."""
     if folder.is_file():
-        from secure_fed import sweep as sw
+        from secure_fed.lab import sweep as sw
 
         try:
             return sw.results_of(json.loads(folder.read_text(encoding="utf-8"))["runs"])
@@ -492,9 +492,9 @@ def _sweep_name(path: Path) -> str:
 
 def keep_sweep(folder: Path, docs: Path = DOCS) -> Path:
     """docs/results/sweeps/FOLDER.json: the sweep's configuration and finished cells, committed so
-    its tables can be rendered again, and the sweep extended (`secure-fed sweep --cells-from`),
+    its tables can be rendered again, and the sweep extended (`secure-fed-lab sweep --cells-from`),
     after runs/ is gone."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import sweep as sw
 
     if folder.is_file():
         raise TableError(f"{folder}: already a kept record; --keep takes a sweep folder")

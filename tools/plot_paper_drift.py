@@ -36,7 +36,7 @@ class DriftPlotError(ValueError):
 
 def load_sweep(path: Path) -> tuple[float, list[dict[str, Any]]]:
     """(institution_drift, cells) of a sweep folder or a kept record."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import sweep as sw
 
     if path.is_file():
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -56,7 +56,7 @@ def drift_points(
     paths: Sequence[Path], method: str = "fedtar", against: str = "fedavg", metric: str = "CIDEr"
 ) -> list[dict[str, Any]]:
     """One point per (drift, ε) both methods ran: the mean per-seed difference and its interval."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import sweep as sw
 
     by_drift: dict[float, list[dict[str, Any]]] = {}
     for path in paths:

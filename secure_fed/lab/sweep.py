@@ -49,14 +49,7 @@ from pydantic import ValidationError
 
 from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.config import RunConfig
-from secure_fed.runner import run_inprocess
-from secure_fed.share_kept import (
-    share_of_central_per_site_table,
-    share_of_central_table,
-    share_per_site_table,
-    share_table,
-)
-from secure_fed.sweep_cells import (
+from secure_fed.lab.cells import (
     BASE,
     CENTRAL,
     CONVEX,
@@ -78,6 +71,13 @@ from secure_fed.sweep_cells import (
     spent_per_site,
     t975,
 )
+from secure_fed.lab.share_kept import (
+    share_of_central_per_site_table,
+    share_of_central_table,
+    share_per_site_table,
+    share_table,
+)
+from secure_fed.runner import run_inprocess
 
 # The columns tables show by default (every metric stays in results.json).
 TABLE_METRICS: tuple[str, ...] = (
@@ -409,9 +409,9 @@ def evaluate_reference(
 ) -> Scores:
     """``base``, ``local`` or ``central``, scored as a run's final evaluation; also per site.
     `progress` hears ``central``'s optimiser steps and ``local``'s sites as each is trained."""
-    from secure_fed.algorithms.fedtar.centralised import pooled_splits, train_averaged
     from secure_fed.clients.training import LocalTrainSettings, train_copies
     from secure_fed.data.sites import site_names
+    from secure_fed.lab.centralised import pooled_splits, train_averaged
     from secure_fed.model.setup import build_report_model
 
     epochs = cfg.fed.rounds * cfg.train.local_epochs  # the passes over its data each site gets in FL
@@ -442,7 +442,7 @@ def evaluate_private_central(
     """``central`` at a finite ε: DP-SGD on the pooled patients (the ceiling of private training at
     that ε), scored as ``central`` is, each site's test profiles from the GMM the training used.
     `progress` hears its optimiser steps."""
-    from secure_fed.algorithms.fedtar.centralised import train_private_central
+    from secure_fed.lab.centralised import train_private_central
     from secure_fed.model.setup import build_report_model
 
     trained = train_private_central(cfg, build_report_model(cfg), progress=progress)
@@ -995,7 +995,7 @@ def kept(out: Path) -> dict[str, Any]:
     tables are derived from these; checkpoints and logs are not kept)."""
     saved = out / "sweep-config.json"
     if not saved.is_file():
-        raise ValueError(f"{out}: no sweep-config.json; name a folder `secure-fed sweep -o` wrote")
+        raise ValueError(f"{out}: no sweep-config.json; name a folder `secure-fed-lab sweep -o` wrote")
     model = out / "sweep-base-model.json"
     base_model = json.loads(model.read_text())["base_model"] if model.is_file() else None
     return {"config": json.loads(saved.read_text()), "base_model": base_model, "runs": load_cells(out)}

@@ -1,7 +1,7 @@
 """What a sweep's cells are, for whoever reads them: the methods a grid holds, a row's label, the ε
 a cell spent per site, the cell groups a share of the non-private gain is taken over (with their
-paired seeds) and the t quantile the intervals use. The sweep (secure_fed/sweep.py), which runs and
-tabulates the cells, and the share-kept tables (secure_fed/share_kept.py), which the sweep's
+paired seeds) and the t quantile the intervals use. The sweep (secure_fed/lab/sweep.py), which runs and
+tabulates the cells, and the share-kept tables (secure_fed/lab/share_kept.py), which the sweep's
 results include, both build on these."""
 
 from __future__ import annotations
