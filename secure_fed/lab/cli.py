@@ -41,7 +41,7 @@ def _lab() -> None:
 
 
 def _restore_cells(record_file: Path, out: Path) -> None:
-    from secure_fed.lab.sweep import restore_cells
+    from secure_fed.lab.records import restore_cells
 
     try:
         record = json.loads(record_file.read_text(encoding="utf-8"))
@@ -59,6 +59,21 @@ def _restore_cells(record_file: Path, out: Path) -> None:
         _fail(f"--cells-from {record_file}: {err}")
         raise
     _say(f"{len(written)} finished cell(s) from {record_file} written into {out}")
+
+
+def _grid(epsilons: str, seeds: str) -> tuple[list[float | None], list[int]]:
+    """--epsilons and --seeds as the sweep's ε (None: no DP) and seeds, each ε checked to be a budget
+    here, not when the sweep reaches its cell: the earlier cells may take hours."""
+    try:
+        eps = [None if e.strip() in ("inf", "∞") else float(e) for e in epsilons.split(",")]
+        seed_list = [int(s) for s in seeds.split(",")]
+    except ValueError as err:
+        _fail(f"--epsilons/--seeds: {err}; pass comma-separated numbers, e.g. --seeds 0,1,2 --epsilons inf,8")
+        raise
+    bad = [e for e in eps if e is not None and not (0 < e < math.inf)]
+    if bad:
+        _fail(f"--epsilons: {bad[0]:g} is not a privacy budget; each ε must be positive (or 'inf' for no DP)")
+    return eps, seed_list
 
 
 @app.command()
@@ -120,16 +135,7 @@ def sweep(
     if rounds is not None:
         overrides["fed.rounds"] = rounds
     cfg = _config(config, {**overrides, "fed.engine": "inprocess"})
-    try:
-        eps = [None if e.strip() in ("inf", "∞") else float(e) for e in epsilons.split(",")]
-        seed_list = [int(s) for s in seeds.split(",")]
-    except ValueError as err:
-        _fail(f"--epsilons/--seeds: {err}; pass comma-separated numbers, e.g. --seeds 0,1,2 --epsilons inf,8")
-        raise
-    # checked here, not when the sweep reaches the cell: the earlier cells may take hours
-    bad = [e for e in eps if e is not None and not (0 < e < math.inf)]
-    if bad:
-        _fail(f"--epsilons: {bad[0]:g} is not a privacy budget; each ε must be positive (or 'inf' for no DP)")
+    eps, seed_list = _grid(epsilons, seeds)
     if any(e is not None for e in eps) and cfg.dp.ledger_dir is None:
         if _real_data(cfg):
             _fail(

@@ -10,7 +10,7 @@ import pytest
 from secure_fed.clients.private import TRAIN, VALIDATION, SitePrivacy
 from secure_fed.config import ConfigError, build_config
 from secure_fed.dp.histogram import histogram_event
-from secure_fed.lab.sweep import NOISE_FREE_METHODS, seed_config, spent_per_site
+from secure_fed.lab.cells import NOISE_FREE_METHODS, seed_config, spent_per_site
 from secure_fed.server.orchestrator import NOISE_FREE_PRIVACY
 
 REFERENCE = {
