@@ -281,3 +281,52 @@ def test_resume_refuses_what_it_could_not_finish_before_anything_starts(tmp_path
     lines = refused.output.strip().splitlines()
     assert len(lines) == 1 and str(named) in lines[0] and fix in lines[0], refused.output
     assert _digests(out) == before
+
+
+@pytest.mark.slow  # one run in process (~30 s)
+def test_a_lost_worker_is_named_a_lost_worker_not_a_failure_of_the_servers_code(
+    tmp_path, cache_dir, monkeypatch
+):
+    """Issue 65: a run stopped because a site's worker ended (Ray's memory monitor, a kill) is
+    signed resumable like a failure of the server's own code, and verify and the report named it
+    one. The signed record's `code` says which it was (a lost worker's kind), and they word it so."""
+    import secure_fed.server.orchestrator as orchestrator
+    from secure_fed.failures import WORKER_KILLED, Failure
+
+    out = tmp_path / "o"
+    config = _config(tmp_path / "run.toml", cache_dir, rounds=2, dp=False)
+    gone = {"site1": Failure(WORKER_KILLED, "its worker process was killed", "free memory")}
+
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        raise orchestrator.SitesLost("round 1 lost a site's worker", WORKER_KILLED, gone)
+
+    monkeypatch.setattr(orchestrator, "sample_sites", lost)
+    failed = runner.invoke(app, ["run", "-c", str(config), "-o", str(out)])
+    assert failed.exit_code != 0, failed.output
+    stop = _records(out, "server")[-1]
+    assert stop["event"] == "run_aborted" and stop["payload"]["resumable"] is True, stop
+    assert stop["payload"]["code"] == WORKER_KILLED, stop
+    logs = [str(path) for path in sorted((out / "audit").glob("*.jsonl"))]
+    verified = runner.invoke(app, ["audit", "verify", *logs, "--keys", str(out / "keys")])
+    said = _one_line(verified.output)
+    assert verified.exit_code == 4, said
+    lost_words = "lost site workers (their processes were killed) in round 1: server, site0, site1, site2"
+    assert lost_words in said, said
+    assert "server's own code" not in said, said
+    verdict = json.loads((out / "report.json").read_text())["verdict"]
+    assert lost_words in verdict["why"] and "server's own code" not in verdict["why"], verdict
+    assert "server's own code" not in _page_text(out)
+
+
+def test_every_lost_worker_code_is_worded_as_lost_site_workers():
+    """The verifier words a resumable stop from its signed `code` without importing the code that
+    ran the run: every code the server signs for lost workers is one it knows, and any other code
+    (`internal`, a classified error of its own) stays a failure of the server's own code."""
+    from secure_fed.audits.verify import _LOST_WORKERS, _signal_stop_words
+    from secure_fed.failures import LOST_WORKER
+
+    assert set(_LOST_WORKERS) == LOST_WORKER | {"workers_lost"}  # SitesLost's codes (Orchestrator._lost)
+    for code in _LOST_WORKERS:
+        assert _signal_stop_words({"resumable": True, "code": code}).startswith("lost site workers")
+    for code in ("internal", "error", "site_error", None):
+        assert _signal_stop_words({"resumable": True, "code": code}) == "a failure of the server's own code"

@@ -56,7 +56,9 @@ EVENTS: dict[str, str] = {
     "participation": 'the sites sampled for a round: {"fraction", "sampled": [...]}',
     "run_stopped": 'the run ended before its planned rounds: {"reason"}',
     "run_aborted": 'the run failed and ended here; nothing more was released: {"reason", "code"?, "round"?, '
-    '"signal"?, "resumable"? (the server\'s own failure: the sites stopped with it, --resume goes on)}',
+    '"signal"?, "resumable"? (a stop of the server\'s own: the sites stopped with it, --resume goes on; '
+    "its code names lost site workers, out_of_memory, worker_killed, worker_crashed or workers_lost, or else "
+    "a failure of the server's own code)}",
     "sites_absent": "fewer sites than configured came to the run; each absent one counts as a dropout: "
     '{"expected", "present": [...]}',
     "round_skipped": 'sites left mid-round: no aggregate, the model kept: {"reason", "dropped": [...]}',

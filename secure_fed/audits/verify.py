@@ -871,16 +871,36 @@ def _resumable(state: _LogState) -> bool:
     return last is not None and last["payload"].get("resumable") is True
 
 
+# A resumable stop the server signed, worded from the `code` it signed with it: a code of lost site
+# workers (the server's `SitesLost`: a site's worker process ended and the run cannot go on without
+# it) or any other, a failure of the server's own code (`MachineryFailed`). The codes are the
+# failure kinds' (secure_fed/failures.py; a test keeps the two the same), kept here as plain strings
+# so the verifier reads a log without the code that ran it.
+_LOST_WORKERS = {
+    "out_of_memory": "lost site workers (ended by the out-of-memory monitor)",
+    "worker_killed": "lost site workers (their processes were killed)",
+    "worker_crashed": "lost site workers (their processes crashed)",
+    "workers_lost": "lost site workers",
+}
+_SERVER_CODE = "a failure of the server's own code"
+
+
+def _signal_stop_words(payload: Mapping[str, Any]) -> str:
+    """What stopped a run whose server signed a resumable `run_aborted` with no signal, by its `code`."""
+    return _LOST_WORKERS.get(str(payload.get("code")), _SERVER_CODE)
+
+
 def _signal_stop(state: _LogState) -> tuple[str, int | None] | None:
     """(what stopped it, round) when the log's last line is its party's `run_aborted` naming a stop
-    signal, or, in the server's log, a resumable stop of its own ("a failure of the server's own code")."""
+    signal, or, in the server's log, a resumable stop of its own (`_signal_stop_words`: lost site
+    workers, a failure of the server's own code)."""
     last = _last_abort(state)
     if last is None:
         return None
     payload = last["payload"]
     signal, round_ = payload.get("signal"), payload.get("round")
     if (not isinstance(signal, str) or not signal) and payload.get("resumable") is True:
-        signal = "a failure of the server's own code"
+        signal = _signal_stop_words(payload)
     if not isinstance(signal, str) or not signal:
         return None
     return signal, round_ if isinstance(round_, int) and not isinstance(round_, bool) else None
