@@ -41,8 +41,8 @@ EVENTS: dict[str, str] = {
     "policy": "a site's privacy policy snapshot (budget, delta, allowed mechanisms and limits)",
     "key_fingerprints": "SHA-256 fingerprints of the keys in use (KEYS/fingerprints.json)",
     "privacy": "one mechanism release and the cumulative (ε, δ) of its (site, population) after it",
-    "budget_refusal": 'a site declined a round: {"site", "population"?, "epsilon_after"?, "budget", '
-    '"reason"}',
+    "budget_refusal": 'a site declined a round: {"site", "population"?, "epsilon_after"?, '
+    '"accountant"? ("rdp" or "prv": whose epsilon_after is), "budget", "reason"}',
     "secagg_round": 'secure aggregation of one round: {"participants": [...], "dropped": [...]}',
     "secagg_survivors": "the survivor set a site confirmed in a distributed-DP round's consistency step, "
     'the only set it unmasks for: {"site", "survivors": [sites], "members": [[node, site]], "honest_min"}',
