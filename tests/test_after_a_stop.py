@@ -64,6 +64,15 @@ def _one_line(output: str) -> str:
     return " ".join(output.split())
 
 
+def _worst(payloads: Any) -> tuple[float, str, str]:
+    """(ε, site, population) of the largest RDP ε among privacy payloads; of equal ones, the first
+    site's, as the report names it (sites in order)."""
+    found = [(p["epsilon"]["rdp"], p["site"], p["population"]) for p in payloads]
+    top = max(eps for eps, _, _ in found)
+    site, population = min((site, pop) for eps, site, pop in found if eps == top)
+    return top, site, population
+
+
 @pytest.mark.slow
 def test_a_stop_a_damaged_checkpoint_and_a_resume_each_tell_the_truth(tmp_path, cache_dir, monkeypatch):
     from secure_fed.algorithms.fedtar.learner import ReportLearner
@@ -150,14 +159,18 @@ def test_a_stop_a_damaged_checkpoint_and_a_resume_each_tell_the_truth(tmp_path, 
     assert verdict["word"] == "INCOMPLETE" and "1 of 2 planned rounds completed" in verdict["why"], verdict
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "class='verdict ok'" not in page and "the run finished" not in _page_text(out)
-    # item 3: the verdict states the privacy: max ε of the budget, accountant, δ
-    eps = max(
-        r["payload"]["epsilon"]["rdp"]
+    # item 3: the verdict states the privacy: max ε of the budget, whose it is, accountant, δ
+    eps, site, population = _worst(
+        r["payload"]
         for site in ("site0", "site1", "site2")
         for r in _records(out, site)
         if r["event"] == "privacy"
     )
-    assert f"max ε {eps:.3g} of 8, RDP, δ 1e-05" in verdict["privacy"], verdict
+    whose = {"train": "training patients", "validation": "validation patients"}[population]
+    assert (
+        f"max ε {eps:.3g} of 8 at {site}, {whose}, RDP over its training and validation patients, δ 1e-05"
+        in (verdict["privacy"])
+    ), verdict
 
 
 def test_the_verdict_line_carries_the_privacy_and_a_run_without_dp_is_never_green(tmp_path):
@@ -175,8 +188,11 @@ def test_the_verdict_line_carries_the_privacy_and_a_run_without_dp_is_never_gree
         assert title is not None
         if name == "dp":
             records = [json.loads(line) for p in written.paths for line in p.read_text().splitlines()]
-            eps = max(r["payload"]["epsilon"]["rdp"] for r in records if r["event"] == "privacy")
-            line = f"VERIFIED — every site within budget: max ε {eps:.3g} of 20, RDP, δ 1e-05"
+            eps, site, _ = _worst(r["payload"] for r in records if r["event"] == "privacy")
+            line = (
+                f"VERIFIED — every site within budget: max ε {eps:.3g} of 20 at {site}, training patients, "
+                "RDP over its training and validation patients, δ 1e-05"
+            )
             assert made.exit_code == 0 and verified.exit_code == 0, made.output + verified.output
             assert htmllib.unescape(title.group(1)) == line, title.group(1)
             assert "class='verdict ok'" in page

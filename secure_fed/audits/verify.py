@@ -53,11 +53,12 @@ from secure_fed.audits.distributed_checks import (
 from secure_fed.audits.empirical_bound import check_record as check_empirical_record
 from secure_fed.audits.keys import key_fingerprint
 from secure_fed.audits.payloads import instruction_problem, record_round, round_sites, run_settings
-from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
+from secure_fed.audits.privacy import PrivacyEntry, PrivacyPayloadError, parse_privacy
 from secure_fed.audits.reader import TORN, Line, read_log
 from secure_fed.audits.records import GENESIS_HASH, record_hash, shape_problem, signature_holds
 from secure_fed.audits.verdict import EXIT_DROPOUT as EXIT_DROPOUT  # re-exported for callers
 from secure_fed.audits.verdict import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from secure_fed.audits.verdict import population_words
 
 # What AuditLog writes: datetime.now(UTC).isoformat(timespec="microseconds"). Anything else in a
 # `time` field was not written by the log (and would reach the report's page as text).
@@ -704,19 +705,24 @@ class _Checker:
                 self.report(
                     state.path,
                     item.line,
-                    f"{label}epsilon {_fmt(entry.epsilon_rdp)} does not match mechanism parameters "
-                    f"(re-derived {_fmt(rdp)}; {entry.site}/{entry.population}, δ={entry.delta:g})",
+                    f"{label}RDP epsilon {_fmt(entry.epsilon_rdp)} does not match mechanism parameters "
+                    f"(re-derived {_fmt(rdp)} with RDP; {_whose(entry)}, δ={entry.delta:g})",
                     seq,
                 )
             if prv_ok is False:
                 self.report(
                     state.path,
                     item.line,
-                    f"{label}prv epsilon {_fmt(entry.epsilon_prv or 0.0)} does not match mechanism "
+                    f"{label}PRV epsilon {_fmt(entry.epsilon_prv or 0.0)} does not match mechanism "
                     "parameters "
-                    f"(re-derived {_fmt(pld)} with PLD; {entry.site}/{entry.population}, δ={entry.delta:g})",
+                    f"(re-derived {_fmt(pld)} with PLD; {_whose(entry)}, δ={entry.delta:g})",
                     seq,
                 )
+
+
+def _whose(entry: PrivacyEntry) -> str:
+    """ "site0's validation patients": whose ε a privacy record prices."""
+    return f"{entry.site}'s {population_words(entry.population)}"
 
 
 def _fmt(value: float) -> str:
