@@ -128,6 +128,16 @@ def test_two_runs_on_the_same_site_data_continue_its_epsilon(make_config, tmp_pa
         if json.loads(line)["event"] == "budget_refusal"
     ]
     assert refusals and refusals[0]["epsilon_after"] > tight.dp.budget_epsilon  # type: ignore[operator]
+    # whose ε the refusal's is: the population and the accountant its guard priced it with (a
+    # Gaussian DP-SGD step has a PRV ε too, so the run's own), in the site's record and the server's
+    copies = [
+        json.loads(line)["payload"]
+        for line in (third / "audit" / "server.jsonl").read_text().splitlines()
+        if json.loads(line)["event"] == "budget_refusal"
+    ]
+    for said in (refusals[0], *copies):
+        assert said["population"] == "train" and said["accountant"] == tight.dp.accountant, said
+    assert copies, "the server signed no budget_refusal"
 
     # Deleting the ledger: refused without --yes, then signed and logged, and the file is gone.
     config = tmp_path / "site0.toml"
