@@ -64,6 +64,15 @@ def _one_line(output: str) -> str:
     return " ".join(output.split())
 
 
+def _worst(payloads: Any) -> tuple[float, str, str]:
+    """(ε, site, population) of the largest RDP ε among privacy payloads; of equal ones, the first
+    site's, as the report names it (sites in order)."""
+    found = [(p["epsilon"]["rdp"], p["site"], p["population"]) for p in payloads]
+    top = max(eps for eps, _, _ in found)
+    site, population = min((site, pop) for eps, site, pop in found if eps == top)
+    return top, site, population
+
+
 @pytest.mark.slow
 def test_a_stop_a_damaged_checkpoint_and_a_resume_each_tell_the_truth(tmp_path, cache_dir, monkeypatch):
     from secure_fed.algorithms.fedtar.learner import ReportLearner
@@ -150,14 +159,18 @@ def test_a_stop_a_damaged_checkpoint_and_a_resume_each_tell_the_truth(tmp_path, 
     assert verdict["word"] == "INCOMPLETE" and "1 of 2 planned rounds completed" in verdict["why"], verdict
     page = (out / "report.html").read_text(encoding="utf-8")
     assert "class='verdict ok'" not in page and "the run finished" not in _page_text(out)
-    # item 3: the verdict states the privacy: max ε of the budget, accountant, δ
-    eps = max(
-        r["payload"]["epsilon"]["rdp"]
+    # item 3: the verdict states the privacy: max ε of the budget, whose it is, accountant, δ
+    eps, site, population = _worst(
+        r["payload"]
         for site in ("site0", "site1", "site2")
         for r in _records(out, site)
         if r["event"] == "privacy"
     )
-    assert f"max ε {eps:.3g} of 8, RDP, δ 1e-05" in verdict["privacy"], verdict
+    whose = {"train": "training patients", "validation": "validation patients"}[population]
+    assert (
+        f"max ε {eps:.3g} of 8 at {site}, {whose}, RDP over its training and validation patients, δ 1e-05"
+        in (verdict["privacy"])
+    ), verdict
 
 
 def test_the_verdict_line_carries_the_privacy_and_a_run_without_dp_is_never_green(tmp_path):
@@ -175,8 +188,11 @@ def test_the_verdict_line_carries_the_privacy_and_a_run_without_dp_is_never_gree
         assert title is not None
         if name == "dp":
             records = [json.loads(line) for p in written.paths for line in p.read_text().splitlines()]
-            eps = max(r["payload"]["epsilon"]["rdp"] for r in records if r["event"] == "privacy")
-            line = f"VERIFIED — every site within budget: max ε {eps:.3g} of 20, RDP, δ 1e-05"
+            eps, site, _ = _worst(r["payload"] for r in records if r["event"] == "privacy")
+            line = (
+                f"VERIFIED — every site within budget: max ε {eps:.3g} of 20 at {site}, training patients, "
+                "RDP over its training and validation patients, δ 1e-05"
+            )
             assert made.exit_code == 0 and verified.exit_code == 0, made.output + verified.output
             assert htmllib.unescape(title.group(1)) == line, title.group(1)
             assert "class='verdict ok'" in page
@@ -281,3 +297,52 @@ def test_resume_refuses_what_it_could_not_finish_before_anything_starts(tmp_path
     lines = refused.output.strip().splitlines()
     assert len(lines) == 1 and str(named) in lines[0] and fix in lines[0], refused.output
     assert _digests(out) == before
+
+
+@pytest.mark.slow  # one run in process (~30 s)
+def test_a_lost_worker_is_named_a_lost_worker_not_a_failure_of_the_servers_code(
+    tmp_path, cache_dir, monkeypatch
+):
+    """Issue 65: a run stopped because a site's worker ended (Ray's memory monitor, a kill) is
+    signed resumable like a failure of the server's own code, and verify and the report named it
+    one. The signed record's `code` says which it was (a lost worker's kind), and they word it so."""
+    import secure_fed.server.orchestrator as orchestrator
+    from secure_fed.failures import WORKER_KILLED, Failure
+
+    out = tmp_path / "o"
+    config = _config(tmp_path / "run.toml", cache_dir, rounds=2, dp=False)
+    gone = {"site1": Failure(WORKER_KILLED, "its worker process was killed", "free memory")}
+
+    def lost(*args: Any, **kwargs: Any) -> Any:
+        raise orchestrator.SitesLost("round 1 lost a site's worker", WORKER_KILLED, gone)
+
+    monkeypatch.setattr(orchestrator, "sample_sites", lost)
+    failed = runner.invoke(app, ["run", "-c", str(config), "-o", str(out)])
+    assert failed.exit_code != 0, failed.output
+    stop = _records(out, "server")[-1]
+    assert stop["event"] == "run_aborted" and stop["payload"]["resumable"] is True, stop
+    assert stop["payload"]["code"] == WORKER_KILLED, stop
+    logs = [str(path) for path in sorted((out / "audit").glob("*.jsonl"))]
+    verified = runner.invoke(app, ["audit", "verify", *logs, "--keys", str(out / "keys")])
+    said = _one_line(verified.output)
+    assert verified.exit_code == 4, said
+    lost_words = "lost site workers (their processes were killed) in round 1: server, site0, site1, site2"
+    assert lost_words in said, said
+    assert "server's own code" not in said, said
+    verdict = json.loads((out / "report.json").read_text())["verdict"]
+    assert lost_words in verdict["why"] and "server's own code" not in verdict["why"], verdict
+    assert "server's own code" not in _page_text(out)
+
+
+def test_every_lost_worker_code_is_worded_as_lost_site_workers():
+    """The verifier words a resumable stop from its signed `code` without importing the code that
+    ran the run: every code the server signs for lost workers is one it knows, and any other code
+    (`internal`, a classified error of its own) stays a failure of the server's own code."""
+    from secure_fed.audits.verify import _LOST_WORKERS, _signal_stop_words
+    from secure_fed.failures import LOST_WORKER
+
+    assert set(_LOST_WORKERS) == LOST_WORKER | {"workers_lost"}  # SitesLost's codes (Orchestrator._lost)
+    for code in _LOST_WORKERS:
+        assert _signal_stop_words({"resumable": True, "code": code}).startswith("lost site workers")
+    for code in ("internal", "error", "site_error", None):
+        assert _signal_stop_words({"resumable": True, "code": code}) == "a failure of the server's own code"

@@ -41,8 +41,8 @@ EVENTS: dict[str, str] = {
     "policy": "a site's privacy policy snapshot (budget, delta, allowed mechanisms and limits)",
     "key_fingerprints": "SHA-256 fingerprints of the keys in use (KEYS/fingerprints.json)",
     "privacy": "one mechanism release and the cumulative (ε, δ) of its (site, population) after it",
-    "budget_refusal": 'a site declined a round: {"site", "population"?, "epsilon_after"?, "budget", '
-    '"reason"}',
+    "budget_refusal": 'a site declined a round: {"site", "population"?, "epsilon_after"?, '
+    '"accountant"? ("rdp" or "prv": whose epsilon_after is), "budget", "reason"}',
     "secagg_round": 'secure aggregation of one round: {"participants": [...], "dropped": [...]}',
     "secagg_survivors": "the survivor set a site confirmed in a distributed-DP round's consistency step, "
     'the only set it unmasks for: {"site", "survivors": [sites], "members": [[node, site]], "honest_min"}',
@@ -56,7 +56,9 @@ EVENTS: dict[str, str] = {
     "participation": 'the sites sampled for a round: {"fraction", "sampled": [...]}',
     "run_stopped": 'the run ended before its planned rounds: {"reason"}',
     "run_aborted": 'the run failed and ended here; nothing more was released: {"reason", "code"?, "round"?, '
-    '"signal"?, "resumable"? (the server\'s own failure: the sites stopped with it, --resume goes on)}',
+    '"signal"?, "resumable"? (a stop of the server\'s own: the sites stopped with it, --resume goes on; '
+    "its code names lost site workers, out_of_memory, worker_killed, worker_crashed or workers_lost, or else "
+    "a failure of the server's own code)}",
     "sites_absent": "fewer sites than configured came to the run; each absent one counts as a dropout: "
     '{"expected", "present": [...]}',
     "round_skipped": 'sites left mid-round: no aggregate, the model kept: {"reason", "dropped": [...]}',

@@ -46,7 +46,7 @@ from secure_fed.audits.report_data import (
     run_facts,
     site_rows,
 )
-from secure_fed.audits.verdict import Verdict, tone, verdict, verdict_markup
+from secure_fed.audits.verdict import Verdict, population_words, stated_whose, tone, verdict, verdict_markup
 from secure_fed.audits.verify import verify_logs
 
 _CSS = """
@@ -112,7 +112,7 @@ def plot_svg(data: ReportData) -> str:
         for (site, population), points in sorted(series.items()):
             if site == guarantee.site:
                 style = "-o" if population == "train" else "--s"
-                label = f"{'this run: ' if ledger else ''}{population} patients"
+                label = f"{'this run: ' if ledger else ''}{population_words(population)}"
                 axis.plot([p[0] for p in points], [p[1] for p in points], style, label=label)
                 last = max(last, points[-1][0])
         budget = guarantee.budget
@@ -374,8 +374,20 @@ def _plain_words(data: ReportData, rows: list[SiteRow]) -> str:
             "ε (epsilon) bounds how much anyone could learn about one patient from everything a site "
             "released: smaller is stronger (below about 1 is very strong, around 10 is weak); δ is the small "
             "chance that this bound does not hold. A site's ε is the larger of its training and validation "
-            "patients' (different people), as its accountant (RDP or PRV) added it up over every release."
+            "patients' (different people; the table names whose it is), as one accountant (RDP or PRV) "
+            "added it up over every release to either: the same accountant for every ε of the summary, "
+            "the table and the plot."
         )
+        if data.prv_missing:
+            site, population = data.prv_missing[0]
+            more = f" and {len(data.prv_missing) - 1} more" if len(data.prv_missing) > 1 else ""
+            words.append(
+                f"The run's accountant is PRV, but no PRV ε was logged for {site}'s "
+                f"{population_words(population)}{more} (its mechanism has no PRV accountant), so every ε "
+                "of the summary, the table and the plot is RDP's; a PRV figure for the other patients "
+                "alone would be no site's ε. Each site's budget was held per population as its guard "
+                "logged it (PRV where it had one), as the mechanism table shows."
+            )
         if any(row.budget_all_runs for row in rows):
             words.append(
                 "ε this run counts this run's releases; ε all runs counts every run on the same patients' "
@@ -403,17 +415,22 @@ def _plain_words(data: ReportData, rows: list[SiteRow]) -> str:
     return "<p id='words'><b>In plain words.</b> " + " ".join(_e(w) for w in words) + "</p>"
 
 
+def _whose(population: str | None) -> str:
+    """' (training patients)': whose ε a cell's figure is."""
+    return f" ({_e(population_words(population))})" if population else ""
+
+
 def _epsilon_cell(row: SiteRow) -> str:
     if row.epsilon_run is None:
         return "—"
     if math.isinf(row.epsilon_run):
         return "<b>∞</b> (no DP)"
-    return _num(row.epsilon_run, 3)
+    return _num(row.epsilon_run, 3) + _whose(row.epsilon_population)
 
 
 def _all_runs_cell(row: SiteRow) -> str:
     if row.epsilon_all_runs is not None:
-        return _num(row.epsilon_all_runs, 3)
+        return _num(row.epsilon_all_runs, 3) + _whose(row.all_runs_population)
     if row.epsilon_before is not None:
         return f"{_num(row.epsilon_before, 3)} before this run; total not logged"
     return "—"
@@ -797,13 +814,13 @@ def _events_html(data: ReportData) -> str:
     if data.refusals:
         rows = "".join(
             f"<tr><td>{_e(item.get('site', item.get('party')))}</td><td>{_e(item.get('round'))}</td>"
-            f"<td>{_e(item.get('epsilon_after'))}</td><td>{_e(item.get('budget'))}</td>"
+            f"<td>{_refused_epsilon(item, data.accountant)}</td><td>{_e(item.get('budget'))}</td>"
             f"<td>{_e(item.get('reason'))}</td></tr>"
             for item in data.refusals
         )
         parts.append(
-            "<h3>Budget refusals</h3><table><tr><th>site</th><th>round</th><th>ε if it had taken part</th>"
-            f"<th>budget</th><th>reason</th></tr>{rows}</table>"
+            "<h3>Budget refusals</h3><table><tr><th>site</th><th>round</th><th>ε if it had taken part "
+            f"(whose, by which accountant)</th><th>budget</th><th>reason</th></tr>{rows}</table>"
         )
     else:
         parts.append("<p>No budget refusals were logged.</p>")
@@ -825,6 +842,22 @@ def _events_html(data: ReportData) -> str:
     if data.model_hash is not None:
         parts.append(f"<p>Released model: {_model_words(data.model_hash)}</p>")
     return "".join(parts)
+
+
+def _refused_epsilon(item: Mapping[str, Any], accountant: str) -> str:
+    """'8.31 (validation patients, PRV)': the ε a refused round would have brought, whose it is and
+    by which accountant, as the site signed them; a record without its accountant (written before
+    it was signed) says what its site's guard used: the run's accountant, RDP where it had none."""
+    value = item.get("epsilon_after")
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return _e(value)
+    whose = [population_words(item["population"])] if item.get("population") else []
+    signed = item.get("accountant")
+    if signed in ("rdp", "prv"):
+        whose.append(str(signed).upper())
+    else:
+        whose.append("RDP" if accountant == "rdp" else "PRV, or RDP where it had none")
+    return f"{_num(float(value), 4)} ({_e(', '.join(whose))})"
 
 
 def _alpha_words(payload: Any) -> str:
@@ -955,7 +988,7 @@ def _empirical_html(data: ReportData, said: Verdict) -> str:
                 verdict = f" ε̂ / ε = {measured / stated:.2f} (1 would be a perfectly tight audit)."
         items.append(
             f"<li><b>{_e(audit.get('site'))}</b>: measured ε̂ = <b>{_num(measured, 3)}</b> beside the stated "
-            f"ε = <b>{_num(stated, 3)}</b> for {_e(what)} "
+            f"ε = <b>{_num(stated, 3)}</b>{_stated_whose(audit)} for {_e(what)} "
             f"(δ = {_e(audit.get('delta'))}); "
             f"{_e(audit.get('correct'))} of {_e(audit.get('guesses'))} guesses about "
             f"{_e(audit.get('canaries'))} planted canaries were right, at "
@@ -973,6 +1006,12 @@ def _empirical_html(data: ReportData, said: Verdict) -> str:
         "larger than ε̂.</p>"
         f"<ul>{''.join(items)}</ul></div>"
     )
+
+
+def _stated_whose(audit: Mapping[str, Any]) -> str:
+    """' (training patients, RDP)': whose the audit's stated ε is, and by which accountant."""
+    whose = stated_whose(audit)
+    return f" ({_e(whose)})" if whose else ""
 
 
 def _code_html(data: ReportData, said: Verdict) -> str:

@@ -55,16 +55,20 @@ class MechanismRow:
     matches: bool | None  # None when the record was not re-derived (verification not run)
     budget: float | None
     within_budget: bool | None
+    # whose accountant `epsilon_reported` is ("RDP" or "PRV"): the one every ε of the report's
+    # summary uses (`one_accountant`); its population is the row's `population`
+    accountant_reported: str = "RDP"
 
 
 @dataclass(frozen=True)
 class Guarantee:
-    """The per-patient guarantee of one site: the max over its (disjoint) populations."""
+    """The per-patient guarantee of one site: the max over its (disjoint) populations, every one
+    priced by the same accountant."""
 
     site: str
     epsilon: float
     delta: float
-    accountant: str
+    accountant: str  # "RDP" or "PRV": the one accountant of `epsilon` and of every `populations` value
     budget: float | None
     exceeded: bool
     populations: dict[str, float]
@@ -75,6 +79,8 @@ class Guarantee:
     lifetime_start: float | None = None
     lifetime: float | None = None
     lifetime_budget: float | None = None
+    population: str = "train"  # whose ε `epsilon` is: the population with the largest
+    lifetime_population: str | None = None  # whose ε `lifetime` is
 
 
 @dataclass(frozen=True)
@@ -133,9 +139,15 @@ class ReportData:
     model_hash: Any = None
     verification: dict[str, Any] = field(default_factory=dict)
     settings: dict[str, Any] | None = None  # RunSettings of the logged run_config; None: none logged
-    # The accountant whose ε the headline, table and plot report: the one the run's budget guard
-    # used (run_config dp.accountant), so the report and `secure-fed run`'s last line agree.
+    # The accountant the run's budget guard used (run_config dp.accountant): whether a site stayed
+    # within its budget is judged by it, per population, as the guard did.
     accountant: str = "rdp"
+    # The accountant every ε of the summary, the table and the plot is by: the run's, where it
+    # prices every population of every site; else RDP for all (a population whose mechanism has no
+    # PRV accountant would otherwise put one population's PRV ε beside another's RDP ε).
+    epsilon_accountant: str = "rdp"
+    # (site, population) pairs without a PRV ε in a run whose accountant is PRV: why RDP is shown
+    prv_missing: list[tuple[str, str]] = field(default_factory=list)
     sites: list[SiteReport] = field(default_factory=list)
     instructions: list[dict[str, Any]] = field(default_factory=list)  # refused or failed ones
     stopped: str | None = None  # why the run ended before its planned rounds (server's run_stopped)
@@ -249,17 +261,58 @@ def _run_accountant(configs: list[dict[str, Any]]) -> str:
 
 
 def _as_reported(row: MechanismRow, accountant: str) -> MechanismRow:
-    """The row's ε by the run's accountant (PRV falls back to RDP where none was logged)."""
-    value = row.epsilon_prv if accountant == "prv" and row.epsilon_prv is not None else row.epsilon_rdp
+    """The row's ε as the site's guard judged it against its budget: the run's accountant, RDP where
+    no PRV ε was logged (each population on its own, a patient being in one). What the report then
+    shows is one accountant's for every row (`one_accountant`, `_by`); the verdict on the budget
+    stays the guard's."""
+    prv = accountant == "prv" and row.epsilon_prv is not None
+    value = row.epsilon_prv if prv and row.epsilon_prv is not None else row.epsilon_rdp
     within = None if row.budget is None else value <= row.budget
-    return replace(row, epsilon_reported=value, within_budget=within)
+    return replace(
+        row, epsilon_reported=value, within_budget=within, accountant_reported="PRV" if prv else "RDP"
+    )
+
+
+def _last_rows(rows: list[MechanismRow]) -> dict[tuple[str, str], MechanismRow]:
+    # rows are in log order per signer, so the last row of a (site, population) is its cumulative ε
+    return {(row.site, row.population): row for row in rows}
+
+
+def one_accountant(
+    rows: list[MechanismRow], accountant: str, budgets: Mapping[str, Mapping[str, Any]] | None = None
+) -> tuple[str, list[tuple[str, str]]]:
+    """(the accountant every reported ε is by, the (site, population) pairs that ruled PRV out).
+
+    PRV only where the run's accountant is PRV and a PRV ε was logged for every population of every
+    site, in this run (its last privacy record) and in each site's ledger (`site_budget`): a headline
+    or a table that took one population's PRV ε and another's RDP ε would state an ε no accountant
+    computed. Else RDP, which prices every mechanism."""
+    if accountant != "prv":
+        return "rdp", []
+    missing = [key for key, row in _last_rows(rows).items() if row.epsilon_prv is None]
+    for site, budget in (budgets or {}).items():
+        for name in ("lifetime_start", "lifetime"):
+            by_population = budget.get(name)
+            for pop, value in by_population.items() if isinstance(by_population, dict) else ():
+                if isinstance(value, dict) and value.get("prv") is None and (site, pop) not in missing:
+                    missing.append((site, pop))
+    return ("rdp" if missing else "prv"), sorted(missing)
+
+
+def _by(row: MechanismRow, accountant: str) -> MechanismRow:
+    """The row's reported ε by `accountant` (one of `one_accountant`'s, so logged for this row)."""
+    value = row.epsilon_prv if accountant == "prv" and row.epsilon_prv is not None else row.epsilon_rdp
+    return replace(row, epsilon_reported=value, accountant_reported=accountant.upper())
 
 
 def _guarantees(rows: list[MechanismRow], accountant: str = "rdp") -> list[Guarantee]:
+    """Each site's guarantee, every ε in it by one accountant (`one_accountant`) over every
+    population that released; `accountant`: the run's."""
+    chosen, _ = one_accountant(rows, accountant)
+    rows = [_by(row, chosen) for row in rows]
     result = []
     for site in sorted({row.site for row in rows}):
         own = [row for row in rows if row.site == site]
-        # Rows are in log order per signer, so the last row of a population is its cumulative ε.
         last = {row.population: row for row in own}
         worst = max(last.values(), key=lambda row: row.epsilon_reported)
         budgets = [row.budget for row in own if row.budget is not None]
@@ -268,7 +321,7 @@ def _guarantees(rows: list[MechanismRow], accountant: str = "rdp") -> list[Guara
                 site=site,
                 epsilon=worst.epsilon_reported,
                 delta=max(row.delta for row in last.values()),
-                accountant="PRV" if accountant == "prv" and worst.epsilon_prv is not None else "RDP",
+                accountant=chosen.upper(),
                 budget=min(budgets) if budgets else None,
                 exceeded=any(row.within_budget is False for row in own),
                 populations={pop: row.epsilon_reported for pop, row in last.items()},
@@ -276,6 +329,7 @@ def _guarantees(rows: list[MechanismRow], accountant: str = "rdp") -> list[Guara
                     pop: row.population_size for pop, row in last.items() if row.population_size is not None
                 },
                 mechanisms=sorted({row.mechanism for row in own}),
+                population=worst.population,
             )
         )
     return result
@@ -546,7 +600,11 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
     data.mechanisms.sort(key=lambda row: (row.site, row.party, row.seq))
     data.accountant = _run_accountant(configs)
     data.mechanisms = [_as_reported(row, data.accountant) for row in data.mechanisms]
-    data.guarantees = _guarantees(data.mechanisms, data.accountant)
+    data.epsilon_accountant, data.prv_missing = one_accountant(
+        data.mechanisms, data.accountant, data.site_budgets
+    )
+    data.mechanisms = [_by(row, data.epsilon_accountant) for row in data.mechanisms]
+    data.guarantees = _guarantees(data.mechanisms, data.epsilon_accountant)
     data.period = (min(times), max(times)) if times else None
     settings = _settings(configs)
     data.settings = None if settings is None else asdict(settings)
@@ -563,7 +621,8 @@ def collect(paths: Sequence[Path | str], verification: Verification | None) -> R
         - {item["round"] for item in data.skipped_rounds}
     )
     data.guarantees = [
-        _with_lifetime(g, data.site_budgets.get(g.site), data.accountant) for g in data.guarantees
+        _with_lifetime(g, data.site_budgets.get(g.site), data.epsilon_accountant, data.accountant)
+        for g in data.guarantees
     ]
     return data
 
@@ -595,7 +654,14 @@ def run_facts(data: ReportData) -> dict[str, Any]:
         facts |= {
             "max_epsilon": worst.lifetime if ledger else worst.epsilon,
             "budget": worst.lifetime_budget if ledger else worst.budget,
+            # whose ε it is: the site, the population with the largest ε there, every population
+            # that ε is the largest of, and the one accountant all of them were priced by
+            "site": worst.site,
+            "population": (worst.lifetime_population or worst.population) if ledger else worst.population,
+            "populations": sorted(worst.populations),
             "accountant": worst.accountant,
+            "all_runs": ledger,
+            "prv_missing": [list(pair) for pair in data.prv_missing],
             "delta": max(g.delta for g in guarantees),
         }
     return facts
@@ -612,13 +678,15 @@ class SiteRow:
     dropped_in: int | None  # the server's signed log says it left the run in this round
     dp: bool
     epsilon_run: float | None  # this run's ε per patient (inf: released without DP; None: no release)
+    epsilon_population: str | None  # whose ε epsilon_run is: the population with the largest
     epsilon_before: float | None  # spent by earlier runs on the same data (its ledger)
     epsilon_all_runs: float | None  # the ledger's total after this run
+    all_runs_population: str | None  # whose ε epsilon_all_runs is
     budget: float | None  # the budget it was held to: all runs' where it keeps a ledger
     budget_all_runs: bool
     exceeded: bool
     delta: float | None
-    accountant: str | None
+    accountant: str | None  # "RDP" or "PRV": the one accountant of every ε in the row
     released: list[tuple[str, str]]  # (what, protection), e.g. ("model updates", "DP-SGD + SecAgg+")
     declined_rounds: list[int]  # budget refusals
     refused_instructions: dict[str, int]
@@ -653,8 +721,10 @@ def site_rows(data: ReportData, verified: bool) -> list[SiteRow]:
                 dropped_in=dropped.get(site.site),
                 dp=site.dp,
                 epsilon_run=g.epsilon if g is not None else (math.inf if released_anything else None),
+                epsilon_population=g.population if g is not None else None,
                 epsilon_before=g.lifetime_start if g is not None else None,
                 epsilon_all_runs=g.lifetime if g is not None else None,
+                all_runs_population=g.lifetime_population if g is not None else None,
                 budget=(g.lifetime_budget if ledger else g.budget) if g is not None else None,
                 budget_all_runs=ledger,
                 exceeded=g.exceeded if g is not None else False,
@@ -672,27 +742,46 @@ def site_rows(data: ReportData, verified: bool) -> list[SiteRow]:
 
 
 def lifetime_epsilon(by_population: Any, accountant: str) -> float | None:
-    """The largest ε over a `site_budget` record's populations, by the run's accountant (RDP where
-    the other was not logged); None where the record holds none."""
+    """The largest ε over a `site_budget` record's populations by `accountant` (one accountant for
+    all: `one_accountant` chose it where every population has it); None where the record holds none."""
+    worst = _lifetime_worst(by_population, accountant)
+    return None if worst is None else worst[1]
+
+
+def _lifetime_worst(by_population: Any, accountant: str) -> tuple[str, float] | None:
+    """(population, ε): the largest of a `site_budget` record's populations by `accountant`."""
     values = []
-    for value in (by_population or {}).values() if isinstance(by_population, dict) else []:
+    for pop, value in by_population.items() if isinstance(by_population, dict) else ():
         if isinstance(value, dict):
             chosen = value.get(accountant) if value.get(accountant) is not None else value.get("rdp")
             if isinstance(chosen, int | float) and not isinstance(chosen, bool):
-                values.append(float(chosen))
-    return max(values) if values else None
+                values.append((str(pop), float(chosen)))
+    return max(values, key=lambda item: item[1]) if values else None
 
 
-def _with_lifetime(g: Guarantee, budget: dict[str, Any] | None, accountant: str) -> Guarantee:
-    """A site's guarantee with its lifetime ε beside it: the budget it keeps belongs to its data."""
+def _with_lifetime(
+    g: Guarantee, budget: dict[str, Any] | None, accountant: str, guard: str | None = None
+) -> Guarantee:
+    """A site's guarantee with its lifetime ε beside it: the budget it keeps belongs to its data.
+    `accountant`: the one every shown ε is by; `guard`: the one its budget guard held each
+    population to (PRV where it had one, under a PRV run), which says whether it was exceeded."""
     if budget is None:
         return g
     start = lifetime_epsilon(budget.get("lifetime_start"), accountant)
-    total = lifetime_epsilon(budget.get("lifetime"), accountant)
+    worst = _lifetime_worst(budget.get("lifetime"), accountant)
+    total = None if worst is None else worst[1]
+    held = lifetime_epsilon(budget.get("lifetime"), guard or accountant)
     limit = budget.get("budget")
     limit = float(limit) if isinstance(limit, int | float) and not isinstance(limit, bool) else None
-    exceeded = g.exceeded or (total is not None and limit is not None and total > limit)
-    return replace(g, lifetime_start=start, lifetime=total, lifetime_budget=limit, exceeded=exceeded)
+    exceeded = g.exceeded or (held is not None and limit is not None and held > limit)
+    return replace(
+        g,
+        lifetime_start=start,
+        lifetime=total,
+        lifetime_budget=limit,
+        exceeded=exceeded,
+        lifetime_population=None if worst is None else worst[0],
+    )
 
 
 def _courses(paths: Sequence[Path | str]) -> list[LogCourse]:

@@ -32,7 +32,8 @@ class Verdict:
     why: str  # one line, no trailing full stop
     exit_code: int
     # the officer's other question, beside the logs' integrity: what bounds the patients' privacy
-    # ("every site within budget: max ε 7.96 of 8, RDP, δ 1e-05", "NO DIFFERENTIAL PRIVACY (ε = ∞)");
+    # ("every site within budget: max ε 7.96 of 8 at site1, training patients, RDP over its training
+    # and validation patients, δ 1e-05", "NO DIFFERENTIAL PRIVACY (ε = ∞)");
     # "" where the run's records were not read (verification alone)
     privacy: str = ""
     # the privacy holds as stated for every site (within budget, every release covered): only then
@@ -69,6 +70,54 @@ def _g(value: float) -> str:
     return f"{value:.3g}"
 
 
+POPULATION_WORDS = {"train": "training patients", "validation": "validation patients"}
+
+
+def population_words(population: Any) -> str:
+    """'training patients' for "train": whose ε a figure is, in the reader's words."""
+    return POPULATION_WORDS.get(str(population), f"{population} patients")
+
+
+def stated_whose(audit: Mapping[str, Any]) -> str:
+    """'training patients, RDP': whose patients an `empirical_audit` record's stated ε is and what
+    computed it, its accountant's name or, for a single release, what the record says it is for
+    ('one release (exact Gaussian ε)'); '' where the record says neither."""
+    whose = [population_words(audit["population"])] if audit.get("population") else []
+    if audit.get("accountant") in ("rdp", "prv"):
+        whose.append(str(audit["accountant"]).upper())
+    elif isinstance(audit.get("stated_for"), str) and audit["stated_for"]:
+        whose.append(str(audit["stated_for"]))
+    return ", ".join(whose)
+
+
+def _where(run: Mapping[str, Any]) -> str:
+    """' at site1, training patients': the site and the population whose ε the headline is."""
+    if not run.get("site"):
+        return ""  # facts from before the headline named its population
+    whose = f" at {run['site']}"
+    return whose + (f", {population_words(run['population'])}" if run.get("population") else "")
+
+
+def _whose(run: Mapping[str, Any]) -> str:
+    """'RDP over its training and validation patients': the one accountant of the headline ε and
+    the populations it is the largest of; why not PRV where the run's accountant was."""
+    accountant = str(run.get("accountant") or "RDP")
+    populations = [population_words(p).removesuffix(" patients") for p in run.get("populations") or []]
+    if len(populations) > 1:
+        accountant += f" over its {' and '.join(populations)} patients"
+    missing = run.get("prv_missing") or []
+    if accountant.startswith("RDP") and missing:
+        first = missing[0]
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        accountant += (
+            f" (the run's accountant is PRV, but {first[0]}'s {population_words(first[1])}{more} have no "
+            "PRV ε, so every figure is RDP's)"
+        )
+    if run.get("all_runs"):
+        accountant += ", all runs on the same data"
+    return accountant
+
+
 def privacy_words(run: Mapping[str, Any] | None) -> tuple[str, bool]:
     """(the verdict's privacy clause, whether it is good news) from the run's facts (report_data's
     `run_facts`): ε against the budget, the accountant and δ; or that no DP bounds a release."""
@@ -81,8 +130,9 @@ def privacy_words(run: Mapping[str, Any] | None) -> tuple[str, bool]:
         return "no release of patient data recorded, and no ε", False
     eps, budget = float(run["max_epsilon"]), run.get("budget")
     delta = run.get("delta")
-    tail = f"{run.get('accountant') or 'RDP'}" + (f", δ {delta:g}" if isinstance(delta, int | float) else "")
+    tail = f"{_whose(run)}" + (f", δ {delta:g}" if isinstance(delta, int | float) else "")
     of = f" of {budget:g}" if isinstance(budget, int | float) else " (no budget set)"
+    of += _where(run)
     exceeded = list(run.get("exceeded") or [])
     if exceeded:
         return f"PRIVACY BUDGET EXCEEDED at {', '.join(exceeded)}: max ε {_g(eps)}{of}, {tail}", False
@@ -94,6 +144,13 @@ def privacy_words(run: Mapping[str, Any] | None) -> tuple[str, bool]:
         )
     if not isinstance(budget, int | float):
         return f"every site under DP: max ε {_g(eps)}{of}, {tail}", True
+    if eps > budget and run.get("prv_missing"):
+        # only where RDP stands in for a PRV run's accountant: each site's guard held every
+        # population to the budget by its tighter PRV ε where it had one (the mechanism table)
+        return (
+            f"every site within budget by its guard's PRV ε per population: max ε {_g(eps)}{of}, {tail}",
+            True,
+        )
     return f"every site within budget: max ε {_g(eps)}{of}, {tail}", True
 
 

@@ -53,11 +53,12 @@ from secure_fed.audits.distributed_checks import (
 from secure_fed.audits.empirical_bound import check_record as check_empirical_record
 from secure_fed.audits.keys import key_fingerprint
 from secure_fed.audits.payloads import instruction_problem, record_round, round_sites, run_settings
-from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
+from secure_fed.audits.privacy import PrivacyEntry, PrivacyPayloadError, parse_privacy
 from secure_fed.audits.reader import TORN, Line, read_log
 from secure_fed.audits.records import GENESIS_HASH, record_hash, shape_problem, signature_holds
 from secure_fed.audits.verdict import EXIT_DROPOUT as EXIT_DROPOUT  # re-exported for callers
 from secure_fed.audits.verdict import EXIT_INTERRUPTED as EXIT_INTERRUPTED
+from secure_fed.audits.verdict import population_words
 
 # What AuditLog writes: datetime.now(UTC).isoformat(timespec="microseconds"). Anything else in a
 # `time` field was not written by the log (and would reach the report's page as text).
@@ -704,19 +705,24 @@ class _Checker:
                 self.report(
                     state.path,
                     item.line,
-                    f"{label}epsilon {_fmt(entry.epsilon_rdp)} does not match mechanism parameters "
-                    f"(re-derived {_fmt(rdp)}; {entry.site}/{entry.population}, δ={entry.delta:g})",
+                    f"{label}RDP epsilon {_fmt(entry.epsilon_rdp)} does not match mechanism parameters "
+                    f"(re-derived {_fmt(rdp)} with RDP; {_whose(entry)}, δ={entry.delta:g})",
                     seq,
                 )
             if prv_ok is False:
                 self.report(
                     state.path,
                     item.line,
-                    f"{label}prv epsilon {_fmt(entry.epsilon_prv or 0.0)} does not match mechanism "
+                    f"{label}PRV epsilon {_fmt(entry.epsilon_prv or 0.0)} does not match mechanism "
                     "parameters "
-                    f"(re-derived {_fmt(pld)} with PLD; {entry.site}/{entry.population}, δ={entry.delta:g})",
+                    f"(re-derived {_fmt(pld)} with PLD; {_whose(entry)}, δ={entry.delta:g})",
                     seq,
                 )
+
+
+def _whose(entry: PrivacyEntry) -> str:
+    """ "site0's validation patients": whose ε a privacy record prices."""
+    return f"{entry.site}'s {population_words(entry.population)}"
 
 
 def _fmt(value: float) -> str:
@@ -871,16 +877,36 @@ def _resumable(state: _LogState) -> bool:
     return last is not None and last["payload"].get("resumable") is True
 
 
+# A resumable stop the server signed, worded from the `code` it signed with it: a code of lost site
+# workers (the server's `SitesLost`: a site's worker process ended and the run cannot go on without
+# it) or any other, a failure of the server's own code (`MachineryFailed`). The codes are the
+# failure kinds' (secure_fed/failures.py; a test keeps the two the same), kept here as plain strings
+# so the verifier reads a log without the code that ran it.
+_LOST_WORKERS = {
+    "out_of_memory": "lost site workers (ended by the out-of-memory monitor)",
+    "worker_killed": "lost site workers (their processes were killed)",
+    "worker_crashed": "lost site workers (their processes crashed)",
+    "workers_lost": "lost site workers",
+}
+_SERVER_CODE = "a failure of the server's own code"
+
+
+def _signal_stop_words(payload: Mapping[str, Any]) -> str:
+    """What stopped a run whose server signed a resumable `run_aborted` with no signal, by its `code`."""
+    return _LOST_WORKERS.get(str(payload.get("code")), _SERVER_CODE)
+
+
 def _signal_stop(state: _LogState) -> tuple[str, int | None] | None:
     """(what stopped it, round) when the log's last line is its party's `run_aborted` naming a stop
-    signal, or, in the server's log, a resumable stop of its own ("a failure of the server's own code")."""
+    signal, or, in the server's log, a resumable stop of its own (`_signal_stop_words`: lost site
+    workers, a failure of the server's own code)."""
     last = _last_abort(state)
     if last is None:
         return None
     payload = last["payload"]
     signal, round_ = payload.get("signal"), payload.get("round")
     if (not isinstance(signal, str) or not signal) and payload.get("resumable") is True:
-        signal = "a failure of the server's own code"
+        signal = _signal_stop_words(payload)
     if not isinstance(signal, str) or not signal:
         return None
     return signal, round_ if isinstance(round_, int) and not isinstance(round_, bool) else None

@@ -13,16 +13,27 @@ from rich.markup import escape
 from rich.table import Table
 
 from secure_fed.audits.keys import keys_for_cli
-from secure_fed.audits.report_data import collect, run_facts
-from secure_fed.audits.verdict import verdict, verdict_markup
-from secure_fed.audits.verify import Verification, verification_json, verify_logs
+from secure_fed.audits.report_data import ReportData, collect, run_facts
+from secure_fed.audits.verdict import population_words, stated_whose, verdict, verdict_markup
+from secure_fed.audits.verify import verification_json, verify_logs
 
 
-def _print_empirical(console: Console, result: Verification) -> None:
-    for value in result.empirical.values():
+def _print_empirical(console: Console, data: ReportData) -> None:
+    """Each re-derived ε̂, whose patients it measured, beside the stated ε and its accountant."""
+    for audit in data.empirical_audits:
+        value = audit.get("rederived_epsilon_hat")
+        if not isinstance(value, int | float):
+            continue
+        whose = f" of {audit.get('site')}'s {population_words(audit.get('population', 'train'))}"
+        stated = audit.get("stated_epsilon")
+        # whose patients is said once, before; what computed the stated ε beside it
+        by = stated_whose({k: v for k, v in audit.items() if k != "population"})
+        beside = ""
+        if isinstance(stated, int | float):
+            beside = f"; the stated ε is {stated:.3f}" + (f", {by}" if by else "")
         console.print(
-            f"empirical audit: ε̂ = {value:.3f} re-derived from the logged canary counts "
-            "(a measured lower bound on ε)",
+            f"empirical audit{escape(whose)}: ε̂ = {value:.3f} re-derived from the logged canary counts "
+            f"(a measured lower bound on ε{beside})",
             highlight=False,
         )
 
@@ -59,9 +70,10 @@ def verify_main(
     console.print(table)
     for warning in result.warnings:
         console.print(f"[yellow]warning:[/] {escape(warning)}", highlight=False)
-    _print_empirical(console, result)
+    data = collect(paths, result)
+    _print_empirical(console, data)
     # the report's verdict, word for word: the logs' integrity and the privacy they record
-    said = verdict(verification_json(result), run_facts(collect(paths, result)))
+    said = verdict(verification_json(result), run_facts(data))
     console.print(verdict_markup(said), highlight=False)
     if not result.keys_checked:
         # The one place that says how to check them; the verifier never trusts a key from a log.

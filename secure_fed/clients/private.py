@@ -115,6 +115,7 @@ class SitePrivacy:
     last_round: int = 0
     trail: Any = None  # SiteTrail: the site's signed audit log
     refused_population: str | None = None
+    refused_accountant: str | None = None  # whose ε the refusal's would-be ε is: "rdp" or "prv"
     ledger_path: Path | None = None
     # OS randomness mixed into every release key; injectable only so tests can pin values
     entropy: Callable[[int], bytes] = os.urandom
@@ -327,6 +328,7 @@ class SitePrivacy:
             value = eps.get(self.accountant) or eps["rdp"]
             if value is not None and value > self.budget:
                 self.refused_population = pop
+                self.refused_accountant = self.accountant if eps.get(self.accountant) else "rdp"
                 return Admission(
                     False,
                     float(value),

@@ -315,6 +315,7 @@ class SiteRuntime:
                     "population": "train",
                     "budget": self.privacy.budget,
                     "would_be_epsilon": self.privacy.after_round_summary()["epsilon_rdp"],
+                    "accountant": "rdp",
                     "reason": f"round {round_id} was charged before a restart but its release was lost; "
                     "sitting it out rather than releasing twice",
                 }
@@ -331,6 +332,7 @@ class SiteRuntime:
                             "site": self.site,
                             "population": self.privacy.refused_population,
                             "epsilon_after": admission.would_be_epsilon,
+                            "accountant": self.privacy.refused_accountant,
                             "budget": self.privacy.budget,
                             "reason": admission.reason,
                         },
@@ -341,6 +343,7 @@ class SiteRuntime:
                     "code": "budget",
                     "reason": admission.reason,
                     "would_be_epsilon": admission.would_be_epsilon,
+                    "accountant": self.privacy.refused_accountant or "rdp",
                     "budget": self.privacy.budget,
                     "population": self.privacy.refused_population or "",
                 }

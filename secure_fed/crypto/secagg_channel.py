@@ -6,7 +6,7 @@ so the associated data names sender, recipient and round: a ciphertext reflected
 someone else, or replayed from another round fails authentication.
 
 A client's mask key pair is fresh per round and never leaves it: a dropped partner's pairwise mask
-is cancelled with the key a surviving partner reveals (secagg_client.py says why), so no share of a
+is cancelled with the key a surviving partner reveals (secagg_client/ says why), so no share of a
 mask key exists for a server to collect. The self-mask seed is 128 bits (X25519's own security
 level), one Shamir field element.
 """

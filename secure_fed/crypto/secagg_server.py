@@ -5,7 +5,7 @@ the masks of the survivors.
 The server only ever holds public keys and signatures, ciphertexts, masked vectors, and -- after the
 masked vectors are in -- the self-mask seeds of survivors and the pairwise mask keys that survivors
 share with nodes that dropped. Nothing here is trusted by the sites: each checks what it is sent
-(secagg_client.py), so this driver is what an honest server does, not what keeps a site safe.
+(secagg_client/), so this driver is what an honest server does, not what keeps a site safe.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Shamir secret sharing of 128-bit secrets: one sharing per secret over GF(2^128).
 
 The one secret SecAgg+ shares is a site's 16-byte self-mask seed (mask keys are never shared:
-secagg_client.py), because 128 bits is X25519's own security level and exactly one field element.
+secagg_client/), because 128 bits is X25519's own security level and exactly one field element.
 A 32-byte secret would need two sharings (Flower's helper PKCS#7-pads it to 48 bytes: three), and
 interpolation runs on the server's critical path, one rebuild per surviving site.
 A share is a 4-byte little-endian x-coordinate followed by the 16-byte y-value.

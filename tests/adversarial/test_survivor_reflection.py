@@ -101,9 +101,9 @@ def test_verify_names_the_round_and_sites_when_sites_confirmed_an_aliased_set(
     """Were a site ever to confirm a set that lists a peer under another node id (the check above
     removed), the (node, site) pairs it logs differ from the other sites', and `audit verify` fails
     naming the round and each site, though every log lists the same five site names."""
-    from secure_fed.crypto import secagg_client
+    from secure_fed.crypto.secagg_client import phase_unmask
 
-    monkeypatch.setattr(secagg_client, "_check_named_as_signed", lambda *args: None)
+    monkeypatch.setattr(phase_unmask, "_check_named_as_signed", lambda *args: None)
     server, _, _, _ = _attacked_round(make_config, alias=True)
     logged = {n: server.sites[n].events("secagg_survivors")[-1]["payload"] for n in SPLIT}
     assert len({tuple(p["survivors"]) for p in logged.values()}) == 1  # the same five names
@@ -118,9 +118,9 @@ def test_without_direction_binding_the_reflection_attack_works(
     """The test above has teeth: with a confirmation that names neither sender nor recipient (the
     rule before), reflected tags verify and the server strips sums of two honest shares; `audit
     verify` still names the round and the sites, whose logged sets differ."""
-    from secure_fed.crypto import secagg_client
+    from secure_fed.crypto.secagg_client import phase_unmask
 
-    monkeypatch.setattr(secagg_client, "confirmation_statement", lambda survivors, *_: survivors)
+    monkeypatch.setattr(phase_unmask, "confirmation_statement", lambda survivors, *_: survivors)
     server, learned, answers, _ = _attacked_round(make_config, alias=False)
     assert all(answers[n] is not None for n in SPLIT)
     assert min(len(s) for s in learned.sets) == 2

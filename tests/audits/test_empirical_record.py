@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import html
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from rich.console import Console
 
 from secure_fed.audits.empirical_bound import check_record, rederive_epsilon_hat
 from secure_fed.audits.log import AuditLog
 from secure_fed.audits.report import write_report
 from secure_fed.audits.verify import verify_logs
+from secure_fed.audits.verify_console import verify_main
 from tests.audits.conftest import DELTA, mechanism_json, opacus_epsilon
 
 EVENT = (0.25, 3.0, 40)  # stated ε ≈ 2.6
@@ -99,3 +102,33 @@ def test_report_flags_an_epsilon_hat_above_epsilon(tmp_path: Path) -> None:
     assert "EXCEEDS the stated ε" in page
     # evidence, not proof: a correct mechanism is flagged in up to 1 − confidence of audits
     assert "at most 5 % of audits; rerun the audit" in page and "would prove" not in page
+
+
+def test_each_stated_epsilon_names_whose_patients_and_what_computed_it(tmp_path: Path) -> None:
+    """Issue 64 item 4: `audit verify` and the report say whose patients an audit's stated ε prices
+    and what computed it: the accountant for DP-SGD's rounds, the exact Gaussian ε for one release
+    (an audit of the validation patients' α scalars is not an RDP figure)."""
+    trained = {**_audit_payload(170), "accountant": "rdp"}
+    release = {
+        **_audit_payload(150),
+        "population": "validation",
+        "mechanism": "alpha_scalars",
+        "stated_for": "one release (exact Gaussian ε)",
+    }
+    key = Ed25519PrivateKey.generate()
+    path = tmp_path / "site0.jsonl"
+    with AuditLog(path, "site0", "audit-run", key) as log:
+        log.append("empirical_audit", trained)
+        log.append("empirical_audit", release)
+    console = Console(record=True, width=400, soft_wrap=True)
+    verify_main([path], None, console)
+    said = console.export_text()
+    stated = f"{trained['stated_epsilon']:.3f}"
+    assert "empirical audit of site0's training patients: ε̂ = " in said, said
+    assert f"the stated ε is {stated}, RDP)" in said, said
+    assert "empirical audit of site0's validation patients: ε̂ = " in said, said
+    assert f"the stated ε is {stated}, one release (exact Gaussian ε))" in said, said
+    html_path, _, _ = write_report([path], tmp_path / "report.html", {"site0": key.public_key()})
+    page = html.unescape(html_path.read_text())
+    assert "(training patients, RDP) for its DP-SGD training" in page, page
+    assert "(validation patients, one release (exact Gaussian ε)) for one release of its α scalars" in page

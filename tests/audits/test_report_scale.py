@@ -19,6 +19,7 @@ import pytest
 
 from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.report import write_report
+from secure_fed.audits.verdict import population_words
 
 from .test_report_truth import Scenario, site_table, write_run
 
@@ -81,7 +82,10 @@ def test_one_table_row_per_site_and_the_same_rows_in_json_and_csv(reports: dict,
     assert [row["site"] for row in table] == names
     assert [row["site"] for row in data["site_table"]] == names == [row["site"] for row in rows]
     for shown, kept, written in zip(table, data["site_table"], rows, strict=True):
-        assert shown["ε this run"] == f"{kept['epsilon_run']:.3g}" == f"{float(written['epsilon_run']):.3g}"
+        assert f"{kept['epsilon_run']:.3g}" == f"{float(written['epsilon_run']):.3g}"
+        whose = population_words(kept["epsilon_population"])
+        assert shown["ε this run"] == f"{kept['epsilon_run']:.3g} ({whose})"
+        assert written["epsilon_population"] == kept["epsilon_population"]
         assert shown["patients (train / validation)"] == "32-63 / 8-15"
         assert written["patients_train"] == kept["patients_train"] == "32-63"
         assert shown["what left the site: protection"].startswith(

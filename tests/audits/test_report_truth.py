@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from secure_fed.audits.keys import load_public_keys, write_key_pair
 from secure_fed.audits.log import AuditLog
 from secure_fed.audits.report import report_main, write_report
+from secure_fed.audits.verdict import population_words
 from secure_fed.audits.verify import EXIT_DROPOUT, EXIT_INTERRUPTED
 from secure_fed.audits.verify_console import verify_main
 
@@ -327,7 +328,8 @@ def test_dp_run(tmp_path: Path) -> None:
     assert words and "plain values" in words.group(1) and "encryption (" not in words.group(1)
     # no ledger logged: this run's ε is the bound, beside the budget it was held to
     for row, g in zip(site_table(page), data["guarantees"], strict=True):
-        assert row["ε this run"] == f"{g['epsilon']:.3g}" and row["budget ε"] == f"{BUDGET:g}"
+        whose = population_words(g["population"])
+        assert row["ε this run"] == f"{g['epsilon']:.3g} ({whose})" and row["budget ε"] == f"{BUDGET:g}"
         assert "ε all runs" not in row and "test-set scores: not covered by ε" in row[RELEASED]
 
 
@@ -473,8 +475,12 @@ def test_third_run_on_the_same_data(tmp_path: Path) -> None:
     assert guarantee["lifetime"] == pytest.approx(7.63 + run * 0.9)
     # the lifetime ε against the lifetime budget, this run's share beside it
     row = site_table(page)[0]
-    assert row["site"] == "site0" and row["ε all runs"] == f"{guarantee['lifetime']:.3g}"
-    assert row["ε this run"] == f"{guarantee['epsilon']:.3g}" and row["δ"] == f"{DELTA:g}"
+    whose, all_runs = (
+        population_words(guarantee["population"]),
+        population_words(guarantee["lifetime_population"]),
+    )
+    assert row["site"] == "site0" and row["ε all runs"] == f"{guarantee['lifetime']:.3g} ({all_runs})"
+    assert row["ε this run"] == f"{guarantee['epsilon']:.3g} ({whose})" and row["δ"] == f"{DELTA:g}"
     assert row["budget ε"] == f"{BUDGET:g} (all runs)"
     assert "ε all runs counts every run on the same patients' data" in text
     # the plot starts where the earlier runs left the patients

@@ -9,6 +9,7 @@ from pathlib import Path
 from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.report import MECHANISM_WORDS, write_report
 from secure_fed.audits.report_data import _as_reported, _run_accountant, collect
+from secure_fed.audits.verdict import population_words
 from secure_fed.audits.verify import verify_logs
 
 from .conftest import SITES, Run
@@ -28,7 +29,7 @@ def test_headline_is_the_runs_accountant_and_the_max_over_groups(pristine: Run, 
     table = {row["site"]: row for row in site_table(text)}
     for g in data.guarantees:
         assert set(table) == set(SITES) and table[g.site]["accountant"] == "RDP"
-        assert table[g.site]["ε this run"] == f"{g.epsilon:.3g}"
+        assert table[g.site]["ε this run"] == f"{g.epsilon:.3g} ({population_words(g.population)})"
     for mechanism in {row.mechanism for row in data.mechanisms}:
         assert html_escape(MECHANISM_WORDS[mechanism]) in text  # each mechanism in words
     assert "<th>patient group</th><th>group size</th>" in text

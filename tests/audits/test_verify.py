@@ -140,8 +140,8 @@ def test_forged_epsilon_is_caught_only_by_rederivation(run: Run) -> None:
     problems = [str(p) for p in _verify(run, "site-0").problems]
     assert len(problems) == 1, problems
     match = re.fullmatch(
-        rf"{re.escape(str(path))}:{index + 1}: epsilon ([0-9.]+) does not match mechanism parameters "
-        r"\(re-derived ([0-9.]+); site-0/train, δ=1e-05\)",
+        rf"{re.escape(str(path))}:{index + 1}: RDP epsilon ([0-9.]+) does not match mechanism parameters "
+        r"\(re-derived ([0-9.]+) with RDP; site-0's training patients, δ=1e-05\)",
         problems[0],
     )
     assert match, problems[0]
@@ -201,7 +201,8 @@ def test_prv_epsilon_is_rederived(tmp_path: Path) -> None:
     result = verify_logs([path], {"site-0": key.public_key()})
     assert result.ok, result.problems
     write(prv * 0.8)
-    assert "prv epsilon" in _first(verify_logs([path], {"site-0": key.public_key()}))
+    said = _first(verify_logs([path], {"site-0": key.public_key()}))
+    assert "PRV epsilon" in said and "site-0's training patients" in said, said
 
 
 def test_without_keys_nothing_is_ok_and_only_what_was_checked_is_reported(pristine: Run) -> None:

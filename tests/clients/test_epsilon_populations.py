@@ -43,3 +43,22 @@ def test_prv_over_every_population_when_each_has_one() -> None:
     said = site.after_round_summary()
     assert said["epsilon_prv"] == max(per[TRAIN]["prv"], per[VALIDATION]["prv"])
     assert said["epsilon_population"] == TRAIN  # σ 1 costs more than σ 3
+
+
+def test_a_refusal_says_whose_accountant_its_would_be_epsilon_is() -> None:
+    """A site's signed budget refusal carries the accountant of its would-be ε: the guard's (PRV)
+    where it priced the refused population, RDP where it had no PRV figure (issue 64 item 4)."""
+    cfg = build_config(
+        {"fed": {"rounds": 3}, "dp": {"enabled": True, "target_epsilon": 1.0, "accountant": "prv"}}
+    )
+    site = SitePrivacy.plan(cfg, "site0", n_train=2800, n_val=400, noise_key=bytes(32))
+    site.ledger.record("site0", VALIDATION, 1, "alpha_scalars", Gaussian(0.3, 1))  # past the budget
+    admission = site.admit_round(2)
+    assert not admission.ok and site.refused_population == VALIDATION, admission
+    assert site.refused_accountant == "prv"  # a Gaussian has a PRV ε: the guard's own
+    assert (
+        admission.would_be_epsilon
+        == site.ledger.projected_epsilon(
+            "site0", VALIDATION, [e for _, e in site.round_events()[VALIDATION]], delta=site.delta[VALIDATION]
+        )["prv"]
+    )

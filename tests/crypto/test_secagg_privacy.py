@@ -6,8 +6,8 @@ import pytest
 from scipy import stats
 
 from secure_fed.crypto import secagg_channel as channel
-from secure_fed.crypto import secagg_client
 from secure_fed.crypto.quantize import from_ring, stochastic_quantise, to_ring
+from secure_fed.crypto.secagg_client import phase_masked
 from secure_fed.crypto.secagg_identity import key_statement
 from secure_fed.crypto.secagg_protocol import (
     MASKED,
@@ -81,7 +81,7 @@ def test_server_sees_only_uniform_uncorrelated_masked_vectors():
 
 
 def test_detectors_fire_when_masking_is_removed(monkeypatch):
-    monkeypatch.setattr(secagg_client, "add_masks", lambda acc, masks: None)
+    monkeypatch.setattr(phase_masked, "add_masks", lambda acc, masks: None)
     inputs = make_inputs(5, dim=DIM, seed=12)
     _, transport = run_round(inputs, SecAggSettings(clip=8.0, bits=24), seed=12)
     m = round_params(5, DIM, SecAggSettings(clip=8.0, bits=24)).modulus_bits

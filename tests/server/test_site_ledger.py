@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 from secure_fed.audits.keys import load_public_keys
 from secure_fed.audits.report import render_html
 from secure_fed.audits.report_data import collect
+from secure_fed.audits.verdict import population_words
 from secure_fed.audits.verify import verify_logs
 from secure_fed.cli import app
 from secure_fed.clients.lifetime import site_ledger_of, site_run_config
@@ -106,8 +107,11 @@ def test_two_runs_on_the_same_site_data_continue_its_epsilon(make_config, tmp_pa
     # the second run's report shows each site's lifetime ε beside this run's
     page = render_html(collect(sorted((second / "audit").glob("*.jsonl")), None))
     end = budget_records(second, "site0")[1]
-    total = max(v["rdp"] for v in end["lifetime"].values())
-    assert "<th>ε all runs</th>" in page and f"<td class='num'>{total:.3g}</td>" in page
+    worst = max(end["lifetime"], key=lambda population: end["lifetime"][population]["rdp"])
+    total = end["lifetime"][worst]["rdp"]
+    # the cell names whose ε it is: the population with the largest
+    assert "<th>ε all runs</th>" in page
+    assert f"<td class='num'>{total:.3g} ({population_words(worst)})</td>" in page
 
     # The budget holds across runs: a policy whose budget one more round would fit alone, but not
     # on top of what the two runs spent, is refused at round 1 and the run fails.
@@ -124,6 +128,16 @@ def test_two_runs_on_the_same_site_data_continue_its_epsilon(make_config, tmp_pa
         if json.loads(line)["event"] == "budget_refusal"
     ]
     assert refusals and refusals[0]["epsilon_after"] > tight.dp.budget_epsilon  # type: ignore[operator]
+    # whose ε the refusal's is: the population and the accountant its guard priced it with (a
+    # Gaussian DP-SGD step has a PRV ε too, so the run's own), in the site's record and the server's
+    copies = [
+        json.loads(line)["payload"]
+        for line in (third / "audit" / "server.jsonl").read_text().splitlines()
+        if json.loads(line)["event"] == "budget_refusal"
+    ]
+    for said in (refusals[0], *copies):
+        assert said["population"] == "train" and said["accountant"] == tight.dp.accountant, said
+    assert copies, "the server signed no budget_refusal"
 
     # Deleting the ledger: refused without --yes, then signed and logged, and the file is gone.
     config = tmp_path / "site0.toml"

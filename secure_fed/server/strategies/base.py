@@ -142,6 +142,8 @@ class Strategy(ABC):
                             "population": reply.get("population"),
                             "reason": declined[site],
                             "epsilon_after": reply.get("would_be_epsilon"),
+                            # whose accountant epsilon_after is, as the site said
+                            "accountant": reply.get("accountant"),
                             "budget": reply.get("budget"),
                         },
                     )
