@@ -43,7 +43,7 @@ test-fast: $(STAMP) browser
 # and run it again after an interruption. Wall time: see docs/RESULTS.md.
 RESULTS_METHODS := base,local,central,fedavg,fedprox,scaffold,fedadam,drfa,fedtar,fedtar-no-gmm,fedtar-no-temporal,fedavg-ft,fedtar-ft
 SHARED_METHODS := base,local,central,fedavg,fedavg-ft,fedtar,fedtar-ft,fedtar-no-gmm,fedtar-no-temporal
-SWEEP := $(VENV)/bin/secure-fed sweep
+SWEEP := $(VENV)/bin/secure-fed-lab sweep
 results: $(STAMP)
 	$(SWEEP) --config configs/results.toml --methods $(RESULTS_METHODS) --seeds 0,1,2,3,4 --epsilons inf -o runs/results
 	$(SWEEP) --config configs/results.toml --methods base,local,central,fedavg,fedavg-ft --seeds 5,6,7,8,9 --epsilons inf -o runs/results-seeds5-9

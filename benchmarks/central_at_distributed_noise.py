@@ -23,7 +23,7 @@ record, and the JSON below lists it.
     .venv/bin/python benchmarks/central_at_distributed_noise.py --keep --write   # the docs' JSON
 
 Option (c) of docs/experiments/bench-distributed-dp.md at hospital scale is the same comparison
-at a smaller Poisson rate over the same five passes, run with the CLI (`secure-fed sweep ... --set
+at a smaller Poisson rate over the same five passes, run with the CLI (`secure-fed-lab sweep ... --set
 dp.sample_rate=0.02`, the commands in docs/experiments/hospital-sampling-rate.md): --keep-rates
 commits its two sweep folders, --write-rates renders docs/results/hospital-sampling-rate.json from
 them and the recipe's kept sweeps, with the noise each mode released at each rate.
@@ -130,9 +130,9 @@ def _model_dim() -> int:
 def run(epsilons: list[float], seeds: list[int], out: Path) -> None:
     from secure_fed.config import load_config
     from secure_fed.console import quiet_frameworks
-    from secure_fed.sweep import sweep
+    from secure_fed.lab.sweep import sweep
 
-    quiet_frameworks()  # the sweep's console, as `secure-fed sweep` shows it
+    quiet_frameworks()  # the sweep's console, as `secure-fed-lab sweep` shows it
     if (dim := _model_dim()) != DIM:
         raise SystemExit(f"the model's FedAvg step has {dim} coordinates, not {DIM}: update DIM")
     for epsilon in epsilons:
@@ -145,7 +145,7 @@ def run(epsilons: list[float], seeds: list[int], out: Path) -> None:
 
 def _keep(folder: Path, name: str) -> Path:
     """A sweep folder's cells as the kept record docs/results/sweeps/NAME.json."""
-    from secure_fed.sweep import kept
+    from secure_fed.lab.records import kept
 
     path = KEPT / f"{name}.json"
     path.write_text(json.dumps(kept(folder), indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
@@ -173,22 +173,23 @@ def _shown(mean: float, ci: tuple[float, float] | None, signed: bool = False) ->
 
 def table(plans: dict[float, dict[str, Any]], commit: str, date: str) -> dict[str, Any]:
     """The docs table from the kept records: per ε, the noise each way and what it trained."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import statistics as lab_stats
 
     mine = [r for path in sorted(KEPT.glob(f"{NAME}-eps*.json")) for r in _runs(path.stem)]
     central = [r for r in _runs(CENTRAL_RECORD) if r["method"] == "central"]
     distributed = [r for r in _runs(DISTRIBUTED_RECORD) if r["method"] == "fedavg"]
-    at_noise = {row["epsilon"]: row for row in sw.intervals(mine, METRICS)}
+    at_noise = {row["epsilon"]: row for row in lab_stats.intervals(mine, METRICS)}
     vs_distributed = {
-        row["epsilon"]: row for row in sw.paired_between(distributed, mine, ("d", "c"), METRICS, "central")
+        row["epsilon"]: row
+        for row in lab_stats.paired_between(distributed, mine, ("d", "c"), METRICS, "central")
     }
-    vs_central = {row["epsilon"]: row for row in sw.paired_between(mine, central, ("c", "p"), METRICS)}
+    vs_central = {row["epsilon"]: row for row in lab_stats.paired_between(mine, central, ("c", "p"), METRICS)}
     rows = []
     for epsilon in sorted(at_noise, reverse=True):
         cells = [r for r in mine if r["epsilon"] == epsilon]
         ran_sigma = {round(r["privacy"]["noise_multiplier"], 6) for r in cells}
         curator = {round(r["privacy"]["noise_multiplier"], 6) for r in central if r["epsilon"] == epsilon}
-        spent = max(sw._max_epsilon(r["privacy"]) or math.nan for r in cells)
+        spent = max(lab_stats._max_epsilon(r["privacy"]) or math.nan for r in cells)
         plan = plans[epsilon]
         (sigma,) = ran_sigma
         (curator_sigma,) = curator
@@ -254,7 +255,7 @@ def rates_table(commit: str, date: str) -> dict[str, Any]:
     """Option (c) from the kept sweeps: per rate and ε, the noise each mode released (over C, and
     over the expected batch it is averaged into) and what each trained, paired by seed against
     private central at that rate and at the recipe's."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import statistics as lab_stats
 
     records = {name: _record(name) for pair in RATE_RECORDS.values() for name in pair}
     recipe_central = [r for r in records[CENTRAL_RECORD]["runs"] if r["method"] == "central"]
@@ -270,15 +271,17 @@ def rates_table(commit: str, date: str) -> dict[str, Any]:
         distributed = [r for r in record["runs"] if r["method"] == "fedavg"]
         central = [r for r in records[central_name]["runs"] if r["method"] == "central"]
         shown = {
-            "distributed": {row["epsilon"]: row for row in sw.intervals(distributed, METRICS)},
-            "central": {row["epsilon"]: row for row in sw.intervals(central, METRICS)},
+            "distributed": {row["epsilon"]: row for row in lab_stats.intervals(distributed, METRICS)},
+            "central": {row["epsilon"]: row for row in lab_stats.intervals(central, METRICS)},
             "vs own": {
                 row["epsilon"]: row
-                for row in sw.paired_between(distributed, central, ("d", "c"), METRICS, "central")
+                for row in lab_stats.paired_between(distributed, central, ("d", "c"), METRICS, "central")
             },
             "vs recipe": {
                 row["epsilon"]: row
-                for row in sw.paired_between(distributed, recipe_central, ("d", "c"), METRICS, "central")
+                for row in lab_stats.paired_between(
+                    distributed, recipe_central, ("d", "c"), METRICS, "central"
+                )
             },
         }
         for epsilon in epsilons:
@@ -312,13 +315,13 @@ def rates_table(commit: str, date: str) -> dict[str, Any]:
         "Poisson rate and at a smaller one over the same five passes (BENCHMARKS option (c)); mean "
         "and 95 % t interval over seeds, differences paired by seed",
         "source": {
-            "command": "secure-fed sweep --config configs/hospital-scale-distributed.toml --set "
+            "command": "secure-fed-lab sweep --config configs/hospital-scale-distributed.toml --set "
             "dp.sample_rate=0.02 --rounds 250 --methods fedavg --seeds 0,1,2 --epsilons 1 -o "
-            "runs/results-hospital-distributed-q002 && secure-fed sweep --config "
+            "runs/results-hospital-distributed-q002 && secure-fed-lab sweep --config "
             "configs/hospital-scale-distributed.toml --set dp.sample_rate=0.02 --rounds 250 --methods "
-            "fedavg --seeds 0,1,2 --epsilons 2 -o runs/results-hospital-distributed-q002 && secure-fed "
+            "fedavg --seeds 0,1,2 --epsilons 2 -o runs/results-hospital-distributed-q002 && secure-fed-lab "
             "sweep --config configs/hospital-scale.toml --set dp.sample_rate=0.02 --methods central "
-            "--seeds 0,1,2 --epsilons 1 -o runs/results-hospital-central-q002 && secure-fed sweep "
+            "--seeds 0,1,2 --epsilons 1 -o runs/results-hospital-central-q002 && secure-fed-lab sweep "
             "--config configs/hospital-scale.toml --set dp.sample_rate=0.02 --methods central --seeds "
             "0,1,2 --epsilons 2 -o runs/results-hospital-central-q002 && python "
             "benchmarks/central_at_distributed_noise.py --keep-rates --write-rates",

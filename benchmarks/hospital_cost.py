@@ -260,7 +260,7 @@ def grid_estimate(train_ms: dict[str, float], eval_ms: float, rows_per_patient: 
 
 
 def cell_costs(cfg: RunConfig, epsilon: float, folder: Path) -> dict[str, Any]:
-    from secure_fed.sweep import run_cell
+    from secure_fed.lab.sweep import run_cell
 
     out = {}
     epochs = cfg.fed.rounds * cfg.train.local_epochs
@@ -270,7 +270,7 @@ def cell_costs(cfg: RunConfig, epsilon: float, folder: Path) -> dict[str, Any]:
         wall = time.perf_counter() - t0
         n = cell["privacy"]["patients"] if cell["privacy"] else None
         if n is None:
-            from secure_fed.algorithms.fedtar.centralised import pooled_splits
+            from secure_fed.lab.centralised import pooled_splits
 
             n = int(pooled_splits(cfg)[0].patient_slot.max()) + 1
         out["inf" if eps is None else f"{eps:g}"] = {

@@ -228,7 +228,7 @@ def estimate(
 
 
 def sweep_order(sw: dict[str, Any]) -> list[tuple[str, float | None, int]]:
-    """A sweep's cells in the order `secure-fed sweep` runs them: each ε, each method (a fine-tuned
+    """A sweep's cells in the order `secure-fed-lab sweep` runs them: each ε, each method (a fine-tuned
     method's federated one before it), each seed; base, local and the noise-free references at
     ε = ∞ only."""
     methods = list(dict.fromkeys(m2 for m in sw["methods"] for m2 in (m.removesuffix(FINE_TUNE), m)))

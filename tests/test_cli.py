@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from secure_fed.cli import app
+from secure_fed.lab.cli import app as lab_app
 
 runner = CliRunner()
 
@@ -35,7 +36,8 @@ def test_help_reads_as_whole_sentences(monkeypatch):
     command) stays whole, and "[deploy]" is text, not markup that eats it."""
     monkeypatch.setenv("COLUMNS", "400")  # wide: a break left inside a sentence shows as a break
     top = runner.invoke(app, ["--help"]).output
-    assert "finished cells are skipped, so a sweep resumes where it stopped" in top
+    lab = runner.invoke(lab_app, ["--help"]).output
+    assert "finished cells are skipped, so a sweep resumes where it stopped" in lab
     assert "takes every privacy setting from the site's own --config, never from the server" in top
     client = runner.invoke(app, ["client", "--help"]).output
     assert "--superlink link.hospital.net:8000 --root-certificates ca.crt --auth-key node.key" in client
@@ -407,7 +409,7 @@ def test_a_sweep_keeps_the_libraries_advice_off_the_operators_console(tmp_path, 
     library authors) reached a hospital-scale sweep's console, the run's quieting was not applied."""
     import transformers
 
-    import secure_fed.sweep
+    import secure_fed.lab.sweep
 
     before = transformers.logging.get_verbosity()
     seen: dict[str, int] = {}
@@ -416,10 +418,12 @@ def test_a_sweep_keeps_the_libraries_advice_off_the_operators_console(tmp_path, 
         seen["verbosity"] = transformers.logging.get_verbosity()
         raise ValueError("stop before any cell")
 
-    monkeypatch.setattr(secure_fed.sweep, "sweep", cells)
+    monkeypatch.setattr(secure_fed.lab.sweep, "sweep", cells)
     transformers.logging.set_verbosity_warning()
     try:
-        result = runner.invoke(app, ["sweep", "--methods", "base", "--seeds", "0", "-o", str(tmp_path / "s")])
+        result = runner.invoke(
+            lab_app, ["sweep", "--methods", "base", "--seeds", "0", "-o", str(tmp_path / "s")]
+        )
     finally:
         transformers.logging.set_verbosity(before)
     _one_error(result, "stop before any cell")
@@ -429,15 +433,15 @@ def test_a_sweep_keeps_the_libraries_advice_off_the_operators_console(tmp_path, 
 def test_a_site_refusing_a_sweeps_cell_is_one_line_not_a_traceback(tmp_path, monkeypatch):
     """A site's refusal inside a cell (a distributed-DP site without SecAgg+ keys was one) stopped
     `secure-fed sweep` with a page of traceback; it is one line naming the refusal and what is kept."""
-    import secure_fed.sweep
+    import secure_fed.lab.sweep
     from secure_fed.clients.guard import Refusal
 
     def cells(*args, **kwargs):
         raise Refusal("no_keys", "dp.noise = 'distributed' needs the sites' provisioned keys (SecAgg+)")
 
-    monkeypatch.setattr(secure_fed.sweep, "sweep", cells)
+    monkeypatch.setattr(secure_fed.lab.sweep, "sweep", cells)
     out = tmp_path / "s"
-    result = runner.invoke(app, ["sweep", "--methods", "base", "--seeds", "0", "-o", str(out)])
+    result = runner.invoke(lab_app, ["sweep", "--methods", "base", "--seeds", "0", "-o", str(out)])
     _one_error(result, "refused", "provisioned keys", str(out))
 
 
@@ -445,7 +449,7 @@ def test_arguments_that_would_mislead_or_lose_data_are_refused(tmp_path):
     # an ε that is no budget is refused before the sweep's earlier cells spend hours
     out = tmp_path / "sw"
     sweep = ["sweep", "--methods", "fedavg", "--seeds", "0", "--epsilons", "inf,8,-1", "-o", str(out)]
-    _one_error(runner.invoke(app, sweep), "--epsilons", "-1", "positive")
+    _one_error(runner.invoke(lab_app, sweep), "--epsilons", "-1", "positive")
     assert not out.exists()
     # a kit without sites, or with a blank party list read as the default three sites
     _one_error(runner.invoke(app, ["keys", "init", "-o", str(tmp_path / "k0"), "--sites", "0"]), "--sites 0")
@@ -825,7 +829,7 @@ def test_the_ledger_line_names_the_config_key_as_written(tmp_path):
     """The line says where to set the ledger: "[dp] ledger_dir", not a blank where the console took
     the table name for markup ("synthetic benchmark,  ledger_dir unset")."""
     result = runner.invoke(
-        app, ["sweep", "--methods", "no-such-method", "--epsilons", "8", "-o", str(tmp_path / "s")]
+        lab_app, ["sweep", "--methods", "no-such-method", "--epsilons", "8", "-o", str(tmp_path / "s")]
     )
     assert result.exit_code == 2
     assert "synthetic benchmark, [dp] ledger_dir unset" in result.output  # `run` prints its line alike
@@ -834,7 +838,7 @@ def test_the_ledger_line_names_the_config_key_as_written(tmp_path):
 def test_sweep_set_overrides_a_config_key_for_every_cell(tmp_path, monkeypatch):
     """`--set dp.sample_rate=0.02`: another Poisson rate without a copy of the config file; the
     value is read as TOML (a number stays a number), and the sweep's cells get it."""
-    import secure_fed.sweep
+    import secure_fed.lab.sweep
 
     seen = {}
 
@@ -842,10 +846,10 @@ def test_sweep_set_overrides_a_config_key_for_every_cell(tmp_path, monkeypatch):
         seen["q"], seen["rounds"], seen["noise"] = cfg.dp.sample_rate, cfg.fed.rounds, cfg.dp.noise
         raise ValueError("stop before any cell")
 
-    monkeypatch.setattr(secure_fed.sweep, "sweep", cells)
+    monkeypatch.setattr(secure_fed.lab.sweep, "sweep", cells)
     args = ["sweep", "--methods", "base", "--seeds", "0", "-o", str(tmp_path / "s")]
     sets = ["--set", "dp.sample_rate=0.02", "--set", "fed.rounds=250", "--set", "dp.noise=site"]
-    _one_error(runner.invoke(app, [*args, *sets]), "stop before any cell")
+    _one_error(runner.invoke(lab_app, [*args, *sets]), "stop before any cell")
     assert seen == {"q": 0.02, "rounds": 250, "noise": "site"}
 
 
@@ -860,9 +864,43 @@ def test_sweep_set_overrides_a_config_key_for_every_cell(tmp_path, monkeypatch):
 )
 def test_sweep_set_errors_are_one_line_naming_the_key(tmp_path, given, said):
     out = tmp_path / "s"
-    result = runner.invoke(app, ["sweep", "--methods", "base", "--set", given, "-o", str(out)])
+    result = runner.invoke(lab_app, ["sweep", "--methods", "base", "--set", given, "-o", str(out)])
     _one_error(result, said)
     assert not out.exists()
+
+
+def test_secure_fed_sweep_names_the_lab_command_in_one_line(tmp_path):
+    """The sweeps left the package a site approves (secure_fed/lab): `secure-fed sweep` says so in
+    one line with the command to run instead, the operator's own options carried over, --help too."""
+    args = [
+        "--methods",
+        "base,fedavg",
+        "--seeds",
+        "0,1",
+        "--set",
+        "dp.sample_rate=0.02",
+        "-o",
+        "runs/my sweep",
+    ]
+    said = " ".join(_one_error(runner.invoke(app, ["sweep", *args])).split())
+    assert f"`secure-fed-lab sweep {shlex.join(args)}`" in said and "moved" in said, said
+    assert "secure-fed-lab sweep" in _one_error(runner.invoke(app, ["sweep", "--help"]))
+    assert " sweep " not in runner.invoke(app, ["--help"]).output  # not offered beside run
+
+
+def test_secure_fed_sweep_imports_no_lab_module():
+    """The package's CLI refuses the moved command without importing the lab (a fresh process: this
+    one has imported it for the lab's own tests)."""
+    import subprocess
+
+    code = (
+        "import sys\nfrom secure_fed.cli import main\nsys.argv = ['secure-fed', 'sweep', '-o', 'x']\n"
+        "try:\n    main()\nexcept SystemExit as stop:\n"
+        "    print(stop.code, sorted(m for m in sys.modules if m.startswith('secure_fed.lab')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.stdout.split("\n")[-2] == "2 []", done.stdout + done.stderr
+    assert "secure-fed-lab sweep -o x" in done.stdout + done.stderr
 
 
 def test_a_long_path_is_printed_whole_on_one_line(tmp_path, monkeypatch):

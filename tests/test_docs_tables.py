@@ -1,6 +1,6 @@
 """The docs' tables and figures are the committed JSON's (tools/doc_tables.py), and the project
 carries no writing-period labels. Each test reads files only and takes well under a second; the
-sweep round trip also imports secure_fed.sweep (torch, Flower: about 30 s alone on a loaded
+sweep round trip also imports the lab (secure_fed.lab; torch: about 30 s alone on a loaded
 2-core machine, already paid by tests/test_sweep.py in a suite run)."""
 
 from __future__ import annotations
@@ -186,15 +186,15 @@ def test_a_json_without_its_command_or_a_missing_json_is_refused(tmp_path):
 
 
 def test_from_sweep_renders_the_sweeps_own_table(tmp_path):
-    from secure_fed import sweep as sw
+    from secure_fed.lab import statistics as lab_stats
 
     runs = [
         {"method": m, "epsilon": None, "seed": s, "test": {"CIDEr": v + s / 100}, "wall_s": 60.0}
         for m, v in (("base", 0.1), ("fedavg", 0.3), ("fedtar", 0.4))
         for s in range(3)
     ]
-    rows = sw.summarise(runs)
-    paired = sw.paired_differences(runs, "fedtar")
+    rows = lab_stats.summarise(runs)
+    paired = lab_stats.paired_differences(runs, "fedtar")
     results = {"runs": runs, "summary": rows, "paired": paired, "wall_s_all_cells": 540.0}
     (tmp_path / "results.json").write_text(json.dumps(results), encoding="utf-8")
     data = doc_tables.from_sweep(tmp_path, "summary", "T", "make results", "laptop", only=["fedtar"])
@@ -209,7 +209,7 @@ def test_from_sweep_renders_the_sweeps_own_table(tmp_path):
 def test_paired_between_sets_one_sweep_against_another_seed_by_seed(tmp_path):
     """Distributed DP against site mode: two sweep folders of one cohort, the same (method, ε)
     paired on the seeds both have (seed 2 ran in one only), its interval from those differences."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import cells as lab_cells
 
     def sweep_folder(name: str, values: dict[int, float]) -> Path:
         cells = values.items()
@@ -225,7 +225,7 @@ def test_paired_between_sets_one_sweep_against_another_seed_by_seed(tmp_path):
     data = doc_tables.from_sweep(ours, "paired-between", "T", "cmd", "laptop", against=theirs, names=names)
     assert data["columns"][:2] == ["d − s, same method and ε", "n"]
     ((label, n, cider, *_),) = data["rows"]
-    half = sw.t975(1) * float(np.std([1.0, 1.5], ddof=1)) / np.sqrt(2)
+    half = lab_cells.t975(1) * float(np.std([1.0, 1.5], ddof=1)) / np.sqrt(2)
     assert (label, n) == ("fedavg ε=8: d − s", "2")
     assert cider == f"+1.250 [{1.25 - half:+.3f}, {1.25 + half:+.3f}]"
     with pytest.raises(doc_tables.TableError, match="--against"):
@@ -263,7 +263,7 @@ def test_per_site_vs_local_takes_local_from_the_sweep_given_against(tmp_path):
 def test_paired_methods_compares_two_methods_of_one_sweep_at_each_epsilon(tmp_path):
     """FedTAR against FedAvg: at each ε both ran, paired on the seeds both have; an ε only one ran
     has no row, and a method the sweep did not run is refused naming the ones it did."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import cells as lab_cells
 
     cells = [("fedtar", None, 0, 3.0), ("fedtar", None, 1, 3.2), ("fedavg", None, 0, 2.0),
              ("fedavg", None, 1, 2.6), ("fedtar", 8.0, 0, 1.5), ("fedavg", 8.0, 0, 2.5),
@@ -273,7 +273,7 @@ def test_paired_methods_compares_two_methods_of_one_sweep_at_each_epsilon(tmp_pa
     data = doc_tables.from_sweep(tmp_path, "paired-methods", "T", "cmd", "laptop", names=("fedtar", "fedavg"))
     assert data["columns"][:2] == ["fedtar − fedavg, same ε", "n"]
     assert [r[:2] for r in data["rows"]] == [["fedtar − fedavg, ε=∞", "2"], ["fedtar − fedavg, ε=8", "1"]]
-    half = sw.t975(1) * float(np.std([1.0, 0.6], ddof=1)) / np.sqrt(2)
+    half = lab_cells.t975(1) * float(np.std([1.0, 0.6], ddof=1)) / np.sqrt(2)
     assert data["rows"][0][2] == f"+0.800 [{0.8 - half:+.3f}, {0.8 + half:+.3f}]"
     assert data["rows"][1][2] == "-1.000"
     with pytest.raises(doc_tables.TableError, match="two methods of the sweep.*fedavg, fedtar"):
@@ -303,8 +303,10 @@ def test_no_writing_period_labels_in_the_project():
 def test_a_kept_sweep_record_renders_the_same_table_as_its_folder(tmp_path):
     """--keep commits a sweep's cells (docs/results/sweeps/FOLDER.json); --from-sweep on that file
     renders what the folder did, so a table can be remade and extended after runs/ is gone."""
-    from secure_fed import sweep as sw
     from secure_fed.config import RunConfig
+    from secure_fed.lab import cells as lab_cells
+    from secure_fed.lab import records as lab_records
+    from secure_fed.lab import statistics as lab_stats
 
     folder = tmp_path / "results-x"
     runs = [
@@ -313,13 +315,15 @@ def test_a_kept_sweep_record_renders_the_same_table_as_its_folder(tmp_path):
         for s in range(3)
     ]
     for cell in runs:
-        path = sw.cell_folder(folder, cell["method"], cell["epsilon"], cell["seed"]) / "cell.json"
+        path = lab_cells.cell_folder(folder, cell["method"], cell["epsilon"], cell["seed"]) / "cell.json"
         path.parent.mkdir(parents=True)
         path.write_text(json.dumps(cell), encoding="utf-8")
     (folder / "sweep-config.json").write_text(
         json.dumps(RunConfig().model_dump(mode="json", exclude={"out"}))
     )
-    (folder / "results.json").write_text(json.dumps(sw.results_of(sw.load_cells(folder))), encoding="utf-8")
+    (folder / "results.json").write_text(
+        json.dumps(lab_stats.results_of(lab_records.load_cells(folder))), encoding="utf-8"
+    )
     docs = tmp_path / "docs"
     argv = ["--from-sweep", str(folder), "--table", "privacy-utility", "--name", "t", "--command", "c"]
     assert doc_tables.main([*argv, "--machine", "m", "--keep", "--docs", str(docs)]) == 0
@@ -335,7 +339,7 @@ def test_a_kept_sweep_record_renders_the_same_table_as_its_folder(tmp_path):
 def test_paired_between_against_one_method_sets_each_method_against_central(tmp_path):
     """Distributed DP's goal is the private pooled `central` of the site-mode sweep at the same ε:
     --against-method pairs every method of one sweep with that method of the other, seed by seed."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import cells as lab_cells
 
     def sweep_folder(name: str, cells: list[tuple[str, float, int, float]]) -> Path:
         runs = [{"method": m, "epsilon": e, "seed": s, "test": {"CIDEr": v}} for m, e, s, v in cells]
@@ -382,6 +386,6 @@ def test_paired_between_against_one_method_sets_each_method_against_central(tmp_
     data = json.loads((docs / "results" / "t.json").read_text())
     assert data["columns"][:2] == ["d − central (s), same ε", "n"]
     ((label, n, cider, *_),) = data["rows"]  # ε = 8 has no central to pair with
-    half = sw.t975(1) * float(np.std([-1.0, -0.5], ddof=1)) / np.sqrt(2)
+    half = lab_cells.t975(1) * float(np.std([-1.0, -0.5], ddof=1)) / np.sqrt(2)
     assert (label, n) == ("fedavg ε=4 (d) − central (s)", "2")
     assert cider == f"-0.750 [{-0.75 - half:+.3f}, {-0.75 + half:+.3f}]"

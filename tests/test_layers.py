@@ -2,8 +2,9 @@
 
 dp, crypto and audits know nothing of FedTAR, FM2 or Flower messages; data knows no model; the
 server knows no client code; an algorithm folder registers itself with the core
-(secure_fed.registry), and no core folder imports an algorithm; and no module of the package
-imports itself back through others, not even from inside a function (no import cycle)."""
+(secure_fed.registry), and no core folder imports an algorithm; the research harness
+(secure_fed/lab) is imported by no module outside it; and no module of the package imports itself
+back through others, not even from inside a function (no import cycle)."""
 
 from __future__ import annotations
 
@@ -136,6 +137,57 @@ def test_the_registry_names_no_algorithm_folder() -> None:
     path = PACKAGE / "registry.py"
     assert {m for m in _imported_modules(path) if m.startswith("secure_fed.algorithms.")} == set()
     assert "secure_fed.algorithms." not in path.read_text()
+
+
+LAB = "secure_fed.lab"
+
+
+def _lab_importers(root: Path = PACKAGE) -> list[str]:
+    """Modules outside secure_fed/lab that import it (at any depth, relative imports resolved), or
+    name it in a string (importlib): the lab is not in the FAB a site approves, so a module that
+    reached it would fail there, or run code no site reviewed."""
+    wrong = []
+    for path in sorted(root.rglob("*.py")):
+        if (root / "lab") in path.parents:
+            continue
+        named = {m for m in _imported_modules(path, root) if m == LAB or m.startswith(LAB + ".")}
+        # `from secure_fed import lab` names it as an attribute of the package
+        named |= {
+            f"{m}.{n}" for m, names in _import_statements(path, root) if m == "secure_fed" for n in names
+        }
+        named = {m for m in named if m == LAB or m.startswith(LAB + ".")}
+        if LAB in path.read_text().replace("`" + LAB, ""):
+            named.add(f"a '{LAB}' string")
+        if named:
+            wrong.append(f"{path.relative_to(root.parent)} imports {sorted(named)}")
+    return wrong
+
+
+def test_nothing_outside_the_lab_imports_it() -> None:
+    assert _lab_importers() == []
+
+
+def test_the_lab_check_sees_an_import(tmp_path: Path) -> None:
+    pkg = tmp_path / "secure_fed"
+    files = {
+        "lab/__init__.py": "",
+        "lab/sweep.py": "from secure_fed.config import RunConfig\n",  # the lab may import the package
+        "cli.py": "def sweep():\n    from secure_fed.lab.sweep import sweep\n",  # lazily: still an import
+        "a/b.py": "from ..lab import cells\n",  # relative
+        "c.py": "from secure_fed import lab\n",
+        "d.py": "import importlib\nimportlib.import_module('secure_fed.lab.sweep')\n",
+        "e.py": "X = 1  # `secure_fed.lab` named in prose only\n",
+    }
+    for name, text in files.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    found = _lab_importers(pkg)
+    assert [line.split(" ")[0] for line in found] == [
+        "secure_fed/a/b.py",
+        "secure_fed/c.py",
+        "secure_fed/cli.py",
+        "secure_fed/d.py",
+    ], found
 
 
 def _module_graph(root: Path) -> dict[str, set[str]]:

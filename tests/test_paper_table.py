@@ -13,8 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from secure_fed import sweep as sw
 from secure_fed.config import RunConfig, load_config
+from secure_fed.lab import cells as lab_cells
+from secure_fed.lab import statistics as lab_stats
+from secure_fed.lab import tables as lab_tables
 from tests.scripts import ROOT, load_script
 
 doc_tables = load_script("tools/doc_tables.py")
@@ -27,7 +29,9 @@ def _cells(method: str, epsilon: float | None, values: list[float]) -> list[dict
             "method": method,
             "epsilon": epsilon,
             "seed": s,
-            "test": {m: v * k for m, k in zip(sw.PAPER_METRICS, (0.1, 0.01, 0.2, 1.0, 0.05), strict=True)},
+            "test": {
+                m: v * k for m, k in zip(lab_stats.PAPER_METRICS, (0.1, 0.01, 0.2, 1.0, 0.05), strict=True)
+            },
         }
         for s, v in enumerate(values)
     ]
@@ -35,40 +39,42 @@ def _cells(method: str, epsilon: float | None, values: list[float]) -> list[dict
 
 def test_plain_baselines_drop_the_patient_head_and_convex_variants_change_the_step() -> None:
     base = RunConfig()
-    for method in sw.PLAIN_BASELINES:
-        cfg = sw.seed_config(base, method, None, 1)
+    for method in lab_cells.PLAIN_BASELINES:
+        cfg = lab_cells.seed_config(base, method, None, 1)
         assert cfg.fed.method == method.removesuffix("-plain")
         assert not cfg.model.hyper_lora and not cfg.hyper_lora_on
         assert cfg.train.fedtar_chain == "residual"
-    for method in sw.CONVEX_VARIANTS:
-        cfg = sw.seed_config(base, method, None, 1)
+    for method in lab_cells.CONVEX_VARIANTS:
+        cfg = lab_cells.seed_config(base, method, None, 1)
         assert cfg.fed.method == method.removesuffix("-convex")
         assert cfg.train.fedtar_chain == "convex"
-    ours = sw.seed_config(base, "fedavg", None, 1)
+    ours = lab_cells.seed_config(base, "fedavg", None, 1)
     assert ours.fed.method == "fedavg" and ours.hyper_lora_on and ours.train.fedtar_chain == "residual"
-    assert set(sw.VARIANTS) <= set(sw.METHODS)
+    assert set(lab_cells.VARIANTS) <= set(lab_cells.METHODS)
 
 
 def test_the_paper_variants_with_distributed_dp_validate() -> None:
     base = load_config(ROOT / "configs" / "paper-drift-distributed.toml")
     for method in ("fedavg-plain", "fedtar-convex"):
-        cfg = RunConfig.model_validate(sw.seed_config(base, method, 8.0, 0).model_dump())
+        cfg = RunConfig.model_validate(lab_cells.seed_config(base, method, 8.0, 0).model_dump())
         assert cfg.dp.enabled and cfg.dp.noise == "distributed" and cfg.dp.target_epsilon == 8.0
 
 
 def test_paper_table_has_a_row_per_method_and_a_dash_without_a_dp_variant() -> None:
     runs = [*_cells("fedtar", None, [3.0, 3.2, 3.4]), *_cells("fedtar", 8.0, [1.0, 1.2, 1.4]),
             *_cells("fedprox-plain", None, [2.0, 2.0, 2.3])]  # fmt: skip
-    columns, rows = doc_tables._parse_markdown(sw.paper_table(runs))
+    columns, rows = doc_tables._parse_markdown(lab_tables.paper_table(runs))
     assert columns[:2] == ["method", "seeds (ε=∞ / ε=8)"]
-    assert columns[2:] == [f"{m} ε=∞" for m in sw.PAPER_METRICS] + [f"{m} ε=8" for m in sw.PAPER_METRICS]
+    assert columns[2:] == [f"{m} ε=∞" for m in lab_stats.PAPER_METRICS] + [
+        f"{m} ε=8" for m in lab_stats.PAPER_METRICS
+    ]
     assert [r[0] for r in rows] == ["fedtar", "fedprox-plain"]  # METHODS order
     cider = columns.index("CIDEr ε=∞")
-    half = sw.t975(2) * float(np.std([3.0, 3.2, 3.4], ddof=1)) / np.sqrt(3)
+    half = lab_cells.t975(2) * float(np.std([3.0, 3.2, 3.4], ddof=1)) / np.sqrt(3)
     assert rows[0][cider] == f"3.200 [{3.2 - half:.3f}, {3.2 + half:.3f}]"
     assert rows[0][1] == "3 / 3"
     assert rows[1][1] == "3 / —"
-    assert rows[1][columns.index("BLEU-1 ε=8") :] == ["—"] * len(sw.PAPER_METRICS)
+    assert rows[1][columns.index("BLEU-1 ε=8") :] == ["—"] * len(lab_stats.PAPER_METRICS)
 
 
 def test_paper_table_from_a_kept_record_joined_with_its_distributed_sweep(tmp_path: Path) -> None:
@@ -95,7 +101,7 @@ def test_paper_table_from_a_kept_record_joined_with_its_distributed_sweep(tmp_pa
     assert labels == ["fedtar − fedavg, ε=∞", "fedtar − fedavg, ε=8", "fedtar − fedavg-plain, ε=∞"]
     cider = diff["columns"].index("Δ CIDEr [95 % CI]")
     # per seed: 3.0 − 2.5 = 0.5, 3.5 − 2.5 = 1.0; at ε = 8: −0.2, +0.4
-    half = sw.t975(1) * float(np.std([0.5, 1.0], ddof=1)) / np.sqrt(2)
+    half = lab_cells.t975(1) * float(np.std([0.5, 1.0], ddof=1)) / np.sqrt(2)
     assert diff["rows"][0][cider] == f"+0.750 [{0.75 - half:+.3f}, {0.75 + half:+.3f}]"
     assert diff["rows"][1][cider].startswith("+0.100 [")
 
@@ -175,14 +181,21 @@ def test_the_makefile_recipe_runs_every_paper_method_at_both_drifts() -> None:
     for args in lines:
         opt = {args[i]: args[i + 1] for i in range(0, len(args) - 1, 2)}
         methods = names[opt["--methods"].strip("$()")].split(",")
-        assert set(methods) <= set(sw.METHODS) and opt["--seeds"] == "0,1,2"
+        assert set(methods) <= set(lab_cells.METHODS) and opt["--seeds"] == "0,1,2"
         private = "distributed" in opt["--config"]
         assert opt["--epsilons"] == ("8" if private else "inf")
         if private:
             for method in methods:
-                cfg = sw.seed_config(load_config(ROOT / opt["--config"]), method, 8.0, 0)
+                cfg = lab_cells.seed_config(load_config(ROOT / opt["--config"]), method, 8.0, 0)
                 RunConfig.model_validate(cfg.model_dump())  # a DP variant exists
-    wanted = {*sw.PLAIN_BASELINES, "fedavg", "fedtar", "fedtar-no-gmm", "fedtar-no-temporal", "fedtar-convex"}
+    wanted = {
+        *lab_cells.PLAIN_BASELINES,
+        "fedavg",
+        "fedtar",
+        "fedtar-no-gmm",
+        "fedtar-no-temporal",
+        "fedtar-convex",
+    }
     assert wanted <= set(names["PAPER_METHODS"].split(","))
 
 

@@ -83,7 +83,7 @@ RECIPE = (
     ("train", "average"),
     ("train", "ema_decay"),
 )
-SWEEP = re.compile(r"secure-fed sweep (?P<args>[^&`]+)")
+SWEEP = re.compile(r"secure-fed-lab sweep (?P<args>[^&`]+)")
 FIGURE = re.compile(r"<!-- figure: results/(?P<name>[\w.-]+\.json)#row=(?P<row>.+?),col=(?P<col>[^>]+?) -->")
 TABLE = re.compile(r"<!-- table: results/(?P<name>[\w.-]+\.json)(?: bare)? -->")
 CELL = re.compile(r"^(?P<method>[\w-]+) ε=(?P<eps>∞|[\d.]+)$")
@@ -98,7 +98,7 @@ def recipe_of(config: dict[str, Any]) -> Recipe:
 
 
 def sweep_recipe(args: str) -> Recipe:
-    """The recipe a `secure-fed sweep` runs today: its --config with its --set overrides."""
+    """The recipe a `secure-fed-lab sweep` runs today: its --config with its --set overrides."""
     words = shlex.split(args)
     config = tomllib.loads((ROOT / words[words.index("--config") + 1]).read_text(encoding="utf-8"))
     for index, word in enumerate(words[:-1]):
@@ -165,9 +165,12 @@ def test_every_readme_result_traces_to_one_recipe():
         line = re.search(rf"^{target}:.*\n\t(.+)$", makefile, flags=re.M)
         assert line, target
         ran = {
-            sweep_recipe(m["args"]) for m in SWEEP.finditer(line[1].replace("$(SWEEP)", "secure-fed sweep"))
+            sweep_recipe(m["args"])
+            for m in SWEEP.finditer(line[1].replace("$(SWEEP)", "secure-fed-lab sweep"))
         }
         assert ran == today, target
+    # the sweeps' command is the lab's: an old `secure-fed sweep` line would go unchecked (and fails)
+    assert "secure-fed sweep " not in section
     for given in SWEEP.finditer(section):  # a command the section gives beside make's
         assert {sweep_recipe(given["args"])} == today, given[0]
     groups, recipes = kept_cells()

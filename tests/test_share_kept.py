@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from secure_fed import share_kept as sk
+from secure_fed.lab import share_kept as sk
 
 ROOT = Path(__file__).resolve().parent.parent
 _spec = importlib.util.spec_from_file_location("doc_tables", ROOT / "tools" / "doc_tables.py")

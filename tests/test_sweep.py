@@ -13,20 +13,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from secure_fed import sweep as sweep_module
 from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.config import RunConfig
 from secure_fed.data.cohort import _split_sizes
 from secure_fed.data.sites import split_seed
-from secure_fed.sweep import (
-    markdown_table,
-    paired_differences,
-    privacy_table,
-    privacy_utility,
-    summarise,
-    t975,
-    wall_table,
-)
+from secure_fed.lab import cells as lab_cells
+from secure_fed.lab import records as lab_records
+from secure_fed.lab import references as lab_refs
+from secure_fed.lab import statistics as lab_stats
+from secure_fed.lab import sweep as sweep_module
+from secure_fed.lab import tables as lab_tables
+from secure_fed.lab.cells import t975
+from secure_fed.lab.statistics import paired_differences, privacy_utility, summarise
+from secure_fed.lab.tables import markdown_table, privacy_table, wall_table
 from tests.conftest import DISTRIBUTED_DP
 from tests.scripts import ROOT
 
@@ -107,7 +106,7 @@ def test_interval_table_is_the_mean_and_its_t_interval_over_seeds():
     runs.append(_run("fedavg", None, 0.5))
     del runs[-1]["test"]["CE-F1"]
     half = 4.303 / math.sqrt(3)
-    lines = sweep_module.interval_table(runs, ("CIDEr", "CE-F1")).splitlines()
+    lines = lab_tables.interval_table(runs, ("CIDEr", "CE-F1")).splitlines()
     assert lines[0] == "| method | ε | n | CIDEr [95 % CI] | CE-F1 [95 % CI] |"
     interval = f"2.000 [{2 - half:.3f}, {2 + half:.3f}]"
     assert lines[2:] == [f"| central | 4 | 3 | {interval} | {interval} |", "| fedavg | ∞ | 1 | 0.500 | — |"]
@@ -181,7 +180,7 @@ def test_a_second_sweep_leaves_a_cell_another_sweep_is_running(tmp_path: Path, m
     calls = _record_cells(monkeypatch)
     cfg, out = RunConfig(), tmp_path / "sw"
     out.mkdir()
-    running = sweep_module.cell_folder(out, "base", None, 0)
+    running = lab_cells.cell_folder(out, "base", None, 0)
     (running / "audit").mkdir(parents=True)
     (running / "audit" / "server.jsonl").write_text("{}\n")  # the first sweep's cell, under way
     with _held_by_another_sweep(running):
@@ -206,20 +205,20 @@ def test_a_fine_tuned_cell_waits_for_its_federated_cell_another_sweep_is_running
     calls = _record_cells(monkeypatch)
     cfg, out = RunConfig(), tmp_path / "sw"
     out.mkdir()
-    running = sweep_module.cell_folder(out, "fedavg", None, 0)
+    running = lab_cells.cell_folder(out, "fedavg", None, 0)
     (running / "checkpoint").mkdir(parents=True)  # the first sweep's cell, rounds under way
     with _held_by_another_sweep(running):
         said: list[str] = []
         sweep_module.sweep(cfg, ["fedavg-ft"], [0, 1], [None], out, log=said.append)
     assert calls == [("fedavg", 1), ("fedavg-ft", 1)], calls
-    assert not (sweep_module.cell_folder(out, "fedavg-ft", None, 0) / "cell.json").exists()
+    assert not (lab_cells.cell_folder(out, "fedavg-ft", None, 0) / "cell.json").exists()
     assert any(
         line.startswith("fedavg-ft seed 0: its federated cell") and str(running) in line for line in said
     ), said
     # the fine-tuning alone, handed an unfinished federated cell, says so instead of tuning it
     real = make_config()
     with pytest.raises(FileNotFoundError, match="cell.json"):
-        sweep_module.evaluate_fine_tuned(real, running, tmp_path / "ft")
+        lab_refs.evaluate_fine_tuned(real, running, tmp_path / "ft")
 
 
 def test_a_sweep_that_fails_writing_its_tables_leaves_the_last_ones_whole(tmp_path: Path, monkeypatch):
@@ -362,7 +361,7 @@ SWEEP_FLAGS = {"--config", "--methods", "--seeds", "--epsilons", "-o", "--out", 
 def _check_sweep_command(cmd: list[str]) -> None:
     from secure_fed.config import load_config
 
-    assert cmd[0].endswith("secure-fed") and cmd[1] == "sweep", cmd
+    assert cmd[0].endswith("secure-fed-lab") and cmd[1] == "sweep", cmd
     from secure_fed.cli import _set_options
 
     pairs = list(zip(cmd[2::2], cmd[3::2], strict=True))
@@ -373,7 +372,7 @@ def _check_sweep_command(cmd: list[str]) -> None:
     # read as the CLI reads them (a bare word such as `matched` is the string)
     overrides = _set_options([value for flag, value in pairs if flag == "--set"])
     load_config(ROOT / args["--config"], overrides)
-    assert set(args["--methods"].split(",")) <= set(sweep_module.METHODS)
+    assert set(args["--methods"].split(",")) <= set(lab_cells.METHODS)
     assert all(e == "inf" or float(e) > 0 for e in args["--epsilons"].split(","))
     assert all(int(x) >= 0 for x in args["--seeds"].split(","))
 
@@ -435,22 +434,22 @@ def test_make_results_commands_name_real_methods_and_configs():
 def test_a_held_split_makes_every_seed_train_on_the_same_data():
     default = _config("results")
     held = _config("training-noise")
-    cells = [sweep_module.seed_config(held, m, None, s) for m in ("local", "fedavg") for s in (1, 2)]
+    cells = [lab_cells.seed_config(held, m, None, s) for m in ("local", "fedavg") for s in (1, 2)]
     assert all(c.data.synth.seed == 0 and c.data.split_seed == 0 for c in cells)
     assert [c.seed for c in cells] == [1, 2, 1, 2]  # the training still follows the seed
     # without it, the seed draws the cohort and the split too (the default benchmark's pairing)
-    free = sweep_module.seed_config(default, "local", None, 2)
+    free = lab_cells.seed_config(default, "local", None, 2)
     assert free.data.synth.seed == 2 and split_seed(free) == 2 and split_seed(cells[1]) == 0
 
 
 def test_sweep_help_lists_every_method():
     from typer.testing import CliRunner
 
-    from secure_fed.cli import app
+    from secure_fed.lab.cli import app
 
     result = CliRunner().invoke(app, ["sweep", "--help"], terminal_width=400)
     assert result.exit_code == 0
-    assert all(m in result.output for m in sweep_module.METHODS)
+    assert all(m in result.output for m in lab_cells.METHODS)
 
 
 def test_results_md_sweep_commands_are_valid():
@@ -458,14 +457,14 @@ def test_results_md_sweep_commands_are_valid():
     parse and name real things."""
     docs = ROOT / "docs"
     text = (docs / "RESULTS.md").read_text()
-    commands = [ln.split() for ln in text.splitlines() if ln.startswith("secure-fed sweep")]
+    commands = [ln.split() for ln in text.splitlines() if ln.startswith("secure-fed-lab sweep")]
     assert commands
     for path in sorted((docs / "results").glob("*.json")):
         record = json.loads(path.read_text())
         if "columns" not in record:  # a plot's points or a benchmark's raw output: not a table
             continue
         for part in record["source"]["command"].split(" && "):
-            if part.startswith("secure-fed sweep"):
+            if part.startswith("secure-fed-lab sweep"):
                 commands.append(part.split())
     for cmd in commands:
         _check_sweep_command(cmd)
@@ -536,9 +535,9 @@ def test_fine_tuned_reference_trains_for_its_configured_epochs(
         raise StopIteration  # the epochs are what this test reads; scoring is tested above
 
     monkeypatch.setattr(training, "train_copies", spy)
-    monkeypatch.setattr(sweep_module, "_score_sites", lambda cfg, out, state_for, note: state_for(object()))
+    monkeypatch.setattr(lab_refs, "_score_sites", lambda cfg, out, state_for, note: state_for(object()))
     with pytest.raises(StopIteration):
-        sweep_module.evaluate_fine_tuned(cfg, federated, tmp_path / "ft")
+        lab_refs.evaluate_fine_tuned(cfg, federated, tmp_path / "ft")
     want = cfg.train.local_epochs if expected == "local_epochs" else expected
     assert epochs == [want]
 
@@ -581,9 +580,9 @@ def test_private_cells_are_in_the_paired_and_per_site_tables_labelled_by_epsilon
     paired = paired_differences(runs, "base")
     assert [(r["method"], r["epsilon"]) for r in paired] == [("fedtar", None), ("fedtar", 8.0)]
     assert paired[1]["CIDEr"][0] == pytest.approx(0.5) and paired[1]["n"] == 2
-    table = sweep_module.paired_table(paired)
+    table = lab_tables.paired_table(paired)
     assert "| fedtar ε=∞ | 2 |" in table and "| fedtar ε=8 | 2 | +0.500" in table
-    sites = sweep_module.per_site_table(runs)
+    sites = lab_tables.per_site_table(runs)
     assert "| base ε=∞ |" in sites and "| fedtar ε=∞ |" in sites and "| fedtar ε=8 | 1.550 ± 0.071 |" in sites
 
 
@@ -604,14 +603,14 @@ def test_per_site_gains_over_local_are_paired_by_seed_with_intervals():
         cell("fedavg", 1, 3.5, 3.0),
         cell("fedavg", 0, 2.0, None, eps=8.0),
     ]
-    table = sweep_module.per_site_vs(runs, "local")
+    table = lab_tables.per_site_vs(runs, "local")
     rows = {line.split(" | ")[0].strip("| "): line for line in table.splitlines()[2:]}
     assert set(rows) == {"fedavg ε=∞", "fedavg ε=8"}
     half = 12.706 * 0.5**0.5 / 2**0.5  # t(1) × sample std of (0.5, 1.5) / √(2 seeds)
     expected = f"| 2 | +1.000 [{1 - half:+.3f}, {1 + half:+.3f}] | +1.000 [+1.000, +1.000] |"
     assert expected in rows["fedavg ε=∞"]
     assert rows["fedavg ε=8"].endswith("| 1 | +0.000 | — |")
-    assert sweep_module.per_site_vs([r for r in runs if r["method"] != "local"], "local") == ""
+    assert lab_tables.per_site_vs([r for r in runs if r["method"] != "local"], "local") == ""
 
 
 def test_a_sweep_without_private_cells_still_plots(tmp_path: Path, monkeypatch):
@@ -677,7 +676,7 @@ def test_an_interrupted_cell_is_set_aside_not_reused(tmp_path: Path, monkeypatch
     """A cell stopped after its logs closed but before cell.json: the rerun starts in an empty
     folder (a closed log never reopens) and the first attempt's signed logs are kept beside it."""
     out = tmp_path / "sw"
-    folder = sweep_module.cell_folder(out, "fedtar", None, 0)
+    folder = lab_cells.cell_folder(out, "fedtar", None, 0)
     (folder / "audit").mkdir(parents=True)
     first_log = b'{"seq": 0, "event": "head"}\n'
     (folder / "audit" / "server.jsonl").write_bytes(first_log)
@@ -743,7 +742,7 @@ def test_local_and_central_report_their_training_as_it_goes(tmp_path: Path, cach
     cfg = small_config(cache_dir, tmp_path / "unused", fed__rounds=1, train__local_epochs=1)
     heard: dict[str, list[tuple[int, int]]] = {"local": [], "central": []}
     for method, calls in heard.items():
-        sweep_module.evaluate_reference(
+        lab_refs.evaluate_reference(
             cfg, method, tmp_path / method, progress=lambda done, total, c=calls: c.append((done, total))
         )
     assert heard["local"] == [(1, 3), (2, 3), (3, 3)]  # one call a site, after its training
@@ -793,7 +792,7 @@ def test_make_results_hospital_runs_on_the_hospital_configs(
     assert recipe(f"{worker}-2") == (["$(STAMP)"], [dist, site])
     line = _make_recipe(text, site)
     distributed = _make_recipe(text, dist)
-    cmd = line.replace("$(SWEEP)", ".venv/bin/secure-fed sweep").split()
+    cmd = line.replace("$(SWEEP)", ".venv/bin/secure-fed-lab sweep").split()
     _check_sweep_command(cmd)
     args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
     assert args["--methods"].split(",") == site_methods
@@ -805,7 +804,7 @@ def test_make_results_hospital_runs_on_the_hospital_configs(
     assert synth.sites >= 5 and len(set(synth.site_patients)) == synth.sites and synth.visits == 5
     # issue 31 at this scale: FedAvg and FedTAR with distributed DP on the same patients and recipe, its
     # one-step rounds the same private steps as site mode's rounds of 1/q steps
-    cmd = distributed.replace("$(SWEEP)", ".venv/bin/secure-fed sweep").split()
+    cmd = distributed.replace("$(SWEEP)", ".venv/bin/secure-fed-lab sweep").split()
     _check_sweep_command(cmd)
     args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
     assert args["--methods"].split(",") == distributed_methods
@@ -845,7 +844,7 @@ def test_a_kept_record_brings_a_lost_folders_cells_back_and_the_sweep_runs_only_
     cfg = RunConfig()
     first = tmp_path / "first"
     sweep_module.sweep(cfg, ["base", "central"], [0, 1], [None], first, log=lambda _: None)
-    record = json.loads(json.dumps(sweep_module.kept(first)))  # as committed and read back
+    record = json.loads(json.dumps(lab_records.kept(first)))  # as committed and read back
     assert [(r["method"], r["seed"]) for r in record["runs"]] == [
         ("base", 0),
         ("base", 1),
@@ -855,12 +854,12 @@ def test_a_kept_record_brings_a_lost_folders_cells_back_and_the_sweep_runs_only_
     shutil.rmtree(first)  # the machine's runs/ is gone
 
     again = tmp_path / "again"
-    written = sweep_module.restore_cells(record, again)
-    assert len(written) == 4 and sweep_module.restore_cells(record, again) == []
+    written = lab_records.restore_cells(record, again)
+    assert len(written) == 4 and lab_records.restore_cells(record, again) == []
     calls.clear()
     results = sweep_module.sweep(cfg, ["base", "central"], [0, 1, 2], [None], again, log=lambda _: None)
     assert calls == [("base", None, 2), ("central", None, 2)]
-    assert sweep_module.results_of(record["runs"])["summary"] == summarise(record["runs"])
+    assert lab_stats.results_of(record["runs"])["summary"] == summarise(record["runs"])
     assert [r["CIDEr"][0] for r in results["paired"]] == pytest.approx([2.0])  # central − base, 3 seeds
 
     assert record["base_model"] == "base-a" and {r["base_model"] for r in results["runs"]} == {"base-a"}
@@ -870,11 +869,11 @@ def test_a_kept_record_brings_a_lost_folders_cells_back_and_the_sweep_runs_only_
     elsewhere = tmp_path / "other"
     sweep_module.sweep(other, ["base"], [0], [None], elsewhere, log=lambda _: None)
     with pytest.raises(ValueError, match="another configuration"):
-        sweep_module.restore_cells(record, elsewhere)
+        lab_records.restore_cells(record, elsewhere)
     with pytest.raises(ValueError, match="no sweep-config.json"):
-        sweep_module.kept(tmp_path / "nothing")
+        lab_records.kept(tmp_path / "nothing")
     with pytest.raises(ValueError, match="do not name their base model"):
-        sweep_module.restore_cells(record | {"base_model": None}, tmp_path / "unnamed")
+        lab_records.restore_cells(record | {"base_model": None}, tmp_path / "unnamed")
     assert not (tmp_path / "unnamed").exists()
 
 
@@ -886,23 +885,23 @@ def test_cells_of_another_base_model_are_not_mixed_in(tmp_path: Path, monkeypatc
     cfg = RunConfig()
     there = tmp_path / "there"
     sweep_module.sweep(cfg, ["base"], [0], [None], there, log=lambda _: None)
-    record = sweep_module.kept(there)
+    record = lab_records.kept(there)
     monkeypatch.setattr(sweep_module, "base_model_digest", lambda cfg: "base-b")  # another machine
     with pytest.raises(ValueError, match="base model base-a .* this machine's base is base-b"):
         sweep_module.sweep(cfg, ["base"], [0, 1], [None], there, log=lambda _: None)
     here = tmp_path / "here"
-    assert len(sweep_module.restore_cells(record, here)) == 1
+    assert len(lab_records.restore_cells(record, here)) == 1
     with pytest.raises(ValueError, match="this machine's base is base-b"):
         sweep_module.sweep(cfg, ["base"], [0, 1], [None], here, log=lambda _: None)
-    assert not sweep_module.cell_folder(here, "base", None, 1).exists()
+    assert not lab_cells.cell_folder(here, "base", None, 1).exists()
 
 
 def test_sweep_cli_takes_finished_cells_from_a_kept_record(tmp_path: Path):
-    """`secure-fed sweep --cells-from` writes the kept cells into the folder and does not run them
+    """`secure-fed-lab sweep --cells-from` writes the kept cells into the folder and does not run them
     (a real sweep with nothing left to run); a file that is not a record is one line naming it."""
     from typer.testing import CliRunner
 
-    from secure_fed.cli import app
+    from secure_fed.lab.cli import app
 
     cfg = RunConfig()
     cfg.fed.engine = "inprocess"  # what the sweep command runs

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import secure_fed.cli as cli
+import secure_fed.lab.cli as lab_cli
 
 
 @pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
@@ -22,9 +23,9 @@ def test_an_interrupted_sweep_says_how_to_resume_it(tmp_path: Path, monkeypatch,
             signal.raise_signal(signal.SIGTERM)  # as a service manager stops it
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("secure_fed.sweep.sweep", stopped)
+    monkeypatch.setattr("secure_fed.lab.sweep.sweep", stopped)
     out = tmp_path / "sweep"
-    result = CliRunner().invoke(cli.app, ["sweep", "--methods", "base", "--seeds", "0", "-o", str(out)])
+    result = CliRunner().invoke(lab_cli.app, ["sweep", "--methods", "base", "--seeds", "0", "-o", str(out)])
     words = " ".join(result.output.split())
     assert result.exit_code == 128 + getattr(signal, stop), result.output
     assert "run --resume" not in words

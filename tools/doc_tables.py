@@ -19,7 +19,7 @@ Cells are strings or numbers, rendered as given (store "0.123 ± 0.004" as a str
     python tools/doc_tables.py --check     # exit 1, naming each stale block, when a doc and its JSON differ
     python tools/doc_tables.py --write     # rewrite the stale blocks from their JSON
     python tools/doc_tables.py --from-sweep runs/results --table summary --name NAME \\
-        --command "secure-fed sweep ..." --machine "..."   # docs/results/NAME.json from a sweep folder
+        --command "secure-fed-lab sweep ..." --machine "..."   # docs/results/NAME.json from a sweep folder
     # --keep also commits the folder's cells (docs/results/sweeps/), which --from-sweep reads in its place
 """
 
@@ -281,11 +281,11 @@ def _with_local(results: dict[str, Any], against: dict[str, Any] | None) -> list
     """The sweep's cells and, where it has no `local` cells of its own, the ones of the sweep given
     with --against: a distributed-DP sweep's cohort is the site-mode sweep's, and training alone
     releases nothing, so it has no distributed run of its own. Only `local` is borrowed."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import cells as lab_cells
 
     runs = list(results["runs"])
-    if against is not None and not any(r["method"] == sw.LOCAL for r in runs):
-        runs += [r for r in against["runs"] if r["method"] == sw.LOCAL and r["epsilon"] is None]
+    if against is not None and not any(r["method"] == lab_cells.LOCAL for r in runs):
+        runs += [r for r in against["runs"] if r["method"] == lab_cells.LOCAL and r["epsilon"] is None]
     return runs
 
 
@@ -296,17 +296,19 @@ def sweep_markdown(
     names: tuple[str, str] = ("this sweep", "the other"),
     versus: str | None = None,
 ) -> str:
-    """The markdown the sweep itself renders for ``table`` (secure_fed/sweep.py, write_outputs),
+    """The markdown the sweep itself renders for ``table`` (secure_fed/lab/tables.py, write_outputs),
     from the results.json it wrote: the doc's table is the sweep's, never retyped. ``paired-between``
     sets each cell group against the same (method, ε) of a second sweep's results (``against``)."""
-    from secure_fed import share_kept as sk
-    from secure_fed import sweep as sw
+    from secure_fed.lab import cells as lab_cells
+    from secure_fed.lab import share_kept as sk
+    from secure_fed.lab import statistics as lab_stats
+    from secure_fed.lab import tables as lab_tables
 
     if table == "paired-between":
         if against is None:
             raise TableError("--table paired-between needs --against FOLDER (the second sweep)")
-        return sw.paired_table(
-            sw.paired_between(results["runs"], against["runs"], names, against_method=versus)
+        return lab_tables.paired_table(
+            lab_stats.paired_between(results["runs"], against["runs"], names, against_method=versus)
         )
     if table == "paired-methods":
         # --names METHOD,AGAINST: the two methods of this sweep, compared at each ε both ran
@@ -316,19 +318,23 @@ def sweep_markdown(
                 f"--table paired-methods needs --names METHOD,AGAINST, two methods of the sweep "
                 f"({', '.join(sorted(ran))}); got {','.join(names)}"
             )
-        return sw.paired_table(sw.paired_methods(results["runs"], *names))
+        return lab_tables.paired_table(lab_stats.paired_methods(results["runs"], *names))
     render = {
-        "summary": lambda: sw.markdown_table(results["summary"], sw.TABLE_METRICS),
-        "intervals": lambda: sw.interval_table(results["runs"]),
-        "paired": lambda: sw.paired_table(results["paired"]),
-        "paired-base": lambda: sw.paired_table(results["paired_vs_base"]),
-        "paired-local": lambda: sw.paired_table(results["paired_vs_local"]),
-        "cider-per-site": lambda: sw.per_site_table(results["runs"]),
-        "ce-f1-per-site": lambda: sw.per_site_table(results["runs"], "CE-F1"),
-        "ce-f1-micro-per-site": lambda: sw.per_site_table(results["runs"], "CE-F1-micro"),
-        "cider-per-site-vs-local": lambda: sw.per_site_vs(_with_local(results, against), sw.LOCAL),
-        "ce-f1-per-site-vs-local": lambda: sw.per_site_vs(_with_local(results, against), sw.LOCAL, "CE-F1"),
-        "privacy-utility": lambda: sw.privacy_table(results["privacy_utility"]),
+        "summary": lambda: lab_tables.markdown_table(results["summary"], lab_tables.TABLE_METRICS),
+        "intervals": lambda: lab_tables.interval_table(results["runs"]),
+        "paired": lambda: lab_tables.paired_table(results["paired"]),
+        "paired-base": lambda: lab_tables.paired_table(results["paired_vs_base"]),
+        "paired-local": lambda: lab_tables.paired_table(results["paired_vs_local"]),
+        "cider-per-site": lambda: lab_tables.per_site_table(results["runs"]),
+        "ce-f1-per-site": lambda: lab_tables.per_site_table(results["runs"], "CE-F1"),
+        "ce-f1-micro-per-site": lambda: lab_tables.per_site_table(results["runs"], "CE-F1-micro"),
+        "cider-per-site-vs-local": lambda: lab_tables.per_site_vs(
+            _with_local(results, against), lab_cells.LOCAL
+        ),
+        "ce-f1-per-site-vs-local": lambda: lab_tables.per_site_vs(
+            _with_local(results, against), lab_cells.LOCAL, "CE-F1"
+        ),
+        "privacy-utility": lambda: lab_tables.privacy_table(results["privacy_utility"]),
         "share-kept": lambda: sk.share_table(results["runs"]),
         "share-kept-cider-per-site": lambda: sk.share_per_site_table(results["runs"]),
         "share-kept-ce-f1-per-site": lambda: sk.share_per_site_table(results["runs"], "CE-F1"),
@@ -340,13 +346,15 @@ def sweep_markdown(
         ),
         # README's one table: each cell group's scores and its share of central's gain, side by side
         "scores-and-share-of-central": lambda: scores_and_share_table(results["runs"]),
-        "wall": lambda: sw.wall_table(results["runs"]),
+        "wall": lambda: lab_tables.wall_table(results["runs"]),
         # the FedTAR paper's Table 1 layout (--with the distributed-DP sweep for its ε = 8 cells)
-        "paper": lambda: sw.paper_table(results["runs"]),
-        "paper-differences": lambda: sw.paired_table(sw.paper_differences(results["runs"]), sw.PAPER_METRICS),
+        "paper": lambda: lab_tables.paper_table(results["runs"]),
+        "paper-differences": lambda: lab_tables.paired_table(
+            lab_stats.paper_differences(results["runs"]), lab_stats.PAPER_METRICS
+        ),
         # from the cells, as the sweep computes it: a folder from before the table has them too
-        "privacy-utility-ce-f1": lambda: sw.privacy_table(
-            sw.privacy_utility(results["runs"], "CE-F1"), "CE-F1"
+        "privacy-utility-ce-f1": lambda: lab_tables.privacy_table(
+            lab_stats.privacy_utility(results["runs"], "CE-F1"), "CE-F1"
         ),
     }
     return render[table]()
@@ -357,9 +365,9 @@ def scores_and_share_table(runs: list[dict[str, Any]], metrics: Sequence[str] = 
     (the sweep's ``intervals``) and the share of non-private ``central``'s gain over ``base`` it
     reaches (``share_kept.shares_of_central``): the two tables joined row by row, never retyped.
     ``central`` at ε = ∞ is the reference; a group without a share (``base``, ``local``) shows —."""
-    from secure_fed import share_kept as sk
-    from secure_fed import sweep as sw
-    from secure_fed.sweep_cells import CENTRAL, labelled
+    from secure_fed.lab import share_kept as sk
+    from secure_fed.lab import statistics as lab_stats
+    from secure_fed.lab.cells import CENTRAL, labelled
 
     shares = {(r["method"], r["epsilon"]): r for r in sk.shares_of_central(runs, metrics)}
 
@@ -379,7 +387,7 @@ def scores_and_share_table(runs: list[dict[str, Any]], metrics: Sequence[str] = 
     head += " | " + " | ".join(f"{m} share of central's gain [95 % CI]" for m in metrics) + " |\n"
     head += "|" + " --- |" * (2 + 2 * len(metrics)) + "\n"
     lines = []
-    for row in sw.intervals(runs, metrics):
+    for row in lab_stats.intervals(runs, metrics):
         key = (row["method"], row["epsilon"])
         cells = [shown(*row[m]) for m in metrics] + [share(key, m) for m in metrics]
         lines.append(f"| {labelled(*key)} | {row['n']} | " + " | ".join(cells) + " |")
@@ -452,10 +460,10 @@ def _sweep_results(folder: Path) -> dict[str, Any]:
     """A sweep folder's results.json, or the tables' data derived from a kept record of its cells
     (docs/results/sweeps/NAME.json: the same tables once the folder is gone)."""
     if folder.is_file():
-        from secure_fed import sweep as sw
+        from secure_fed.lab import statistics as lab_stats
 
         try:
-            return sw.results_of(json.loads(folder.read_text(encoding="utf-8"))["runs"])
+            return lab_stats.results_of(json.loads(folder.read_text(encoding="utf-8"))["runs"])
         except (json.JSONDecodeError, KeyError, TypeError) as err:
             raise TableError(f"{folder}: not a kept sweep record ({err}); name a sweep folder") from err
     path = folder / "results.json"
@@ -492,14 +500,14 @@ def _sweep_name(path: Path) -> str:
 
 def keep_sweep(folder: Path, docs: Path = DOCS) -> Path:
     """docs/results/sweeps/FOLDER.json: the sweep's configuration and finished cells, committed so
-    its tables can be rendered again, and the sweep extended (`secure-fed sweep --cells-from`),
+    its tables can be rendered again, and the sweep extended (`secure-fed-lab sweep --cells-from`),
     after runs/ is gone."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import records as lab_records
 
     if folder.is_file():
         raise TableError(f"{folder}: already a kept record; --keep takes a sweep folder")
     try:
-        record = sw.kept(folder)
+        record = lab_records.kept(folder)
     except ValueError as err:
         raise TableError(str(err)) from err
     out = docs / "results" / "sweeps" / f"{folder.name}.json"

@@ -36,13 +36,13 @@ class DriftPlotError(ValueError):
 
 def load_sweep(path: Path) -> tuple[float, list[dict[str, Any]]]:
     """(institution_drift, cells) of a sweep folder or a kept record."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import records as lab_records
 
     if path.is_file():
         record = json.loads(path.read_text(encoding="utf-8"))
         config, runs = record.get("config"), record.get("runs")
     elif (path / "sweep-config.json").is_file():
-        config, runs = json.loads((path / "sweep-config.json").read_text()), sw.load_cells(path)
+        config, runs = json.loads((path / "sweep-config.json").read_text()), lab_records.load_cells(path)
     else:
         raise DriftPlotError(f"{path}: neither a kept sweep record nor a sweep folder (no sweep-config.json)")
     try:
@@ -56,7 +56,7 @@ def drift_points(
     paths: Sequence[Path], method: str = "fedtar", against: str = "fedavg", metric: str = "CIDEr"
 ) -> list[dict[str, Any]]:
     """One point per (drift, ε) both methods ran: the mean per-seed difference and its interval."""
-    from secure_fed import sweep as sw
+    from secure_fed.lab import statistics as lab_stats
 
     by_drift: dict[float, list[dict[str, Any]]] = {}
     for path in paths:
@@ -69,7 +69,7 @@ def drift_points(
         joined.extend(runs)
     points = []
     for drift in sorted(by_drift):
-        for row in sw.paired_methods(by_drift[drift], method, against, (metric,)):
+        for row in lab_stats.paired_methods(by_drift[drift], method, against, (metric,)):
             mean, ci = row[metric]
             if math.isnan(mean):
                 continue

@@ -44,8 +44,8 @@ def parse_spec(spec: str) -> tuple[Path, str, str]:
 
 
 def load_runs(source: Path) -> list[dict[str, Any]]:
-    """The cells of a sweep folder or of a kept record (``secure_fed.sweep.kept``)."""
-    from secure_fed.sweep import load_cells
+    """The cells of a sweep folder or of a kept record (``secure_fed.lab.sweep.kept``)."""
+    from secure_fed.lab.records import load_cells
 
     if source.is_dir():
         runs = load_cells(source)
@@ -65,7 +65,8 @@ def load_runs(source: Path) -> list[dict[str, Any]]:
 
 def points(specs: Sequence[str], metrics: Sequence[str] = METRICS) -> dict[str, Any]:
     """Per series, per ε: n, mean and 95 % t interval of each metric; `base` as the reference."""
-    from secure_fed.sweep import BASE, intervals
+    from secure_fed.lab.cells import BASE
+    from secure_fed.lab.statistics import intervals
 
     series, base = [], None
     for spec in specs:

@@ -43,6 +43,10 @@ from secure_fed.stops import signed_on_stop
 LAUNCHER = "flwr-clientapp"  # the name Flower's SuperExec starts (TASK_TYPE_TO_COMMAND)
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _MAX_FAB_BYTES = 256 * 1024 * 1024  # a FAB is source code; a larger "FAB" is refused, not unpacked
+# The research harness ships in the package but is no code the node runs (nothing else imports it,
+# tests/test_layers.py) and the FAB leaves it out (pyproject.toml's fab-exclude): it is neither
+# compared with a FAB nor part of the digest of the code the node runs.
+_NOT_APPROVED_CODE = ("lab",)
 
 
 class ApprovalError(ValueError):
@@ -61,12 +65,13 @@ def package_root() -> Path:
 
 
 def package_files(root: Path | None = None) -> dict[str, bytes]:
-    """The installed package's .py files by path inside the FAB (`secure_fed/...`), sorted."""
+    """The installed package's .py files by path inside the FAB (`secure_fed/...`), sorted; the
+    lab's left out, as the FAB leaves them out."""
     root = root or package_root()
     files = {
         PurePosixPath("secure_fed", *path.relative_to(root).parts).as_posix(): path.read_bytes()
         for path in root.rglob("*.py")
-        if "__pycache__" not in path.parts
+        if "__pycache__" not in path.parts and path.relative_to(root).parts[0] not in _NOT_APPROVED_CODE
     }
     return dict(sorted(files.items()))
 

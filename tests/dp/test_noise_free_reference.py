@@ -10,8 +10,8 @@ import pytest
 from secure_fed.clients.private import TRAIN, VALIDATION, SitePrivacy
 from secure_fed.config import ConfigError, build_config
 from secure_fed.dp.histogram import histogram_event
+from secure_fed.lab.cells import NOISE_FREE_METHODS, seed_config, spent_per_site
 from secure_fed.server.orchestrator import NOISE_FREE_PRIVACY
-from secure_fed.sweep import NOISE_FREE_METHODS, seed_config, spent_per_site
 
 REFERENCE = {
     "fed": {"rounds": 3, "method": "fedtar"},
@@ -80,7 +80,7 @@ def test_the_run_and_the_sweep_name_no_epsilon_for_the_reference() -> None:
 
 
 def test_the_pooled_central_reference_runs_the_recipe_and_reports_no_epsilon(make_config) -> None:
-    from secure_fed.algorithms.fedtar.centralised import train_private_central
+    from secure_fed.lab.centralised import train_private_central
     from secure_fed.model.setup import build_report_model
 
     cfg = make_config(

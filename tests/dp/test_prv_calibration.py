@@ -95,7 +95,7 @@ def test_prv_round_event_is_the_calibrated_sampled_gaussian() -> None:
 
 
 def test_a_cell_reports_as_spent_what_its_own_accountant_enforced() -> None:
-    from secure_fed.sweep import spent_per_site
+    from secure_fed.lab.cells import spent_per_site
 
     assert spent_per_site({"accountant": "prv", "epsilon": {"pooled": {"rdp": 9.15, "prv": 7.96}}}) == [7.96]
     # a cell from before the key, or an RDP run: RDP, as the guard enforced

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from secure_fed.sweep_cells import (
+from secure_fed.lab.cells import (
     BASE,
     CENTRAL,
     FEDERATED,

@@ -1,16 +1,17 @@
-"""What a sweep's cells are, for whoever reads them: the methods a grid holds, a row's label, the ε
-a cell spent per site, the cell groups a share of the non-private gain is taken over (with their
-paired seeds) and the t quantile the intervals use. The sweep (secure_fed/sweep.py), which runs and
-tabulates the cells, and the share-kept tables (secure_fed/share_kept.py), which the sweep's
-results include, both build on these."""
+"""What a sweep's cells are, for whoever reads them: the methods a grid holds, a cell's
+configuration and folder, a row's label, the ε a cell spent per site, the cell groups a share of the
+non-private gain is taken over (with their paired seeds) and the t quantile the intervals use. The
+sweep (secure_fed/lab/sweep.py, which runs the cells), its records, references, statistics and
+tables, and the share-kept tables (secure_fed/lab/share_kept.py) all build on these."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
-from secure_fed.config import METHODS_FOR
+from secure_fed.config import METHODS_FOR, RunConfig
 
 BASE = "base"  # the pretrained base with untrained adapters: the "no federated training" reference
 LOCAL = "local"  # each site alone
@@ -85,3 +86,49 @@ def kept_groups(runs: list[dict[str, Any]]) -> Iterator[tuple[str, float | None,
         common = seeds.get((BASE, None), set()) & seeds.get((method, None), set()) & seeds[(method, epsilon)]
         if common:
             yield method, epsilon, sorted(common)
+
+
+def run_label(method: str, epsilon: float | None) -> str:
+    return method if epsilon is None else f"{method} ε={epsilon:g}"
+
+
+def cell_folder(out: Path, method: str, epsilon: float | None, seed: int) -> Path:
+    return out / f"{method}-eps{epsilon if epsilon is not None else 'inf'}-seed{seed}"
+
+
+def seed_config(base: RunConfig, method: str, epsilon: float | None, seed: int) -> RunConfig:
+    """The cell's config: the same cohort, split and seed for every method (paired seeds).
+
+    With ``data.split_seed`` set the data is held: every seed trains on the config's cohort and
+    split, so the spread over seeds is the training's alone.
+    """
+    cfg = base.model_copy(deep=True, update={"seed": seed})
+    name = method.removesuffix(FINE_TUNE).removesuffix(NOISE_FREE)
+    if name in PLAIN_BASELINES:
+        name = name.removesuffix(PLAIN)
+        cfg.model.hyper_lora = False
+    elif name in CONVEX_VARIANTS:
+        name = name.removesuffix(CONVEX)
+        cfg.train.fedtar_chain = "convex"
+    if name in FEDERATED:
+        cfg.fed.method = name  # type: ignore[assignment]
+    if base.data.split_seed is None:
+        cfg.data.synth.seed = seed
+    if method in NOISE_FREE_METHODS:
+        if epsilon is not None:
+            raise ValueError(f"{method} adds no noise: it runs at ε = ∞ only, not at ε = {epsilon:g}")
+        # validated whole: the switch is refused beside a target, which must go in the same step
+        data = cfg.model_dump()
+        data["dp"] |= {
+            "enabled": True,
+            "noise_free_reference": True,
+            "target_epsilon": None,
+            "noise_multiplier": None,
+            "budget_epsilon": None,
+            "ledger_dir": None,  # charged nowhere, as the non-private cells
+        }
+        return RunConfig.model_validate(data)
+    if epsilon is not None:
+        cfg.dp.target_epsilon = epsilon  # before enabling: the validator needs it
+        cfg.dp.enabled = True
+    return cfg

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from secure_fed.algorithms.fedtar.centralised import pooled_splits, train_averaged, train_private_central
 from secure_fed.clients.training import LocalTrainSettings, train_copies
+from secure_fed.lab.centralised import pooled_splits, train_averaged, train_private_central
 from secure_fed.model.setup import build_report_model
 from secure_fed.model.vectors import flatten
 
