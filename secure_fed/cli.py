@@ -141,7 +141,7 @@ def _config_problem(problem: str, path: Path | None, overrides: dict[str, Any]) 
     key = problem.split(": ", 1)[0]
     fix = ""
     if ": unknown key" in problem:  # the nearest known key, if any, is already named
-        fix = "; remove or respell it (secure_fed/config.py defines every key)"
+        fix = "; remove or respell it (secure_fed/config/ defines every key)"
     elif problem.endswith("no such config file"):
         fix = "; pass an existing TOML file to --config"
     elif path is not None and problem.startswith(f"{path}: ") and "(at line" in problem:
@@ -221,7 +221,8 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
 
 
 def _run_in_folder(folder: Path) -> str | None:
-    """What shows `folder` holds a run (runner.py's run id, configuration, logs, checkpoint, results)."""
+    """What shows `folder` holds a run (the run id runner/folder.py gives it, configuration, logs,
+    checkpoint, results)."""
     marks = ("run_id", "config.json", "audit", "checkpoint", "metrics.json")
     found = [name for name in marks if (folder / name).exists()]
     return ", ".join(f"{n}/" if (folder / n).is_dir() else n for n in found) or None

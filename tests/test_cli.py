@@ -331,7 +331,7 @@ def test_run_refuses_an_unreadable_image(tmp_path):
     ("text", "named"),
     [
         ("[fed\nrounds = 1\n", ["c.toml", "line 1"]),
-        ("[fed]\nroundz = 1\n", ["c.toml", "fed.roundz: unknown key", "secure_fed/config.py"]),
+        ("[fed]\nroundz = 1\n", ["c.toml", "fed.roundz: unknown key", "secure_fed/config/"]),
         ('[data]\nsource = "manifest"\npath = "/nonexistent/m.jsonl"\n', ["data.path", "/nonexistent"]),
         ("[data.synth]\npatients = 2\n", ["data.synth.patients", "at least 3"]),
     ],
@@ -352,7 +352,7 @@ def test_each_config_problem_is_one_line_with_its_file_key_and_fix(tmp_path):
             "error: fed.rounds: 0 is too small; set it to at least 1 (set on the command line)",
             f"error: {path}: dp.sample_rate: 2 is too large; set it to at most 1",
             f"error: {path}: fed.rouns: unknown key (did you mean fed.rounds?); remove or respell it "
-            "(secure_fed/config.py defines every key)",
+            "(secure_fed/config/ defines every key)",
         ]
     )
     # Windows editors start UTF-8 with a byte-order mark; TOML's parser refused it at line 1
