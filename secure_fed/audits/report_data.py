@@ -28,7 +28,7 @@ from secure_fed.audits.payloads import RunSettings, round_sites, run_settings
 from secure_fed.audits.privacy import PrivacyPayloadError, parse_privacy
 from secure_fed.audits.reader import read_log
 from secure_fed.audits.records import shape_problem
-from secure_fed.audits.verify import Verification, time_problem, verification_json
+from secure_fed.audits.verify_results import Verification, time_problem, verification_json
 
 
 @dataclass(frozen=True)
