@@ -16,7 +16,6 @@ MAX_FUNCTION_LINES = 100
 
 # issue 66: not yet split. Remove an entry once its file is under the limit (the test says when).
 FILES_OVER = {
-    "audits/report.py",
     "cli.py",
     "sweep.py",
 }
