@@ -10,8 +10,8 @@ change between its rounds, a site in a round's secure sum with no share charged 
 survivor sets that differ or hold fewer than h sites, and an unmask a site answered without having
 confirmed a survivor set.
 
-Pure: it takes what the logs say (as `SiteRounds`) and returns findings; `verify.py` reads the
-logs and reports them.
+Pure: it takes what the logs say (as `SiteRounds`) and returns findings; `verify_crosslog.py` gathers
+those from the logs and reports the findings.
 """
 
 from __future__ import annotations
