@@ -106,6 +106,28 @@ def test_paper_table_from_a_kept_record_joined_with_its_distributed_sweep(tmp_pa
     assert diff["rows"][1][cider].startswith("+0.100 [")
 
 
+def test_privacy_cost_is_each_method_at_epsilon_minus_itself_without_dp_paired_by_seed(
+    tmp_path: Path,
+) -> None:
+    plain = [*_cells("fedtar", None, [3.0, 3.5, 3.1]), *_cells("fedavg", None, [2.5, 2.5, 2.4]),
+             *_cells("base", None, [0.5, 0.5, 0.5])]  # fmt: skip
+    private = [*_cells("fedtar", 8.0, [1.0, 1.5, 2.0]), *_cells("fedavg", 8.0, [1.2, 1.1, 1.3])]
+    for name, runs in (("drift", plain), ("drift-distributed", private)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"config": {}, "base_model": "b", "runs": runs}))
+    data = doc_tables.from_sweep(
+        tmp_path / "drift.json", "privacy-cost", "T", "cmd", "m", adding=[tmp_path / "drift-distributed.json"]
+    )
+    assert data["columns"][0] == "method at ε − the same method without DP"
+    # base has no private cells, so no row; each row pairs a method with itself, never another
+    assert [r[0] for r in data["rows"]] == ["fedtar: ε=8 − ε=∞", "fedavg: ε=8 − ε=∞"]
+    cider = data["columns"].index("Δ CIDEr [95 % CI]")
+    fedtar = [1.0 - 3.0, 1.5 - 3.5, 2.0 - 3.1]  # per seed
+    half = lab_cells.t975(2) * float(np.std(fedtar, ddof=1)) / np.sqrt(3)
+    mean = float(np.mean(fedtar))
+    assert data["rows"][0][cider] == f"{mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}]"
+    assert data["rows"][1][cider].startswith("-1.267 [")
+
+
 def _record(path: Path, drift: float, runs: list[dict]) -> Path:
     config = RunConfig().model_dump(mode="json", exclude={"out"})
     config["data"]["synth"]["institution_drift"] = drift
@@ -175,7 +197,10 @@ def test_the_makefile_recipe_runs_every_paper_method_at_both_drifts() -> None:
     text = (ROOT / "Makefile").read_text()
     names = dict(re.findall(r"^(PAPER_\w+) := (.+)$", text, re.MULTILINE))
     lines = [
-        shlex.split(m) for m in re.findall(r"^\t\$\(SWEEP\) (--config configs/paper-.+)$", text, re.MULTILINE)
+        shlex.split(m)
+        for m in re.findall(
+            r"^\t\$\(SWEEP\) (--config configs/paper-.+ --methods \$\(PAPER_.+)$", text, re.MULTILINE
+        )
     ]
     assert len(lines) == 4
     for args in lines:
@@ -213,3 +238,39 @@ def test_the_committed_wall_time_estimate_is_what_the_records_give() -> None:
     drift = next(t for t in est["targets"] if t["target"] == "results-paper-drift")
     assert drift["cells"] == 12 * 3 + 6 * 3
     assert est["j2_hours"] <= 8
+
+
+def test_the_powered_recipe_runs_the_seeds_the_power_computation_asks_for_with_floor_and_ceiling() -> None:
+    """Issue 63: paired SD ≈ 0.23 CIDEr asks for ≥ 6 seeds; base and central in the table; the
+    private twin runs only methods with a distributed-DP variant; the visit-blind FedTAR beside it."""
+    text = (ROOT / "Makefile").read_text()
+    seeds = re.search(r"^PAPER_POWERED_SEEDS := (.+)$", text, re.MULTILINE).group(1).split(",")
+    assert len(set(seeds)) >= 6
+    lines = [
+        shlex.split(m)
+        for m in re.findall(
+            r"^\t\$\(SWEEP\) (--config configs/paper-.+ --seeds \$\(PAPER_POWERED_SEEDS\) .+)$",
+            text,
+            re.MULTILINE,
+        )
+    ]
+    assert len(lines) == 4
+    by_out = {}
+    for args in lines:
+        opt = {args[i]: args[i + 1] for i in range(0, len(args) - 1, 2)}
+        by_out[opt["-o"]] = opt
+        private = "distributed" in opt["--config"]
+        assert opt["--epsilons"] == ("8" if private else "inf")
+        for method in opt["--methods"].split(","):
+            assert method in lab_cells.METHODS
+            if private:
+                cfg = lab_cells.seed_config(load_config(ROOT / opt["--config"]), method, 8.0, 0)
+                RunConfig.model_validate(cfg.model_dump())
+    plain = by_out["runs/results-paper-powered"]
+    assert {"base", "central", "fedavg-plain", "fedavg", "fedtar"} <= set(plain["--methods"].split(","))
+    assert by_out["runs/results-paper-powered-distributed"]["--methods"] == "fedavg-plain,fedavg,fedtar"
+    for out in (
+        "runs/results-paper-powered-visit-blind",
+        "runs/results-paper-powered-visit-blind-distributed",
+    ):
+        assert by_out[out]["--methods"] == "fedtar" and by_out[out]["--set"] == "model.visit_input=false"

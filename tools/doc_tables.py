@@ -268,6 +268,7 @@ SWEEP_TABLES = (
     "scores-and-share-of-central",
     "paper",
     "paper-differences",
+    "privacy-cost",
 )
 
 
@@ -351,6 +352,10 @@ def sweep_markdown(
         "paper": lambda: lab_tables.paper_table(results["runs"]),
         "paper-differences": lambda: lab_tables.paired_table(
             lab_stats.paper_differences(results["runs"]), lab_stats.PAPER_METRICS
+        ),
+        # each method's own cost of DP, paired by seed (--with the distributed-DP sweep)
+        "privacy-cost": lambda: lab_tables.paired_table(
+            lab_stats.privacy_costs(results["runs"]), lab_stats.PAPER_METRICS
         ),
         # from the cells, as the sweep computes it: a folder from before the table has them too
         "privacy-utility-ce-f1": lambda: lab_tables.privacy_table(

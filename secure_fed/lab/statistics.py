@@ -137,6 +137,27 @@ def paper_differences(
     return rows
 
 
+def privacy_costs(runs: list[dict[str, Any]], metrics: Sequence[str] = PAPER_METRICS) -> list[dict[str, Any]]:
+    """Each method's own privacy cost: its cells at a finite ε minus its own non-private cells,
+    paired by seed (seed s fixes the cohort and split at every ε). The row the FedTAR paper's table
+    lacks: what DP takes from a method, as against what it takes from the baseline."""
+    by = _tests_by_cell(runs)
+    rows = []
+    for (method, epsilon), tests in sorted(by.items(), key=lambda item: _order(*item[0])):
+        plain = by.get((method, None))
+        if epsilon is None or plain is None:
+            continue
+        row = {
+            "method": method,
+            "epsilon": epsilon,
+            "label": f"{method}: ε={epsilon:g} − ε=∞",
+            "against": f"{method} ε=∞",
+            "heading": "method at ε − the same method without DP",
+        }
+        rows.append(row | _differences(tests, plain, metrics))
+    return rows
+
+
 def paired_methods(
     runs: list[dict[str, Any]], method: str, against: str, metrics: Sequence[str] = PAIRED_METRICS
 ) -> list[dict[str, Any]]:
