@@ -16,13 +16,13 @@ MAX_FUNCTION_LINES = 100
 
 # issue 66: not yet split. Remove an entry once its file is under the limit (the test says when).
 FILES_OVER = {
-    "cli.py",
+    "cli/__init__.py",
 }
 
 # issue 66: not yet split, as "file::function" (a nested function as "outer.inner").
 FUNCTIONS_OVER = {
-    "cli.py::client",
-    "cli.py::run",
+    "cli/__init__.py::client",
+    "cli/__init__.py::run",
     "clients/approved_app.py::main",
     "clients/empirical_audit.py::run_empirical_audit",
     "clients/runtime.py::SiteRuntime.train",

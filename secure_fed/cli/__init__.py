@@ -1232,7 +1232,3 @@ def main() -> None:
         # `run` says how to go on itself; any other command has nothing to resume
         console.print("interrupted")
         sys.exit(130)
-
-
-if __name__ == "__main__":
-    main()
