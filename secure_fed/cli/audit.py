@@ -1,3 +1,6 @@
+"""`secure-fed audit` (verify logs, write the compliance report, measure ε empirically) and
+`secure-fed ledger` (a site's lifetime privacy ledger)."""
+
 from __future__ import annotations
 
 import logging

@@ -1,8 +1,14 @@
+"""`secure-fed client`: a hospital's hardened node (a Flower SuperNode that runs the site's
+installed, approved code only), checked before it starts."""
+
 from __future__ import annotations
 
+import os
+import shlex
+import shutil
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 
@@ -47,9 +53,6 @@ def client(
     Example: secure-fed client --site site0 --config site0.toml --superlink link.hospital.net:8000
     --root-certificates ca.crt --auth-key node.key --keys keys
     """
-    import os
-    import shutil
-
     from secure_fed.clients.preflight import PreflightError, check_connection, check_node
 
     policy = read_config(config, {})  # fail here, not mid-round, on a bad policy file
@@ -62,22 +65,12 @@ def client(
         fail(str(err))
     approvals = None if prepare_only else _approved_fabs(policy, config)
     # Absolute paths: the SuperNode's ClientApp processes and a service file run from other folders.
-    node_config = f"site='{site}' config-file='{config.resolve()}'"
-    if keys is not None:
-        node_config += f" keys-dir='{keys.resolve()}'"
-    if approvals is not None:
-        node_config += f" approved-fabs='{approvals}'"
     root_certificates = root_certificates.resolve() if root_certificates is not None else None
     auth_key = auth_key.resolve() if auth_key is not None else None
-    beside = Path(sys.executable).parent / "flower-supernode"
-    exe = str(beside) if beside.exists() else shutil.which("flower-supernode") or "flower-supernode"
-    # The Runtime API (ClientApp processes ↔ SuperNode) stays on loopback, whatever Flower's default.
-    cmd = [exe, "--superlink", superlink, "--node-config", node_config]
-    cmd += ["--host", "127.0.0.1", "--port", str(runtime_port)]
-    cmd += ["--insecure"] if insecure else ["--root-certificates", str(root_certificates)]
-    if auth_key is not None:
-        cmd += ["--auth-supernode-private-key", str(auth_key)]
-    from secure_fed.clients.approved_app import launcher_text, node_path, write_launcher
+    cmd = _supernode_command(
+        site, config, superlink, keys, approvals, insecure, root_certificates, auth_key, runtime_port
+    )
+    from secure_fed.clients.approved_app import node_path, write_launcher
 
     # Flower's SuperExec starts `flwr-clientapp` from PATH for every message; ours comes first, and
     # runs the site's installed code for approved FABs only (secure_fed/clients/approved_app.py).
@@ -86,45 +79,14 @@ def client(
     if not prepare_only:
         write_launcher(node_bin)
     if dry_run:
-        import shlex
-
-        typer.echo(f"# {node_bin / 'flwr-clientapp'}: {launcher_text().splitlines()[-1]}")
-        from secure_fed._env import node_environment
-
-        # quoted, unwrapped, with the hardening a service file would not get: ready to paste
-        hardening = [f"{key}={value}" for key, value in node_environment().items()]
-        # the service's PATH, not this shell's: the operator's own folders have no place in a unit file
-        service = node_path(node_bin, _SERVICE_PATH)
-        typer.echo(shlex.join(["env", *hardening, f"PATH={service}", *cmd]))
+        _print_node_command(node_bin, cmd)
         return
-    from secure_fed.clients.preflight import prepare_site
-    from secure_fed.clients.supervise import run_node
-
-    # The base model and the site's data are ready before the node connects, not in its first
-    # message: the first pretraining takes minutes on a CPU.
-    console.print(
-        f"{site}: preparing the model base and the site's data (cache {policy.model.cache_dir.resolve()})"
-    )
-    try:
-        prepare_site(policy, site)
-    except (OSError, ValueError) as err:
-        fail(f"{site}: {err}")
+    _prepare_site(policy, site)
     if prepare_only:
         console.print(f"{site}: ready")
         return
-    # The SuperNode process does not import secure_fed itself: hand it the hardened environment.
-    # Its SuperExec child would outlive it; run_node ends the whole process group with it.
     tls = "without TLS" if insecure else f"with TLS (CA {root_certificates})"
-    console.print(f"{site}: SuperNode dialling SuperLink {superlink} {tls}")
-    status = run_node(cmd, env=env)
-    if status not in (0, 130, 143):  # not a clean end, nor Ctrl-C / SIGTERM from the operator
-        console.print(
-            f"[red]error:[/red] {site}: the SuperNode dialling {superlink} {tls} ended with status "
-            f"{status}; its reason is in the lines above (refused: register the node's .pub with "
-            "`flwr supernode register`; unreachable: the SuperLink's --port and this address must "
-            "match; certificate: it must name the host in --superlink)"
-        )
-    raise typer.Exit(status)
+    _run_node(cmd, env, site, superlink, tls)
 
 
 # systemd's PATH for a service: what a node's unit runs with after the launcher and the venv
@@ -151,3 +113,75 @@ def _approved_fabs(policy: RunConfig, config: Path) -> Path:
             f"review FAB`, then `secure-fed code approve FAB --config {config}`"
         )
     return approvals
+
+
+def _supernode_command(
+    site: str,
+    config: Path,
+    superlink: str,
+    keys: Path | None,
+    approvals: Path | None,
+    insecure: bool,
+    root_certificates: Path | None,
+    auth_key: Path | None,
+    runtime_port: int,
+) -> list[str]:
+    """flower-supernode's command line, every path in it absolute."""
+    node_config = f"site='{site}' config-file='{config.resolve()}'"
+    if keys is not None:
+        node_config += f" keys-dir='{keys.resolve()}'"
+    if approvals is not None:
+        node_config += f" approved-fabs='{approvals}'"
+    beside = Path(sys.executable).parent / "flower-supernode"
+    exe = str(beside) if beside.exists() else shutil.which("flower-supernode") or "flower-supernode"
+    # The Runtime API (ClientApp processes ↔ SuperNode) stays on loopback, whatever Flower's default.
+    cmd = [exe, "--superlink", superlink, "--node-config", node_config]
+    cmd += ["--host", "127.0.0.1", "--port", str(runtime_port)]
+    cmd += ["--insecure"] if insecure else ["--root-certificates", str(root_certificates)]
+    if auth_key is not None:
+        cmd += ["--auth-supernode-private-key", str(auth_key)]
+    return cmd
+
+
+def _print_node_command(node_bin: Path, cmd: list[str]) -> None:
+    """--dry-run: the launcher and the node's command, quoted, unwrapped, with the hardening a
+    service file would not get: ready to paste."""
+    from secure_fed._env import node_environment
+    from secure_fed.clients.approved_app import launcher_text, node_path
+
+    typer.echo(f"# {node_bin / 'flwr-clientapp'}: {launcher_text().splitlines()[-1]}")
+    hardening = [f"{key}={value}" for key, value in node_environment().items()]
+    # the service's PATH, not this shell's: the operator's own folders have no place in a unit file
+    service = node_path(node_bin, _SERVICE_PATH)
+    typer.echo(shlex.join(["env", *hardening, f"PATH={service}", *cmd]))
+
+
+def _prepare_site(policy: RunConfig, site: str) -> None:
+    from secure_fed.clients.preflight import prepare_site
+
+    # The base model and the site's data are ready before the node connects, not in its first
+    # message: the first pretraining takes minutes on a CPU.
+    console.print(
+        f"{site}: preparing the model base and the site's data (cache {policy.model.cache_dir.resolve()})"
+    )
+    try:
+        prepare_site(policy, site)
+    except (OSError, ValueError) as err:
+        fail(f"{site}: {err}")
+
+
+def _run_node(cmd: list[str], env: dict[str, str], site: str, superlink: str, tls: str) -> NoReturn:
+    from secure_fed.clients.supervise import run_node
+
+    # The SuperNode process does not import secure_fed itself: hand it the hardened environment.
+    # Its SuperExec child would outlive it; run_node ends the whole process group with it.
+    console.print(f"{site}: SuperNode dialling SuperLink {superlink} {tls}")
+    status = run_node(cmd, env=env)
+    if status not in (0, 130, 143):  # not a clean end, nor Ctrl-C / SIGTERM from the operator
+        console.print(
+            f"[red]error:[/red] {site}: the SuperNode dialling {superlink} {tls} ended with status "
+            f"{status}; its reason is in the lines above (refused: register the node's .pub with "
+            "`flwr supernode register`; unreachable: the SuperLink's --port and this address must "
+            "match; certificate: it must name the host in --superlink)"
+        )
+    raise typer.Exit(status)

@@ -1,3 +1,5 @@
+"""`secure-fed code`: review a run's FAB against the site's installed code, pin (approve) its hash."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,3 +1,5 @@
+"""`secure-fed data`: make a synthetic cohort or benchmark, check a cohort."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,3 +1,6 @@
+"""`secure-fed keys` and `secure-fed certs`: a federation's keys (all at once, or by ceremony,
+each party making its own) and a deployment's TLS certificates and SuperNode keys."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,3 +1,6 @@
+"""`secure-fed run`: one federated experiment, its run folder's rules (a new run never writes into
+another's folder; `--resume` only continues one that started and has not finished) and its console."""
+
 from __future__ import annotations
 
 import json
@@ -123,41 +126,67 @@ def run(
         "he.keys_dir": str(keys) if keys else None,
         "fed.engine": engine,
     }
-    folder = resume or out
-    if resume is not None and not (resume / "config.json").is_file():
-        fail(
-            f"--resume {resume}: no run to continue there (no config.json); pass the folder an earlier"
-            " `secure-fed run --out DIR` wrote, or use --out for a new run"
-        )
-    if resume is not None and (resume / "metrics.json").is_file():
-        # its logs end with their head records: a closed log is never reopened
-        fail(f"--resume {resume}: that run finished (metrics.json is written); start a new run with --out")
-    if resume is not None and config is None and (resume / "config.json").exists():
+    if resume is not None:
+        _refuse_unresumable(resume)
+    if resume is not None and config is None:
         given = {
             "--method": method, "--rounds": rounds, "--sites": sites, "--seed": seed, "--dp/--no-dp": dp,
             "--target-epsilon": target_epsilon, "--delta": delta, "--secagg/--no-secagg": secagg,
             "--he/--no-he": he, "--keys": keys, "--engine": engine, "--out": out,
         }  # fmt: skip
-        ignored = [flag for flag, value in given.items() if value is not None]
-        if ignored:
-            # the run goes on as DIR/config.json says; a flag that would not be applied must not look applied
-            fail(
-                f"--resume {resume} continues the run as {resume / 'config.json'} has it; "
-                f"{', '.join(ignored)} would not apply: drop it, or start a new run with --out"
-            )
-        try:
-            cfg = RunConfig.model_validate(json.loads((resume / "config.json").read_text()))
-        except ValueError as err:  # JSON and pydantic errors alike
-            fail(f"{resume / 'config.json'}: not a run configuration ({err}); start a new run with --out")
-            raise
+        cfg = _resumed_config(resume, given)
     else:
-        cfg = read_config(config, overrides)
-        if sites is not None and cfg.data.kind == "imaging":
-            cfg.data.imaging.sites = sites
-        _refuse_unapplied_privacy(cfg, {"--target-epsilon": target_epsilon, "--delta": delta})
-    folder = Path(folder or cfg.out)
+        cfg = _new_config(config, overrides, sites, {"--target-epsilon": target_epsilon, "--delta": delta})
+    folder = Path(resume or out or cfg.out)
     cfg = cfg.model_copy(update={"out": folder})
-    held = _run_in_folder(folder) if resume is None else None
+    if resume is None:
+        _refuse_taken_folder(folder)
+    _prepare(cfg, folder, resume is not None, keys, verbose)
+    outcome = _federate(cfg, folder, resume is not None)
+    _report_outcome(cfg, folder, outcome)
+
+
+def _refuse_unresumable(resume: Path) -> None:
+    """`--resume DIR` only for a run that started there and has not finished."""
+    if not (resume / "config.json").is_file():
+        fail(
+            f"--resume {resume}: no run to continue there (no config.json); pass the folder an earlier"
+            " `secure-fed run --out DIR` wrote, or use --out for a new run"
+        )
+    if (resume / "metrics.json").is_file():
+        # its logs end with their head records: a closed log is never reopened
+        fail(f"--resume {resume}: that run finished (metrics.json is written); start a new run with --out")
+
+
+def _resumed_config(resume: Path, given: dict[str, object]) -> RunConfig:
+    """The configuration the run in `resume` started with; a flag given beside it is refused."""
+    ignored = [flag for flag, value in given.items() if value is not None]
+    if ignored:
+        # the run goes on as DIR/config.json says; a flag that would not be applied must not look applied
+        fail(
+            f"--resume {resume} continues the run as {resume / 'config.json'} has it; "
+            f"{', '.join(ignored)} would not apply: drop it, or start a new run with --out"
+        )
+    try:
+        return RunConfig.model_validate(json.loads((resume / "config.json").read_text()))
+    except ValueError as err:  # JSON and pydantic errors alike
+        fail(f"{resume / 'config.json'}: not a run configuration ({err}); start a new run with --out")
+        raise
+
+
+def _new_config(
+    config: Path | None, overrides: dict[str, Any], sites: int | None, privacy: dict[str, float | None]
+) -> RunConfig:
+    cfg = read_config(config, overrides)
+    if sites is not None and cfg.data.kind == "imaging":
+        cfg.data.imaging.sites = sites
+    _refuse_unapplied_privacy(cfg, privacy)
+    return cfg
+
+
+def _refuse_taken_folder(folder: Path) -> None:
+    """A new run's folder holds no run and lies inside none."""
+    held = _run_in_folder(folder)
     if held:
         # a second run here appended to the first one's closed logs, which then stopped verifying
         way_on = (
@@ -166,13 +195,18 @@ def run(
             else f"`secure-fed run --resume {folder}` continues it, or"
         )
         fail(f"--out {folder}: holds a run already ({held}); {way_on} give another --out for a new run")
-    inside = _enclosing_run(folder) if resume is None else None
+    inside = _enclosing_run(folder)
     if inside is not None:
         fail(
             f"--out {folder}: lies inside the run folder {inside}, which belongs to that run; give an --out "
             "outside it for a new run"
         )
-    if resume is not None:
+
+
+def _prepare(cfg: RunConfig, folder: Path, resumed: bool, keys: Path | None, verbose: bool) -> None:
+    """Everything refusable is refused before the run folder or anything slow exists; then the
+    folder and its config.json are written."""
+    if resumed:
         from secure_fed.resume_check import ResumeRefused, check_resume
 
         try:
@@ -189,7 +223,7 @@ def run(
         resolve_device(cfg.train.device)  # a missing GPU is a start-up error, not a mid-round one
     except DeviceUnavailable as err:
         fail(str(err))
-    from secure_fed.console import privacy_line, quiet_frameworks, run_progress
+    from secure_fed.console import quiet_frameworks
 
     quiet_frameworks(verbose)  # before the frameworks are imported: some read their settings then
     from secure_fed.data.manifest import DataValidationError
@@ -201,11 +235,16 @@ def run(
         fail(f"the run's data cannot be used ({len(err.problems)} problem(s)):\n" + "\n".join(err.problems))
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        if resume is None:
+        if not resumed:
             (folder / "config.json").write_text(cfg.model_dump_json(indent=1))
     except OSError as err:
         fail(f"--out {folder}: cannot write the run folder ({err.strerror}); choose a writable folder")
+
+
+def _federate(cfg: RunConfig, folder: Path, resumed: bool) -> Any:
+    """The run itself, its progress on the console; a failure or a stop is one line and an exit."""
     from secure_fed.audits.log import AuditLogError
+    from secure_fed.console import run_progress
     from secure_fed.runner import SimulationFailed, run_federated
     from secure_fed.server.orchestrator import MachineryFailed, SitesLost
     from secure_fed.superlink import SuperLinkError
@@ -221,8 +260,8 @@ def run(
     # a service manager stops a run with SIGTERM: end it as Ctrl-C does, with the same way back
     try:
         with stop_signals(), run_progress(console, cfg.fed.rounds, _round_line) as shown:
-            outcome = run_federated(
-                cfg, folder, resume=resume is not None, progress=shown.on_round, on_phase=shown.on_phase
+            return run_federated(
+                cfg, folder, resume=resumed, progress=shown.on_round, on_phase=shown.on_phase
             )
     except (SitesLost, MachineryFailed) as err:
         from secure_fed.runner import report_after_stop
@@ -256,6 +295,13 @@ def run(
         if written:
             say(written)
         stopped(err, None)
+
+
+def _report_outcome(cfg: RunConfig, folder: Path, outcome: Any) -> None:
+    """The finished run on the console: metrics, privacy, report; exit 1 for a log without its
+    end record, 3 for fewer rounds than configured."""
+    from secure_fed.console import privacy_line
+
     _print_metrics(outcome.metrics)
     if outcome.stopped_early:
         console.print(f"[yellow]stopped early:[/yellow] {outcome.stopped_early}")
