@@ -917,7 +917,7 @@ def test_a_long_path_is_printed_whole_on_one_line(tmp_path, monkeypatch):
 
 
 def test_the_round_line_counts_the_sites_that_delivered_the_round():
-    from secure_fed.cli import _round_line
+    from secure_fed.cli.run import _round_line
     from secure_fed.server.strategies.base import RoundResult
 
     def line(**given) -> str:

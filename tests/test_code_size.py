@@ -15,14 +15,10 @@ MAX_FILE_LINES = 700
 MAX_FUNCTION_LINES = 100
 
 # issue 66: not yet split. Remove an entry once its file is under the limit (the test says when).
-FILES_OVER = {
-    "cli.py",
-}
+FILES_OVER: set[str] = set()
 
 # issue 66: not yet split, as "file::function" (a nested function as "outer.inner").
 FUNCTIONS_OVER = {
-    "cli.py::client",
-    "cli.py::run",
     "clients/approved_app.py::main",
     "clients/empirical_audit.py::run_empirical_audit",
     "clients/runtime.py::SiteRuntime.train",

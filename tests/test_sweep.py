@@ -362,7 +362,7 @@ def _check_sweep_command(cmd: list[str]) -> None:
     from secure_fed.config import load_config
 
     assert cmd[0].endswith("secure-fed-lab") and cmd[1] == "sweep", cmd
-    from secure_fed.cli import _set_options
+    from secure_fed.cli.common import set_options
 
     pairs = list(zip(cmd[2::2], cmd[3::2], strict=True))
     args = {flag: value for flag, value in pairs if flag != "--set"}
@@ -370,7 +370,7 @@ def _check_sweep_command(cmd: list[str]) -> None:
     if "--cells-from" in args:  # a kept record the repository holds, so the command can run on a fresh clone
         assert (ROOT / args["--cells-from"]).is_file(), args["--cells-from"]
     # read as the CLI reads them (a bare word such as `matched` is the string)
-    overrides = _set_options([value for flag, value in pairs if flag == "--set"])
+    overrides = set_options([value for flag, value in pairs if flag == "--set"])
     load_config(ROOT / args["--config"], overrides)
     assert set(args["--methods"].split(",")) <= set(lab_cells.METHODS)
     assert all(e == "inf" or float(e) > 0 for e in args["--epsilons"].split(","))

@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 import secure_fed.cli as cli
+import secure_fed.cli.common as cli_common
 import secure_fed.lab.cli as lab_cli
 
 
@@ -31,7 +32,7 @@ def test_an_interrupted_sweep_says_how_to_resume_it(tmp_path: Path, monkeypatch,
     assert "run --resume" not in words
     assert ("terminated" if stop == "SIGTERM" else "interrupted") in words
     assert "finished cells" in words and str(out) in words
-    assert signal.getsignal(signal.SIGTERM) is not cli._raise_terminated  # put back
+    assert signal.getsignal(signal.SIGTERM) is not cli_common.raise_terminated  # put back
 
 
 def test_another_command_stopped_by_ctrl_c_gives_no_run_advice(monkeypatch, capsys) -> None:

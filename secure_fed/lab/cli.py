@@ -13,20 +13,20 @@ from typing import Annotated
 import typer
 
 # the lab borrows the package CLI's parsing and its one-line errors; the package never borrows back
-from secure_fed.cli import (
-    _Commands,
-    _config,
-    _fail,
-    _real_data,
-    _say,
-    _set_options,
-    _stop_signals,
-    _stopped,
+from secure_fed.cli.common import (
+    Commands,
     console,
+    fail,
+    read_config,
+    real_data,
+    say,
+    set_options,
+    stop_signals,
+    stopped,
 )
 
 app = typer.Typer(
-    cls=_Commands,
+    cls=Commands,
     no_args_is_help=True,
     add_completion=False,
     # A crash report must not print local variables: they can hold key material and patient data.
@@ -47,18 +47,18 @@ def _restore_cells(record_file: Path, out: Path) -> None:
         record = json.loads(record_file.read_text(encoding="utf-8"))
         written = restore_cells(record, out)
     except OSError as err:
-        _fail(f"--cells-from {record_file}: cannot read it ({err.strerror}); name a kept sweep record")
+        fail(f"--cells-from {record_file}: cannot read it ({err.strerror}); name a kept sweep record")
         raise
     except (json.JSONDecodeError, KeyError, TypeError) as err:
-        _fail(
+        fail(
             f"--cells-from {record_file}: not a kept sweep record ({err}); "
             "name one of docs/results/sweeps/*.json"
         )
         raise
     except ValueError as err:
-        _fail(f"--cells-from {record_file}: {err}")
+        fail(f"--cells-from {record_file}: {err}")
         raise
-    _say(f"{len(written)} finished cell(s) from {record_file} written into {out}")
+    say(f"{len(written)} finished cell(s) from {record_file} written into {out}")
 
 
 def _grid(epsilons: str, seeds: str) -> tuple[list[float | None], list[int]]:
@@ -68,11 +68,11 @@ def _grid(epsilons: str, seeds: str) -> tuple[list[float | None], list[int]]:
         eps = [None if e.strip() in ("inf", "∞") else float(e) for e in epsilons.split(",")]
         seed_list = [int(s) for s in seeds.split(",")]
     except ValueError as err:
-        _fail(f"--epsilons/--seeds: {err}; pass comma-separated numbers, e.g. --seeds 0,1,2 --epsilons inf,8")
+        fail(f"--epsilons/--seeds: {err}; pass comma-separated numbers, e.g. --seeds 0,1,2 --epsilons inf,8")
         raise
     bad = [e for e in eps if e is not None and not (0 < e < math.inf)]
     if bad:
-        _fail(f"--epsilons: {bad[0]:g} is not a privacy budget; each ε must be positive (or 'inf' for no DP)")
+        fail(f"--epsilons: {bad[0]:g} is not a privacy budget; each ε must be positive (or 'inf' for no DP)")
     return eps, seed_list
 
 
@@ -129,37 +129,37 @@ def sweep(
     from secure_fed.clients.guard import Refusal
     from secure_fed.lab.sweep import sweep as run_sweep
 
-    overrides = _set_options(set_ or [])
+    overrides = set_options(set_ or [])
     if "fed.engine" in overrides:
-        _fail("--set fed.engine: a sweep runs its cells in process; drop that --set")
+        fail("--set fed.engine: a sweep runs its cells in process; drop that --set")
     if rounds is not None:
         overrides["fed.rounds"] = rounds
-    cfg = _config(config, {**overrides, "fed.engine": "inprocess"})
+    cfg = read_config(config, {**overrides, "fed.engine": "inprocess"})
     eps, seed_list = _grid(epsilons, seeds)
     if any(e is not None for e in eps) and cfg.dp.ledger_dir is None:
-        if _real_data(cfg):
-            _fail(
+        if real_data(cfg):
+            fail(
                 "--epsilons: DP cells on real patients' data need dp.ledger_dir (the folder that keeps "
                 "their ledger across runs): every cell is charged there"
             )
-        _say("lifetime ledger: none (synthetic benchmark, [dp] ledger_dir unset): each cell's ε is its own")
+        say("lifetime ledger: none (synthetic benchmark, [dp] ledger_dir unset): each cell's ε is its own")
     if cells_from is not None:
         _restore_cells(cells_from, out)
     try:
-        with _stop_signals():
+        with stop_signals():
             results = run_sweep(
                 cfg, [m.strip() for m in methods.split(",")], seed_list, eps, out, log=console.print
             )
     except ValueError as err:
-        _fail(str(err))
+        fail(str(err))
         raise
     except Refusal as err:
-        _fail(
+        fail(
             f"a site refused the running cell ({err.code}): {err}; the cells finished so far are kept "
             f"in {out}, and the same command, once that is fixed, goes on from them"
         )
     except KeyboardInterrupt as err:
-        _stopped(
+        stopped(
             err,
             f"the cells finished so far are kept in {out}. The same `secure-fed-lab sweep` command goes on: "
             "finished cells are skipped, the one that was running is set aside and run again",
