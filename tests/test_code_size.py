@@ -22,7 +22,6 @@ FUNCTIONS_OVER = {
     "clients/approved_app.py::main",
     "clients/empirical_audit.py::run_empirical_audit",
     "clients/runtime.py::SiteRuntime.train",
-    "dp/distributed.py::plan_distributed",
     "server/orchestrator.py::Orchestrator._run",
 }
 
