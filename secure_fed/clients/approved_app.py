@@ -382,32 +382,29 @@ def load_site_app() -> Any:
     return site_app.app
 
 
-def main() -> None:
-    """flwr-clientapp's arguments and Runtime-API calls (Flower's functions), the site's code."""
-    from logging import ERROR
+@dataclass
+class _Task:
+    """What flwr-clientapp reports when the task ends, however it ends (done, raised or a signal):
+    the exit handler reads it at that moment, so every step updates it in place."""
 
-    from flwr.app import Error, Message
-    from flwr.common.args import try_obtain_flwr_app_token
-    from flwr.common.constant import ErrorCode, SubStatus
-    from flwr.supercore import log
-    from flwr.supercore.app_utils import start_parent_process_monitor
-    from flwr.supercore.exit import ExitCode, flwr_exit, register_signal_handlers
-    from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
+    sub_status: str
+    exit_code: int
+    details: str = "the site's ClientApp failed"
+    heartbeat: Any = None
+    context: Any = None
+    reply: Any = None
+    message: Any = None
+    refused: bool = False
+
+
+def _runtime_client(args: Any, token: Any, retry_invoker: Any) -> Any:
+    """The SuperNode's Runtime API client, configured exactly as flwr-clientapp configures it."""
     from flwr.supercore.interceptors import RuntimeTokenHttpInterceptor, RuntimeVersionHttpInterceptor
-    from flwr.supercore.retry import make_simple_http_retry_invoker
     from flwr.supercore.runtime import RuntimeHttpClient
     from flwr.supercore.runtime.tracing import RuntimeTracingInterceptor
-    from flwr.supercore.telemetry import EventType
     from flwr.supercore.tls import validate_and_resolve_root_certificates
-    from flwr.supernode.cli.flwr_clientapp import _parse_args_run_flwr_clientapp
-    from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message, push_task_output
 
-    args = _parse_args_run_flwr_clientapp().parse_args()  # exactly flwr-clientapp's command line
-    token = try_obtain_flwr_app_token(args)
-    if args.parent_pid is not None:
-        start_parent_process_monitor(args.parent_pid)
-    retry_invoker = make_simple_http_retry_invoker()
-    client = RuntimeHttpClient.from_server_address(
+    return RuntimeHttpClient.from_server_address(
         server_address=args.runtime_api_address,
         insecure=args.insecure,
         root_certificates=validate_and_resolve_root_certificates(args.root_certificates, args.insecure),
@@ -418,78 +415,115 @@ def main() -> None:
         ],
         retry_invoker=retry_invoker,
     )
-    heartbeat: Any = None
-    context: Any = None
-    reply: Any = None
-    message: Any = None
-    sub_status, details = SubStatus.FAILED, "the site's ClientApp failed"
-    exit_code = ExitCode.SUCCESS
-    refused = False
+
+
+def _refuse(state: _Task, node: dict[str, Any], run: Any, sha: str, why: str) -> None:
+    """Answer a FAB this site did not approve without running any of it, and sign the refusal."""
+    from flwr.app import Error, Message
+    from flwr.common.constant import ErrorCode
+
+    run_id = str(run.run_id)
+    # An error reply without content: Flower's SuperNode handles one message at a time and
+    # waits for its reply, so a message left unanswered would stall the node for every
+    # later run. The server learns that this site refused this FAB, nothing else.
+    refused_error = Error(
+        code=ErrorCode.LOAD_CLIENT_APP_EXCEPTION,
+        reason=f"FAB sha256 {sha} is not approved by this site",
+    )
+    state.reply, state.message = Message(refused_error, reply_to=state.message), None
+    state.details = f"refused: {why}"
+    print(f"secure-fed: run {run_id}: {why}", file=sys.stderr, flush=True)
+    try:
+        log_code(node, run_id, "code_refused", {"fab_sha256": sha, "fab_id": run.fab_id}, close=True)
+    except Exception as err:  # noqa: BLE001 (the refusal stands whether or not it is logged)
+        print(f"secure-fed: run {run_id}: refusal not logged: {err}", file=sys.stderr, flush=True)
+    state.refused = True
+
+
+def _serve_task(client: Any, state: _Task) -> None:
+    """Pull the task, then refuse its FAB or run the site's own ClientApp on its message; the reply
+    is pushed whatever happened, unless the site signed a stop (then the run is over for it)."""
+    from logging import ERROR
+
+    from flwr.app import Error, Message
+    from flwr.common.constant import ErrorCode, SubStatus
+    from flwr.supercore import log
+    from flwr.supercore.exit import ExitCode
+    from flwr.supercore.heartbeat import HeartbeatSender, make_task_heartbeat_fn_http
+    from flwr.supernode.runtime.run_clientapp import pull_task_input, push_message
+
+    task: dict[str, Any] = {}  # what the site's signed stop needs, filled in as it is known
+    with signed_site_stops(task):
+        try:
+            state.heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
+            state.heartbeat.start()
+            state.message, state.context, run, fab = pull_task_input(client)
+            sha = fab_sha256(fab.content)  # from the bytes; fab.hash_str is what the server says
+            node = dict(state.context.node_config)
+            run_id = str(run.run_id)
+            why = refusal(node, sha)
+            if why is not None:
+                _refuse(state, node, run, sha, why)
+            else:
+                task.update(node=node, run_id=run_id, message=state.message)  # a run this site takes part in
+                app = load_site_app()
+                code = {"fab_sha256": sha, "package_digest": package_digest(), "version": package_version()}
+                log_code(node, run_id, "code", code, close=False)
+                state.reply = app(message=state.message, context=state.context)
+                state.sub_status, state.details = SubStatus.COMPLETED, ""
+        except Exception as ex:  # noqa: BLE001 (reported to the SuperNode as flwr-clientapp does)
+            log(ERROR, "the site's ClientApp raised an exception", exc_info=ex)
+            reason = f"{type(ex)}:<'{ex}'>"
+            state.sub_status, state.details = SubStatus.FAILED, reason
+            if state.message is not None:
+                error = Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason)
+                state.reply = Message(error, reply_to=state.message)
+            state.exit_code = ExitCode.TASK_PROC_EXCEPTION
+        finally:
+            if state.reply is not None and state.context is not None and not task.get("stopped"):
+                try:
+                    push_message(client, state.reply, state.context)
+                except Exception as ex:  # noqa: BLE001
+                    log(ERROR, "Failed to push reply message", exc_info=ex)
+                    state.exit_code = ExitCode.CLIENTAPP_COMMUNICATION_ERROR
+
+
+def main() -> None:
+    """flwr-clientapp's arguments and Runtime-API calls (Flower's functions), the site's code."""
+    from flwr.common.args import try_obtain_flwr_app_token
+    from flwr.common.constant import SubStatus
+    from flwr.supercore.app_utils import start_parent_process_monitor
+    from flwr.supercore.exit import ExitCode, flwr_exit, register_signal_handlers
+    from flwr.supercore.retry import make_simple_http_retry_invoker
+    from flwr.supercore.telemetry import EventType
+    from flwr.supernode.cli.flwr_clientapp import _parse_args_run_flwr_clientapp
+    from flwr.supernode.runtime.run_clientapp import push_task_output
+
+    args = _parse_args_run_flwr_clientapp().parse_args()  # exactly flwr-clientapp's command line
+    token = try_obtain_flwr_app_token(args)
+    if args.parent_pid is not None:
+        start_parent_process_monitor(args.parent_pid)
+    retry_invoker = make_simple_http_retry_invoker()
+    client = _runtime_client(args, token, retry_invoker)
+    state = _Task(sub_status=SubStatus.FAILED, exit_code=ExitCode.SUCCESS)
 
     def on_exit() -> None:
         retry_invoker.max_tries = 1
-        push_task_output(client=client, context=context, sub_status=sub_status, details=details)
-        if heartbeat is not None and heartbeat.is_running:
-            heartbeat.stop()
+        push_task_output(
+            client=client, context=state.context, sub_status=state.sub_status, details=state.details
+        )
+        if state.heartbeat is not None and state.heartbeat.is_running:
+            state.heartbeat.stop()
         client.close()
 
     register_signal_handlers(
         event_type=EventType.FLWR_CLIENTAPP_RUN_LEAVE, exit_message="Task stopped.", exit_handlers=[on_exit]
     )
-    task: dict[str, Any] = {}  # what the site's signed stop needs, filled in as it is known
-    with signed_site_stops(task):
-        try:
-            heartbeat = HeartbeatSender(make_task_heartbeat_fn_http(client))
-            heartbeat.start()
-            message, context, run, fab = pull_task_input(client)
-            sha = fab_sha256(fab.content)  # from the bytes; fab.hash_str is what the server says
-            node = dict(context.node_config)
-            run_id = str(run.run_id)
-            why = refusal(node, sha)
-            if why is not None:
-                # An error reply without content: Flower's SuperNode handles one message at a time and
-                # waits for its reply, so a message left unanswered would stall the node for every
-                # later run. The server learns that this site refused this FAB, nothing else.
-                refused_error = Error(
-                    code=ErrorCode.LOAD_CLIENT_APP_EXCEPTION,
-                    reason=f"FAB sha256 {sha} is not approved by this site",
-                )
-                reply, message = Message(refused_error, reply_to=message), None
-                details = f"refused: {why}"
-                print(f"secure-fed: run {run_id}: {why}", file=sys.stderr, flush=True)
-                try:
-                    log_code(
-                        node, run_id, "code_refused", {"fab_sha256": sha, "fab_id": run.fab_id}, close=True
-                    )
-                except Exception as err:  # noqa: BLE001 (the refusal stands whether or not it is logged)
-                    print(f"secure-fed: run {run_id}: refusal not logged: {err}", file=sys.stderr, flush=True)
-                refused = True
-            else:
-                task.update(node=node, run_id=run_id, message=message)  # a run this site takes part in
-                app = load_site_app()
-                code = {"fab_sha256": sha, "package_digest": package_digest(), "version": package_version()}
-                log_code(node, run_id, "code", code, close=False)
-                reply = app(message=message, context=context)
-                sub_status, details = SubStatus.COMPLETED, ""
-        except Exception as ex:  # noqa: BLE001 (reported to the SuperNode as flwr-clientapp does)
-            log(ERROR, "the site's ClientApp raised an exception", exc_info=ex)
-            reason = f"{type(ex)}:<'{ex}'>"
-            sub_status, details = SubStatus.FAILED, reason
-            if message is not None:
-                error = Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=reason)
-                reply = Message(error, reply_to=message)
-            exit_code = ExitCode.TASK_PROC_EXCEPTION
-        finally:
-            if reply is not None and context is not None and not task.get("stopped"):
-                try:
-                    push_message(client, reply, context)
-                except Exception as ex:  # noqa: BLE001
-                    log(ERROR, "Failed to push reply message", exc_info=ex)
-                    exit_code = ExitCode.CLIENTAPP_COMMUNICATION_ERROR
-    if refused:  # the task ends FAILED with the one line above, not Flower's "unhandled exception"
+    _serve_task(client, state)
+    if state.refused:  # the task ends FAILED with the one line above, not Flower's "unhandled exception"
         on_exit()
         sys.exit(1)
-    flwr_exit(code=exit_code, event_type=EventType.FLWR_CLIENTAPP_RUN_LEAVE)
+    flwr_exit(code=state.exit_code, event_type=EventType.FLWR_CLIENTAPP_RUN_LEAVE)
 
 
 if __name__ == "__main__":

@@ -272,13 +272,7 @@ def run_empirical_audit(
         )
     if canaries is None:
         stated = planned_epsilon(privacy, cfg.fed.rounds)
-        canaries = default_canaries(stated, privacy.delta[TRAIN], confidence)
-        if canaries is None:
-            raise ValueError(
-                f"{site}: at the stated ε = {stated:.3f} no M up to {MAX_CANARIES:,} canaries gives "
-                "the one-run audit a ceiling above ε, so it could only be inconclusive; pass "
-                "--canaries M to run it anyway, or audit a smaller ε"
-            )
+        canaries = _conclusive_canaries(site, stated, privacy.delta[TRAIN], confidence)
     rng = auditor_rng(auditor_seed)
     template = runtime.learner.model.trainable_state()
     copies = (
@@ -289,35 +283,13 @@ def run_empirical_audit(
     per_copy = int(sum(t.numel() for t in template.values()))
     drawn = GradientCanaries.draw(canaries, [per_copy] * copies, privacy.clip, rng, support=support)
     projections: list[np.ndarray] = []
-    own_gradients = privacy.gradients
-    # the site's own DPGradients for each round, wrapped; nothing else of the site changes
-    privacy.gradients = lambda round_id: CanaryGradients(own_gradients(round_id), drawn, projections)  # type: ignore[method-assign]
     state = flatten(template).numpy()
-    trained = 0
-    for round_id in range(1, cfg.fed.rounds + 1):
-        reply = runtime.train(round_id, cfg.fed.method, state, {})
-        if reply.get("status") != "ok":
-            break  # declined (budget): the audit covers the rounds that ran
-        trained += 1
-        upload = runtime.stash["upload"].reshape(copies, per_copy + 1)
-        # each part is w·Δ followed by w (w public): the copies' mean update is the next model
-        state = state + (upload[:, :per_copy] / upload[:, per_copy:]).mean(axis=0)
-        if progress is not None:
-            progress(round_id, cfg.fed.rounds)
+    trained = _train_with_canaries(cfg, runtime, drawn, projections, state, (copies, per_copy), progress)
     if not projections:
         raise ValueError(f"{site} trained no round under DP, so there is nothing to audit")
     scores = likelihood_scores(np.stack(projections), privacy.sampling_rate, privacy.sigma)
-    outcome = evaluate(
-        scores,
-        drawn.included,
-        default_guesses(canaries) if guesses is None else guesses,
-        privacy.delta[TRAIN],
-        confidence,
-        # "in" guesses only: a canary the Poisson sampler never drew cannot be told from an
-        # excluded one, so "out" guesses kept even a zero-noise run below its ceiling (247 of 250
-        # right over 16 steps at the small test cohort: "passed")
-        guess_out=False,
-    )
+    guesses = default_guesses(canaries) if guesses is None else guesses
+    outcome = _guess_in(scores, drawn, guesses, privacy, confidence)
     audited = PoissonSampledGaussian(privacy.sampling_rate, privacy.sigma, privacy.steps * trained)
     result = EmpiricalAudit(
         site=site,
@@ -335,15 +307,82 @@ def run_empirical_audit(
         included=drawn.included,
         releases=release_audits(privacy, cfg, canaries, outcome.guesses, confidence, rng) if releases else [],
     )
+    _log_and_finish(runtime, result, trained, cfg.fed.rounds)
+    return result
+
+
+def _conclusive_canaries(site: str, stated: float, delta: float, confidence: float) -> int:
+    """The fewest canaries whose ceiling ε̂_max clears `stated`; refused when none up to the cap
+    does, since such an audit could only be inconclusive."""
+    canaries = default_canaries(stated, delta, confidence)
+    if canaries is None:
+        raise ValueError(
+            f"{site}: at the stated ε = {stated:.3f} no M up to {MAX_CANARIES:,} canaries gives "
+            "the one-run audit a ceiling above ε, so it could only be inconclusive; pass "
+            "--canaries M to run it anyway, or audit a smaller ε"
+        )
+    return canaries
+
+
+def _train_with_canaries(
+    cfg: RunConfig,
+    runtime: SiteRuntime,
+    drawn: GradientCanaries,
+    projections: list[np.ndarray],
+    state: np.ndarray,
+    shape: tuple[int, int],
+    progress: Any,
+) -> int:
+    """The site's own rounds with the canaries injected at every DP-SGD step (their projections
+    collected in `projections`); how many rounds trained before the site declined one."""
+    privacy = runtime.privacy
+    assert privacy is not None
+    copies, per_copy = shape
+    own_gradients = privacy.gradients
+    # the site's own DPGradients for each round, wrapped; nothing else of the site changes
+    privacy.gradients = lambda round_id: CanaryGradients(own_gradients(round_id), drawn, projections)  # type: ignore[method-assign]
+    trained = 0
+    for round_id in range(1, cfg.fed.rounds + 1):
+        reply = runtime.train(round_id, cfg.fed.method, state, {})
+        if reply.get("status") != "ok":
+            break  # declined (budget): the audit covers the rounds that ran
+        trained += 1
+        upload = runtime.stash["upload"].reshape(copies, per_copy + 1)
+        # each part is w·Δ followed by w (w public): the copies' mean update is the next model
+        state = state + (upload[:, :per_copy] / upload[:, per_copy:]).mean(axis=0)
+        if progress is not None:
+            progress(round_id, cfg.fed.rounds)
+    return trained
+
+
+def _guess_in(
+    scores: np.ndarray, drawn: GradientCanaries, guesses: int, privacy: SitePrivacy, confidence: float
+) -> AuditOutcome:
+    """The auditor's guesses from the canaries' scores, and the ε̂ they support."""
+    return evaluate(
+        scores,
+        drawn.included,
+        guesses,
+        privacy.delta[TRAIN],
+        confidence,
+        # "in" guesses only: a canary the Poisson sampler never drew cannot be told from an
+        # excluded one, so "out" guesses kept even a zero-noise run below its ceiling (247 of 250
+        # right over 16 steps at the small test cohort: "passed")
+        guess_out=False,
+    )
+
+
+def _log_and_finish(runtime: SiteRuntime, result: EmpiricalAudit, trained: int, rounds: int) -> None:
+    """Sign the audit's records into the site's log, then close it: stopped early when the site
+    declined a round, so the log says why the audit covers fewer rounds than configured."""
     if runtime.trail is not None:
         runtime.trail.append("empirical_audit", result.payload())
         for payload in result.releases:
             runtime.trail.append("empirical_audit", payload)
-    if trained == cfg.fed.rounds:
+    if trained == rounds:
         runtime.finish()
     elif runtime.trail is not None:
         runtime.finish(stopped_early=f"the site declined round {trained + 1} (privacy budget)")
-    return result
 
 
 def _run_distributed_audit(
@@ -369,14 +408,7 @@ def _run_distributed_audit(
     plan = privacy.distributed
     q, rounds, delta = cfg.dp.sample_rate, cfg.fed.rounds, distributed_delta(cfg)
     if canaries is None:
-        stated = distributed_epsilon(plan, q, rounds, delta)
-        canaries = default_canaries(stated, delta, confidence)
-        if canaries is None:
-            raise ValueError(
-                f"{site}: at the stated ε = {stated:.3f} no M up to {MAX_CANARIES:,} canaries gives "
-                "the one-run audit a ceiling above ε, so it could only be inconclusive; pass "
-                "--canaries M to run it anyway, or audit a smaller ε"
-            )
+        canaries = _conclusive_canaries(site, distributed_epsilon(plan, q, rounds, delta), delta, confidence)
     rng = auditor_rng(auditor_seed)
     audit = audit_distributed(
         plan,

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from secure_fed.clients.coarsen import bucket_floor, public_count
-from secure_fed.clients.factors import check_factors
+from secure_fed.clients.factors import Factors, check_factors
 from secure_fed.clients.guard import Refusal, SiteFault, SiteGuard
 from secure_fed.clients.lifetime import keep_anchor, log_lifetime_start, open_lifetime
 from secure_fed.clients.private import SitePrivacy
@@ -286,80 +286,15 @@ class SiteRuntime:
         released = self.folder / f"release-r{round_id}.npy"
         if self.privacy is not None:
             if self.privacy.already_released(round_id) and released.exists():
-                # A retried round (after a crash) re-sends the very values released before:
-                # nothing new is disclosed and the ledger charges the round once.
-                noised = self._release_plan(round_id, released)
-                self._stash_upload(np.load(released))
-                context = released.with_suffix(".factors")
-                self.stash["secagg_context"] = context.read_bytes() if context.exists() else b""
-                members = released.with_suffix(".factor-sites")
-                self.stash["secagg_members"] = json.loads(members.read_text()) if members.exists() else []
-                self.stash["upload_round"] = round_id
-                self._stash_plan(noised)
-                self._stash_layers(_load_layers(released.with_suffix(".layers")))
-                self.guard.trained_round(round_id)
-                self._keep_trained_from(round_id, global_vec)
-                self.guard.save()
-                return {
-                    "status": "ok",
-                    "dim": int(self.stash["upload"].size),
-                    "steps": 0,
-                    "train_loss": float("nan"),
-                    **self.privacy.after_round_summary(),
-                    **self._distributed_reply(noised),
-                }
+                return self._resend_release(round_id, released, global_vec)
             if self.privacy.already_released(round_id):
-                return {
-                    "status": "declined",
-                    "code": "release_lost",
-                    "population": "train",
-                    "budget": self.privacy.budget,
-                    "would_be_epsilon": self.privacy.after_round_summary()["epsilon_rdp"],
-                    "accountant": "rdp",
-                    "reason": f"round {round_id} was charged before a restart but its release was lost; "
-                    "sitting it out rather than releasing twice",
-                }
-            try:
-                admission = self.privacy.admit_round(round_id)
-            except ValueError as err:  # the site's own ledger or guard, not anything the server sent
-                raise SiteFault(f"the site's privacy accounting failed at round {round_id}: {err}") from err
-            if not admission.ok:
-                self.stash.pop("upload", None)
-                if self.trail is not None:
-                    self.trail.append(
-                        "budget_refusal",
-                        {
-                            "site": self.site,
-                            "population": self.privacy.refused_population,
-                            "epsilon_after": admission.would_be_epsilon,
-                            "accountant": self.privacy.refused_accountant,
-                            "budget": self.privacy.budget,
-                            "reason": admission.reason,
-                        },
-                        round_id,
-                    )
-                return {
-                    "status": "declined",
-                    "code": "budget",
-                    "reason": admission.reason,
-                    "would_be_epsilon": admission.would_be_epsilon,
-                    "accountant": self.privacy.refused_accountant or "rdp",
-                    "budget": self.privacy.budget,
-                    "population": self.privacy.refused_population or "",
-                }
-        if self.privacy is not None and self.privacy.distributed is not None:
-            if scaled:
-                # a factor would weigh this site's noise share, not only its patients' gradients
-                raise Refusal("bad_request", "dp.noise = 'distributed' takes no server-chosen factors")
-            upload, steps, mean_loss = self.learner.distributed_update(
-                round_id, method, global_vec, self.privacy, release_options
-            )
-            layers = self.privacy.take_layers(round_id)
-        else:
-            layers = []
-            gradients = (lambda: self.privacy.gradients(round_id)) if self.privacy is not None else None
-            update = self.learner.local_update(round_id, method, global_vec, gradients, options)
-            upload, steps, mean_loss = update.upload * factors.own, update.steps, update.mean_loss
+                return self._release_lost(round_id)
+            declined = self._admit(round_id)
+            if declined is not None:
+                return declined
+        upload, steps, mean_loss, layers = self._fresh_upload(
+            round_id, method, global_vec, options, factors, release_options
+        )
         self._stash_upload(upload)
         self.stash["secagg_context"] = factors.digest
         self.stash["secagg_members"] = list(factors.sites)
@@ -368,16 +303,7 @@ class SiteRuntime:
         self._stash_plan(noised)
         self._stash_layers(layers)
         if self.privacy is not None:
-            # the factors and the plan first: a retry re-sends the release under the vector it was
-            # made with, and only under the plan it was noised for
-            atomic_write_bytes(released.with_suffix(".factors"), factors.digest)
-            sites = json.dumps(list(factors.sites)).encode()
-            atomic_write_bytes(released.with_suffix(".factor-sites"), sites)
-            if noised is not None:
-                atomic_write_bytes(released.with_suffix(".plan"), noised.encode())
-                # a retried round re-sends this share: with it the seeds of its removable layers
-                atomic_write_bytes(released.with_suffix(".layers"), b"".join(layers))
-            save_release(released, upload)
+            self._keep_release(released, factors, noised, layers, upload)
         self.guard.trained_round(round_id)
         self._keep_trained_from(round_id, global_vec)
         self.guard.save()
@@ -393,6 +319,121 @@ class SiteRuntime:
         if self.trail is not None:
             reply["audit_records"] = self.trail.take_pending()
         return reply
+
+    def _resend_release(self, round_id: int, released: Path, global_vec: np.ndarray) -> dict[str, Any]:
+        """A retried round (after a crash) re-sends the very values released before: nothing new
+        is disclosed and the ledger charges the round once."""
+        assert self.privacy is not None
+        noised = self._release_plan(round_id, released)
+        self._stash_upload(np.load(released))
+        context = released.with_suffix(".factors")
+        self.stash["secagg_context"] = context.read_bytes() if context.exists() else b""
+        members = released.with_suffix(".factor-sites")
+        self.stash["secagg_members"] = json.loads(members.read_text()) if members.exists() else []
+        self.stash["upload_round"] = round_id
+        self._stash_plan(noised)
+        self._stash_layers(_load_layers(released.with_suffix(".layers")))
+        self.guard.trained_round(round_id)
+        self._keep_trained_from(round_id, global_vec)
+        self.guard.save()
+        return {
+            "status": "ok",
+            "dim": int(self.stash["upload"].size),
+            "steps": 0,
+            "train_loss": float("nan"),
+            **self.privacy.after_round_summary(),
+            **self._distributed_reply(noised),
+        }
+
+    def _release_lost(self, round_id: int) -> dict[str, Any]:
+        """Charged before a restart but its release is gone: sitting the round out is the only
+        answer that neither releases twice nor charges twice."""
+        assert self.privacy is not None
+        return {
+            "status": "declined",
+            "code": "release_lost",
+            "population": "train",
+            "budget": self.privacy.budget,
+            "would_be_epsilon": self.privacy.after_round_summary()["epsilon_rdp"],
+            "accountant": "rdp",
+            "reason": f"round {round_id} was charged before a restart but its release was lost; "
+            "sitting it out rather than releasing twice",
+        }
+
+    def _admit(self, round_id: int) -> dict[str, Any] | None:
+        """None when the site's budget admits the round (now charged); else the signed refusal's
+        declined reply, with nothing left to upload."""
+        assert self.privacy is not None
+        try:
+            admission = self.privacy.admit_round(round_id)
+        except ValueError as err:  # the site's own ledger or guard, not anything the server sent
+            raise SiteFault(f"the site's privacy accounting failed at round {round_id}: {err}") from err
+        if not admission.ok:
+            self.stash.pop("upload", None)
+            if self.trail is not None:
+                self.trail.append(
+                    "budget_refusal",
+                    {
+                        "site": self.site,
+                        "population": self.privacy.refused_population,
+                        "epsilon_after": admission.would_be_epsilon,
+                        "accountant": self.privacy.refused_accountant,
+                        "budget": self.privacy.budget,
+                        "reason": admission.reason,
+                    },
+                    round_id,
+                )
+            return {
+                "status": "declined",
+                "code": "budget",
+                "reason": admission.reason,
+                "would_be_epsilon": admission.would_be_epsilon,
+                "accountant": self.privacy.refused_accountant or "rdp",
+                "budget": self.privacy.budget,
+                "population": self.privacy.refused_population or "",
+            }
+        return None
+
+    def _fresh_upload(
+        self,
+        round_id: int,
+        method: str,
+        global_vec: np.ndarray,
+        options: dict[str, Any],
+        factors: Factors,
+        release_options: dict[str, Any],
+    ) -> tuple[np.ndarray, int, float, list[bytes]]:
+        """This round's upload, its steps and mean loss, and the seeds of its removable noise layers."""
+        scaled = "factors" in options or "factor_sites" in options
+        if self.privacy is not None and self.privacy.distributed is not None:
+            if scaled:
+                # a factor would weigh this site's noise share, not only its patients' gradients
+                raise Refusal("bad_request", "dp.noise = 'distributed' takes no server-chosen factors")
+            upload, steps, mean_loss = self.learner.distributed_update(
+                round_id, method, global_vec, self.privacy, release_options
+            )
+            layers = self.privacy.take_layers(round_id)
+        else:
+            layers = []
+            gradients = (lambda: self.privacy.gradients(round_id)) if self.privacy is not None else None
+            update = self.learner.local_update(round_id, method, global_vec, gradients, options)
+            upload, steps, mean_loss = update.upload * factors.own, update.steps, update.mean_loss
+        return upload, steps, mean_loss, layers
+
+    def _keep_release(
+        self, released: Path, factors: Factors, noised: str | None, layers: list[bytes], upload: np.ndarray
+    ) -> None:
+        """Keep what a retried round must re-send: the release and what it was made under."""
+        # the factors and the plan first: a retry re-sends the release under the vector it was
+        # made with, and only under the plan it was noised for
+        atomic_write_bytes(released.with_suffix(".factors"), factors.digest)
+        sites = json.dumps(list(factors.sites)).encode()
+        atomic_write_bytes(released.with_suffix(".factor-sites"), sites)
+        if noised is not None:
+            atomic_write_bytes(released.with_suffix(".plan"), noised.encode())
+            # a retried round re-sends this share: with it the seeds of its removable layers
+            atomic_write_bytes(released.with_suffix(".layers"), b"".join(layers))
+        save_release(released, upload)
 
     def _current_plan(self) -> str | None:
         """The digest of the distributed-DP plan this site holds now (None: no distributed DP)."""

@@ -72,13 +72,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from secure_fed.dp.accountants import epsilon_rdp, rdp_curve
+from secure_fed.dp.distributed_sizing import calibrate_mu, rdp_to_epsilon, ring_extent
 from secure_fed.dp.events import (
     ROUNDING_FLOAT_SLACK,
     UNMARKED_AMPLIFICATION,
@@ -87,7 +88,7 @@ from secure_fed.dp.events import (
     rounded_sensitivities,
 )
 from secure_fed.dp.keystream import NoiseStream
-from secure_fed.dp.skellam import ORDERS, check_amplification, skellam_subsampled_curve
+from secure_fed.dp.skellam import ORDERS, check_amplification
 
 # Rotation float error stays far below one integer unit while the site's scaled norm is below
 # this (see the module docstring); a finer γ would buy nothing the accounting can use.
@@ -197,38 +198,10 @@ class DistributedPlan:
 # -- accounting -------------------------------------------------------------------------------
 
 
-def rdp_to_epsilon(orders: np.ndarray, rdp: np.ndarray, delta: float) -> float:
-    """(ε, δ) from an RDP curve with Opacus' conversion (Balle et al. 2020), as dp.accountants."""
-    from opacus.accountants.analysis import rdp as rdp_analysis
-
-    if not np.any(rdp):
-        return 0.0
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        eps, _ = rdp_analysis.get_privacy_spent(orders=list(orders), rdp=rdp, delta=delta)
-    return max(0.0, float(eps))
-
-
 def distributed_epsilon(plan: DistributedPlan, sample_rate: float, steps: int, delta: float) -> float:
     """ε at δ of `steps` distributed rounds of `plan` with patients Poisson-sampled at `sample_rate`:
     the same value the ledger gives for `plan.event(sample_rate, steps)`."""
     return epsilon_rdp([plan.event(sample_rate, steps)], delta)
-
-
-def _epsilon_for(
-    q: float,
-    steps: int,
-    delta: float,
-    l1: float,
-    l2: float,
-    mu: float,
-    fixed: np.ndarray,
-    amplification: str,
-) -> float:
-    curve = np.asarray(skellam_subsampled_curve(q, l1, l2, mu, amplification)) * steps + fixed
-    return rdp_to_epsilon(np.asarray(ORDERS, dtype=np.float64), curve, delta)
 
 
 # -- calibration and ring sizing --------------------------------------------------------------
@@ -247,77 +220,7 @@ def padded_size(dim: int) -> int:
     return -(-dim // block) * block
 
 
-def _calibrate_mu(
-    target: float,
-    delta: float,
-    q: float,
-    steps: int,
-    l1: float,
-    l2: float,
-    fixed: np.ndarray,
-    amplification: str,
-    tolerance: float = 1e-5,
-) -> float:
-    """Smallest-ish mu (bisection on the noise multiplier z = √mu / Δ₂) with ε ≤ target and
-    ε ≥ target − tolerance·target."""
-
-    def eps(z: float) -> float:
-        return _epsilon_for(q, steps, delta, l1, l2, (z * l2) ** 2, fixed, amplification)
-
-    low, high = 0.0, 1.0
-    while eps(high) > target:
-        low, high = high, 2 * high
-        if high > 1e6:
-            raise ValueError(f"no Skellam noise up to z = 1e6 reaches epsilon <= {target:g}")
-    for _ in range(200):
-        middle = (low + high) / 2
-        if eps(middle) <= target:
-            high = middle
-        else:
-            low = middle
-        if eps(high) >= target * (1 - tolerance) or high - low < 1e-12 * high:
-            break
-    return (high * l2) ** 2
-
-
-def _skellam_tail(total_mu: float, log_prob: float) -> float:
-    """t with P(|Skellam(variance total_mu)| > t) ≤ exp(log_prob), by the Chernoff bound
-    log P(X > t) ≤ V(√(1 + (t/V)²) − 1) − t·asinh(t/V) (both tails: + log 2)."""
-    if total_mu <= 0:
-        return 0.0
-
-    def log_tail(t: float) -> float:
-        r = t / total_mu
-        return math.log(2.0) + total_mu * (math.sqrt(1 + r * r) - 1) - t * math.asinh(r)
-
-    low, high = 0.0, math.sqrt(total_mu) + 1.0
-    while log_tail(high) > log_prob:
-        high *= 2
-    for _ in range(100):
-        middle = (low + high) / 2
-        if log_tail(middle) > log_prob:
-            low = middle
-        else:
-            high = middle
-    return high
-
-
-def ring_extent(
-    sites: int, *, site_bound: float, gamma: float, padded_dim: int, share_mu: float, tail: float
-) -> float:
-    """Bound on |coordinate| of the integer sum of `sites` shares, except with probability `tail`.
-
-    The signal part holds for every input, even one chosen knowing the round's rotation: a
-    coordinate of the rotated sum is at most its norm, sites·site_bound/γ; each site's rounding
-    adds less than one unit; the Skellam noise of all the sites' shares exceeds its bound on some
-    coordinate with probability at most `tail` (Chernoff bound, union over the D coordinates)."""
-    signal = sites * site_bound / gamma
-    noise = _skellam_tail(sites * share_mu, math.log(tail) - math.log(padded_dim))
-    return signal + sites + noise
-
-
-def plan_distributed(
-    *,
+def _checked_site_bound(
     target_epsilon: float,
     delta: float,
     sample_rate: float,
@@ -328,24 +231,9 @@ def plan_distributed(
     colluders: int,
     bits: int,
     max_sites: int,
-    site_bound: float | None = None,
-    wrap_tail: float = WRAP_TAIL,
-    fixed_events: Sequence[Event] = (),
-    amplification: str = "symmetric",
-) -> DistributedPlan:
-    """Calibrate the Skellam noise and the granularity γ for `steps` distributed rounds.
-
-    mu_total is solved (bisection) so that the Poisson-sampled Skellam sum meets `target_epsilon`
-    at `delta` over `steps` rounds (ε within 1e-5·target below the target); γ is the finest
-    granularity for which `max_sites` sites' shares cannot wrap the 2^bits ring (except with
-    probability `wrap_tail`). `site_bound` is the L2 norm a site's clipped sum is projected onto
-    before encoding (None = clip, right only when a site's sum holds at most one patient; pass
-    the largest sum norm you expect, e.g. clip × patients per step). `fixed_events` are the other
-    releases on the same patients (e.g. the GMM histogram's Gaussian): the target is then the ε of
-    their composition with the rounds, as the ledger prices it, not of the rounds alone.
-    `amplification` is the subsampling bound (module docstring); "general" reproduces plans made
-    before the symmetric bound. Raises ValueError naming the knob when the ring is too small.
-    """
+    site_bound: float | None,
+) -> float:
+    """plan_distributed's arguments checked in its documented order; the site bound it plans for."""
     for name, value in (("steps", steps), ("dim", dim), ("max_sites", max_sites)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
@@ -369,25 +257,21 @@ def plan_distributed(
     bound = clip if site_bound is None else float(site_bound)
     if bound < clip:
         raise ValueError(f"site_bound ({bound}) is below clip ({clip}): it bounds a sum of clipped patients")
-    padded = padded_size(dim)
-    shares = honest_min - colluders
-    fixed = rdp_curve(list(fixed_events), [float(a) for a in ORDERS])
-    if rdp_to_epsilon(np.asarray(ORDERS, dtype=np.float64), fixed, delta) >= target_epsilon:
-        raise ValueError("the fixed releases alone already spend the whole epsilon target")
-    limit = float(2 ** (bits - 1) - 1)
+    return bound
 
-    def mu_for(gamma: float) -> float:
-        l2, l1 = rounded_sensitivities(clip, gamma, padded)
-        return _calibrate_mu(target_epsilon, delta, sample_rate, steps, l1, l2, fixed, amplification)
 
-    def fits(gamma: float, z: float, sites: int) -> bool:
-        l2, _ = rounded_sensitivities(clip, gamma, padded)
-        share = (z * l2) ** 2 / shares
-        extent = ring_extent(
-            sites, site_bound=bound, gamma=gamma, padded_dim=padded, share_mu=share, tail=wrap_tail
-        )
-        return extent <= limit
-
+def _solve_granularity(
+    mu_for: Callable[[float], float],
+    fits: Callable[[float, float, int], bool],
+    clip: float,
+    padded: int,
+    shares: int,
+    bound: float,
+    bits: int,
+    max_sites: int,
+) -> tuple[float, float]:
+    """(γ, mu_total): the finest granularity whose noisy sums of `max_sites` sites fit the ring,
+    with the noise calibrated at that γ. Raises ValueError naming dp.ring_bits when none is worth it."""
     floor_gamma = bound / MAX_SCALED_NORM
     # z = √mu / Δ₂ barely depends on γ; solve γ at a fixed z, re-calibrate, repeat until it fits.
     gamma = floor_gamma
@@ -428,7 +312,7 @@ def plan_distributed(
         gamma, mu = new_gamma * (1 + 1e-6), new_mu
     else:  # pragma: no cover - the fixed point converges in two or three passes
         raise ValueError(f"bits={bits}: could not size the ring for {max_sites} sites (dp.ring_bits)")
-    l2, l1 = rounded_sensitivities(clip, gamma, padded)
+    l2, _ = rounded_sensitivities(clip, gamma, padded)
     inflation = l2 * gamma / clip - 1
     if inflation > MAX_INFLATION:
         raise ValueError(
@@ -436,6 +320,85 @@ def plan_distributed(
             f"rounding inflates the noise by {inflation:.1%} (> {MAX_INFLATION:.0%}); raise the ring's "
             "bits (dp.ring_bits), lower the site count or the site_bound"
         )
+    return gamma, mu
+
+
+def _last_site_count_inside(inside: Callable[[int], bool], max_sites: int) -> int:
+    """The largest site count (from max_sites up, capped near 2^24) whose sum `inside` accepts."""
+    # the extent grows with the site count: double past the last fitting count, then bisect
+    good, bad = max_sites, 2 * max_sites
+    while inside(bad) and bad < 1 << 24:
+        good, bad = bad, 2 * bad
+    while bad - good > 1:
+        middle = (good + bad) // 2
+        good, bad = (middle, bad) if inside(middle) else (good, middle)
+    return good
+
+
+def plan_distributed(
+    *,
+    target_epsilon: float,
+    delta: float,
+    sample_rate: float,
+    steps: int,
+    clip: float,
+    dim: int,
+    honest_min: int,
+    colluders: int,
+    bits: int,
+    max_sites: int,
+    site_bound: float | None = None,
+    wrap_tail: float = WRAP_TAIL,
+    fixed_events: Sequence[Event] = (),
+    amplification: str = "symmetric",
+) -> DistributedPlan:
+    """Calibrate the Skellam noise and the granularity γ for `steps` distributed rounds.
+
+    mu_total is solved (bisection) so that the Poisson-sampled Skellam sum meets `target_epsilon`
+    at `delta` over `steps` rounds (ε within 1e-5·target below the target); γ is the finest
+    granularity for which `max_sites` sites' shares cannot wrap the 2^bits ring (except with
+    probability `wrap_tail`). `site_bound` is the L2 norm a site's clipped sum is projected onto
+    before encoding (None = clip, right only when a site's sum holds at most one patient; pass
+    the largest sum norm you expect, e.g. clip × patients per step). `fixed_events` are the other
+    releases on the same patients (e.g. the GMM histogram's Gaussian): the target is then the ε of
+    their composition with the rounds, as the ledger prices it, not of the rounds alone.
+    `amplification` is the subsampling bound (module docstring); "general" reproduces plans made
+    before the symmetric bound. Raises ValueError naming the knob when the ring is too small.
+    """
+    bound = _checked_site_bound(
+        target_epsilon,
+        delta,
+        sample_rate,
+        steps,
+        clip,
+        dim,
+        honest_min,
+        colluders,
+        bits,
+        max_sites,
+        site_bound,
+    )
+    padded = padded_size(dim)
+    shares = honest_min - colluders
+    fixed = rdp_curve(list(fixed_events), [float(a) for a in ORDERS])
+    if rdp_to_epsilon(np.asarray(ORDERS, dtype=np.float64), fixed, delta) >= target_epsilon:
+        raise ValueError("the fixed releases alone already spend the whole epsilon target")
+    limit = float(2 ** (bits - 1) - 1)
+
+    def mu_for(gamma: float) -> float:
+        l2, l1 = rounded_sensitivities(clip, gamma, padded)
+        return calibrate_mu(target_epsilon, delta, sample_rate, steps, l1, l2, fixed, amplification)
+
+    def fits(gamma: float, z: float, sites: int) -> bool:
+        l2, _ = rounded_sensitivities(clip, gamma, padded)
+        share = (z * l2) ** 2 / shares
+        extent = ring_extent(
+            sites, site_bound=bound, gamma=gamma, padded_dim=padded, share_mu=share, tail=wrap_tail
+        )
+        return extent <= limit
+
+    gamma, mu = _solve_granularity(mu_for, fits, clip, padded, shares, bound, bits, max_sites)
+    l2, l1 = rounded_sensitivities(clip, gamma, padded)
     share = mu / shares
 
     def inside(sites: int) -> bool:
@@ -444,13 +407,7 @@ def plan_distributed(
         )
         return extent <= limit
 
-    # the extent grows with the site count: double past the last fitting count, then bisect
-    good, bad = max_sites, 2 * max_sites
-    while inside(bad) and bad < 1 << 24:
-        good, bad = bad, 2 * bad
-    while bad - good > 1:
-        middle = (good + bad) // 2
-        good, bad = (middle, bad) if inside(middle) else (good, middle)
+    good = _last_site_count_inside(inside, max_sites)
     return DistributedPlan(
         clip=float(clip),
         dim=dim,

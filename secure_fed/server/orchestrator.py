@@ -25,6 +25,7 @@ from secure_fed.eval.metrics import REPORT_SCORES
 from secure_fed.failures import LOST_WORKER, Failure, one_line, signed_reason
 from secure_fed.server.aggregation import AggregationSettings
 from secure_fed.server.checkpoint import load_checkpoint, save_checkpoint
+from secure_fed.server.dropouts import DropoutTolerance, dropout_tolerance
 from secure_fed.server.participation import sample_sites
 from secure_fed.server.strategies import RoundContext, RoundResult, make_strategy
 from secure_fed.server.strategies.base import TooFewSites
@@ -106,98 +107,6 @@ class MachineryFailed(RuntimeError):
             f"flower/simulation.log in a simulation), then `secure-fed run --resume {folder}` "
             "continues from the last checkpoint"
         )
-
-
-@dataclass(frozen=True)
-class DropoutTolerance:
-    """How many sites a run can lose, from the privacy rule and the SecAgg+ threshold.
-
-    sites: sites at the start. fewest: the fewest a round may sum over — a secure sum never has fewer
-    than 3 survivors (with 2, each learns the other's update from the global model), never fewer
-    than fed.min_sites, and with distributed DP never fewer than h (`honest_min`: a site unmasks no
-    sum of fewer survivors, so the noise its share was sized for is there). run: sites the run can
-    lose and still finish (a round that loses sites mid-way is skipped and the next goes on with
-    those left). in_round: sites a round can lose after
-    it started and still produce its sum: each survivor needs `threshold` of its `degree` SecAgg+
-    neighbours alive to rebuild its self-mask, so at most degree - threshold may go.
-    """
-
-    sites: int
-    fewest: int
-    run: int
-    in_round: int
-    degree: int | None = None
-    threshold: int | None = None
-    honest_min: int | None = None  # distributed DP's h; None in site mode
-
-    def _honest_floor(self) -> bool:
-        return self.honest_min is not None and self.honest_min == self.fewest and self.fewest > 3
-
-    def describe(self) -> str:
-        if self._honest_floor():
-            rule = (
-                f"distributed DP: a site unmasks no sum of fewer than h = {self.fewest} survivors "
-                "(dp.honest_min)"
-            )
-        elif self.fewest >= 3:
-            rule = f"a secure sum keeps at least {self.fewest} sites"
-        else:
-            rule = f"a round needs at least {self.fewest} sites (fed.min_sites)"
-        line = f"dropouts: {self.sites} sites; the run tolerates {self.run} ({rule})"
-        if self.degree is not None:
-            # the same numbers a round's SecAgg+ abort gives ("N sites left, at least M needed")
-            kept = self.sites - self.in_round
-            line += (
-                f"; within a round SecAgg+ needs {kept} of its {self.sites} sites (threshold "
-                f"{self.threshold} of {self.degree} neighbours for each survivor): "
-                + (f"up to {self.in_round} may leave mid-round, " if self.in_round else "")
-                + "a round that loses "
-                + ("more" if self.in_round else "a site")
-                + (" is skipped and the next goes on with the sites left" if self.run else " ends the run")
-            )
-        return line
-
-    def remedy(self) -> str:
-        if self._honest_floor():
-            return (
-                f"add sites, lower fed.dropouts, or lower dp.honest_min (h = {self.fewest}; each site's "
-                "noise share is then sized for fewer honest sites, so the sum carries more noise)"
-            )
-        return (
-            f"add sites (each one more tolerates one more dropout), or lower fed.dropouts; the floor of "
-            f"{self.fewest} survivors is the privacy rule and cannot be lowered"
-        )
-
-    def refusal(self, asked: int, absent: int = 0) -> str:
-        demand = f"fed.dropouts = {asked}"
-        if absent:
-            demand += f" with {absent} site(s) absent at the start leaves {asked - absent} to tolerate"
-        return f"{demand}, but {self.describe().removeprefix('dropouts: ')}: {self.remedy()}"
-
-    def abort_message(self, left: int, gone: list[str]) -> str:
-        return (
-            f"run aborted: {left} of {self.sites} sites left ({', '.join(gone) or 'none'} gone), at "
-            f"least {self.fewest} needed — the run tolerates {self.run} dropout(s); {self.remedy()}"
-        )
-
-
-def dropout_tolerance(cfg: RunConfig, n_sites: int, aggregation: AggregationSettings) -> DropoutTolerance:
-    secure = aggregation.secagg is not None or aggregation.he is not None
-    fewest = max(3, cfg.fed.min_sites) if secure else cfg.fed.min_sites
-    honest = None
-    if cfg.dp.enabled and cfg.dp.noise == "distributed":
-        from secure_fed.distributed_plan import honest_min
-
-        honest = honest_min(cfg, n_sites)
-        fewest = max(fewest, honest)
-    run = max(0, n_sites - fewest)
-    if aggregation.secagg is None or n_sites < 3:
-        return DropoutTolerance(n_sites, fewest, run, run, honest_min=honest)
-    from secure_fed.crypto.secagg_protocol import round_params
-
-    params = round_params(n_sites, 1, aggregation.secagg)
-    in_round = max(0, min(run, params.degree - params.threshold))
-    return DropoutTolerance(n_sites, fewest, run, in_round, params.degree, params.threshold, honest)
 
 
 class Orchestrator:
@@ -377,29 +286,7 @@ class Orchestrator:
         # the server's model after each round is an iterate: released ones, so averaging is free
         average = IterateAverage.from_config(cfg, cfg.fed.rounds)
         if resume:
-            loaded = load_checkpoint(checkpoint_dir)
-            if loaded is None:  # stopped in round 1: the run goes on from its start, its logs kept
-                log.info("resuming at round 1: no round was completed before the stop")
-            else:
-                done, state, strategy_state, meta, saved_average = loaded
-                if average is not None:
-                    if saved_average is None:
-                        raise RunAborted(
-                            f"--resume: the checkpoint after round {done} kept no iterate average, but "
-                            f"train.average = {cfg.train.average!r}: resume with the settings the run was "
-                            "started with, or start a new run",
-                            "resume_mismatch",
-                        )
-                    try:
-                        average.load_state_dict(saved_average)
-                    except AverageMismatch as err:
-                        raise RunAborted(f"--resume: {err}", "resume_mismatch") from None
-                strategy.load_state_dict(strategy_state)
-                per_round = list(meta.get("per_round", []))
-                self.skipped = list(meta.get("skipped_rounds", []))
-                first_round = done + 1
-                self.settled = done
-                log.info("resuming after round %d", done)
+            state, first_round, per_round = self._resume(checkpoint_dir, strategy, average, state)
         stopped = None
         upload_bytes = upload_size(strategy.upload_dim(), len(self.nodes), self.aggregation)
         floor = max(cfg.fed.min_sites, 3 if cfg.secagg_on else 1)
@@ -429,73 +316,147 @@ class Orchestrator:
             try:
                 result = strategy.run_round(ctx, state)
             except TooFewSites as err:
-                lost = self._lost_workers(nodes)
-                if lost:
-                    raise self._lost(f"round {r} stopped: too few sites could train", lost) from None
-                if not per_round:  # nothing trained: no model to evaluate, the run failed
-                    raise RunAborted(
-                        f"{err}\n  no round completed; nothing is evaluated", "no_round_completed"
-                    ) from None
-                stopped = signed_reason(err)[1]
-                log.warning("%s", err)
-                self.events("run_stopped", {"reason": stopped, "code": "too_few_sites"}, r)
+                stopped = self._stop_for_too_few(err, r, nodes, per_round)
                 break
             except SecAggAbort as err:
-                # Sites left mid-round, or too few took part: no aggregate, the model stays. Go on
-                # with those that answer, as long as a secure sum keeps its minimum of survivors.
-                lost = self._lost_workers(nodes)
-                alive = self.alive()
-                gone = [sites[n] for n in self.nodes if n not in alive]
-                if lost and len(alive) < tolerance.fewest:
-                    raise self._lost(f"round {r} stopped: too few sites left for its sum", lost) from None
-                declined = {s: one_line(why) for s, why in ctx.declined.items() if s not in gone}
-                skip = {"reason": signed_reason(err)[1], "dropped": gone, "declined": declined}
-                self.events("round_skipped", dict(skip), r)
-                self.skipped.append({"round": r, **skip})
-                why = "".join(f"; {site} declined: {reason}" for site, reason in sorted(declined.items()))
-                self.announce(f"round {r} skipped: {err}{why}; sites gone: {', '.join(gone) or 'none'}")
-                if len(alive) >= tolerance.fewest:
-                    self.announce(f"the run goes on with {len(alive)} sites (at least {tolerance.fewest})")
-                if len(alive) < tolerance.fewest:
-                    raise RunAborted(tolerance.abort_message(len(alive), gone), "too_few_survivors") from err
-                self.settled = r
-                self.nodes = alive
+                self._skip_round(err, r, nodes, ctx, tolerance)
                 continue
             state = result.global_state
             if average is not None:
                 average.update(state, r)
-            row = {
-                "round": r,
-                "val_loss": result.val_loss,
-                "train_loss": result.train_loss,
-                "alpha": result.alpha,
-                "participants": [sites[n] for n in result.participants],
-                "declined": result.declined,
-                "dropped": [sites[n] for n in result.dropped],
-                "epsilon": result.epsilon,
-                "quantisation_bound": result.quantisation_bound,
-                "seconds": round(time.perf_counter() - started, 3),
-            }
-            per_round.append(row)
-            if result.alpha is not None:
-                self.events("alpha", {"alpha": result.alpha}, r)
-            meta_out = {"per_round": per_round, "skipped_rounds": self.skipped}
-            raise_pending_stop()  # a round a stop cut short is not saved as done
-            save_checkpoint(
-                checkpoint_dir,
-                r,
-                state,
-                strategy.state_dict(),
-                meta_out,
-                average.state_dict() if average is not None else None,
-                # signed: `--resume` refuses a state.pt whose hash no checkpoint record names
-                record=lambda digest, r=r: self.events(
-                    "checkpoint", {"round": r, "file": "state.pt", "sha256": digest}, r
-                ),
-            )
-            self.settled = r
-            if self.progress is not None:
-                self.progress(r, cfg.fed.rounds, result)
+            per_round.append(self._round_row(r, result, started))
+            self._settle_round(r, result, state, strategy, average, per_round, checkpoint_dir)
+        return self._finish(state, stopped, strategy, average, per_round, upload_bytes)
+
+    def _resume(
+        self, checkpoint_dir: Path, strategy: Any, average: IterateAverage | None, state: np.ndarray
+    ) -> tuple[np.ndarray, int, list[dict[str, Any]]]:
+        """(state, first round, rows so far) from the last checkpoint, restoring the strategy and the
+        iterate average; refuses a checkpoint that cannot continue under this run's settings."""
+        cfg = self.cfg
+        loaded = load_checkpoint(checkpoint_dir)
+        if loaded is None:  # stopped in round 1: the run goes on from its start, its logs kept
+            log.info("resuming at round 1: no round was completed before the stop")
+            return state, 1, []
+        done, state, strategy_state, meta, saved_average = loaded
+        if average is not None:
+            if saved_average is None:
+                raise RunAborted(
+                    f"--resume: the checkpoint after round {done} kept no iterate average, but "
+                    f"train.average = {cfg.train.average!r}: resume with the settings the run was "
+                    "started with, or start a new run",
+                    "resume_mismatch",
+                )
+            try:
+                average.load_state_dict(saved_average)
+            except AverageMismatch as err:
+                raise RunAborted(f"--resume: {err}", "resume_mismatch") from None
+        strategy.load_state_dict(strategy_state)
+        per_round = list(meta.get("per_round", []))
+        self.skipped = list(meta.get("skipped_rounds", []))
+        self.settled = done
+        log.info("resuming after round %d", done)
+        return state, done + 1, per_round
+
+    def _stop_for_too_few(
+        self, err: TooFewSites, r: int, nodes: list[int], per_round: list[dict[str, Any]]
+    ) -> str:
+        """The run stops early (its reason returned) when too few sites could train round r; it
+        fails instead when workers were lost (resumable) or when no round trained at all."""
+        lost = self._lost_workers(nodes)
+        if lost:
+            raise self._lost(f"round {r} stopped: too few sites could train", lost) from None
+        if not per_round:  # nothing trained: no model to evaluate, the run failed
+            raise RunAborted(
+                f"{err}\n  no round completed; nothing is evaluated", "no_round_completed"
+            ) from None
+        stopped = signed_reason(err)[1]
+        log.warning("%s", err)
+        self.events("run_stopped", {"reason": stopped, "code": "too_few_sites"}, r)
+        return stopped
+
+    def _skip_round(
+        self, err: SecAggAbort, r: int, nodes: list[int], ctx: RoundContext, tolerance: DropoutTolerance
+    ) -> None:
+        """Sites left mid-round, or too few took part: no aggregate, the model stays. Go on with
+        those that answer, as long as a secure sum keeps its minimum of survivors."""
+        sites = self.sites
+        lost = self._lost_workers(nodes)
+        alive = self.alive()
+        gone = [sites[n] for n in self.nodes if n not in alive]
+        if lost and len(alive) < tolerance.fewest:
+            raise self._lost(f"round {r} stopped: too few sites left for its sum", lost) from None
+        declined = {s: one_line(why) for s, why in ctx.declined.items() if s not in gone}
+        skip = {"reason": signed_reason(err)[1], "dropped": gone, "declined": declined}
+        self.events("round_skipped", dict(skip), r)
+        self.skipped.append({"round": r, **skip})
+        why = "".join(f"; {site} declined: {reason}" for site, reason in sorted(declined.items()))
+        self.announce(f"round {r} skipped: {err}{why}; sites gone: {', '.join(gone) or 'none'}")
+        if len(alive) >= tolerance.fewest:
+            self.announce(f"the run goes on with {len(alive)} sites (at least {tolerance.fewest})")
+        if len(alive) < tolerance.fewest:
+            raise RunAborted(tolerance.abort_message(len(alive), gone), "too_few_survivors") from err
+        self.settled = r
+        self.nodes = alive
+
+    def _round_row(self, r: int, result: RoundResult, started: float) -> dict[str, Any]:
+        """Round r's line of metrics.json."""
+        sites = self.sites
+        return {
+            "round": r,
+            "val_loss": result.val_loss,
+            "train_loss": result.train_loss,
+            "alpha": result.alpha,
+            "participants": [sites[n] for n in result.participants],
+            "declined": result.declined,
+            "dropped": [sites[n] for n in result.dropped],
+            "epsilon": result.epsilon,
+            "quantisation_bound": result.quantisation_bound,
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+
+    def _settle_round(
+        self,
+        r: int,
+        result: RoundResult,
+        state: np.ndarray,
+        strategy: Any,
+        average: IterateAverage | None,
+        per_round: list[dict[str, Any]],
+        checkpoint_dir: Path,
+    ) -> None:
+        """Round r is done once its checkpoint is saved (and signed); only then is it settled."""
+        if result.alpha is not None:
+            self.events("alpha", {"alpha": result.alpha}, r)
+        meta_out = {"per_round": per_round, "skipped_rounds": self.skipped}
+        raise_pending_stop()  # a round a stop cut short is not saved as done
+        save_checkpoint(
+            checkpoint_dir,
+            r,
+            state,
+            strategy.state_dict(),
+            meta_out,
+            average.state_dict() if average is not None else None,
+            # signed: `--resume` refuses a state.pt whose hash no checkpoint record names
+            record=lambda digest, r=r: self.events(
+                "checkpoint", {"round": r, "file": "state.pt", "sha256": digest}, r
+            ),
+        )
+        self.settled = r
+        if self.progress is not None:
+            self.progress(r, self.cfg.fed.rounds, result)
+
+    def _finish(
+        self,
+        state: np.ndarray,
+        stopped: str | None,
+        strategy: Any,
+        average: IterateAverage | None,
+        per_round: list[dict[str, Any]],
+        upload_bytes: int,
+    ) -> RunOutcome:
+        """Evaluate the released model, end every site's run, and write metrics.json and the model."""
+        cfg, sites = self.cfg, self.sites
         if not per_round:  # every round was skipped: there is no trained model to score
             raise RunAborted(
                 f"no round of {cfg.fed.rounds} completed; nothing is evaluated", "no_round_completed"
