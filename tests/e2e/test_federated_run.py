@@ -78,8 +78,8 @@ def test_fedtar_run_writes_metrics_checkpoint_and_verifiable_audit(make_config):
 # so it carries that error relative to the centred part, which is small in these tiny runs: α
 # differed by 1e-5 after round 1 under SecAgg+ (a move of 0.19), where Adam's differed by 4e-10.
 # They pin the visit-blind model too, as FedTAR was when those tolerances were measured: with the
-# visit input a visit index's hypergradient can be near 0, where Adam's first step g/(|g| + 1e-8)
-# magnifies CKKS's error (round 1's α differed by 6e-8 under CKKS against 1e-8 allowed).
+# visit input, round 1's α differed by 6e-8 under CKKS against 1e-8 allowed (not traced; a small
+# hypergradient, where Adam's first step g/(|g| + 1e-8) magnifies CKKS's error, would do it).
 OLD_META = {
     "train__meta_optimizer": "adam",
     "train__meta_lr": 0.05,
