@@ -41,7 +41,7 @@ from secure_fed.runner.stop import (
 )
 from secure_fed.server.orchestrator import MachineryFailed, Orchestrator, RunOutcome, SitesLost
 from secure_fed.server.strategies.base import RoundResult
-from secure_fed.server.trail import ServerTrail
+from secure_fed.server.trail import open_server_trail
 from secure_fed.server.transports import InProcessTransport
 
 __all__ = [
@@ -120,13 +120,7 @@ def run_inprocess(
         runtime.node_id = node  # the id the transport delivers to: CKKS steps check they are addressed to it
     handlers = {node: make_site_handler(runtime, secret) for node, runtime in runtimes.items()}
     transport = InProcessTransport(handlers, drop=drop)
-    trail = (
-        ServerTrail(Path(out) / "audit" / "server.jsonl", run_id, keys_dir)
-        if keys_dir and cfg.audit.enabled
-        else None
-    )
-    if trail is not None and not resume:
-        trail.start(cfg, keys_dir)  # type: ignore[arg-type]
+    trail = open_server_trail(cfg, out, run_id, keys_dir, resume)
     orchestrator = Orchestrator(
         cfg,
         transport,

@@ -16,7 +16,7 @@ from secure_fed.config import RunConfig
 from secure_fed.data.sites import site_names
 from secure_fed.runner.processes import _exit_and_end_ray, _reopen_ray_site_logs
 from secure_fed.runner.stop import _hand_over_pending, sign_interrupt, stop_words
-from secure_fed.server.trail import ServerTrail
+from secure_fed.server.trail import ServerTrail, open_server_trail
 
 
 @contextlib.contextmanager
@@ -169,13 +169,7 @@ def _simulate(job: _SimulationJob, writer: Any) -> None:
 
     cfg, out, resume, keys_dir, run_id = job.cfg, job.out, job.resume, job.keys_dir, job.run_id
     names = site_names(cfg)
-    trail = (
-        ServerTrail(Path(out) / "audit" / "server.jsonl", run_id, keys_dir)
-        if keys_dir and cfg.audit.enabled
-        else None
-    )
-    if trail is not None and not resume:
-        trail.start(cfg, keys_dir)  # type: ignore[arg-type]
+    trail = open_server_trail(cfg, out, run_id, keys_dir, resume)
     box: dict[str, Any] = {}
     serve(
         make_server_app(

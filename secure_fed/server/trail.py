@@ -36,3 +36,16 @@ class ServerTrail:
         digest = hashlib.sha256(np.ascontiguousarray(state, dtype=np.float64).tobytes()).hexdigest()
         self.log.append("model_hash", {"sha256": digest, "what": "global adapter vector (float64)"})
         self.log.close()
+
+
+def open_server_trail(
+    cfg: RunConfig, out: Path, run_id: str, keys_dir: Path | None, resume: bool
+) -> ServerTrail | None:
+    """The server's signed log for a run in `out`, or None where the run keeps none (no keys or
+    auditing off); a fresh run's log opens with its configuration, a resumed one goes on from it."""
+    if keys_dir is None or not cfg.audit.enabled:
+        return None
+    trail = ServerTrail(Path(out) / "audit" / "server.jsonl", run_id, keys_dir)
+    if not resume:
+        trail.start(cfg, keys_dir)
+    return trail
