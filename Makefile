@@ -12,7 +12,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser test test-fast test-deploy demo lint bench clean results results-paper results-paper-drift0 results-paper-drift results-paper-powered results-paper-powered-plain results-paper-powered-private results-paper-powered-visit-blind results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2 results-hospital-grid results-hospital-grid-site results-hospital-grid-distributed hospital-grid-worker-1 hospital-grid-worker-2
+.PHONY: install browser test test-fast test-deploy demo lint bench clean results results-paper results-paper-drift0 results-paper-drift results-paper-powered results-paper-powered-plain results-paper-powered-private results-paper-powered-visit-blind results-paper-powered-ablation results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2 results-hospital-grid results-hospital-grid-site results-hospital-grid-distributed hospital-grid-worker-1 hospital-grid-worker-2
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || bash .ci/check-install-space $(dir $(abspath $(VENV))) $(INSTALL_NEEDS_GIB)
@@ -77,7 +77,7 @@ results-paper-drift0: $(STAMP)
 # table's floor and ceiling (docs/experiments/paper-table.md, "At FedTAR's current defaults"):
 #   nohup make -j2 results-paper-powered > runs/results-paper-powered.log 2>&1 &
 PAPER_POWERED_SEEDS := 0,1,2,3,4,5
-results-paper-powered: results-paper-powered-plain results-paper-powered-private results-paper-powered-visit-blind
+results-paper-powered: results-paper-powered-plain results-paper-powered-private results-paper-powered-visit-blind results-paper-powered-ablation
 
 results-paper-powered-plain: $(STAMP)
 	$(SWEEP) --config configs/paper-drift.toml --methods base,central,fedavg-plain,fedavg,fedtar --seeds $(PAPER_POWERED_SEEDS) --epsilons inf -o runs/results-paper-powered
@@ -90,6 +90,12 @@ results-paper-powered-private: $(STAMP)
 results-paper-powered-visit-blind: results-paper-powered-plain results-paper-powered-private
 	$(SWEEP) --config configs/paper-drift.toml --methods fedtar --seeds $(PAPER_POWERED_SEEDS) --epsilons inf --set model.visit_input=false -o runs/results-paper-powered-visit-blind
 	$(SWEEP) --config configs/paper-drift-distributed.toml --methods fedtar --seeds $(PAPER_POWERED_SEEDS) --epsilons 8 --set model.visit_input=false -o runs/results-paper-powered-visit-blind-distributed
+
+# FedTAR with α fixed uniform (no α exchange, no sketch in the release), same seeds: what the
+# temporal step and its release cost or give, without DP and at ε = 8
+results-paper-powered-ablation: results-paper-powered-visit-blind
+	$(SWEEP) --config configs/paper-drift.toml --methods fedtar-no-temporal --seeds $(PAPER_POWERED_SEEDS) --epsilons inf -o runs/results-paper-powered-ablation
+	$(SWEEP) --config configs/paper-drift-distributed.toml --methods fedtar-no-temporal --seeds $(PAPER_POWERED_SEEDS) --epsilons 8 -o runs/results-paper-powered-ablation-distributed
 
 results-paper-drift: $(STAMP)
 	$(SWEEP) --config configs/paper-drift.toml --methods $(PAPER_METHODS) --seeds 0,1,2 --epsilons inf -o runs/results-paper-drift

@@ -254,7 +254,7 @@ def test_the_powered_recipe_runs_the_seeds_the_power_computation_asks_for_with_f
             re.MULTILINE,
         )
     ]
-    assert len(lines) == 4
+    assert len(lines) == 6
     by_out = {}
     for args in lines:
         opt = {args[i]: args[i + 1] for i in range(0, len(args) - 1, 2)}
@@ -274,3 +274,5 @@ def test_the_powered_recipe_runs_the_seeds_the_power_computation_asks_for_with_f
         "runs/results-paper-powered-visit-blind-distributed",
     ):
         assert by_out[out]["--methods"] == "fedtar" and by_out[out]["--set"] == "model.visit_input=false"
+    for out in ("runs/results-paper-powered-ablation", "runs/results-paper-powered-ablation-distributed"):
+        assert by_out[out]["--methods"] == "fedtar-no-temporal"
