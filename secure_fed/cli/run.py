@@ -3,7 +3,6 @@ another's folder; `--resume` only continues one that started and has not finishe
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Annotated, Any
@@ -60,24 +59,6 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
         Console().print(line, style="bold red" if "LEFT" in line else None, markup=False, highlight=False)
 
 
-def _run_in_folder(folder: Path) -> str | None:
-    """What shows `folder` holds a run (the run id runner/folder.py gives it, configuration, logs,
-    checkpoint, results)."""
-    marks = ("run_id", "config.json", "audit", "checkpoint", "metrics.json")
-    found = [name for name in marks if (folder / name).exists()]
-    return ", ".join(f"{n}/" if (folder / n).is_dir() else n for n in found) or None
-
-
-def _enclosing_run(folder: Path) -> Path | None:
-    """The run folder `folder` lies inside, if any: a run's own folder (its audit/, checkpoint/)
-    is its run's, and a new run written there mixed its logs with the run's."""
-    for parent in folder.resolve().parents:
-        held = _run_in_folder(parent) or ""
-        if "config.json" in held and held != "config.json":
-            return parent
-    return None
-
-
 def run(
     config: Annotated[Path | None, typer.Option("--config", "-c", help="TOML file (RunConfig tree)")] = None,
     method: Annotated[
@@ -126,52 +107,32 @@ def run(
         "he.keys_dir": str(keys) if keys else None,
         "fed.engine": engine,
     }
-    if resume is not None:
-        _refuse_unresumable(resume)
-    if resume is not None and config is None:
-        given = {
-            "--method": method, "--rounds": rounds, "--sites": sites, "--seed": seed, "--dp/--no-dp": dp,
-            "--target-epsilon": target_epsilon, "--delta": delta, "--secagg/--no-secagg": secagg,
-            "--he/--no-he": he, "--keys": keys, "--engine": engine, "--out": out,
-        }  # fmt: skip
-        cfg = _resumed_config(resume, given)
-    else:
-        cfg = _new_config(config, overrides, sites, {"--target-epsilon": target_epsilon, "--delta": delta})
-    folder = Path(resume or out or cfg.out)
-    cfg = cfg.model_copy(update={"out": folder})
-    if resume is None:
-        _refuse_taken_folder(folder)
+    from secure_fed.runner.folder import RunFolderRefused, check_new_folder, check_resumable, resumed_config
+
+    given = {
+        "--method": method, "--rounds": rounds, "--sites": sites, "--seed": seed, "--dp/--no-dp": dp,
+        "--target-epsilon": target_epsilon, "--delta": delta, "--secagg/--no-secagg": secagg,
+        "--he/--no-he": he, "--keys": keys, "--engine": engine, "--out": out,
+    }  # fmt: skip
+    try:  # the run folder's rules are the runner's (launch); here only their one line
+        if resume is not None:
+            check_resumable(resume)
+        if resume is not None and config is None:
+            cfg = resumed_config(resume, given)
+        else:
+            cfg = _new_config(
+                config, overrides, sites, {"--target-epsilon": target_epsilon, "--delta": delta}
+            )
+        folder = Path(resume or out or cfg.out)
+        cfg = cfg.model_copy(update={"out": folder})
+        if resume is None:
+            check_new_folder(folder)
+    except RunFolderRefused as err:
+        fail(str(err))
+        raise
     _prepare(cfg, folder, resume is not None, keys, verbose)
     outcome = _federate(cfg, folder, resume is not None)
     _report_outcome(cfg, folder, outcome)
-
-
-def _refuse_unresumable(resume: Path) -> None:
-    """`--resume DIR` only for a run that started there and has not finished."""
-    if not (resume / "config.json").is_file():
-        fail(
-            f"--resume {resume}: no run to continue there (no config.json); pass the folder an earlier"
-            " `secure-fed run --out DIR` wrote, or use --out for a new run"
-        )
-    if (resume / "metrics.json").is_file():
-        # its logs end with their head records: a closed log is never reopened
-        fail(f"--resume {resume}: that run finished (metrics.json is written); start a new run with --out")
-
-
-def _resumed_config(resume: Path, given: dict[str, object]) -> RunConfig:
-    """The configuration the run in `resume` started with; a flag given beside it is refused."""
-    ignored = [flag for flag, value in given.items() if value is not None]
-    if ignored:
-        # the run goes on as DIR/config.json says; a flag that would not be applied must not look applied
-        fail(
-            f"--resume {resume} continues the run as {resume / 'config.json'} has it; "
-            f"{', '.join(ignored)} would not apply: drop it, or start a new run with --out"
-        )
-    try:
-        return RunConfig.model_validate(json.loads((resume / "config.json").read_text()))
-    except ValueError as err:  # JSON and pydantic errors alike
-        fail(f"{resume / 'config.json'}: not a run configuration ({err}); start a new run with --out")
-        raise
 
 
 def _new_config(
@@ -182,25 +143,6 @@ def _new_config(
         cfg.data.imaging.sites = sites
     _refuse_unapplied_privacy(cfg, privacy)
     return cfg
-
-
-def _refuse_taken_folder(folder: Path) -> None:
-    """A new run's folder holds no run and lies inside none."""
-    held = _run_in_folder(folder)
-    if held:
-        # a second run here appended to the first one's closed logs, which then stopped verifying
-        way_on = (
-            "that run finished:"
-            if (folder / "metrics.json").is_file()
-            else f"`secure-fed run --resume {folder}` continues it, or"
-        )
-        fail(f"--out {folder}: holds a run already ({held}); {way_on} give another --out for a new run")
-    inside = _enclosing_run(folder)
-    if inside is not None:
-        fail(
-            f"--out {folder}: lies inside the run folder {inside}, which belongs to that run; give an --out "
-            "outside it for a new run"
-        )
 
 
 def _prepare(cfg: RunConfig, folder: Path, resumed: bool, keys: Path | None, verbose: bool) -> None:
