@@ -44,10 +44,11 @@ StrategyFactory = Callable[[int, int, RunConfig], Any]
 
 class SiteHook:
     """A method's additions to a site's local round, called by whichever learner trains it (the
-    defaults add nothing: FedAvg's site step). A learner makes one per method it trains and keeps
-    it, so a hook may carry the site's state between rounds (SCAFFOLD's control), through `memory`
-    and `restore` across a Flower node's messages. The report learner calls every hook below; the
-    imaging learner `prox_mu`, `shared` and `stages` (no method with control variates runs there)."""
+    defaults add nothing: FedAvg's site step). The report learner makes one per method it trains and
+    keeps it, so a hook may carry the site's state between rounds (SCAFFOLD's control), through
+    `memory` and `restore` across a Flower node's messages, and calls every hook below; the imaging
+    learner calls `prox_mu`, `shared` and `stages` on a fresh one (no method registered for imaging
+    data keeps state or uses control variates)."""
 
     def prox_mu(self, cfg: RunConfig) -> float:
         """μ of a proximal pull μ/2‖w − w_global‖² towards the round's global state (FedProx)."""
