@@ -1,16 +1,23 @@
 """Where algorithm folders plug into the federation core.
 
-The core (clients/, server/, model/, data/) looks an algorithm's pieces up here by name and never
-imports one: each folder under `secure_fed/algorithms/` registers its server strategies, its site
-learner and initial global state for the `data.kind` it trains on, and any model head, when it is
-imported. `load_algorithms` imports the installed folders once, at the first lookup, so every
-process (the CLI, a Ray actor, a SuperNode's ClientApp, the ServerApp) finds the same table.
+The core (clients/, server/, model/, data/, config/) looks an algorithm's pieces up here by name
+and never imports one. A method is one plugin (`Method`): its server strategy, the data kinds it
+runs on, whether it can run distributed DP, whether it trains one pooled adapter or FedTAR's
+per-visit copies, and its site hook (`SiteHook`: a proximal term, control variates, a mask of what
+is shared, stages trained in turn), which the site learners call instead of branching on names.
+Each folder under `secure_fed/algorithms/` registers its methods with one `register_method` line
+when it is imported, and a folder that owns a model registers its site learner and initial global
+state for the `data.kind` it trains on, and any model head. `load_algorithms` imports the installed
+folders once, at the first lookup, so every process (the CLI, a Ray actor, a SuperNode's ClientApp,
+the ServerApp) finds the same table, and the config checks `fed.method` against it.
 
 The folders are plugins: `load_algorithms` finds them by listing the packages under
 `secure_fed/algorithms/` at run time and names none of them, so no import statement leads from the
 core (or from here) to an algorithm, while every algorithm imports the core: the package's import
 graph has no cycle (tests/test_layers.py). Package metadata entry points would do the same for
-installed packages only; a FAB and a source checkout carry no metadata, hence the listing.
+installed packages only; a FAB and a source checkout carry no metadata, hence the listing. This
+module imports nothing of the package but the (empty) algorithms package, so the config may call
+it lazily without a cycle.
 """
 
 from __future__ import annotations
@@ -18,19 +25,81 @@ from __future__ import annotations
 import importlib
 import pkgutil
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import secure_fed.algorithms as algorithm_folders
 
 if TYPE_CHECKING:
     import numpy as np
+    import torch
+    from torch import nn
 
-    from secure_fed.config import RunConfig
+# The config is typed Any here: importing secure_fed.config would close a cycle, since the config
+# calls this module to check a method's name.
+RunConfig = Any
+# (dim, t_max, cfg) → Strategy (typed Any: the server's types are not imported here)
+StrategyFactory = Callable[[int, int, RunConfig], Any]
 
-# method name → (dim, t_max, cfg) → Strategy (typed Any: the server's types are not imported here)
-StrategyFactory = Callable[[int, int, "RunConfig"], Any]
 
-_strategies: dict[str, StrategyFactory] = {}
+class SiteHook:
+    """A method's additions to a site's local round, called by whichever learner trains it (the
+    defaults add nothing: FedAvg's site step). The report learner makes one per method it trains and
+    keeps it, so a hook may carry the site's state between rounds (SCAFFOLD's control), through
+    `memory` and `restore` across a Flower node's messages, and calls every hook below; the imaging
+    learner calls `prox_mu`, `shared` and `stages` on a fresh one (no method registered for imaging
+    data keeps state or uses control variates)."""
+
+    def prox_mu(self, cfg: RunConfig) -> float:
+        """μ of a proximal pull μ/2‖w − w_global‖² towards the round's global state (FedProx)."""
+        return 0.0
+
+    def shared(self, model: nn.Module, names: list[str]) -> list[str]:
+        """The parameters this site uploads (their change), out of `names`, in model order; the
+        rest stays at the site (FedRep's head, FedBN's normalisation layers)."""
+        return names
+
+    def stages(self, model: nn.Module) -> list[nn.Module] | None:
+        """Parts of the model trained in turn, one pass each (FedRep: head, then body); None = the
+        whole model in one pass."""
+        return None
+
+    def correction(
+        self, template: dict[str, torch.Tensor], options: dict[str, Any]
+    ) -> dict[str, torch.Tensor] | None:
+        """A term added to every local gradient this round (SCAFFOLD's c − c_k), from the server's
+        training options; None = none."""
+        return None
+
+    def extra_upload(
+        self, start: dict[str, torch.Tensor], final: dict[str, torch.Tensor], steps: int, lr: float
+    ) -> torch.Tensor | None:
+        """A vector appended to the upload after the weighted change, times the same weight
+        (SCAFFOLD's control change); None = nothing. Called once after each local round."""
+        return None
+
+    def memory(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def restore(self, memory: dict[str, np.ndarray]) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Method:
+    """One federated method, both halves; `register_method(Method(...))` is its one registry line."""
+
+    name: str
+    strategy: StrategyFactory  # the server half
+    kinds: tuple[str, ...]  # the `data.kind`s it runs on; the first is the kind its name implies
+    site: Callable[[], SiteHook] = SiteHook  # the site half, one per learner
+    # report data: one adapter copy over all visits (False: FedTAR's copy per visit index)
+    pooled: bool = True
+    # dp.noise = "distributed": the server takes one private step a round on the decoded sum
+    distributed: bool = False
+
+
+_methods: dict[str, Method] = {}
 _learners: dict[str, Callable[..., Any]] = {}
 _initial_states: dict[str, Callable[[RunConfig], np.ndarray]] = {}
 _heads: dict[str, Callable[..., Any]] = {}
@@ -55,8 +124,8 @@ def _register(table: dict[str, Any], what: str, name: str, value: Any) -> None: 
     table[name] = value
 
 
-def register_strategy(name: str, factory: StrategyFactory) -> None:
-    _register(_strategies, "method", name, factory)
+def register_method(method: Method) -> None:
+    _register(_methods, "method", method.name, method)
 
 
 def register_learner(kind: str, create: Callable[..., Any]) -> None:
@@ -74,14 +143,33 @@ def register_model_head(name: str, add: Callable[..., Any]) -> None:
     _register(_heads, "model head", name, add)
 
 
-def strategy_factory(method: str) -> StrategyFactory | None:
+def method(name: str) -> Method:
     load_algorithms()
-    return _strategies.get(method)
+    if name not in _methods:
+        raise ValueError(f"no method is registered as {name!r}; registered: {', '.join(sorted(_methods))}")
+    return _methods[name]
 
 
-def strategy_names() -> list[str]:
+def method_names() -> list[str]:
     load_algorithms()
-    return sorted(_strategies)
+    return sorted(_methods)
+
+
+def methods_for(kind: str) -> list[str]:
+    """The registered methods that run on `data.kind = kind`."""
+    load_algorithms()
+    return sorted(n for n, m in _methods.items() if kind in m.kinds)
+
+
+def distributed_methods() -> list[str]:
+    load_algorithms()
+    return sorted(n for n, m in _methods.items() if m.distributed)
+
+
+def strategy_factory(name: str) -> StrategyFactory | None:
+    load_algorithms()
+    found = _methods.get(name)
+    return None if found is None else found.strategy
 
 
 def learner_factory(kind: str) -> Callable[..., Any]:

@@ -12,7 +12,7 @@ from secure_fed import registry
 
 
 def test_each_algorithm_folder_registers_its_strategies_and_learner() -> None:
-    assert {"fedtar", "fedtar-no-gmm", "fedtar-no-temporal", "fm2"} <= set(registry.strategy_names())
+    assert {"fedtar", "fedtar-no-gmm", "fedtar-no-temporal", "fm2"} <= set(registry.method_names())
     from secure_fed.algorithms.fedtar.learner import ReportLearner
 
     assert registry.learner_factory("reports") == ReportLearner.create
@@ -22,12 +22,11 @@ def test_each_algorithm_folder_registers_its_strategies_and_learner() -> None:
 
 def test_a_second_algorithm_cannot_take_a_registered_name() -> None:
     registry.load_algorithms()
-    taken = registry.strategy_factory("fedtar")
-    assert taken is not None
-    registry.register_strategy("fedtar", taken)  # the same factory again (a re-import) is fine
+    taken = registry.method("fedtar")
+    registry.register_method(taken)  # the same method again (a re-import) is fine
     with pytest.raises(ValueError, match="two algorithms register the method 'fedtar'"):
-        registry.register_strategy("fedtar", lambda dim, t_max, cfg: None)
-    assert registry.strategy_factory("fedtar") is taken
+        registry.register_method(registry.Method("fedtar", lambda dim, t_max, cfg: None, ("reports",)))
+    assert registry.method("fedtar") is taken
 
 
 def test_an_algorithm_folder_is_found_by_listing_the_algorithms_package(tmp_path: Path, monkeypatch) -> None:
@@ -36,15 +35,15 @@ def test_an_algorithm_folder_is_found_by_listing_the_algorithms_package(tmp_path
     probe.mkdir()
     (probe / "__init__.py").write_text(
         "from secure_fed import registry\n"
-        "registry.register_strategy('probe-method', lambda dim, t_max, cfg: None)\n"
+        "registry.register_method(registry.Method('probe-method', lambda d, t, c: None, ('reports',)))\n"
     )
     (tmp_path / "loose_module.py").write_text("raise AssertionError('a module is not an algorithm folder')\n")
     registry.load_algorithms()  # the real table first: what the monkeypatches restore is complete
     monkeypatch.setattr(secure_fed.algorithms, "__path__", [*secure_fed.algorithms.__path__, str(tmp_path)])
-    monkeypatch.setattr(registry, "_strategies", dict(registry._strategies))
+    monkeypatch.setattr(registry, "_methods", dict(registry._methods))
     monkeypatch.setattr(registry, "_loaded", False)
     try:
-        assert "probe-method" in registry.strategy_names()
-        assert {"fedtar", "fm2"} <= set(registry.strategy_names())
+        assert "probe-method" in registry.method_names()
+        assert {"fedtar", "fm2"} <= set(registry.method_names())
     finally:
         sys.modules.pop("secure_fed.algorithms.probe_algorithm", None)

@@ -45,6 +45,19 @@ def sweep(ctx: typer.Context) -> None:
 
 
 app.command()(client)
+
+
+@app.command()
+def methods() -> None:
+    """The registered methods (fed.method, --method), with the data each runs on."""
+    from secure_fed import registry  # the algorithm folders load only for this command
+
+    for name in registry.method_names():
+        found = registry.method(name)
+        notes = ["distributed DP"] if found.distributed else []
+        console.print(f"{name}: {', '.join(found.kinds)}" + "".join(f"; {n}" for n in notes))
+
+
 app.add_typer(data_app, name="data")
 app.add_typer(keys_app, name="keys")
 app.add_typer(audit_app, name="audit")
@@ -52,7 +65,7 @@ app.add_typer(certs_app, name="certs")
 app.add_typer(ledger_app, name="ledger")
 app.add_typer(code_app, name="code")
 
-__all__ = ["app", "client", "main", "run"]
+__all__ = ["app", "client", "main", "methods", "run"]
 
 
 def main() -> None:

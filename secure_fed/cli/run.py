@@ -64,8 +64,8 @@ def run(
     method: Annotated[
         str | None,
         typer.Option(
-            help="fedtar, fedtar-no-gmm, fedtar-no-temporal, fedavg, fedprox, fedadam, scaffold, drfa; "
-            "on imaging data (data.kind = imaging): fm2, fedavg, fedprox, fedrep, fedbn"
+            help="the method (fed.method), one the algorithm folders register; `secure-fed methods` lists "
+            "them with the data each runs on"
         ),
     ] = None,
     rounds: Annotated[int | None, typer.Option(help="federated rounds")] = None,

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from secure_fed import registry
 from secure_fed.clients.private import TRAIN, VALIDATION, DPGradients, SitePrivacy
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
@@ -275,11 +276,7 @@ def run_empirical_audit(
         canaries = _conclusive_canaries(site, stated, privacy.delta[TRAIN], confidence)
     rng = auditor_rng(auditor_seed)
     template = runtime.learner.model.trainable_state()
-    copies = (
-        1
-        if runtime.cfg.fed.method in ("fedavg", "fedprox", "fedadam", "scaffold", "drfa")
-        else (cfg.data.max_visits)
-    )
+    copies = 1 if registry.method(runtime.cfg.fed.method).pooled else cfg.data.max_visits
     per_copy = int(sum(t.numel() for t in template.values()))
     drawn = GradientCanaries.draw(canaries, [per_copy] * copies, privacy.clip, rng, support=support)
     projections: list[np.ndarray] = []

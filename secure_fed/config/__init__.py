@@ -12,7 +12,7 @@ CKKS, signed logs, approved code), `run` (the root and its cross-section checks)
 from secure_fed.config.base import cache_base
 from secure_fed.config.data import DataConfig, ImagingConfig, SynthConfig
 from secure_fed.config.dp import DPConfig
-from secure_fed.config.federation import DISTRIBUTED_METHODS, METHODS_FOR, FedConfig, FM2Config, Method
+from secure_fed.config.federation import FedConfig, FM2Config
 from secure_fed.config.loading import ConfigError, build_config, load_config
 from secure_fed.config.model import CHEXBERT_FILES, ModelConfig, TrainConfig
 from secure_fed.config.protection import AuditConfig, DeployConfig, HEConfig, SecAggConfig
@@ -20,8 +20,6 @@ from secure_fed.config.run import RunConfig
 
 __all__ = [
     "CHEXBERT_FILES",
-    "DISTRIBUTED_METHODS",
-    "METHODS_FOR",
     "AuditConfig",
     "ConfigError",
     "DPConfig",
@@ -31,7 +29,6 @@ __all__ = [
     "FedConfig",
     "HEConfig",
     "ImagingConfig",
-    "Method",
     "ModelConfig",
     "RunConfig",
     "SecAggConfig",

@@ -2,37 +2,42 @@
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Any, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import Field, PositiveInt, field_validator, model_validator
 
 from secure_fed.config.base import _Strict
 
-Method = Literal[
-    "fedtar",
-    "fedtar-no-gmm",
-    "fedtar-no-temporal",
-    "fedavg",
-    "fedprox",
-    "fedadam",
-    "scaffold",
-    "drfa",
-    "fm2",
-    "fedrep",
-    "fedbn",
-]
-_METHODS: tuple[str, ...] = get_args(Method)
-# the methods each kind of data runs: a report model's and an image classifier's
-METHODS_FOR: dict[str, tuple[str, ...]] = {
-    "reports": _METHODS[:8],  # FedTAR, its ablations and the pooled baselines
-    "imaging": ("fm2", "fedavg", "fedprox", "fedrep", "fedbn"),
-}
-# dp.noise = "distributed": one private step a round, which the server takes on the decoded sum
-DISTRIBUTED_METHODS: tuple[str, ...] = ("fedavg", "fedtar", "fedtar-no-gmm", "fedtar-no-temporal")
+
+def registered_methods() -> list[str]:
+    """The method names the algorithm folders register (`secure_fed.registry`), sorted. Imported
+    when called: the registry imports the algorithm folders, which import this package."""
+    from secure_fed import registry
+
+    return registry.method_names()
+
+
+def check_method(name: str, key: str = "fed.method") -> str:
+    names = registered_methods()
+    if name not in names:
+        raise ValueError(f"{key} = {name!r} is no registered method; choose one of {', '.join(names)}")
+    return name
+
+
+def _method_enum(schema: dict[str, Any]) -> None:
+    schema["enum"] = registered_methods()
+
+
+def _methods_enum(schema: dict[str, Any]) -> None:
+    schema.setdefault("items", {})["enum"] = registered_methods()
 
 
 class FedConfig(_Strict):
-    method: Method = "fedtar"
+    method: str = Field(
+        "fedtar",
+        description="the federated method: a name a folder under secure_fed/algorithms registers",
+        json_schema_extra=_method_enum,
+    )
     rounds: int = Field(10, ge=1, description="10 × 2 local epochs: central gains most by 20 epochs")
     min_sites: int = Field(2, ge=1, description="a round needs at least this many sites")
     dropouts: int | None = Field(
@@ -54,9 +59,11 @@ class FedConfig(_Strict):
         description="site policy: the smallest server-chosen factor (DRFA's n·λ) a site accepts on "
         "any site's secure-sum contribution; factors average 1",
     )
-    accepted_methods: list[Method] = Field(
-        default_factory=lambda: list(_METHODS),
-        description="site policy: the methods this site trains for; a request for another is refused",
+    accepted_methods: list[str] = Field(
+        default_factory=registered_methods,
+        description="site policy: the methods this site trains for; a request for another is refused "
+        "(default: every registered method; kept sorted, as a set)",
+        json_schema_extra=_methods_enum,
     )
     time_embedding_dim: int = Field(32, ge=1)
     dp_weights: Literal["equal", "public_size"] = Field(
@@ -87,6 +94,18 @@ class FedConfig(_Strict):
         "(60 s once running) was missed on a loaded 2-core machine and lost whole runs; the runner "
         "watches that process itself, so a long wait hides no dead one",
     )
+
+    @field_validator("method")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        return check_method(name)
+
+    @field_validator("accepted_methods")
+    @classmethod
+    def _all_registered(cls, names: list[str]) -> list[str]:
+        for name in names:
+            check_method(name, "fed.accepted_methods")
+        return sorted(names)
 
     @model_validator(mode="after")
     def _declared_sizes(self) -> FedConfig:

@@ -10,9 +10,21 @@ from pydantic import Field, model_validator
 from secure_fed.config.base import _Strict
 from secure_fed.config.data import DataConfig
 from secure_fed.config.dp import DPConfig
-from secure_fed.config.federation import DISTRIBUTED_METHODS, METHODS_FOR, FedConfig, FM2Config
+from secure_fed.config.federation import FedConfig, FM2Config
 from secure_fed.config.model import ModelConfig, TrainConfig
 from secure_fed.config.protection import AuditConfig, DeployConfig, HEConfig, SecAggConfig
+
+
+def _implied_kind(method: object) -> str | None:
+    """The data kind a registered method's name implies where it differs from the default kind."""
+    if not isinstance(method, str):
+        return None
+    from secure_fed import registry  # lazily: the registry imports the algorithms, which import this
+
+    if method not in registry.method_names():
+        return None  # the field's own check names the registered methods
+    kind = registry.method(method).kinds[0]
+    return None if kind == DataConfig.model_fields["kind"].default else kind
 
 
 class RunConfig(_Strict):
@@ -21,7 +33,9 @@ class RunConfig(_Strict):
     data: DataConfig = DataConfig()
     model: ModelConfig = Field(default_factory=ModelConfig)  # its cache_dir is read per config
     train: TrainConfig = TrainConfig()
-    fed: FedConfig = FedConfig()
+    # made per config: its default site policy lists the registered methods, which the registry
+    # can only give once this package has loaded (the algorithm folders import it)
+    fed: FedConfig = Field(default_factory=FedConfig)
     dp: DPConfig = DPConfig()
     fm2: FM2Config = FM2Config()
     secagg: SecAggConfig = SecAggConfig()
@@ -42,12 +56,14 @@ class RunConfig(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _kind_from_method(cls, data: Any) -> Any:
-        # `--method fm2` alone means the imaging data FM2 runs on; an explicit data.kind wins
+        # `--method fm2` alone means the imaging data FM2 runs on (a method's first kind); an
+        # explicit data.kind wins
         if isinstance(data, dict):
             method = (data.get("fed") or {}).get("method") if isinstance(data.get("fed"), dict) else None
             section = data.get("data")
-            if method in ("fm2", "fedrep", "fedbn") and not (isinstance(section, dict) and "kind" in section):
-                data = {**data, "data": {**(section if isinstance(section, dict) else {}), "kind": "imaging"}}
+            implied = _implied_kind(method)
+            if implied is not None and not (isinstance(section, dict) and "kind" in section):
+                data = {**data, "data": {**(section if isinstance(section, dict) else {}), "kind": implied}}
         return data
 
     @model_validator(mode="after")
@@ -84,10 +100,12 @@ class RunConfig(_Strict):
                 f"fed.participation = {self.fed.participation:g} with dp.noise = 'distributed' is not yet "
                 "supported: a round is one step over every site's patients, at least h sites; set it to 1"
             )
-        if self.fed.method not in DISTRIBUTED_METHODS:
+        from secure_fed import registry  # lazily: the registry imports the algorithms, which import this
+
+        if not registry.method(self.fed.method).distributed:
             raise ValueError(
                 f"fed.method = {self.fed.method!r} with dp.noise = 'distributed' is not yet supported; "
-                f"use fed.method = one of {', '.join(DISTRIBUTED_METHODS)} or dp.noise = 'site'"
+                f"use fed.method = one of {', '.join(registry.distributed_methods())} or dp.noise = 'site'"
             )
         sites = self.expected_sites
         h, c = self.dp.honest_min, self.dp.colluders
@@ -113,11 +131,13 @@ class RunConfig(_Strict):
 
     @model_validator(mode="after")
     def _method_fits_data(self) -> RunConfig:
+        from secure_fed import registry  # lazily: the registry imports the algorithms, which import this
+
         kind, method = self.data.kind, self.fed.method
-        if method not in METHODS_FOR[kind]:
+        if kind not in registry.method(method).kinds:
             raise ValueError(
                 f"fed.method = {method!r} does not run on data.kind = {kind!r}; choose from "
-                + ", ".join(METHODS_FOR[kind])
+                + ", ".join(registry.methods_for(kind))
             )
         if self.model.visit_input and not self.hyper_lora_on:
             # the visit index enters through the patient hyper-LoRA; without it nothing reads it

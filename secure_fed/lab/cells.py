@@ -11,13 +11,27 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from secure_fed.config import METHODS_FOR, RunConfig
+from secure_fed import registry
+from secure_fed.config import RunConfig
 
 BASE = "base"  # the pretrained base with untrained adapters: the "no federated training" reference
 LOCAL = "local"  # each site alone
 CENTRAL = "central"  # pooled, non-private: the ceiling
 REFERENCES: tuple[str, ...] = (BASE, LOCAL, CENTRAL)
-FEDERATED: tuple[str, ...] = METHODS_FOR["reports"]
+# the paper table's row order; a method registered for report data since follows, by name
+_ROW_ORDER = (
+    "fedtar",
+    "fedtar-no-gmm",
+    "fedtar-no-temporal",
+    "fedavg",
+    "fedprox",
+    "fedadam",
+    "scaffold",
+    "drfa",
+)
+FEDERATED: tuple[str, ...] = tuple(
+    sorted(registry.methods_for("reports"), key=lambda m: (_ROW_ORDER.index(m) if m in _ROW_ORDER else 99, m))
+)
 # The FedTAR paper's protocol for its baselines: time points pooled (as every baseline here pools
 # them) and a plain adapter, without the patient hyper-LoRA that our baselines get
 PLAIN = "-plain"  # suffix: the method with model.hyper_lora = false

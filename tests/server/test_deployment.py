@@ -1176,7 +1176,6 @@ def test_client_app_keeps_its_memory_in_context_state(make_config) -> None:
     from flwr.supercore.task_identity import TaskIdentity
 
     from secure_fed.clients import app as client_module
-    from secure_fed.model.vectors import flatten
     from secure_fed.registry import initial_state
     from secure_fed.wire import from_records, to_records
 
@@ -1200,13 +1199,13 @@ def test_client_app_keeps_its_memory_in_context_state(make_config) -> None:
     train, trained = send("train", request)
     assert train["status"] == "ok"
     upload = trained.stash["upload"]
-    control = flatten(trained.learner.scaffold_c).numpy()
+    control = trained.learner.memory()["scaffold_c"]  # SCAFFOLD's site hook keeps c_k
     assert np.abs(control).sum() > 0
 
     summed, fresh = send("query.plain_sum", {"round_id": 1, "dim": train["dim"]})
     assert "error" not in summed, summed
     np.testing.assert_array_equal(summed["vector"], upload)
-    np.testing.assert_array_equal(flatten(fresh.learner.scaffold_c).numpy(), control)
+    np.testing.assert_array_equal(fresh.learner.memory()["scaffold_c"], control)
 
     # FedTAR's α step (a FedTAR site: no other method releases α scalars): the hypergradient scalars
     # wait in one process for `plain_scalars` in the next.

@@ -9,14 +9,15 @@ from typing import Any
 import numpy as np
 import pytest
 
+from secure_fed.algorithms.drfa.strategy import DRFA, project_simplex
+from secure_fed.algorithms.fedadam.strategy import FedAdam
 from secure_fed.algorithms.fedtar.strategy import FedTAR
 from secure_fed.algorithms.fedtar.temporal import convex_combination, residual_chain, weighted_snapshots
 from secure_fed.crypto.scalars import PLAIN_PHASE
 from secure_fed.crypto.secagg_protocol import PLAIN_SUM
 from secure_fed.server.aggregation import AggregationSettings
-from secure_fed.server.strategies import DRFA, FedAdam, FedAvg, RoundContext
+from secure_fed.server.strategies import FedAvg, RoundContext
 from secure_fed.server.strategies.base import weighted_mean
-from secure_fed.server.strategies.drfa import project_simplex
 
 # -- FedAvg ------------------------------------------------------------------------------------------
 

@@ -33,7 +33,10 @@ def _strategy(name: str) -> registry.StrategyFactory:
 
 
 for _name in ("fedtar", "fedtar-no-gmm", "fedtar-no-temporal"):
-    registry.register_strategy(_name, _strategy(_name))
+    # FedTAR's site step is its learner's own (per-visit copies, α hypergradients): the default hook
+    registry.register_method(
+        registry.Method(_name, _strategy(_name), ("reports",), pooled=False, distributed=True)
+    )
 registry.register_learner("reports", ReportLearner.create)
 registry.register_initial_state("reports", initial_report_state)
 registry.register_model_head("patient", add_patient_head)

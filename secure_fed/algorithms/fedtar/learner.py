@@ -1,5 +1,6 @@
-"""FedTAR's site step over the report model, and the report-data baselines' (FedAvg, FedProx,
-SCAFFOLD, FedAdam, DRFA: one pooled copy over all visits).
+"""FedTAR's site step over the report model, and that of every other method registered for report
+data (one pooled copy over all visits: FedAvg, FedProx, SCAFFOLD, FedAdam, DRFA), whose additions
+(a proximal term, control variates) come from the method's site hook (`secure_fed.registry`).
 
 FedTAR trains one adapter copy per visit index, fits the site's patient GMM (privately under DP: one
 noisy histogram, `profile.py`) for the hyper-LoRA's q_p, and releases α hypergradient scalars of its
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from secure_fed import registry
 from secure_fed.algorithms.fedtar.hypergrad import per_patient_hypergradients
 from secure_fed.algorithms.fedtar.profile import fit_gmm
 from secure_fed.algorithms.fedtar.release import OneVectorRelease, check_alpha, release_dim
@@ -42,13 +44,12 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-POOLED = {"fedavg", "fedprox", "fedadam", "scaffold", "drfa"}
 ALPHA_METHODS = {"fedtar", "fedtar-no-gmm"}  # the methods whose server asks for α hypergradients
 
 
 def visit_groups(method: str, t_max: int) -> list[int] | None:
     """Visit indices of the per-timestep copies; None = one pooled copy over all visits."""
-    return None if method in POOLED else list(range(1, t_max + 1))
+    return None if registry.method(method).pooled else list(range(1, t_max + 1))
 
 
 def _gmm_release(
@@ -97,8 +98,8 @@ class ReportLearner:
     cfg: RunConfig
     data: SiteData
     model: ReportModel | None = None  # built in `start`, after the GMM (q_p) is fitted
-    scaffold_c: dict[str, torch.Tensor] | None = None
-    _scaffold_memory: np.ndarray | None = field(default=None, repr=False)
+    # each method's site hook, made once here: it may carry state between rounds (SCAFFOLD's control)
+    _hooks: dict[str, registry.SiteHook] = field(default_factory=dict, repr=False)
     # distributed DP: the work copy and engine of the site's one step per round, built once
     _clipped_sum: ClippedSum | None = field(default=None, repr=False)
 
@@ -146,8 +147,6 @@ class ReportLearner:
             privacy.record_gmm(event)
         attach_profiles(self.data, gmm, visit_slots(cfg))
         self.model = build_report_model(cfg)
-        if self._scaffold_memory is not None:
-            self.restore({"scaffold_c": self._scaffold_memory})
 
     def _model(self) -> ReportModel:
         assert self.model is not None, "start() builds the model"
@@ -170,16 +169,14 @@ class ReportLearner:
         template = model.trainable_state()
         start = unflatten(torch.tensor(global_vec), template)
         groups = self._groups(method)
+        hook = self._hook(method)
         settings = LocalTrainSettings(
             lr=cfg.train.lr,
             epochs=cfg.train.local_epochs,
             batch_patients=cfg.train.batch_size,
-            prox_mu=cfg.fed.fedprox_mu if method == "fedprox" else 0.0,
+            prox_mu=hook.prox_mu(cfg),
+            grad_correction=hook.correction(template, options),
         )
-        if method == "scaffold":
-            server_c = unflatten(torch.tensor(np.asarray(options["control"])), template)
-            local_c = self.scaffold_c or {n: torch.zeros_like(v) for n, v in template.items()}
-            settings.grad_correction = {n: server_c[n] - local_c[n] for n in template}
         private = gradients is not None
         result = train_copies(
             model,
@@ -203,16 +200,9 @@ class ReportLearner:
             torch.cat([w * d, torch.tensor([w], dtype=torch.float64)])
             for w, d in zip(weights, deltas, strict=True)
         ]
-        if method == "scaffold":
-            local_c = self.scaffold_c or {n: torch.zeros_like(v) for n, v in template.items()}
-            steps = max(result.steps, 1)
-            new_c = {
-                n: local_c[n] - server_c[n] + (start[n] - result.states[0][n]) / (steps * cfg.train.lr)
-                for n in template
-            }
-            control_delta = flatten(new_c) - flatten(local_c)
-            self.scaffold_c = new_c
-            parts.append(weights[0] * control_delta)
+        extra = hook.extra_upload(start, result.states[0], result.steps, cfg.train.lr)
+        if extra is not None:
+            parts.append(weights[0] * extra)
         return LocalUpdate(torch.cat(parts).numpy(), result.steps, result.mean_loss)
 
     def _groups(self, method: str) -> list[Examples]:
@@ -306,13 +296,18 @@ class ReportLearner:
             free_text_labeler(self.cfg),
         )
 
+    def _hook(self, method: str) -> registry.SiteHook:
+        if method not in self._hooks:
+            self._hooks[method] = registry.method(method).site()
+        return self._hooks[method]
+
     def memory(self) -> dict[str, np.ndarray]:
-        return {} if self.scaffold_c is None else {"scaffold_c": flatten(self.scaffold_c).numpy()}
+        kept: dict[str, np.ndarray] = {}
+        for hook in self._hooks.values():
+            kept |= hook.memory()
+        return kept
 
     def restore(self, memory: dict[str, np.ndarray]) -> None:
-        if "scaffold_c" not in memory:
-            return
-        if self.model is None:  # before start(): kept until the model (the template) exists
-            self._scaffold_memory = np.asarray(memory["scaffold_c"])
-            return
-        self.scaffold_c = unflatten(torch.as_tensor(memory["scaffold_c"]), self.model.trainable_state())
+        """A Flower node's saved state, for the run's method's hook (the site's guard holds a run
+        to one method); a hook picks out its own keys."""
+        self._hook(self.cfg.fed.method).restore(memory)

@@ -17,6 +17,7 @@ def _imaging_learner(
     return ImagingLearner.create(cfg, site, folder)  # the imaging records carry no keyed ids
 
 
-registry.register_strategy("fm2", lambda dim, t_max, cfg: FM2(dim, cfg))
+# FM2's site step is its learner's own (two stages, the class-wise experts kept): the default hook
+registry.register_method(registry.Method("fm2", lambda dim, t_max, cfg: FM2(dim, cfg), ("imaging",)))
 registry.register_learner("imaging", _imaging_learner)
 registry.register_initial_state("imaging", initial_imaging_state)

@@ -1,5 +1,7 @@
-"""What a site runs for FM2 and the imaging baselines (FedAvg, FedProx, FedRep, FedBN): the model,
-which of its parameters the federation shares, one round of local training, the final scoring.
+"""What a site runs for FM2 and every other method registered for imaging data (FedAvg, FedProx,
+FedRep, FedBN): the model, which of its parameters the federation shares, one round of local
+training, the final scoring. A baseline's additions (a proximal term, the parameters it keeps
+local, stages trained in turn) come from its site hook (`secure_fed.registry`).
 
 The site runtime (`secure_fed.clients.runtime`) keeps everything that makes a site safe — the
 guard, the budget, the released values, the audit trail — and asks a learner only for an upload
@@ -22,6 +24,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
+from secure_fed import registry
 from secure_fed.algorithms.fm2.data import CAPTION_BUCKETS, ImagingSite, load_imaging_site
 from secure_fed.algorithms.fm2.model import FM2Model, Observer, dmoe_upload, expert_counts, observer_top_k
 from secure_fed.algorithms.fm2.site import (
@@ -76,17 +79,7 @@ def shared_names(model: nn.Module, method: str) -> list[str]:
     names = [n for n, _ in model.named_parameters()]
     if isinstance(model, FM2Model):  # the model itself says what of it may be shared
         return [n for n in names if n in model.shared_state()]
-    if method == "fedrep":  # the representation is shared, each site keeps its own head
-        return [n for n in names if n.startswith("observer.")]
-    if method == "fedbn":  # every layer but the normalisation layers, which stay local
-        local = {
-            f"{owner}.{p}" if owner else p
-            for owner, m in model.named_modules()
-            if isinstance(m, nn.GroupNorm | nn.BatchNorm2d | nn.LayerNorm)
-            for p, _ in m.named_parameters(recurse=False)
-        }
-        return [n for n in names if n not in local]
-    return names
+    return registry.method(method).site().shared(model, names)  # FedRep's body, FedBN's all but norms
 
 
 def initial_imaging_state(cfg: RunConfig) -> np.ndarray:
@@ -94,12 +87,6 @@ def initial_imaging_state(cfg: RunConfig) -> np.ndarray:
     params = dict(model.named_parameters())
     shared = [params[n] for n in shared_names(model, cfg.fed.method)]
     return parameters_to_vector(shared).detach().double().numpy()
-
-
-def passes(method: str) -> int:
-    """Local stages per round, each of `train.local_epochs` epochs: DP-SGD steps = passes × epochs ×
-    steps per epoch. FM2 trains the Observer, then the MoEs; FedRep the head, then the body."""
-    return 2 if method in ("fm2", "fedrep") else 1
 
 
 @dataclass
@@ -142,7 +129,12 @@ class ImagingLearner:
     n_val = 0  # no validation population: nothing is released about one
 
     def passes(self, method: str) -> int:
-        return passes(method)
+        """Local stages per round, each of `train.local_epochs` epochs: DP-SGD steps = passes ×
+        epochs × steps per epoch. FM2 trains the Observer, then the MoEs; a hook's stages (FedRep:
+        the head, then the body) one pass each."""
+        if isinstance(self.model, FM2Model):
+            return 2
+        return len(registry.method(method).site().stages(self.model) or [self.model])
 
     def releases_alpha(self, method: str) -> bool:
         return False
@@ -204,12 +196,14 @@ class ImagingLearner:
         grads: Callable[[], PatientGradients | None] = gradients or (lambda: None)
         # under DP a step samples patients and takes all their images (clipped jointly)
         patients = train.patient if gradients is not None else None
-        if method == "fm2":
+        hook = registry.method(method).site()
+        stages = None if isinstance(self.model, FM2Model) else hook.stages(self.model)
+        if isinstance(self.model, FM2Model):
             result = self._fm2_round(settings, start, grads, patients)
-        elif method == "fedrep":
-            result = self._fedrep_round(settings, grads, patients)
+        elif stages is not None:
+            result = self._staged_round(stages, settings, grads, patients)
         else:
-            mu = cfg.fed.fedprox_mu if method == "fedprox" else 0.0
+            mu = hook.prox_mu(cfg)
             params = dict(self.model.named_parameters())
             result = run_steps(
                 self.model,
@@ -253,20 +247,21 @@ class ImagingLearner:
             mean_loss=(first.mean_loss + second.mean_loss) / 2, steps=first.steps + second.steps
         )
 
-    def _fedrep_round(
+    def _staged_round(
         self,
+        stages: list[nn.Module],
         settings: StepSettings,
         grads: Callable[[], PatientGradients | None],
         patients: torch.Tensor | None = None,
     ) -> StageResult:
+        """The hook's parts trained in turn, the rest held (FedRep: the head first, then the body)."""
         model, train = self.model, self.data.train
-        assert isinstance(model, ImageClassifier)
 
         def row_loss(forward: nn.Module, idx: torch.Tensor) -> torch.Tensor:
             return F.cross_entropy(forward(train.x[idx]), train.labels[idx], reduction="none")
 
         total_steps, losses = 0, []
-        for part in (model.head, model.observer):  # FedRep: the head first, then the body
+        for part in stages:
             with training_only(model, [part]):
                 result = run_steps(model, row_loss, len(train), settings, grads(), patients=patients)
             total_steps += result.steps
@@ -287,9 +282,8 @@ class ImagingLearner:
         w = private_weight(self.cfg, self.data.name) if private else float(len(self.data.train)) / scale
         pooled = [n for n in self.names if not n.startswith("dmoe.")]
         parts = [torch.cat([delta[n].flatten() for n in pooled]) * w, torch.tensor([w], dtype=torch.float64)]
-        if self.cfg.fed.method == "fm2":
-            model = self.model
-            assert isinstance(model, FM2Model)
+        model = self.model
+        if isinstance(model, FM2Model):
             counts = expert_counts(self.data.train.modality, len(MODALITIES))
             weights = (torch.ones_like(counts, dtype=torch.float64) if private else counts) / scale
             parts.append(
