@@ -36,6 +36,11 @@ from secure_fed.audits.records import (
     signature_holds,
 )
 
+# The accountants a privacy record, a refusal or an empirical bound may name, by the string it
+# carries, and the name people read. The sites' classes (secure_fed.dp.accountants.ACCOUNTANTS) are
+# pinned to it by a test; the verifier reads the names here, so it never runs the sites' accounting.
+ACCOUNTANT_LABELS: dict[str, str] = {"rdp": "RDP", "prv": "PRV"}
+
 EVENTS: dict[str, str] = {
     "run_config": "the run's configuration snapshot (the RunConfig as JSON)",
     "policy": "a site's privacy policy snapshot (budget, delta, allowed mechanisms and limits)",

@@ -9,6 +9,7 @@ from typing import Any
 
 from secure_fed.audits.alpha_path import alpha_path
 from secure_fed.audits.alpha_path import report_html as alpha_report_html
+from secure_fed.audits.log import ACCOUNTANT_LABELS
 from secure_fed.audits.report_markup import (
     esc,
     h2,
@@ -75,10 +76,12 @@ def _refused_epsilon(item: Mapping[str, Any], accountant: str) -> str:
         return esc(value)
     whose = [population_words(item["population"])] if item.get("population") else []
     signed = item.get("accountant")
-    if signed in ("rdp", "prv"):
-        whose.append(str(signed).upper())
+    if signed in ACCOUNTANT_LABELS:
+        whose.append(ACCOUNTANT_LABELS[signed])
+    elif accountant in ACCOUNTANT_LABELS and accountant != "rdp":  # the guard's fallback: RDP
+        whose.append(f"{ACCOUNTANT_LABELS[accountant]}, or RDP where it had none")
     else:
-        whose.append("RDP" if accountant == "rdp" else "PRV, or RDP where it had none")
+        whose.append("RDP")
     return f"{num(float(value), 4)} ({esc(', '.join(whose))})"
 
 

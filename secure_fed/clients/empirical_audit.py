@@ -31,7 +31,7 @@ from secure_fed.clients.private import TRAIN, VALIDATION, DPGradients, SitePriva
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
 from secure_fed.data.sites import site_names
-from secure_fed.dp.accountants import epsilon_prv, epsilon_rdp
+from secure_fed.dp.accountants import PRV, RDP
 from secure_fed.dp.canaries import (
     DEFAULT_SUPPORT,
     MAX_CANARIES,
@@ -138,7 +138,7 @@ class EmpiricalAudit:
             "verdict": verdict(self.outcome.epsilon_hat, self.outcome.epsilon_hat_max, self.stated_epsilon),
             "stated_epsilon_prv": self.stated_epsilon_prv,
             "site_epsilon": self.site_epsilon,
-            "accountant": "rdp",
+            "accountant": RDP.name,
             "rounds": self.rounds,
             "steps": self.steps,
             "noise_multiplier": self.noise_multiplier,
@@ -233,7 +233,7 @@ def audit_run_id(out: Path) -> str:
 def planned_epsilon(privacy: SitePrivacy, rounds: int) -> float:
     """The accountant's ε of the DP-SGD steps an audit of `rounds` rounds will go through."""
     steps = PoissonSampledGaussian(privacy.sampling_rate, privacy.sigma, privacy.steps * rounds)
-    return epsilon_rdp(steps, privacy.delta[TRAIN])
+    return RDP.epsilon(steps, privacy.delta[TRAIN])
 
 
 def run_empirical_audit(
@@ -294,8 +294,8 @@ def run_empirical_audit(
     result = EmpiricalAudit(
         site=site,
         outcome=outcome,
-        stated_epsilon=epsilon_rdp(audited, privacy.delta[TRAIN]),
-        stated_epsilon_prv=epsilon_prv(audited, privacy.delta[TRAIN]),
+        stated_epsilon=RDP.epsilon(audited, privacy.delta[TRAIN]),
+        stated_epsilon_prv=PRV.epsilon(audited, privacy.delta[TRAIN]),
         site_epsilon=float(privacy.epsilon()[TRAIN]["rdp"]),
         rounds=trained,
         steps=len(projections),

@@ -38,6 +38,7 @@ from typing import Any
 
 import numpy as np
 
+from secure_fed.dp.accountants import RDP
 from secure_fed.dp.canaries import (
     DEFAULT_SUPPORT,
     AuditOutcome,
@@ -80,7 +81,7 @@ class DistributedAudit:
             **self.outcome.to_json(),
             "stated_epsilon": self.stated_epsilon,
             "verdict": self.verdict,
-            "accountant": "rdp",
+            "accountant": RDP.name,
             "rounds": self.rounds,
             "steps": self.rounds,
             "sites": self.sites,
