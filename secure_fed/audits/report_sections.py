@@ -1,5 +1,5 @@
 """The report's sections after the summary: aggregation rounds and survivor sets, budget refusals,
-refused instructions, α and the released model; the empirical audits; the code each site ran."""
+refused instructions, α and the released model; the empirical lower bounds; the code each site ran."""
 
 from __future__ import annotations
 
@@ -194,7 +194,7 @@ def empirical_html(data: ReportData, said: Verdict) -> str:
             f"{num(100 * float(audit.get('confidence', 0)), 3)} % confidence; ε̂ {check}.{verdict}</li>"
         )
     return (
-        f"{h2('Empirical privacy audit', said)}<div id='empirical'>"
+        f"{h2('Empirical lower bound on ε', said)}<div id='empirical'>"
         "<p>An audit run planted artificial test patients (canaries) in a site's own training code, each "
         "included or not by a coin flip, and then tried to tell from what the training released which "
         "ones had been included. How often it was right gives ε̂, a <b>measured lower bound</b>: the "
