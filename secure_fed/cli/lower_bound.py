@@ -103,8 +103,8 @@ def lower_bound(
     if violations:
         console.print(
             f"{violations} violation(s): evidence of a leak above the stated ε, not proof: a correct "
-            "implementation shows one in at most 5 % of measurements at 95 % confidence. Rerun it in "
-            "a new --out folder (a fresh secret seed); a real leak shows again."
+            "implementation shows one in at most 5 % of measurements at 95 % confidence. Rerun the "
+            "measurement in a new --out folder (a fresh secret seed); a real leak shows again."
         )
     report = write_lower_bound_report(cfg.model_copy(update={"out": folder}), names)
     if report is not None:
