@@ -178,14 +178,18 @@ def privacy_line(metrics: dict[str, Any], accountant: str, budget: float | None)
     delta = privacy.get("delta")
     parts = []
     populations = set()
+    # imported here: the accountants pull in scipy, which a run without DP never needs
+    from secure_fed.dp.accountants import accountant_named
+
+    counted = accountant_named(accountant)
     for site, eps in sorted(spent.items()):
-        value, mark = eps.get(accountant), ""
-        if value is None:  # no PRV figure covers every population that released: RDP's, said so
-            value, mark = eps.get("rdp"), (" (RDP)" if accountant != "rdp" else "")
+        # no PRV figure covers every population that released: RDP's, said so
+        value, used = counted.pick(eps)
+        mark = f" ({used.label})" if used is not counted else ""
         shown = "n/a" if value is None else f"{value:.2f}"
         parts.append(f"{site} {shown}" + (f"/{budget:g}" if budget is not None else "") + mark)
         populations.add(POPULATION_WORDS.get(str(eps.get("population", "train")), "patients"))
-    name = {"rdp": "RDP", "prv": "PRV"}.get(accountant, accountant)
+    name = counted.label
     delta_text = f"{delta:.1e}" if isinstance(delta, int | float) else "n/a"
     budget_text = " of budget" if budget is not None else ""
     whose = " or ".join(sorted(populations))

@@ -36,6 +36,11 @@ from secure_fed.audits.records import (
     signature_holds,
 )
 
+# The accountants a privacy record, a refusal or an empirical bound may name, by the string it
+# carries, and the name people read. The sites' classes (secure_fed.dp.accountants.ACCOUNTANTS) are
+# pinned to it by a test; the verifier reads the names here, so it never runs the sites' accounting.
+ACCOUNTANT_LABELS: dict[str, str] = {"rdp": "RDP", "prv": "PRV"}
+
 EVENTS: dict[str, str] = {
     "run_config": "the run's configuration snapshot (the RunConfig as JSON)",
     "policy": "a site's privacy policy snapshot (budget, delta, allowed mechanisms and limits)",
@@ -75,7 +80,7 @@ EVENTS: dict[str, str] = {
     "population_sizes": 'a site\'s exact patient counts {"train", "validation", "test"} (site log only: '
     "records the server copies carry a power-of-two range)",
     "run_end": 'a site ended its run: {"stopped_early": reason | null}',
-    "empirical_audit": "a one-run canary audit of a site's DP-SGD (secure-fed audit empirical): "
+    "empirical_audit": "a one-run canary audit of a site's DP-SGD (secure-fed lower-bound): "
     '{"site", "canaries", "guesses", "correct", "delta", "confidence", "epsilon_hat", "stated_epsilon", ...}',
     "code": 'the code a deployed site ran for a run (once per run): {"site", "fab_sha256" (the FAB it '
     'approved), "package_digest" (SHA-256 over its installed secure_fed .py files), "version"}',

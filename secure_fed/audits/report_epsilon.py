@@ -1,6 +1,6 @@
 """The report's privacy figures: a privacy record as a mechanism-table row, every ε by one
 accountant (`one_accountant`), each site's guarantee with its lifetime ε beside it, ε over rounds,
-and the empirical audits as the verifier re-derived them."""
+and the empirical lower bounds as the verifier re-derived them."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The report's sections after the summary: aggregation rounds and survivor sets, budget refusals,
-refused instructions, α and the released model; the empirical audits; the code each site ran."""
+refused instructions, α and the released model; the empirical lower bounds; the code each site ran."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Any
 
 from secure_fed.audits.alpha_path import alpha_path
 from secure_fed.audits.alpha_path import report_html as alpha_report_html
+from secure_fed.audits.log import ACCOUNTANT_LABELS
 from secure_fed.audits.report_markup import (
     esc,
     h2,
@@ -75,10 +76,12 @@ def _refused_epsilon(item: Mapping[str, Any], accountant: str) -> str:
         return esc(value)
     whose = [population_words(item["population"])] if item.get("population") else []
     signed = item.get("accountant")
-    if signed in ("rdp", "prv"):
-        whose.append(str(signed).upper())
+    if signed in ACCOUNTANT_LABELS:
+        whose.append(ACCOUNTANT_LABELS[signed])
+    elif accountant in ACCOUNTANT_LABELS and accountant != "rdp":  # the guard's fallback: RDP
+        whose.append(f"{ACCOUNTANT_LABELS[accountant]}, or RDP where it had none")
     else:
-        whose.append("RDP" if accountant == "rdp" else "PRV, or RDP where it had none")
+        whose.append("RDP")
     return f"{num(float(value), 4)} ({esc(', '.join(whose))})"
 
 
@@ -191,7 +194,7 @@ def empirical_html(data: ReportData, said: Verdict) -> str:
             f"{num(100 * float(audit.get('confidence', 0)), 3)} % confidence; ε̂ {check}.{verdict}</li>"
         )
     return (
-        f"{h2('Empirical privacy audit', said)}<div id='empirical'>"
+        f"{h2('Empirical lower bound on ε', said)}<div id='empirical'>"
         "<p>An audit run planted artificial test patients (canaries) in a site's own training code, each "
         "included or not by a coin flip, and then tried to tell from what the training released which "
         "ones had been included. How often it was right gives ε̂, a <b>measured lower bound</b>: the "

@@ -138,7 +138,7 @@ class ReportData:
     absent: dict[str, Any] | None = None  # fewer sites came than configured (sites_absent)
     # each site's budget across runs (site_budget): its latest record, the run's end when logged
     site_budgets: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # one-run canary audits (`secure-fed audit empirical`): payload + party + re-derived ε̂
+    # one-run canary audits (`secure-fed lower-bound`): payload + party + re-derived ε̂
     empirical_audits: list[dict[str, Any]] = field(default_factory=list)
     # the code each deployed site ran or refused (`code` / `code_refused`): party + event + payload
     code: list[dict[str, Any]] = field(default_factory=list)

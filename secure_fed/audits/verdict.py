@@ -18,6 +18,8 @@ from typing import Any
 
 from rich.markup import escape
 
+from secure_fed.audits.log import ACCOUNTANT_LABELS
+
 EXIT_OK = 0
 EXIT_PROBLEM = 1
 EXIT_DROPOUT = 3
@@ -83,8 +85,8 @@ def stated_whose(audit: Mapping[str, Any]) -> str:
     computed it, its accountant's name or, for a single release, what the record says it is for
     ('one release (exact Gaussian ε)'); '' where the record says neither."""
     whose = [population_words(audit["population"])] if audit.get("population") else []
-    if audit.get("accountant") in ("rdp", "prv"):
-        whose.append(str(audit["accountant"]).upper())
+    if audit.get("accountant") in ACCOUNTANT_LABELS:
+        whose.append(ACCOUNTANT_LABELS[audit["accountant"]])
     elif isinstance(audit.get("stated_for"), str) and audit["stated_for"]:
         whose.append(str(audit["stated_for"]))
     return ", ".join(whose)

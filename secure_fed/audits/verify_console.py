@@ -32,7 +32,7 @@ def _print_empirical(console: Console, data: ReportData) -> None:
         if isinstance(stated, int | float):
             beside = f"; the stated ε is {stated:.3f}" + (f", {by}" if by else "")
         console.print(
-            f"empirical audit{escape(whose)}: ε̂ = {value:.3f} re-derived from the logged canary counts "
+            f"empirical lower bound{escape(whose)}: ε̂ = {value:.3f} re-derived from the logged canary counts "
             f"(a measured lower bound on ε{beside})",
             highlight=False,
         )

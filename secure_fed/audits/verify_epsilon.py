@@ -1,6 +1,6 @@
 """`audit verify`'s second accountant: each privacy record's ε re-derived from the logged mechanism
 events with dp_accounting (composition per (signer, site, population) in log order), and each
-empirical audit's ε̂ from its logged counts."""
+empirical lower bound's ε̂ from its logged counts."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 from collections import defaultdict
 
 from secure_fed.audits.accounting import EventError, StreamAccountant, prv_matches, rdp_matches
-from secure_fed.audits.empirical_bound import check_record as check_empirical_record
+from secure_fed.audits.lower_bound import check_record as check_empirical_record
 from secure_fed.audits.privacy import PrivacyEntry, PrivacyPayloadError, parse_privacy
 from secure_fed.audits.verdict import population_words
 from secure_fed.audits.verify_records import LogState, RecordChecker

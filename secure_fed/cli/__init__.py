@@ -1,6 +1,6 @@
 """`secure-fed`: thin command line over the packages. Each command parses its options and hands
 them to its room: run.py (`run`), client.py (`client`), data.py, keys.py (keys and certs),
-audit.py (audit and ledger), code.py; common.py holds what they share."""
+audit.py (audit and ledger), lower_bound.py (`lower-bound`), code.py; common.py holds what they share."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from secure_fed.cli.code import code_app
 from secure_fed.cli.common import Commands, console, fail
 from secure_fed.cli.data import data_app
 from secure_fed.cli.keys import certs_app, keys_app
+from secure_fed.cli.lower_bound import lower_bound
 from secure_fed.cli.run import run
 
 app = typer.Typer(
@@ -63,6 +64,7 @@ app.add_typer(keys_app, name="keys")
 app.add_typer(audit_app, name="audit")
 app.add_typer(certs_app, name="certs")
 app.add_typer(ledger_app, name="ledger")
+app.command("lower-bound")(lower_bound)
 app.add_typer(code_app, name="code")
 
 __all__ = ["app", "client", "main", "methods", "run"]

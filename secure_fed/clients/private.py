@@ -321,14 +321,14 @@ class SitePrivacy:
             # no budget can hold an un-noised release, and no ε is logged that could read as one
             self.last_round = round_id
             return Admission(True, math.inf, "noise-free reference: un-noised releases, ε = ∞")
-        guard = BudgetGuard(self.ledger, self.budget, accountant=self.accountant)  # type: ignore[arg-type]
+        guard = BudgetGuard(self.ledger, self.budget, accountant=self.accountant)
         planned = self.round_events()
         for pop, events in planned.items():
             eps = self.ledger.projected_epsilon(self.site, pop, [e for _, e in events], delta=self.delta[pop])
-            value = eps.get(self.accountant) or eps["rdp"]
+            value, used = guard.accountant.pick(eps)
             if value is not None and value > self.budget:
                 self.refused_population = pop
-                self.refused_accountant = self.accountant if eps.get(self.accountant) else "rdp"
+                self.refused_accountant = used.name
                 return Admission(
                     False,
                     float(value),

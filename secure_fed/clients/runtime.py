@@ -23,6 +23,7 @@ from secure_fed.clients.trail import SiteTrail
 from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_client import upload_fingerprint
 from secure_fed.crypto.secagg_identity import SecAggIdentity, load_identity
+from secure_fed.dp.accountants import RDP
 from secure_fed.dp.private_files import atomic_write_bytes, load_or_create_noise_key
 from secure_fed.dp.site_ledger import SiteLedger
 from secure_fed.registry import learner_factory
@@ -355,7 +356,7 @@ class SiteRuntime:
             "population": "train",
             "budget": self.privacy.budget,
             "would_be_epsilon": self.privacy.after_round_summary()["epsilon_rdp"],
-            "accountant": "rdp",
+            "accountant": RDP.name,
             "reason": f"round {round_id} was charged before a restart but its release was lost; "
             "sitting it out rather than releasing twice",
         }
@@ -388,7 +389,7 @@ class SiteRuntime:
                 "code": "budget",
                 "reason": admission.reason,
                 "would_be_epsilon": admission.would_be_epsilon,
-                "accountant": self.privacy.refused_accountant or "rdp",
+                "accountant": self.privacy.refused_accountant or RDP.name,
                 "budget": self.privacy.budget,
                 "population": self.privacy.refused_population or "",
             }

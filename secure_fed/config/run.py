@@ -85,10 +85,16 @@ class RunConfig(_Strict):
                 "1. A distributed round is one DP step; local multi-step training on partially noised "
                 "gradients is not DP"
             )
-        if self.dp.accountant == "prv":
+        # imported here: the accountants pull in scipy, which a config without distributed noise never needs
+        from secure_fed.dp.accountants import ACCOUNTANTS, accountant_named
+
+        accountant = accountant_named(self.dp.accountant)
+        if not accountant.prices_skellam:
+            pricing = [name for name, other in ACCOUNTANTS.items() if other.prices_skellam]
             raise ValueError(
-                "dp.accountant = 'prv' with dp.noise = 'distributed': the Skellam sum has no PRV "
-                "accountant (RDP only); set dp.accountant = 'rdp', or dp.noise = 'site' for PRV"
+                f"dp.accountant = {accountant.name!r} with dp.noise = 'distributed': the Skellam sum has no "
+                f"{accountant.label} accountant ({', '.join(n.upper() for n in pricing)} only); set "
+                f"dp.accountant = {pricing[0]!r}, or dp.noise = 'site' for {accountant.label}"
             )
         if self.dp.target_epsilon is None:
             raise ValueError(

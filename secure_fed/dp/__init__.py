@@ -14,7 +14,14 @@ from secure_fed.facade import lazy_names
 # each module and the names the façade takes from it
 _NAMES: dict[str, tuple[str, ...]] = {
     "secure_fed.dp.accountants": (
+        "ACCOUNTANTS",
+        "PRV",
+        "RDP",
+        "Accountant",
+        "PrvAccountant",
         "PrvResult",
+        "RdpAccountant",
+        "accountant_named",
         "epsilon_prv",
         "epsilon_rdp",
         "prv_epsilon",

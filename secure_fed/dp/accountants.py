@@ -1,5 +1,9 @@
 """Price a sequence of privacy events in (ε, δ): RDP (reference) and PRV (tight).
 
+`RdpAccountant` and `PrvAccountant` are the two behind one `Accountant` interface; a config or
+privacy record names one by its string, `accountant_named` finds it. The functions below are the
+math they call.
+
 A thin façade over Opacus' analyses: events are reduced to (q, σ, count) triples, with a
 full-population Gaussian being q = 1. The cost of a composition does not depend on its order, so
 identical (q, σ) pairs are merged before pricing; a heterogeneous schedule simply yields several
@@ -11,8 +15,11 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
+from typing import ClassVar, Final
 
 import numpy as np
 
@@ -223,3 +230,78 @@ def _opacus_prv(
 def epsilon_prv(events: Event | Iterable[Event], delta: float) -> float | None:
     """`prv_epsilon(...).epsilon`: the tight ε, or None when it cannot be computed."""
     return prv_epsilon(events, delta).epsilon
+
+
+class Accountant(ABC):
+    """How a history of events is counted in (ε, δ). The events say what was released
+    (dp/events.py); an accountant only prices them, so one logged history can be re-priced by any.
+
+    `name` is the string a config (`dp.accountant`) and a privacy record carry; `label` the one
+    people read."""
+
+    name: ClassVar[str]
+    label: ClassVar[str]
+    # whether it prices a distributed Skellam sum (dp.noise = 'distributed' needs one that does)
+    prices_skellam: ClassVar[bool]
+
+    @abstractmethod
+    def epsilon(self, events: Event | Iterable[Event], delta: float) -> float | None:
+        """ε at `delta`, or None where this accountant cannot price the history."""
+
+    def bound(self, events: Sequence[Event], delta: float) -> float:
+        """ε at `delta` by this accountant, or by RDP where it cannot price the history: RDP is a
+        valid, looser bound, so a plan solved with it can never be refused by a tighter one."""
+        value = self.epsilon(events, delta)
+        return value if value is not None else RDP.bound(events, delta)
+
+    def pick(self, priced: Mapping[str, float | None]) -> tuple[float | None, Accountant]:
+        """This accountant's ε in a priced record ({name: ε or None}, as `PrivacyLedger.price`
+        writes it) and whose it is: RDP's where this one had none."""
+        value = priced.get(self.name)
+        return (value, self) if value is not None else (priced.get(RDP.name), RDP)
+
+
+class RdpAccountant(Accountant):
+    """Rényi DP via Opacus' analysis: prices every event, a Skellam sum included (upper bound)."""
+
+    name = "rdp"
+    label = "RDP"
+    prices_skellam = True
+
+    def epsilon(self, events: Event | Iterable[Event], delta: float) -> float:
+        return epsilon_rdp(events, delta)
+
+    def bound(self, events: Sequence[Event], delta: float) -> float:
+        return epsilon_rdp(events, delta)
+
+
+class PrvAccountant(Accountant):
+    """The tight privacy-random-variable value (`prv_epsilon`); none for a Skellam sum."""
+
+    name = "prv"
+    label = "PRV"
+    prices_skellam = False
+
+    def epsilon(self, events: Event | Iterable[Event], delta: float) -> float | None:
+        return prv_epsilon(events, delta).epsilon
+
+    def result(self, events: Event | Iterable[Event], delta: float) -> PrvResult:
+        """The ε with how it was computed, or the reason it could not be."""
+        return prv_epsilon(events, delta)
+
+
+RDP: Final = RdpAccountant()
+PRV: Final = PrvAccountant()
+# every accountant by the string a config or a privacy record names it with, RDP (the default) first
+ACCOUNTANTS: Final[Mapping[str, Accountant]] = MappingProxyType({a.name: a for a in (RDP, PRV)})
+
+
+def accountant_named(name: str | Accountant) -> Accountant:
+    """The accountant a config or log string names (an `Accountant` is returned as it is)."""
+    if isinstance(name, Accountant):
+        return name
+    try:
+        return ACCOUNTANTS[name]
+    except (KeyError, TypeError):
+        choices = ", ".join(repr(key) for key in ACCOUNTANTS)
+        raise ValueError(f"{name!r} is not an accountant; set one of {choices}") from None

@@ -2,7 +2,7 @@
 
 The guard prices the ledger *as it would be* after the round and records the releases only when
 that value is within budget, so a ledger used through the guard never holds a composition over
-budget. The decision uses RDP by default (the reference, always an upper bound); with "prv" it
+budget. The decision uses RDP by default (the reference, always an upper bound); with PRV it
 uses the tight value and falls back to RDP where PRV is not computable.
 """
 
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
+from secure_fed.dp.accountants import RDP, Accountant, accountant_named
 from secure_fed.dp.events import Event
 from secure_fed.dp.ledger import LedgerEntry, PrivacyLedger
 
@@ -27,17 +28,16 @@ class BudgetGuard:
         self,
         ledger: PrivacyLedger,
         budget: float | Mapping[str, float],
-        accountant: Literal["rdp", "prv"] = "rdp",
+        accountant: Accountant | str = RDP,
     ) -> None:
-        """`budget`: one ε for every site, or per site (a site without an entry is refused)."""
-        if accountant not in ("rdp", "prv"):
-            raise ValueError(f"accountant must be 'rdp' or 'prv', got {accountant!r}")
+        """`budget`: one ε for every site, or per site (a site without an entry is refused);
+        `accountant`: the one it enforces, or the config string naming it."""
         budgets = budget.values() if isinstance(budget, Mapping) else [budget]
         if any(not (value > 0 and math.isfinite(value)) for value in budgets):
             raise ValueError(f"privacy budgets must be positive and finite, got {budget!r}")
         self.ledger = ledger
         self.budget = budget
-        self.accountant = accountant
+        self.accountant = accountant_named(accountant)
 
     def budget_of(self, site: str) -> float | None:
         if isinstance(self.budget, Mapping):
@@ -59,13 +59,11 @@ class BudgetGuard:
         projected = self.ledger.projected_epsilon(
             site, population, [event for _, event in events], delta=delta
         )
-        rdp_value = projected["rdp"]
-        assert rdp_value is not None  # RDP always prices
-        would_be, source = rdp_value, "RDP"
-        if self.accountant == "prv" and projected["prv"] is not None:
-            would_be, source = projected["prv"], "PRV"
-        elif self.accountant == "prv":
-            source = "RDP (PRV not computable)"
+        value, used = self.accountant.pick(projected)
+        assert value is not None  # RDP always prices
+        would_be, source = value, used.label
+        if used is not self.accountant:
+            source = f"{used.label} ({self.accountant.label} not computable)"
         if budget is None:
             return Admission(False, would_be, f"site {site!r} has no privacy budget in the policy; refusing")
         if not would_be <= budget:  # also refuses NaN / inf

@@ -20,13 +20,11 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
 
-from secure_fed.dp.accountants import epsilon_rdp, prv_epsilon
+from secure_fed.dp.accountants import RDP, Accountant, accountant_named
 from secure_fed.dp.analytic_gaussian import composed_mu, epsilon_for_delta
 from secure_fed.dp.events import Event, Gaussian, PoissonSampledGaussian
 
-Accountant = Literal["rdp", "prv"]
 MAX_SIGMA = 1e4
 
 
@@ -71,14 +69,10 @@ def check_delta(delta: float, n_patients: int) -> None:
         )
 
 
-def epsilon_of(events: Sequence[Event], delta: float, accountant: Accountant) -> float:
-    """ε of `events` under `accountant`; PRV falls back to RDP when it is not computable."""
-    if accountant == "rdp":
-        return epsilon_rdp(events, delta)
-    if accountant == "prv":
-        result = prv_epsilon(events, delta)
-        return result.epsilon if result.epsilon is not None else epsilon_rdp(events, delta)
-    raise ValueError(f"unknown accountant {accountant!r}; expected 'rdp' or 'prv'")
+def epsilon_of(events: Sequence[Event], delta: float, accountant: Accountant | str) -> float:
+    """ε of `events` under `accountant` (or the one its config string names); PRV falls back to
+    RDP when it is not computable (`Accountant.bound`)."""
+    return accountant_named(accountant).bound(events, delta)
 
 
 def _solve_sigma(epsilon_at: Callable[[float], float], target_epsilon: float, tolerance: float) -> float:
@@ -111,7 +105,7 @@ def calibrate_noise(
     delta: float,
     sampling_rate: float,
     steps: int,
-    accountant: Accountant = "rdp",
+    accountant: Accountant | str = RDP,
     tolerance: float = 0.01,
 ) -> float:
     """σ for `steps` Poisson-sampled Gaussian steps at rate q so that target(1 − tol) ≤ ε ≤ target."""
@@ -155,7 +149,7 @@ def split_budget(
     alpha_fraction: float | None = None,
     gmm_noise_multiplier: float | None = None,
     alpha_noise_multiplier: float | None = None,
-    accountant: Accountant = "rdp",
+    accountant: Accountant | str = RDP,
     tolerance: float = 0.01,
 ) -> BudgetSplit:
     """Noise multipliers for one population's planned releases (rule in the module docstring).
@@ -203,7 +197,7 @@ def split_budget(
 
 
 def calibrate_gaussian_for(
-    target_epsilon: float, delta: float, count: int, accountant: Accountant, tolerance: float = 0.01
+    target_epsilon: float, delta: float, count: int, accountant: Accountant | str, tolerance: float = 0.01
 ) -> float:
     """σ for `count` Gaussian releases priced by the same accountant the budget guard uses, so the
     plan cannot be refused by a looser bound than the one it was solved with."""

@@ -1,4 +1,4 @@
-"""White-box gradient canaries for a one-run audit of patient-level DP-SGD (`PatientDPSGD`).
+"""White-box gradient canaries for a one-run lower bound of patient-level DP-SGD (`PatientDPSGD`).
 
 Choice of canary: a *gradient* canary, the strongest for DP-SGD (Steinke, Nasr, Jagielski 2023,
 §6; Nasr et al. 2021): an extra "patient" whose per-step gradient is not computed from data but
@@ -22,7 +22,7 @@ only do worse. Score of a canary: with x_t its projection at step t in units of 
 contribution (C / expected batch size), the log-likelihood ratio Σ_t log(1 − q + q·e^{(x_t − ½)/σ²})
 of "sampled with probability q" against "absent" under N(0, σ²) noise — the Neyman–Pearson test of
 each step, summed over the steps (with σ = 0: Σ_t x_t). The scorer uses the *stated* σ: it is the
-auditor's belief, and a mechanism that adds less noise than stated is what the audit must catch.
+canary holder's belief, and a mechanism that adds less noise than stated is what the measurement must catch.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ import torch
 
 from secure_fed.dp.dpsgd import PatientDPSGD, poisson_sample
 from secure_fed.dp.keystream import NoiseStream
-from secure_fed.dp.one_run_audit import (
+from secure_fed.dp.lower_bound import (
     DEFAULT_CONFIDENCE,
     count_correct,
     epsilon_ceiling,
@@ -72,7 +72,7 @@ class GradientCanaries:
         support: int = DEFAULT_SUPPORT,
         norm_factor: float = 4.0,
     ) -> GradientCanaries:
-        """Directions and secret bits from the auditor's own generator (never the mechanism's)."""
+        """Directions and secret bits from the canary holder's own generator (never the mechanism's)."""
         total = int(sum(sizes))
         if m < 1:
             raise ValueError(f"need at least one canary, got {m}")
@@ -101,7 +101,7 @@ class GradientCanaries:
 
 @dataclass
 class CanaryInjector:
-    """The per-step side of an audit: picks this step's canaries, records what the step released."""
+    """The per-step side of a measurement: picks this step's canaries, records what the step released."""
 
     canaries: GradientCanaries
     sampling_rate: float
@@ -165,7 +165,7 @@ def likelihood_scores(projections: np.ndarray, sampling_rate: float, noise_multi
 
 
 @dataclass(frozen=True)
-class AuditOutcome:
+class BoundOutcome:
     """What the `empirical_audit` record logs: enough for anyone to re-derive ε̂."""
 
     canaries: int
@@ -194,12 +194,12 @@ class AuditOutcome:
 
 def default_guesses(m: int) -> int:
     """How many canaries to guess about when not told: a tenth of them (half "in", half "out"), at
-    least 2. Fixed before the run, from pilot runs with other auditor seeds (docs/RESULTS.md):
+    least 2. Fixed before the run, from pilot runs with other canary seeds (docs/RESULTS.md):
     choosing the count after seeing this run's scores would void the confidence level."""
     return min(m, max(2, 2 * round(m / 20)))
 
 
-# The default M leaves the ceiling this far above ε: an audit whose ceiling only just clears ε
+# The default M leaves the ceiling this far above ε: a measurement whose ceiling only just clears ε
 # flags nothing short of a perfectly separating leak.
 CEILING_MARGIN = 1.1
 MIN_CANARIES, MAX_CANARIES, CANARY_STEP = 1000, 20_000, 500
@@ -211,7 +211,7 @@ def default_canaries(
     """The smallest M (from 1,000 in steps of 500) whose ceiling ε̂_max with `default_guesses(M)`
     is at least margin·ε; None when even MAX_CANARIES cannot reach it (the ceiling grows only
     with the log of the guesses: ε = 4 needs about 3,000 canaries, ε = 8 some 90,000), so any
-    audit at that ε can only be inconclusive."""
+    measurement at that ε can only be inconclusive."""
 
     def clears(m: int) -> bool:
         return epsilon_ceiling(m, default_guesses(m), delta, confidence) >= margin * epsilon
@@ -228,19 +228,19 @@ def evaluate(
     delta: float,
     confidence: float = DEFAULT_CONFIDENCE,
     guess_out: bool = True,
-) -> AuditOutcome:
+) -> BoundOutcome:
     """Guess "in" for the top ⌈r/2⌉ scores and "out" for the bottom ⌊r/2⌋, count, bound.
 
     `guess_out` False: all r guesses "in", for the top r scores. Under Poisson sampling an
     included canary may never be drawn (probability (1 − q)^T over T steps) and then looks exactly
     like an excluded one, so "out" guesses can be wrong even when the mechanism adds no noise at
-    all, and the audit then cannot reach its ceiling; a sampled canary's "in" can be certain."""
+    all, and the measurement then cannot reach its ceiling; a sampled canary's "in" can be certain."""
     k_in = guesses if not guess_out else (guesses + 1) // 2
     k_out = guesses - k_in
     guessed_in, guessed_out = guess(scores, k_in, k_out)
     correct = count_correct(included, guessed_in, guessed_out)
     m = len(included)
-    return AuditOutcome(
+    return BoundOutcome(
         canaries=m,
         guesses=guesses,
         guessed_in=k_in,

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from secure_fed.dp.accountants import epsilon_rdp, prv_epsilon
+from secure_fed.dp.accountants import ACCOUNTANTS
 from secure_fed.dp.events import Event, EventFormatError, from_json
 
 POPULATIONS = ("train", "validation")
@@ -139,8 +139,9 @@ class PrivacyLedger:
     # --- pricing ---------------------------------------------------------------------------
     @staticmethod
     def price(events: Sequence[Event], delta: float) -> dict[str, float | None]:
-        """{"rdp": ε, "prv": ε or None} of one population's events: the audit payload shape."""
-        return {"rdp": epsilon_rdp(events, delta), "prv": prv_epsilon(events, delta).epsilon}
+        """{"rdp": ε, "prv": ε or None} of one population's events, by every accountant under the
+        name a privacy record carries: the audit payload shape."""
+        return {name: accountant.epsilon(events, delta) for name, accountant in ACCOUNTANTS.items()}
 
     def epsilon(self, site: str, population: str | None = None, *, delta: float) -> dict[str, float | None]:
         """Cumulative ε of (site, population); population None = the site's per-patient maximum."""

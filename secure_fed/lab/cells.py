@@ -13,6 +13,7 @@ from typing import Any
 
 from secure_fed import registry
 from secure_fed.config import RunConfig
+from secure_fed.dp.accountants import RDP, accountant_named
 
 BASE = "base"  # the pretrained base with untrained adapters: the "no federated training" reference
 LOCAL = "local"  # each site alone
@@ -69,11 +70,11 @@ def spent_per_site(privacy: dict[str, Any] | None) -> list[float]:
     ``accountant``; RDP where the cell names none or PRV was not computed); one pooled value for
     ``central``; none without DP."""
     values: list[float] = []
-    accountant = (privacy or {}).get("accountant") or "rdp"
+    counted = accountant_named((privacy or {}).get("accountant") or RDP)
     for v in ((privacy or {}).get("epsilon") or {}).values():
         if isinstance(v, dict):
-            chosen = v.get(accountant)
-            v = chosen if chosen is not None else v.get("rdp", v.get("epsilon"))
+            chosen, _ = counted.pick(v)
+            v = chosen if chosen is not None else v.get("epsilon")
         if isinstance(v, int | float):
             values.append(float(v))
     return values

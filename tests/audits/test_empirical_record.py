@@ -10,8 +10,8 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from rich.console import Console
 
-from secure_fed.audits.empirical_bound import check_record, rederive_epsilon_hat
 from secure_fed.audits.log import AuditLog
+from secure_fed.audits.lower_bound import check_record, rederive_epsilon_hat
 from secure_fed.audits.report import write_report
 from secure_fed.audits.verify import verify_logs
 from secure_fed.audits.verify_console import verify_main
@@ -87,7 +87,7 @@ def test_report_shows_epsilon_hat_beside_epsilon(tmp_path: Path) -> None:
     html_path, json_path, _ = write_report([path], tmp_path / "report.html", keys)
     page = html_path.read_text()
     measured = rederive_epsilon_hat(1000, 200, 170, DELTA, 0.95)
-    assert "Empirical privacy audit" in page and "measured lower bound" in page
+    assert "Empirical lower bound on ε" in page and "measured lower bound" in page
     assert f"ε̂ = <b>{measured:.3g}</b>" in page
     assert f"ε = <b>{opacus_epsilon([EVENT]):.3g}</b>" in page
     assert "re-derived from the logged counts" in page
@@ -124,9 +124,9 @@ def test_each_stated_epsilon_names_whose_patients_and_what_computed_it(tmp_path:
     verify_main([path], None, console)
     said = console.export_text()
     stated = f"{trained['stated_epsilon']:.3f}"
-    assert "empirical audit of site0's training patients: ε̂ = " in said, said
+    assert "empirical lower bound of site0's training patients: ε̂ = " in said, said
     assert f"the stated ε is {stated}, RDP)" in said, said
-    assert "empirical audit of site0's validation patients: ε̂ = " in said, said
+    assert "empirical lower bound of site0's validation patients: ε̂ = " in said, said
     assert f"the stated ε is {stated}, one release (exact Gaussian ε))" in said, said
     html_path, _, _ = write_report([path], tmp_path / "report.html", {"site0": key.public_key()})
     page = html.unescape(html_path.read_text())

@@ -1,4 +1,4 @@
-"""Controls of the one-run audit through the real `PatientDPSGD`: the audit must have teeth.
+"""Controls of the one-run lower bound through the real `PatientDPSGD`: the measurement must have teeth.
 
 Noise off, or noise scaled down 10× by a planted bug, must push ε̂ above the stated ε (the ε the
 accountant gives for the σ the code claims to use); the real mechanism must keep ε̂ below it.
@@ -110,7 +110,7 @@ def test_real_mechanism_stays_below_stated_epsilon(stated: tuple[float, float]) 
     sigma, epsilon = stated
     eps_hat, correct = _audit(1.0, sigma, "real", guesses=default_guesses(M))
     assert eps_hat <= epsilon
-    # the real noise still lets the auditor beat chance, or the audit would be vacuous
+    # the real noise still lets the canary holder beat chance, or the measurement would be vacuous
     assert correct > default_guesses(M) // 2
 
 
@@ -147,8 +147,8 @@ def test_a_patient_counted_twice_shows_but_stays_under_the_stated_epsilon(
 ) -> None:
     """A unit bug that doubles a patient's reach (2C under noise σ·C: the true ε at this σ and q is
     about 4.9, not 2.0) raises ε̂ well above the correct mechanism's on the same canaries, but a
-    one-run audit of 3,000 canaries does not lift it over the stated ε (measured: 1.51 vs 0.82 for
-    the correct mechanism, stated 1.99). This is the audit's power at this size, reported as such
+    one-run lower bound of 3,000 canaries does not lift it over the stated ε (measured: 1.51 vs 0.82 for
+    the correct mechanism, stated 1.99). This is the measurement's power at this size, reported as such
     in docs/RESULTS.md; the control pins it so a change in either direction is seen."""
     sigma, epsilon = stated
     real_hat, real_correct = _audit(1.0, sigma, "x1", guesses=default_guesses(3000), m=3000)

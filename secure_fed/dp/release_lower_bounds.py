@@ -1,10 +1,10 @@
-"""Canary audits of a site's two one-shot Gaussian releases: the α scalars and the GMM histogram.
+"""Canary lower bounds of a site's two one-shot Gaussian releases: the α scalars and the GMM histogram.
 
-Both are single releases, so the audit runs each mechanism once per canary (m independent
+Both are single releases, so the measurement runs each mechanism once per canary (m independent
 releases, canary j present in release j with probability ½ and absent from the others). The
 one-run bound applies unchanged: every canary still influences one (ε, δ)-DP mechanism, and the
 canaries' bits are independent. Each call goes through the very function the site releases with
-(`clip_and_noise_sum`, `gaussian_histogram`), on a fixed dataset the auditor knows (white box: a
+(`clip_and_noise_sum`, `gaussian_histogram`), on a fixed dataset the canary holder knows (white box: a
 DP guarantee holds for every dataset), with noise from a keystream as in a real release; a few
 milliseconds per canary.
 
@@ -20,12 +20,12 @@ from __future__ import annotations
 import numpy as np
 
 from secure_fed.dp.accountants import prv_epsilon
-from secure_fed.dp.canaries import AuditOutcome, evaluate
+from secure_fed.dp.canaries import BoundOutcome, evaluate
 from secure_fed.dp.clipped_sum import clip_and_noise_sum, clip_rows
 from secure_fed.dp.events import Gaussian
 from secure_fed.dp.histogram import gaussian_histogram, histogram_counts
 from secure_fed.dp.keystream import NoiseStream
-from secure_fed.dp.one_run_audit import DEFAULT_CONFIDENCE
+from secure_fed.dp.lower_bound import DEFAULT_CONFIDENCE
 
 
 def single_release_epsilon(sigma: float, delta: float) -> float:
@@ -34,7 +34,7 @@ def single_release_epsilon(sigma: float, delta: float) -> float:
     return value
 
 
-def audit_clipped_sum(
+def bound_clipped_sum(
     m: int,
     guesses: int,
     clip: float,
@@ -45,10 +45,10 @@ def audit_clipped_sum(
     noise: NoiseStream,
     others: int = 16,
     confidence: float = DEFAULT_CONFIDENCE,
-) -> AuditOutcome:
+) -> BoundOutcome:
     """m releases of `clip_and_noise_sum` (the α scalars), canary j in release j or not."""
     included = rng.random(m) < 0.5
-    data = rng.normal(size=(others, dim)) * clip  # the other patients, known to the auditor
+    data = rng.normal(size=(others, dim)) * clip  # the other patients, known to the canary holder
     known = clip_rows(data, clip).sum(axis=0)
     directions = rng.normal(size=(m, dim))
     directions /= np.linalg.norm(directions, axis=1, keepdims=True)
@@ -60,7 +60,7 @@ def audit_clipped_sum(
     return evaluate(scores, included, guesses, delta, confidence)
 
 
-def audit_histogram(
+def bound_histogram(
     m: int,
     guesses: int,
     n_cells: int,
@@ -70,7 +70,7 @@ def audit_histogram(
     noise: NoiseStream,
     others: int = 36,
     confidence: float = DEFAULT_CONFIDENCE,
-) -> AuditOutcome:
+) -> BoundOutcome:
     """m releases of `gaussian_histogram` (the GMM's histogram), canary j in release j or not."""
     included = rng.random(m) < 0.5
     cells = rng.integers(0, n_cells, size=others)

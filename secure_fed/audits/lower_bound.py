@@ -1,14 +1,14 @@
 """Re-derive an `empirical_audit` record's ε̂ from its logged counts (the verifier's own copy).
 
-The bound is the one-run audit of Steinke, Nasr and Jagielski (NeurIPS 2023, Thm 3.1): with m
+The bound is the one-run lower bound of Steinke, Nasr and Jagielski (NeurIPS 2023, Thm 3.1): with m
 canaries, r guesses and v correct, ε̂ is the largest ε at which
 P[W ≥ v] ≤ β + 2mδ·α falls below 1 − confidence, β = P[Bin(r, q) ≥ v], q = e^ε/(1 + e^ε),
-α = max_i P[v − i ≤ Bin(r, q) < v]/i. The writer's implementation is `secure_fed.dp.one_run_audit`;
-audits/ may not import it, and an auditor re-deriving with the writer's code would check nothing,
+α = max_i P[v − i ≤ Bin(r, q) < v]/i. The writer's implementation is `secure_fed.dp.lower_bound`;
+audits/ may not import it, and a verifier re-deriving with the writer's code would check nothing,
 so this one finds the root with Brent's method on the log p-value instead of a bisection.
 
-The ceiling ε̂_max is the ε̂ of r correct guesses out of r: the most the audit could report. A
-verdict "passed" needs ε̂ ≤ ε < ε̂_max; with ε̂_max ≤ ε the audit is "inconclusive" whatever it
+The ceiling ε̂_max is the ε̂ of r correct guesses out of r: the most the measurement could report. A
+verdict "passed" needs ε̂ ≤ ε < ε̂_max; with ε̂_max ≤ ε the measurement is "inconclusive" whatever it
 measured (a mechanism with no noise at all would have passed it).
 """
 
@@ -74,8 +74,8 @@ def check_record(payload: Any) -> tuple[float | None, str | None]:
 
 
 def verdict_of(epsilon_hat: float, ceiling: float, stated: float) -> str:
-    """The verdict: "violation" (ε̂ > ε), "inconclusive" (ceiling ε̂_max ≤ ε: the audit could not have failed),
-    else "passed"."""
+    """The verdict: "violation" (ε̂ > ε), "inconclusive" (ceiling ε̂_max ≤ ε: the measurement could
+    not have failed), else "passed"."""
     if epsilon_hat > stated:
         return "violation"
     return "inconclusive" if ceiling <= stated else "passed"
@@ -83,7 +83,7 @@ def verdict_of(epsilon_hat: float, ceiling: float, stated: float) -> str:
 
 def _check_verdict(payload: dict[str, Any], m: int, r: int, epsilon_hat: float) -> str | None:
     """A record's ceiling (ε̂ had all r guesses been right) and verdict must follow from its counts:
-    a writer that logs "passed" for an audit whose ceiling is below ε claims a test that could
+    a writer that logs "passed" for a measurement whose ceiling is below ε claims a test that could
     not have failed."""
     try:
         delta, confidence = float(payload["delta"]), float(payload["confidence"])

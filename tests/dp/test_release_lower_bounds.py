@@ -1,4 +1,4 @@
-"""Controls of the α-scalar and GMM-histogram audits: each release function, its noise as stated
+"""Controls of the α-scalar and GMM-histogram measurements: each release function, its noise as stated
 or cut by a planted bug (10× less, or none), against the exact ε of one release."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 
 from secure_fed.dp.calibration import calibrate_gaussian
 from secure_fed.dp.keystream import NoiseStream
-from secure_fed.dp.one_run_audit import DEFAULT_CONFIDENCE
-from secure_fed.dp.release_audits import audit_clipped_sum, audit_histogram, single_release_epsilon
+from secure_fed.dp.lower_bound import DEFAULT_CONFIDENCE
+from secure_fed.dp.release_lower_bounds import bound_clipped_sum, bound_histogram, single_release_epsilon
 
 DELTA, M, GUESSES = 1e-5, 2000, 200
 SIGMA = calibrate_gaussian(2.0, DELTA)  # one release at ε ≈ 2
@@ -23,14 +23,14 @@ def _stream(label: str) -> NoiseStream:
 
 def _alpha(factor: float) -> float:
     rng = np.random.default_rng(3)
-    return audit_clipped_sum(
+    return bound_clipped_sum(
         M, GUESSES, 1.0, SIGMA * factor, 5, DELTA, rng, _stream(f"a{factor}")
     ).epsilon_hat
 
 
 def _histogram(factor: float) -> float:
     rng = np.random.default_rng(4)
-    return audit_histogram(M, GUESSES, 27, SIGMA * factor, DELTA, rng, _stream(f"h{factor}")).epsilon_hat
+    return bound_histogram(M, GUESSES, 27, SIGMA * factor, DELTA, rng, _stream(f"h{factor}")).epsilon_hat
 
 
 @pytest.mark.parametrize("audit", [_alpha, _histogram], ids=["alpha_scalars", "gmm_histogram"])
@@ -44,7 +44,7 @@ def test_real_release_stays_below_and_a_noise_bug_exceeds_stated_epsilon(audit) 
 
 
 def _false_alarm_rate(audit, factor: float, trials: int = 300) -> float:
-    """Share of audits, each with its own noise key, whose ε̂ exceeds the stated ε of a release at
+    """Share of measurements, each with its own noise key, whose ε̂ exceeds the stated ε of a release at
     ε ≈ 0.4 (the end-to-end test cohort's histogram: 200 canaries, 20 guesses)."""
     delta = 1e-5
     sigma = calibrate_gaussian(0.4, delta)
@@ -58,17 +58,17 @@ def _false_alarm_rate(audit, factor: float, trials: int = 300) -> float:
 
 
 def _small_alpha(rng, sigma, delta, noise):
-    return audit_clipped_sum(200, 20, 1.0, sigma, 3, delta, rng, noise)
+    return bound_clipped_sum(200, 20, 1.0, sigma, 3, delta, rng, noise)
 
 
 def _small_histogram(rng, sigma, delta, noise):
-    return audit_histogram(200, 20, 27, sigma, delta, rng, noise)
+    return bound_histogram(200, 20, 27, sigma, delta, rng, noise)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("audit", [_small_alpha, _small_histogram], ids=["alpha_scalars", "gmm_histogram"])
 def test_a_correct_release_is_flagged_within_the_confidence_level(audit) -> None:
     """The one-run bound holds at 95 %: a release with its stated noise is called a violation in at
-    most 5 % of audits (about 1 % measured), and one with 0.3× the noise in more."""
+    most 5 % of measurements (about 1 % measured), and one with 0.3× the noise in more."""
     assert _false_alarm_rate(audit, 1.0) <= 1 - DEFAULT_CONFIDENCE
     assert _false_alarm_rate(audit, 0.3) > 1 - DEFAULT_CONFIDENCE

@@ -1,6 +1,6 @@
-"""The one-run empirical audit (Steinke, Nasr, Jagielski 2023) of distributed DP's released sum.
+"""The one-run empirical lower bound (Steinke, Nasr, Jagielski 2023) of distributed DP's released sum.
 
-What is audited: rounds of the distributed mechanism (`secure_fed.dp.distributed`), each a sum
+What is measured: rounds of the distributed mechanism (`secure_fed.dp.distributed`), each a sum
 over `sites` sites of `encode_share(S_k)`, where S_k is site k's sum of its Poisson-sampled
 patients' gradients clipped to C. The canaries are patients: white-box gradient canaries
 (`secure_fed.dp.canaries.GradientCanaries`, norm 4·C along a random direction, so clipping must
@@ -13,18 +13,18 @@ the threat model's server + c sites can do; with sites = h that view carries exa
 h − c honest shares the accounting counts on (mu_total), the strongest view the stated ε must
 hold against. The view is decoded (`decode_sum`) and projected on each canary's direction in units
 of C; a canary's score is the per-round likelihood ratio of "sampled with probability q" against
-"absent" under Gaussian noise of the *stated* std γ√mu_total (the auditor's belief: a mechanism
-that adds less noise than stated is what the audit must catch), summed over rounds. The guesses
+"absent" under Gaussian noise of the *stated* std γ√mu_total (the canary holder's belief: a mechanism
+that adds less noise than stated is what the measurement must catch), summed over rounds. The guesses
 are "in" for the top r scores (under Poisson sampling an unsampled canary cannot be told from an
-excluded one, so "out" guesses would cap the audit below its ceiling), and ε̂ is the one-run bound.
+excluded one, so "out" guesses would cap the measurement below its ceiling), and ε̂ is the one-run bound.
 
 The stated ε is the accountant's ε of the rounds (`distributed_epsilon`: the Poisson-sampled
 Skellam sum's RDP with the rounding's sensitivity), which ε̂ must not exceed. `mechanism` lets a
-test run other shares than the stated plan's (e.g. no noise) and see the audit catch it.
+test run other shares than the stated plan's (e.g. no noise) and see the measurement catch it.
 
 The sites' other patients are fixed random gradients (a DP guarantee holds for every dataset);
 their sampling and the sites' rounding and noise come from the sites' own generators, never the
-auditor's. Pure numpy and the dp layer: nothing of clients, crypto, the server or Flower.
+canary holder's. Pure numpy and the dp layer: nothing of clients, crypto, the server or Flower.
 """
 
 from __future__ import annotations
@@ -38,9 +38,10 @@ from typing import Any
 
 import numpy as np
 
+from secure_fed.dp.accountants import RDP
 from secure_fed.dp.canaries import (
     DEFAULT_SUPPORT,
-    AuditOutcome,
+    BoundOutcome,
     GradientCanaries,
     evaluate,
     likelihood_scores,
@@ -48,7 +49,7 @@ from secure_fed.dp.canaries import (
 from secure_fed.dp.clipped_sum import clip_rows
 from secure_fed.dp.distributed import DistributedPlan, decode_sum, distributed_epsilon, encode_share
 from secure_fed.dp.keystream import STREAM_KEY_BYTES, NoiseStream
-from secure_fed.dp.one_run_audit import DEFAULT_CONFIDENCE, verdict
+from secure_fed.dp.lower_bound import DEFAULT_CONFIDENCE, verdict
 
 CANARY = "white-box gradient canary held by a site as a patient: norm 4C (clipped to C), random direction"
 VIEW = "the decoded ring sum of every round, with the c colluding sites' shares removed"
@@ -56,16 +57,16 @@ SCORE = "per-round likelihood ratio of a Poisson-sampled canary under the stated
 
 
 @dataclass(frozen=True, eq=False)
-class DistributedAudit:
-    outcome: AuditOutcome
-    stated_epsilon: float  # the accountant's ε of the audited rounds at the outcome's δ
+class DistributedLowerBound:
+    outcome: BoundOutcome
+    stated_epsilon: float  # the accountant's ε of the measured rounds at the outcome's δ
     rounds: int
     sites: int
     colluders: int
     canary_sites: int
     sampling_rate: float
     noise_multiplier: float  # the stated noise std of the released sum in units of C
-    # the auditor's evidence: never logged (the counts in `outcome` are what anyone can check)
+    # the canary holder's evidence: never logged (the counts in `outcome` are what anyone can check)
     scores: np.ndarray
     included: np.ndarray
 
@@ -74,13 +75,13 @@ class DistributedAudit:
         return verdict(self.outcome.epsilon_hat, self.outcome.epsilon_hat_max, self.stated_epsilon)
 
     def payload(self) -> dict[str, Any]:
-        """An `empirical_audit` record's fields, as the site-mode audit logs them."""
+        """An `empirical_audit` record's fields, as the site-mode measurement logs them."""
         return {
             "mechanism": "distributed_skellam_sum",
             **self.outcome.to_json(),
             "stated_epsilon": self.stated_epsilon,
             "verdict": self.verdict,
-            "accountant": "rdp",
+            "accountant": RDP.name,
             "rounds": self.rounds,
             "steps": self.rounds,
             "sites": self.sites,
@@ -94,7 +95,7 @@ class DistributedAudit:
         }
 
 
-def _audit_round_seed(round_id: int) -> bytes:
+def _bound_round_seed(round_id: int) -> bytes:
     return hashlib.sha256(f"secure_fed/distributed-dp/audit-round|{round_id}".encode()).digest()
 
 
@@ -102,14 +103,14 @@ def _os_stream(_site: int) -> NoiseStream:
     return NoiseStream(os.urandom(STREAM_KEY_BYTES))
 
 
-def audit_distributed(
+def bound_distributed(
     plan: DistributedPlan,
     sampling_rate: float,
     rounds: int,
     canaries: int,
     guesses: int,
     delta: float,
-    auditor: np.random.Generator,
+    canary_rng: np.random.Generator,
     *,
     sites: int | None = None,
     canary_sites: int = 1,
@@ -118,7 +119,7 @@ def audit_distributed(
     confidence: float = DEFAULT_CONFIDENCE,
     mechanism: DistributedPlan | None = None,
     site_stream: Callable[[int], NoiseStream] = _os_stream,
-) -> DistributedAudit:
+) -> DistributedLowerBound:
     """Run `rounds` rounds of the distributed mechanism with `canaries` patient canaries and bound ε.
 
     sites: parties to the sum (default h = plan.honest_min), the first plan.colluders of them
@@ -138,17 +139,17 @@ def audit_distributed(
     if rounds < 1:
         raise ValueError(f"rounds must be >= 1, got {rounds}")
     clip = plan.clip
-    drawn = GradientCanaries.draw(canaries, [plan.dim], clip, auditor, support=support)
+    drawn = GradientCanaries.draw(canaries, [plan.dim], clip, canary_rng, support=support)
     # canary j is a patient of honest site c + (j mod canary_sites)
     holder = c + np.arange(canaries) % canary_sites
     patients = [
-        auditor.normal(size=(others, plan.dim)) * (clip / math.sqrt(plan.dim)) for _ in range(n_sites)
+        canary_rng.normal(size=(others, plan.dim)) * (clip / math.sqrt(plan.dim)) for _ in range(n_sites)
     ]
     streams = [site_stream(k) for k in range(n_sites)]
     mask = np.uint64((1 << plan.bits) - 1)
     projections = []
     for round_id in range(1, rounds + 1):
-        seed = _audit_round_seed(round_id)
+        seed = _bound_round_seed(round_id)
         view = np.zeros(plan.padded_dim, dtype=np.uint64)
         for k, rng in enumerate(streams):
             # the site's Poisson sample over its patients and the canaries it holds, from its own keystream
@@ -167,7 +168,7 @@ def audit_distributed(
     stated_noise = plan.noise_std / clip
     scores = likelihood_scores(np.stack(projections), sampling_rate, stated_noise)
     outcome = evaluate(scores, drawn.included, guesses, delta, confidence, guess_out=False)
-    return DistributedAudit(
+    return DistributedLowerBound(
         outcome=outcome,
         stated_epsilon=distributed_epsilon(plan, sampling_rate, rounds, delta),
         rounds=rounds,

@@ -1,7 +1,7 @@
-"""`secure-fed audit empirical` with dp.noise = "distributed": the audit runs the run's own plan
+"""`secure-fed lower-bound` with dp.noise = "distributed": the measurement runs the run's own plan
 (the site's, from its config and the provisioned sites) against the decoded ring sum, logs a
 signed `empirical_audit` record that `audit verify` re-derives, and ε̂ stays below the accountant's
-ε of the rounds (~15 s on a warm cache: the site's cohort and model, then a 0.5 s audit)."""
+ε of the rounds (~15 s on a warm cache: the site's cohort and model, then a 0.5 s measurement)."""
 
 from __future__ import annotations
 
@@ -12,18 +12,17 @@ import pytest
 from typer.testing import CliRunner
 
 from secure_fed.cli import app
-from tests.clients.test_empirical_audit import _config
+from tests.clients.test_lower_bound import _config
 
 runner = CliRunner()
 
 
 @pytest.mark.slow
-@pytest.mark.usefixtures("one_torch_thread", "pinned_auditor")
-def test_distributed_audit_logs_a_record_that_verifies(cache_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.usefixtures("one_torch_thread", "pinned_canary_seed")
+def test_distributed_lower_bound_logs_a_record_that_verifies(cache_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "audit"
     args = [
-        "audit",
-        "empirical",
+        "lower-bound",
         "--config",
         str(_config(cache_dir, tmp_path, distributed=True)),
         "--canaries",

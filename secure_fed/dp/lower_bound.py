@@ -1,6 +1,6 @@
-"""The one-run privacy audit's lower bound (Steinke, Nasr, Jagielski, NeurIPS 2023, Theorem 3.1).
+"""The one-run lower bound on ε's lower bound (Steinke, Nasr, Jagielski, NeurIPS 2023, Theorem 3.1).
 
-m canaries are each included independently with probability ½; after one run an auditor guesses
+m canaries are each included independently with probability ½; after one run the canary holder guesses
 "in" for some canaries and "out" for others (abstaining on the rest), r guesses in all, v of them
 correct. If the mechanism is (ε, δ)-DP with respect to every canary, then for every v
 
@@ -76,8 +76,8 @@ def epsilon_lower_bound(
 
 
 def epsilon_ceiling(m: int, r: int, delta: float = 0.0, confidence: float = DEFAULT_CONFIDENCE) -> float:
-    """ε̂_max: the ε̂ of r correct guesses out of r, the most this audit can ever report with m
-    canaries and r guesses. An audit whose ceiling is at or below the stated ε cannot find a
+    """ε̂_max: the ε̂ of r correct guesses out of r, the most this measurement can ever report with m
+    canaries and r guesses. A measurement whose ceiling is at or below the stated ε cannot find a
     violation whatever the mechanism does (with no noise at all, every guess right gives only the
     ceiling), so it says nothing about that ε."""
     return epsilon_lower_bound(m, r, r, delta, confidence)
@@ -88,8 +88,8 @@ PASSED, INCONCLUSIVE, VIOLATION = "passed", "inconclusive", "violation"
 
 def verdict(epsilon_hat: float, ceiling: float, stated_epsilon: float) -> str:
     """The verdict: "violation" when ε̂ > ε (a measured leak above the stated bound); else "inconclusive" when
-    the ceiling ε̂_max ≤ ε (the audit could not have failed); else "passed" (it could have failed
-    and did not — which still proves only that the leak is at most what such an audit detects)."""
+    the ceiling ε̂_max ≤ ε (the measurement could not have failed); else "passed" (it could have failed
+    and did not — which still proves only that the leak is at most what such a measurement detects)."""
     if epsilon_hat > stated_epsilon:
         return VIOLATION
     if ceiling <= stated_epsilon:
@@ -98,7 +98,7 @@ def verdict(epsilon_hat: float, ceiling: float, stated_epsilon: float) -> str:
 
 
 def guess(scores: np.ndarray, k_in: int, k_out: int) -> tuple[np.ndarray, np.ndarray]:
-    """The auditor's guesses from one score per canary: "in" for the k_in highest, "out" for the
+    """The canary holder's guesses from one score per canary: "in" for the k_in highest, "out" for the
     k_out lowest, abstain on the rest. Returns (indices guessed in, indices guessed out)."""
     scores = np.asarray(scores, dtype=np.float64)
     if k_in < 0 or k_out < 0 or k_in + k_out > scores.size:

@@ -1,6 +1,6 @@
-"""`secure-fed audit empirical`: a one-run privacy audit of one site's own training code.
+"""`secure-fed lower-bound`: a one-run lower bound on ε of one site's own training code.
 
-The audit run is a site's run, alone: `SiteRuntime.create` (cohort, GMM histogram, calibration,
+The measurement run is a site's run, alone: `SiteRuntime.create` (cohort, GMM histogram, calibration,
 ledger, signed log) and `SiteRuntime.train` for each of the configured rounds, with the site's
 own `SitePrivacy`, `DPGradients` and `PatientDPSGD`. The only difference from a real run is the
 canaries (`secure_fed.dp.canaries`): each round's `DPGradients` gets an injector that adds the
@@ -8,11 +8,11 @@ included canaries as extra patients at every step and records the step's release
 Between rounds the site's model moves by the mean of its own released copy updates (a single-site
 federation; any choice is post-processing of what was released, so it cannot change the bound).
 
-After the last round each canary is scored, the auditor guesses, and the count of correct guesses
-becomes ε̂ (`secure_fed.dp.one_run_audit`), logged as a signed `empirical_audit` record beside the
+After the last round each canary is scored, the canary holder guesses, and the count of correct guesses
+becomes ε̂ (`secure_fed.dp.lower_bound`), logged as a signed `empirical_audit` record beside the
 stated ε: the accountant's ε for the DP-SGD steps the canaries went through (the site's total
 train ε, which also counts the GMM histogram, is logged too). The run's folder is its own: the
-audit never charges a real run's ledger.
+measurement never charges a real run's ledger.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ from secure_fed.clients.private import TRAIN, VALIDATION, DPGradients, SitePriva
 from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
 from secure_fed.data.sites import site_names
-from secure_fed.dp.accountants import epsilon_prv, epsilon_rdp
+from secure_fed.dp.accountants import PRV, RDP
 from secure_fed.dp.canaries import (
     DEFAULT_SUPPORT,
     MAX_CANARIES,
-    AuditOutcome,
+    BoundOutcome,
     CanaryInjector,
     GradientCanaries,
     default_canaries,
@@ -44,12 +44,12 @@ from secure_fed.dp.canaries import (
     evaluate,
     likelihood_scores,
 )
-from secure_fed.dp.distributed_audit import DistributedAudit, audit_distributed
+from secure_fed.dp.distributed_lower_bound import DistributedLowerBound, bound_distributed
 from secure_fed.dp.events import PoissonSampledGaussian
 from secure_fed.dp.histogram import HistogramBins
 from secure_fed.dp.keystream import STREAM_KEY_BYTES, NoiseStream
-from secure_fed.dp.one_run_audit import DEFAULT_CONFIDENCE, verdict
-from secure_fed.dp.release_audits import audit_clipped_sum, audit_histogram, single_release_epsilon
+from secure_fed.dp.lower_bound import DEFAULT_CONFIDENCE, verdict
+from secure_fed.dp.release_lower_bounds import bound_clipped_sum, bound_histogram, single_release_epsilon
 from secure_fed.keyring import audit_keys_dir
 from secure_fed.model.vectors import flatten
 
@@ -107,10 +107,10 @@ class CanaryGradients:
 
 
 @dataclass(frozen=True, eq=False)
-class EmpiricalAudit:
+class LowerBoundRun:
     site: str
-    outcome: AuditOutcome
-    stated_epsilon: float  # the site's accountant's ε of the audited DP-SGD steps
+    outcome: BoundOutcome
+    stated_epsilon: float  # the site's accountant's ε of the measured DP-SGD steps
     stated_epsilon_prv: float | None
     site_epsilon: float  # the site's total train ε (DP-SGD and the GMM histogram)
     rounds: int
@@ -119,13 +119,13 @@ class EmpiricalAudit:
     sampling_rate: float
     seconds: float
     log: Path | None
-    # the auditor's secret and evidence: never logged (the counts above are what anyone can check)
+    # the canary holder's secret and evidence: never logged (the counts above are what anyone can check)
     scores: np.ndarray
     included: np.ndarray
-    # the α scalars' and GMM histogram's own audits (`empirical_audit` payloads), if run
+    # the α scalars' and GMM histogram's own measurements (`empirical_audit` payloads), if run
     releases: list[dict[str, Any]]
-    # dp.noise = "distributed": the audit of the released ring sum that replaced the DP-SGD one
-    distributed: DistributedAudit | None = None
+    # dp.noise = "distributed": the measurement of the released ring sum that replaced the DP-SGD one
+    distributed: DistributedLowerBound | None = None
 
     def payload(self) -> dict[str, Any]:
         if self.distributed is not None:
@@ -139,7 +139,7 @@ class EmpiricalAudit:
             "verdict": verdict(self.outcome.epsilon_hat, self.outcome.epsilon_hat_max, self.stated_epsilon),
             "stated_epsilon_prv": self.stated_epsilon_prv,
             "site_epsilon": self.site_epsilon,
-            "accountant": "rdp",
+            "accountant": RDP.name,
             "rounds": self.rounds,
             "steps": self.steps,
             "noise_multiplier": self.noise_multiplier,
@@ -151,30 +151,30 @@ class EmpiricalAudit:
 
 
 def fresh_seed() -> int:
-    """The auditor's seed when none is given: OS entropy, so neither the site's noise key nor the
+    """The canary holder's seed when none is given: OS entropy, so neither the site's noise key nor the
     config's seed predicts which canaries are in. At 95 % confidence a correct mechanism is still
-    flagged in up to 5 % of audits (about 1 % at the test cohort's size): tests that assert an
+    flagged in up to 5 % of measurements (about 1 % at the test cohort's size): tests that assert an
     outcome pin this seed rather than pass most of the time."""
     return int.from_bytes(os.urandom(16))
 
 
-def auditor_rng(seed: int | None) -> np.random.Generator:
-    """The auditor's secret (which canaries are in, their directions) and the simulated releases'
+def canary_rng(seed: int | None) -> np.random.Generator:
+    """The canary holder's secret (which canaries are in, their directions) and the simulated releases'
     noise keys: one generator, never seeded from the site's noise key or the config's seed."""
     return np.random.default_rng(fresh_seed() if seed is None else seed)
 
 
-def release_audits(
+def release_lower_bounds(
     privacy: SitePrivacy, cfg: RunConfig, m: int, guesses: int, confidence: float, rng: np.random.Generator
 ) -> list[dict[str, Any]]:
-    """The α scalars' and the GMM histogram's audits at this site's σ, C and δ (a second or two)."""
-    noise = NoiseStream(rng.bytes(STREAM_KEY_BYTES))  # keyed by the auditor's secret seed
+    """The α scalars' and the GMM histogram's measurements at this site's σ, C and δ (a second or two)."""
+    noise = NoiseStream(rng.bytes(STREAM_KEY_BYTES))  # keyed by the canary holder's secret seed
     plans = [
         (
             "alpha_scalars",
             VALIDATION,
             privacy.alpha_sigma,
-            lambda delta: audit_clipped_sum(
+            lambda delta: bound_clipped_sum(
                 m,
                 guesses,
                 privacy.alpha_clip,
@@ -191,7 +191,7 @@ def release_audits(
             "gmm_histogram",
             TRAIN,
             privacy.histogram_sigma,
-            lambda delta: audit_histogram(
+            lambda delta: bound_histogram(
                 m,
                 guesses,
                 HistogramBins().n_cells,
@@ -227,17 +227,17 @@ def release_audits(
     return out
 
 
-def audit_run_id(out: Path) -> str:
+def lower_bound_run_id(out: Path) -> str:
     return "audit-" + hashlib.sha256(str(Path(out).resolve()).encode()).hexdigest()[:12]
 
 
 def planned_epsilon(privacy: SitePrivacy, rounds: int) -> float:
-    """The accountant's ε of the DP-SGD steps an audit of `rounds` rounds will go through."""
+    """The accountant's ε of the DP-SGD steps a measurement of `rounds` rounds will go through."""
     steps = PoissonSampledGaussian(privacy.sampling_rate, privacy.sigma, privacy.steps * rounds)
-    return epsilon_rdp(steps, privacy.delta[TRAIN])
+    return RDP.epsilon(steps, privacy.delta[TRAIN])
 
 
-def run_empirical_audit(
+def run_lower_bound(
     cfg: RunConfig,
     site: str,
     canaries: int | None,
@@ -245,18 +245,18 @@ def run_empirical_audit(
     guesses: int | None = None,
     confidence: float = DEFAULT_CONFIDENCE,
     support: int = DEFAULT_SUPPORT,
-    auditor_seed: int | None = None,
+    canary_seed: int | None = None,
     progress: Any = None,
     releases: bool = True,
-) -> EmpiricalAudit:
+) -> LowerBoundRun:
     """Run `cfg.fed.rounds` rounds of `site`'s DP training with `canaries` canaries, then bound ε.
 
     `canaries` None: the fewest whose ceiling ε̂_max clears the stated ε (`default_canaries`);
-    refused when no M up to the cap does, since such an audit could only be inconclusive."""
+    refused when no M up to the cap does, since such a measurement could only be inconclusive."""
     if not cfg.dp.enabled:
-        raise ValueError("dp.enabled is false: there is no DP mechanism to audit (set dp.enabled = true)")
+        raise ValueError("dp.enabled is false: there is no DP mechanism to measure (set dp.enabled = true)")
     if cfg.dp.noise_free_reference:
-        raise ValueError("dp.noise_free_reference adds no noise: there is no DP mechanism to audit")
+        raise ValueError("dp.noise_free_reference adds no noise: there is no DP mechanism to measure")
     started = time.monotonic()
     out = Path(out)
     cfg = cfg.model_copy(update={"out": out})
@@ -264,17 +264,17 @@ def run_empirical_audit(
         torch.set_num_threads(cfg.train.threads)
     # keys for every site of the cohort at once: the folder is made on first use only
     keys_dir = audit_keys_dir(cfg, site_names(cfg)) if cfg.audit.enabled else None
-    runtime = SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=audit_run_id(out))
+    runtime = SiteRuntime.create(cfg, site, keys_dir=keys_dir, run_id=lower_bound_run_id(out))
     privacy = runtime.privacy
     assert privacy is not None
     if privacy.distributed is not None:
-        return _run_distributed_audit(
-            cfg, runtime, site, canaries, guesses, confidence, support, auditor_seed, started
+        return _run_distributed_lower_bound(
+            cfg, runtime, site, canaries, guesses, confidence, support, canary_seed, started
         )
     if canaries is None:
         stated = planned_epsilon(privacy, cfg.fed.rounds)
         canaries = _conclusive_canaries(site, stated, privacy.delta[TRAIN], confidence)
-    rng = auditor_rng(auditor_seed)
+    rng = canary_rng(canary_seed)
     template = runtime.learner.model.trainable_state()
     copies = 1 if registry.method(runtime.cfg.fed.method).pooled else cfg.data.max_visits
     per_copy = int(sum(t.numel() for t in template.values()))
@@ -283,16 +283,16 @@ def run_empirical_audit(
     state = flatten(template).numpy()
     trained = _train_with_canaries(cfg, runtime, drawn, projections, state, (copies, per_copy), progress)
     if not projections:
-        raise ValueError(f"{site} trained no round under DP, so there is nothing to audit")
+        raise ValueError(f"{site} trained no round under DP, so there is nothing to measure")
     scores = likelihood_scores(np.stack(projections), privacy.sampling_rate, privacy.sigma)
     guesses = default_guesses(canaries) if guesses is None else guesses
     outcome = _guess_in(scores, drawn, guesses, privacy, confidence)
-    audited = PoissonSampledGaussian(privacy.sampling_rate, privacy.sigma, privacy.steps * trained)
-    result = EmpiricalAudit(
+    measured = PoissonSampledGaussian(privacy.sampling_rate, privacy.sigma, privacy.steps * trained)
+    result = LowerBoundRun(
         site=site,
         outcome=outcome,
-        stated_epsilon=epsilon_rdp(audited, privacy.delta[TRAIN]),
-        stated_epsilon_prv=epsilon_prv(audited, privacy.delta[TRAIN]),
+        stated_epsilon=RDP.epsilon(measured, privacy.delta[TRAIN]),
+        stated_epsilon_prv=PRV.epsilon(measured, privacy.delta[TRAIN]),
         site_epsilon=float(privacy.epsilon()[TRAIN]["rdp"]),
         rounds=trained,
         steps=len(projections),
@@ -302,7 +302,9 @@ def run_empirical_audit(
         log=None if runtime.trail is None else runtime.trail.log.path,
         scores=scores,
         included=drawn.included,
-        releases=release_audits(privacy, cfg, canaries, outcome.guesses, confidence, rng) if releases else [],
+        releases=release_lower_bounds(privacy, cfg, canaries, outcome.guesses, confidence, rng)
+        if releases
+        else [],
     )
     _log_and_finish(runtime, result, trained, cfg.fed.rounds)
     return result
@@ -310,13 +312,13 @@ def run_empirical_audit(
 
 def _conclusive_canaries(site: str, stated: float, delta: float, confidence: float) -> int:
     """The fewest canaries whose ceiling ε̂_max clears `stated`; refused when none up to the cap
-    does, since such an audit could only be inconclusive."""
+    does, since such a measurement could only be inconclusive."""
     canaries = default_canaries(stated, delta, confidence)
     if canaries is None:
         raise ValueError(
             f"{site}: at the stated ε = {stated:.3f} no M up to {MAX_CANARIES:,} canaries gives "
-            "the one-run audit a ceiling above ε, so it could only be inconclusive; pass "
-            "--canaries M to run it anyway, or audit a smaller ε"
+            "the one-run lower bound a ceiling above ε, so it could only be inconclusive; pass "
+            "--canaries M to run it anyway, or measure at a smaller ε"
         )
     return canaries
 
@@ -342,7 +344,7 @@ def _train_with_canaries(
     for round_id in range(1, cfg.fed.rounds + 1):
         reply = runtime.train(round_id, cfg.fed.method, state, {})
         if reply.get("status") != "ok":
-            break  # declined (budget): the audit covers the rounds that ran
+            break  # declined (budget): the measurement covers the rounds that ran
         trained += 1
         upload = runtime.stash["upload"].reshape(copies, per_copy + 1)
         # each part is w·Δ followed by w (w public): the copies' mean update is the next model
@@ -354,8 +356,8 @@ def _train_with_canaries(
 
 def _guess_in(
     scores: np.ndarray, drawn: GradientCanaries, guesses: int, privacy: SitePrivacy, confidence: float
-) -> AuditOutcome:
-    """The auditor's guesses from the canaries' scores, and the ε̂ they support."""
+) -> BoundOutcome:
+    """The canary holder's guesses from the canaries' scores, and the ε̂ they support."""
     return evaluate(
         scores,
         drawn.included,
@@ -369,9 +371,9 @@ def _guess_in(
     )
 
 
-def _log_and_finish(runtime: SiteRuntime, result: EmpiricalAudit, trained: int, rounds: int) -> None:
-    """Sign the audit's records into the site's log, then close it: stopped early when the site
-    declined a round, so the log says why the audit covers fewer rounds than configured."""
+def _log_and_finish(runtime: SiteRuntime, result: LowerBoundRun, trained: int, rounds: int) -> None:
+    """Sign the measurement's records into the site's log, then close it: stopped early when the site
+    declined a round, so the log says why the measurement covers fewer rounds than configured."""
     if runtime.trail is not None:
         runtime.trail.append("empirical_audit", result.payload())
         for payload in result.releases:
@@ -382,7 +384,7 @@ def _log_and_finish(runtime: SiteRuntime, result: EmpiricalAudit, trained: int, 
         runtime.finish(stopped_early=f"the site declined round {trained + 1} (privacy budget)")
 
 
-def _run_distributed_audit(
+def _run_distributed_lower_bound(
     cfg: RunConfig,
     runtime: SiteRuntime,
     site: str,
@@ -390,11 +392,11 @@ def _run_distributed_audit(
     guesses: int | None,
     confidence: float,
     support: int,
-    auditor_seed: int | None,
+    canary_seed: int | None,
     started: float,
-) -> EmpiricalAudit:
-    """dp.noise = "distributed": no site trains alone, so the audit runs the run's plan's rounds
-    itself (`secure_fed.dp.distributed_audit`: canaries as patients of the honest sites, guesses
+) -> LowerBoundRun:
+    """dp.noise = "distributed": no site trains alone, so the measurement runs the run's plan's rounds
+    itself (`secure_fed.dp.distributed_lower_bound`: canaries as patients of the honest sites, guesses
     from the decoded ring sum without the colluders' shares) and logs the record in this site's
     log, against the accountant's ε of those rounds."""
     from secure_fed.distributed_plan import delta as distributed_delta
@@ -406,8 +408,8 @@ def _run_distributed_audit(
     q, rounds, delta = cfg.dp.sample_rate, cfg.fed.rounds, distributed_delta(cfg)
     if canaries is None:
         canaries = _conclusive_canaries(site, distributed_epsilon(plan, q, rounds, delta), delta, confidence)
-    rng = auditor_rng(auditor_seed)
-    audit = audit_distributed(
+    rng = canary_rng(canary_seed)
+    audit = bound_distributed(
         plan,
         q,
         rounds,
@@ -418,7 +420,7 @@ def _run_distributed_audit(
         support=support,
         site_stream=lambda _site: NoiseStream(rng.bytes(STREAM_KEY_BYTES)),
     )
-    result = EmpiricalAudit(
+    result = LowerBoundRun(
         site=site,
         outcome=audit.outcome,
         stated_epsilon=audit.stated_epsilon,
@@ -438,13 +440,14 @@ def _run_distributed_audit(
     if runtime.trail is not None:
         runtime.trail.append("empirical_audit", result.payload())
         runtime.finish(
-            stopped_early="distributed DP: the audit ran the plan's rounds itself, not the site's training"
+            stopped_early="distributed DP: the measurement ran the plan's rounds itself, "
+            "not the site's training"
         )
     return result
 
 
-def write_audit_report(cfg: RunConfig, parties: list[str]) -> Path | None:
-    """The compliance report over the audit run's logs (ε̂ beside ε per site), verified first."""
+def write_lower_bound_report(cfg: RunConfig, parties: list[str]) -> Path | None:
+    """The compliance report over the measurement run's logs (ε̂ beside ε per site), verified first."""
     from secure_fed.audits.keys import load_public_keys
     from secure_fed.audits.report import write_report
 

@@ -1,13 +1,13 @@
-"""The one-run privacy audit must be able to fail.
+"""The one-run lower bound on ε must be able to fail.
 
 The finding: at the documented setting (stated ε = 4, 1,000 canaries, 100 guesses, δ = 1e-5) the
 largest ε̂ the one-run bound can give — every guess right — is 3.465 < 4, so a DP-SGD patched to
-add no noise at all "passed". Now every audit states its ceiling ε̂_max, an audit whose ceiling is
+add no noise at all "passed". Now every measurement states its ceiling ε̂_max, a measurement whose ceiling is
 at or below ε is "inconclusive" (never "passed"), the default M is the fewest canaries whose
 ceiling clears ε, and the zero-noise negative control below must come out a "violation".
 
 The controls drive the site's own `DPGradients` (its Poisson patient sampler and `PatientDPSGD`)
-wrapped by the audit's `CanaryGradients`, exactly as `secure-fed audit empirical` wraps a site,
+wrapped by the measurement's `CanaryGradients`, exactly as `secure-fed lower-bound` wraps a site,
 on two small linear copies so that each run takes seconds.
 """
 
@@ -21,8 +21,8 @@ import pytest
 import torch
 from torch import nn
 
-from secure_fed.audits.empirical_bound import check_record
-from secure_fed.clients.empirical_audit import CanaryGradients
+from secure_fed.audits.lower_bound import check_record
+from secure_fed.clients.lower_bound import CanaryGradients
 from secure_fed.clients.private import DPGradients
 from secure_fed.dp.accountants import epsilon_rdp
 from secure_fed.dp.calibration import calibrate_noise
@@ -36,7 +36,7 @@ from secure_fed.dp.canaries import (
 )
 from secure_fed.dp.events import PoissonSampledGaussian
 from secure_fed.dp.keystream import NoiseStream
-from secure_fed.dp.one_run_audit import epsilon_ceiling, verdict
+from secure_fed.dp.lower_bound import epsilon_ceiling, verdict
 
 STATED, DELTA, Q, STEPS, CLIP, N_PATIENTS = 4.0, 1e-5, 0.25, 40, 1.0, 32
 
@@ -48,7 +48,7 @@ def stated() -> tuple[float, float]:
 
 
 def _site_audit(actual_sigma: float, stated_sigma: float, stated_epsilon: float, m: int, label: str) -> dict:
-    """One audited training run through the site's DPGradients; the record's verdict fields."""
+    """One measured training run through the site's DPGradients; the record's verdict fields."""
     torch.manual_seed(0)
     copies = [nn.Linear(200, 100), nn.Linear(200, 100)]
     x, y = torch.randn(N_PATIENTS, 200), torch.randn(N_PATIENTS, 100)
@@ -67,7 +67,7 @@ def _site_audit(actual_sigma: float, stated_sigma: float, stated_epsilon: float,
         grads.backward(copies, losses, [torch.arange(len(batch))] * 2)
         optimiser.step()
     scores = likelihood_scores(np.stack(projections), Q, stated_sigma)
-    # as the site audit guesses: "in" only (a never-sampled canary looks excluded)
+    # as the site's measurement guesses: "in" only (a never-sampled canary looks excluded)
     outcome = evaluate(scores, canaries.included, default_guesses(m), DELTA, guess_out=False)
     return {
         **outcome.to_json(),
@@ -79,7 +79,7 @@ def _site_audit(actual_sigma: float, stated_sigma: float, stated_epsilon: float,
 def test_the_documented_setting_cannot_fail_so_it_is_inconclusive() -> None:
     ceiling = epsilon_ceiling(1000, default_guesses(1000), DELTA)
     assert ceiling == pytest.approx(3.465, abs=1e-3)  # every guess right: still below ε = 4
-    # whatever it measured, such an audit is never "passed"
+    # whatever it measured, such a measurement is never "passed"
     for measured in (0.0, 0.9, ceiling):
         assert verdict(measured, ceiling, STATED) == "inconclusive"
 
@@ -96,7 +96,7 @@ def test_the_default_canaries_put_the_ceiling_above_epsilon() -> None:
 
 @pytest.mark.slow
 def test_zero_noise_control_is_a_violation(stated: tuple[float, float]) -> None:
-    """The negative control: the accountant is told σ, DP-SGD adds nothing; the audit must fail."""
+    """The negative control: the accountant is told σ, DP-SGD adds nothing; the measurement must fail."""
     sigma, epsilon = stated
     m = default_canaries(epsilon, DELTA)
     assert m is not None
@@ -114,7 +114,7 @@ def test_the_real_mechanism_passes_an_audit_that_could_have_failed(stated: tuple
     assert m is not None
     record = _site_audit(sigma, sigma, epsilon, m, "real")
     assert record["verdict"] == "passed", record
-    assert record["correct"] > record["guesses"] // 2  # the audit still beats chance
+    assert record["correct"] > record["guesses"] // 2  # the measurement still beats chance
 
 
 def test_canaries_are_drawn_by_the_sites_own_patient_sampler() -> None:
@@ -187,9 +187,9 @@ def test_the_report_calls_an_audit_that_could_not_fail_inconclusive() -> None:
 @pytest.mark.slow
 @pytest.mark.usefixtures("one_torch_thread")
 def test_zero_noise_through_the_site_runtime_is_a_violation(make_config, tmp_path, monkeypatch) -> None:
-    """The same control through `run_empirical_audit` (the site's runtime, model and cohort) with
+    """The same control through `run_lower_bound` (the site's runtime, model and cohort) with
     the default M: DP-SGD adds nothing while the site's accountant states its ε."""
-    from secure_fed.clients.empirical_audit import run_empirical_audit
+    from secure_fed.clients.lower_bound import run_lower_bound
     from secure_fed.dp import dpsgd
 
     made = dpsgd.PatientDPSGD.__init__
@@ -199,7 +199,7 @@ def test_zero_noise_through_the_site_runtime_is_a_violation(make_config, tmp_pat
 
     monkeypatch.setattr(dpsgd.PatientDPSGD, "__init__", no_noise)
     cfg = make_config(dp__enabled=True, dp__target_epsilon=4.0, fed__rounds=1, train__threads=1)
-    result = run_empirical_audit(cfg, "site0", None, tmp_path / "audit", auditor_seed=1, releases=False)
+    result = run_lower_bound(cfg, "site0", None, tmp_path / "audit", canary_seed=1, releases=False)
     record = result.payload()
     assert record["canaries"] == default_canaries(record["stated_epsilon"], record["delta"])
     assert record["correct"] == record["guesses"], record

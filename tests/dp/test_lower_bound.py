@@ -1,4 +1,4 @@
-"""The one-run audit bound (Steinke, Nasr, Jagielski 2023), pinned against closed forms."""
+"""The one-run lower bound bound (Steinke, Nasr, Jagielski 2023), pinned against closed forms."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from secure_fed.dp.one_run_audit import count_correct, epsilon_lower_bound, guess, p_value
+from secure_fed.dp.lower_bound import count_correct, epsilon_lower_bound, guess, p_value
 
 
 @pytest.mark.parametrize(("r", "expected"), [(100, 3.49), (1000, 5.81)])
