@@ -12,7 +12,7 @@ noised gradients would not be DP, so there is no local optimiser step here: the 
 step on the decoded sum.
 
 Nothing here trusts the server: the plan comes from the site's own config and site count (the
-function the server uses too, `secure_fed.distributed_plan.plan_for`), and the site unmasks only
+function the server uses too, `secure_fed.dp.distributed.run.plan_for`), and the site unmasks only
 with at least h sites in its signed view of the survivors (`secure_fed.crypto.secagg_client`).
 """
 

@@ -90,7 +90,7 @@ def outputs() -> dict[str, Any]:
     freed = [(i, seeds[i]) for i in layers_for(plan, 5)]
     out["freed_layers"] = repr([i for i, _ in freed])
     out["decoded_freed"] = _digest(decode_sum(remove_layers(total, plan, freed), plan, SEED))
-    from secure_fed.distributed_plan import plan_digest, plan_for, round_seed
+    from secure_fed.dp.distributed.run import plan_digest, plan_for, round_seed
 
     cfg = _run_config()
     run_plan = plan_for(cfg, 3000, 5)
@@ -155,3 +155,25 @@ def test_distributed_dp_outputs_are_the_pinned_ones() -> None:
 
 if __name__ == "__main__":
     print(json.dumps(outputs(), indent=1))
+
+
+def test_the_interface_gives_the_pinned_share_and_sums() -> None:
+    """`DistributedSum`, the object site and server use, encodes and decodes to the same bytes."""
+    from secure_fed.dp.distributed import DistributedSum, encode_share
+
+    dsum = DistributedSum(_fixed_plan(), SEED)
+    x = _vector(dsum.plan.dim)
+    share = dsum.encode(x, NoiseStream(KEY))
+    assert _digest(share.ring) == PINNED["layered"]
+    assert hashlib.sha256(b"".join(share.layer_seeds)).hexdigest()[:32] == PINNED["seeds"]
+    mask = np.uint64((1 << dsum.bits) - 1)
+    plain = encode_share(x, dsum.plan, SEED, NoiseStream(KEY))
+    total = (plain + share.ring + encode_share(-x, dsum.plan, SEED, NoiseStream(bytes(32)))) & mask
+    assert _digest(dsum.decode(total)) == PINNED["decoded"]
+    freed = dsum.freed_layers(5)
+    reveals = {2: (5, [(i, share.layer_seeds[i]) for i in freed])}
+    # a reveal from a site outside the sum, or for another count, is left in
+    stray = {7: (5, [(i, share.layer_seeds[i]) for i in freed]), 3: (4, [(1, share.layer_seeds[1])])}
+    accepted = dsum.accepted_reveals({**reveals, **stray}, survivors={1, 2, 3})
+    assert list(accepted) == [2]
+    assert _digest(dsum.decode(total, accepted)) == PINNED["decoded_freed"]
