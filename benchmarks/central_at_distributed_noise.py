@@ -82,7 +82,7 @@ RATE_RECORDS = {
 }
 
 
-# The kept distributed sweeps were planned before the symmetric bound (dp/distributed.py), with Zhu &
+# The kept distributed sweeps were planned before the symmetric bound (dp/distributed/), with Zhu &
 # Wang's general one: the noise their sums carried is what that plan gives.
 KEPT_AMPLIFICATION = "general"
 

@@ -220,7 +220,7 @@ class SitePrivacy:
 
     # -- releases ---------------------------------------------------------------------------
     def keep_layers(self, round_id: int, seeds: list[bytes]) -> None:
-        """The removable layers' seeds of round `round_id`'s share (dp.distributed.encode_layered_share)."""
+        """The removable layers' seeds of round `round_id`'s share (dp.distributed.DistributedSum.encode)."""
         self._layers[round_id] = list(seeds)
 
     def take_layers(self, round_id: int) -> list[bytes]:
