@@ -8,7 +8,7 @@ site's Skellam share, each sized so that h − c honest shares alone carry the p
 the looser Zhu–Wang subsampling bound), so all m survivors together carry z·C·√(m / (h − c)).
 
 This script trains `central` at that released noise: for each ε it plans the distributed run as
-the distributed sweep's cells did (`distributed_plan.plan_for` on configs/hospital-scale-
+the distributed sweep's cells did (`dp.distributed.run.plan_for` on configs/hospital-scale-
 distributed.toml, the FedAvg step's length, 5 sites, every site surviving every round, as the
 runs' logs show), sets `dp.noise_multiplier` to z·√(5 / (h − c)) and runs the sweep's `central`
 cells on configs/hospital-scale.toml. If these cells land where distributed FedAvg did, the gap
@@ -82,7 +82,7 @@ RATE_RECORDS = {
 }
 
 
-# The kept distributed sweeps were planned before the symmetric bound (dp/distributed.py), with Zhu &
+# The kept distributed sweeps were planned before the symmetric bound (dp/distributed/), with Zhu &
 # Wang's general one: the noise their sums carried is what that plan gives.
 KEPT_AMPLIFICATION = "general"
 
@@ -92,7 +92,7 @@ def plan_noise(epsilon: float, dim: int = DIM, overrides: Mapping[str, Any] | No
     over the config, e.g. another Poisson rate) and the noise its 5-site sum carried, over C, beside
     the σ a pooled curator's Gaussian needs at that ε."""
     from secure_fed.config import load_config
-    from secure_fed.distributed_plan import plan_for, site_mode_sigma
+    from secure_fed.dp.distributed.run import plan_for, site_mode_sigma
 
     cfg = load_config(
         DISTRIBUTED_CONFIG,

@@ -14,7 +14,7 @@ distributed mode trains), on one fixed batch of patients so that both modes do t
   (`secure_fed.clients.distributed.ClippedSum`, as `clipped_gradient_sum` runs it: σ = 0 and
   divisor 1, the clipped sum), flattened, then `encode_layered_share` (projection, scaling,
   rotation, rounding, the Skellam share in a base and its removable layers) with the run's plan
-  (`secure_fed.distributed_plan.plan_for`: h = K − 1,
+  (`secure_fed.dp.distributed.run.plan_for`: h = K − 1,
   c = 1, a 32-bit ring sized for K sites).
 
 Neither includes an optimiser step (site mode's local AdamW step, distributed mode's server-side
@@ -71,9 +71,9 @@ from secure_fed.crypto.secagg_identity import SecAggIdentity
 from secure_fed.crypto.secagg_protocol import SecAggSettings, round_params
 from secure_fed.crypto.transport import LocalTransport
 from secure_fed.crypto.vectors import SiteRules, client_step, sum_vectors
-from secure_fed.distributed_plan import delta, plan_for, round_seed
 from secure_fed.dp.calibration import calibrate_noise
 from secure_fed.dp.distributed import DistributedPlan, encode_layered_share, layers_for, remove_layers
+from secure_fed.dp.distributed.run import delta, plan_for, round_seed
 from secure_fed.dp.dpsgd import PatientDPSGD
 from secure_fed.dp.keystream import NoiseStream
 from secure_fed.model.setup import build_report_model, visit_slots

@@ -16,12 +16,12 @@ the benchmark's point and for the hospital-scale recipe (configs/hospital-scale.
 δ = 1e-5, C = 9, 5 sites, run here as 50 distributed rounds, one step each, with its GMM histogram
 at dp.gmm_fraction of ε) at ε ∈ {1, 2, 4, 8}, and its 5 passes at q = 0.05, 0.02, 0.01 (5/q
 steps) at ε ∈ {1, 2}: site mode's Gaussian σ (Opacus' sampled-Gaussian RDP; for the hospital rows
-the one `distributed_plan.site_mode_sigma` gives, the figure the run's warning uses) and the
+the one `dp.distributed.run.site_mode_sigma` gives, the figure the run's warning uses) and the
 Skellam plan's released std over C from h − c honest shares under each Poisson-subsampling bound
 (`dp.amplification`): "symmetric", what plans use, and "general" (Zhu & Wang 2019, Thm. 6), what
 runs before the symmetric bound used. The penalty is the symmetric plan over σ (the Skellam
 correction, the rounding and integer orders); the released-noise ratio distributed / site for 5
-sites at the config defaults (h = 5 − c, c = 1) is `distributed_plan.compare_noise`'s
+sites at the config defaults (h = 5 − c, c = 1) is `dp.distributed.run.compare_noise`'s
 z / (σ·√(h − c)). --quick computes the hospital's ε = 1 only.
 
 Time (d coordinates, medians of interleaved repeats): `encode_share` (rotation + rounding + noise,
@@ -44,7 +44,6 @@ import numpy as np
 from _noise_sums import median_ms, site_vectors  # benchmarks/ is on sys.path as a script
 
 from secure_fed.config import load_config
-from secure_fed.distributed_plan import compare_noise, delta, histogram_sigma, honest_min, plan_for
 from secure_fed.dp.accountants import epsilon_rdp
 from secure_fed.dp.calibration import calibrate_noise
 from secure_fed.dp.distributed import (
@@ -55,6 +54,7 @@ from secure_fed.dp.distributed import (
     plan_distributed,
     rotate,
 )
+from secure_fed.dp.distributed.run import compare_noise, delta, histogram_sigma, honest_min, plan_for
 from secure_fed.dp.histogram import histogram_event
 from secure_fed.dp.keystream import NoiseStream
 

@@ -6,7 +6,7 @@ The plan is the hospital-scale distributed run's own (configs/hospital-scale-dis
 h = 4), at d coordinates. The curator's σ is the pooled DP-SGD σ at the same (ε, δ, q, steps), with
 the same GMM-histogram share of ε, calibrated with the PRV accountant (the hospital recipe's: issue
 64's reference) and with RDP (the accountant the Skellam plan has), both by
-`distributed_plan`'s own calibration (`_site_sigma`, tolerance 1e-4).
+`dp.distributed.run`'s own calibration (`_site_sigma`, tolerance 1e-4).
 
 Each case encodes real random vectors at the sites with `encode_share` (shares sized for h − c
 honest sites, as before) or `encode_layered_share` (the same share in layers), sums them in the
@@ -39,7 +39,6 @@ import numpy as np
 from _noise_sums import median_ms, site_vectors  # benchmarks/ is on sys.path as a script
 
 from secure_fed.config import load_config
-from secure_fed.distributed_plan import _site_sigma, delta, plan_for
 from secure_fed.dp.distributed import (
     DistributedPlan,
     decode_sum,
@@ -49,6 +48,7 @@ from secure_fed.dp.distributed import (
     layers_for,
     remove_layers,
 )
+from secure_fed.dp.distributed.run import _site_sigma, delta, plan_for
 from secure_fed.dp.keystream import NoiseStream
 
 CONFIG = Path(__file__).resolve().parent.parent / "configs" / "hospital-scale-distributed.toml"

@@ -56,8 +56,8 @@ from secure_fed.algorithms.fedtar.temporal import alpha_bounds, chain_weights
 from secure_fed.clients.distributed import ClippedSum, clipped_gradient_sum
 from secure_fed.clients.site import attach_profiles, load_site, patient_profiles
 from secure_fed.config import RunConfig, load_config
-from secure_fed.distributed_plan import delta, plan_for, round_seed
 from secure_fed.dp.distributed import DistributedPlan, decode_sum, encode_share
+from secure_fed.dp.distributed.run import delta, plan_for, round_seed
 from secure_fed.dp.keystream import NoiseStream
 from secure_fed.model.setup import build_report_model, visit_slots
 

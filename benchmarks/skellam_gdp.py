@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 from secure_fed.config import load_config
-from secure_fed.distributed_plan import _site_sigma, delta, histogram_sigma, plan_for
 from secure_fed.dp.accountants import epsilon_rdp
 from secure_fed.dp.distributed import kept_variance
+from secure_fed.dp.distributed.run import _site_sigma, delta, histogram_sigma, plan_for
 from secure_fed.dp.histogram import histogram_event
 from secure_fed.dp.skellam_gdp import centre_step, gdp_calibrated_multiplier, gdp_epsilon
 

@@ -32,7 +32,7 @@ def _kept_cells() -> list[dict]:
 def test_the_released_noise_is_the_five_shares_the_plan_sizes() -> None:
     """z·√(5/(h − c)) is the std, over C, of five shares of share_mu integer variance at granularity γ."""
     from secure_fed.config import load_config
-    from secure_fed.distributed_plan import plan_for
+    from secure_fed.dp.distributed.run import plan_for
 
     cfg = load_config(
         noise.DISTRIBUTED_CONFIG,

@@ -127,18 +127,20 @@ def test_distributed_noise_is_refused_where_it_would_not_be_dp(change, message):
 def test_h_must_fit_a_sites_secagg_neighbourhood(sites, neighbours, fits):
     """A site unmasks only with h survivors in its own SecAgg+ view: at 10 sites the default sparse
     graph shows each site 8 of them, so the default h = 9 would abort every round at setup."""
-    from secure_fed.distributed_plan import check_honest_min, honest_min, neighbourhood
+    from secure_fed.crypto.secagg_protocol import SecAggSettings, neighbourhood_size
+    from secure_fed.dp.distributed.run import check_honest_min, honest_min
 
     cfg = build_config({**_DISTRIBUTED, "secagg": {"neighbours": neighbours}})
     assert honest_min(cfg, sites) == sites - 1
+    seen = neighbourhood_size(sites, SecAggSettings.from_config(cfg.secagg))
     if fits:
-        check_honest_min(cfg, sites)
-        assert neighbourhood(cfg, sites) >= sites - 1
+        check_honest_min(cfg, sites, seen)
+        assert seen >= sites - 1
     else:
         with pytest.raises(
             ValueError, match=r"secagg.neighbours gives \d+ of 10: set secagg.neighbours to 8"
         ):
-            check_honest_min(cfg, sites)
+            check_honest_min(cfg, sites, seen)
 
 
 @pytest.mark.parametrize(

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from secure_fed import distributed_plan
 from secure_fed.config import RunConfig, load_config
-from secure_fed.distributed_plan import compare_noise, plan_for, site_mode_warning
 from secure_fed.dp.calibration import split_budget
+from secure_fed.dp.distributed import run as distributed_plan
+from secure_fed.dp.distributed.run import compare_noise, plan_for, site_mode_warning
 
 ROOT = Path(__file__).resolve().parent.parent
 SITES = 5
@@ -44,7 +44,7 @@ def _warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "secure_fed.distributed_plan" and r.levelno == logging.WARNING
+        if r.name == "secure_fed.dp.distributed.run" and r.levelno == logging.WARNING
     ]
 
 

@@ -4,7 +4,7 @@ the sites' patients, whose noise the sites add between them inside SecAgg+.
 The site Poisson-samples its training patients (rate q, from its keystream), sums their joint
 gradients (all rows of a patient together, over every copy of the adapters the method trains:
 FedTAR's one per visit index) clipped to C, with no noise, and hands the sum to the
-mechanism (`secure_fed.dp.distributed.encode_share`): scaled, rotated with the round's public
+mechanism (`secure_fed.dp.distributed.DistributedSum.encode`): scaled, rotated with the round's public
 Hadamard signs, rounded into the ring, plus this site's noise share drawn from its keystream. What
 leaves the site is that integer vector, masked by SecAgg+; the server unmasks only the sum over the
 survivors, which carries every honest survivor's share. Local multi-step training on partially
@@ -12,7 +12,7 @@ noised gradients would not be DP, so there is no local optimiser step here: the 
 step on the decoded sum.
 
 Nothing here trusts the server: the plan comes from the site's own config and site count (the
-function the server uses too, `secure_fed.distributed_plan.plan_for`), and the site unmasks only
+function the server uses too, `secure_fed.dp.distributed.run.plan_for`), and the site unmasks only
 with at least h sites in its signed view of the survivors (`secure_fed.crypto.secagg_client`).
 """
 

@@ -399,8 +399,8 @@ def _run_distributed_lower_bound(
     itself (`secure_fed.dp.distributed_lower_bound`: canaries as patients of the honest sites, guesses
     from the decoded ring sum without the colluders' shares) and logs the record in this site's
     log, against the accountant's ε of those rounds."""
-    from secure_fed.distributed_plan import delta as distributed_delta
     from secure_fed.dp.distributed import distributed_epsilon
+    from secure_fed.dp.distributed.run import delta as distributed_delta
 
     privacy = runtime.privacy
     assert privacy is not None and privacy.distributed is not None

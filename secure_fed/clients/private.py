@@ -155,7 +155,7 @@ class SitePrivacy:
             d = dp.delta if dp.delta is not None else default_delta(n)
             if distributed and pop == TRAIN:
                 # one δ for the union of every site's patients, the same at each site and the server
-                from secure_fed.distributed_plan import delta as union_delta
+                from secure_fed.dp.distributed.run import delta as union_delta
 
                 d = union_delta(cfg)
             check_delta(d, n)
@@ -169,7 +169,7 @@ class SitePrivacy:
             assert target is not None  # the config refuses distributed mode without a target
             # one DP step a round; σ is set from the plan (the released sum's noise over C)
             steps, sigma = 1, float("nan")
-            from secure_fed.distributed_plan import histogram_sigma
+            from secure_fed.dp.distributed.run import histogram_sigma
 
             hist_sigma = histogram_sigma(cfg)  # the plan composes it with the rounds
         elif dp.noise_multiplier is not None:
@@ -220,7 +220,7 @@ class SitePrivacy:
 
     # -- releases ---------------------------------------------------------------------------
     def keep_layers(self, round_id: int, seeds: list[bytes]) -> None:
-        """The removable layers' seeds of round `round_id`'s share (dp.distributed.encode_layered_share)."""
+        """The removable layers' seeds of round `round_id`'s share (dp.distributed.DistributedSum.encode)."""
         self._layers[round_id] = list(seeds)
 
     def take_layers(self, round_id: int) -> list[bytes]:

@@ -199,13 +199,15 @@ class SiteRuntime:
     def _plan_distributed(self) -> None:
         """The run's distributed plan, from this site's own config, the model's size and the sites
         it holds keys for (never from the server)."""
-        from secure_fed.distributed_plan import check_honest_min, plan_for
+        from secure_fed.crypto.secagg_protocol import SecAggSettings, neighbourhood_size
+        from secure_fed.dp.distributed import check_honest_min, plan_for
 
         assert self.privacy is not None
         sites = self._provisioned_sites()
         if sites is None:
             raise Refusal("no_keys", "dp.noise = 'distributed' needs the sites' provisioned keys (SecAgg+)")
-        check_honest_min(self.cfg, len(sites))
+        seen = neighbourhood_size(len(sites), SecAggSettings.from_config(self.cfg.secagg))
+        check_honest_min(self.cfg, len(sites), seen)
         plan = plan_for(self.cfg, self.learner.distributed_dim(self.cfg.fed.method), len(sites))
         # its privacy records carry the mode, h, c and the plan, in the site's signed log
         self.privacy.set_distributed(plan)
@@ -440,7 +442,7 @@ class SiteRuntime:
         """The digest of the distributed-DP plan this site holds now (None: no distributed DP)."""
         if self.privacy is None or self.privacy.distributed is None:
             return None
-        from secure_fed.distributed_plan import plan_digest
+        from secure_fed.dp.distributed.run import plan_digest
 
         return plan_digest(self.privacy.distributed)
 

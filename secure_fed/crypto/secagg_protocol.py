@@ -157,6 +157,12 @@ def round_params(num_nodes: int, dim: int, settings: SecAggSettings) -> RoundPar
 _MAX_AUTO_BITS, _MIN_AUTO_BITS = 30, 20
 
 
+def neighbourhood_size(num_nodes: int, settings: SecAggSettings) -> int:
+    """Sites in one site's neighbourhood, itself included: all a site can see survive, so the most
+    survivors its unmask rule can ever be met with (distributed DP's h must not exceed it)."""
+    return round_params(num_nodes, 1, settings).degree + 1
+
+
 def word_bits(num_nodes: int, dim: int) -> int:
     """The most quantisation bits (≤ 30) for which the sum of `num_nodes` encodings fits a 32-bit
     ring: every value then travels and is masked as 4 bytes, not 8 — half the upload and half the

@@ -93,7 +93,7 @@ class Gaussian(_FromJson):
 
 
 # Float64 rotation error is far below one integer unit at the granularities dp.distributed allows;
-# one whole unit of slack in Δ₂ covers it (see dp/distributed.py).
+# one whole unit of slack in Δ₂ covers it (see dp/distributed/).
 ROUNDING_FLOAT_SLACK = 1.0
 
 
@@ -117,7 +117,7 @@ def _positive(value: object, name: str) -> float:
 
 
 # "symmetric": the exact expansion, valid because a Skellam vector and its shift are a symmetric
-# pair (dp/distributed.py); "general": Zhu & Wang's bound for any mechanism, what an event logged
+# pair (dp/distributed/); "general": Zhu & Wang's bound for any mechanism, what an event logged
 # without the key (before the symmetric bound) was priced with.
 SKELLAM_AMPLIFICATIONS = ("symmetric", "general")
 UNMARKED_AMPLIFICATION = "general"  # what a plan or event without the key was priced with
@@ -139,7 +139,7 @@ _SKELLAM_FIELDS = (
 
 @dataclass(frozen=True)
 class SkellamSum(_FromJson):
-    """`count` rounds of the distributed Skellam sum (dp/distributed.py) on a Poisson sample of
+    """`count` rounds of the distributed Skellam sum (dp/distributed/) on a Poisson sample of
     the patients of all sites (each in with probability q).
 
     Priced from (q, count, mu_total, Δ₁, Δ₂): mu_total is the Skellam variance per coordinate the

@@ -35,7 +35,7 @@ class AggregationSettings:
         if secagg is not None and cfg.dp.enabled and cfg.dp.noise == "distributed":
             from dataclasses import replace
 
-            from secure_fed.distributed_plan import ring_bits
+            from secure_fed.dp.distributed.run import ring_bits
 
             # the sites' noise shares are residues of their own ring, summed as they are
             secagg = replace(secagg, ring_bits=ring_bits(cfg))

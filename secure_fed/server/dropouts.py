@@ -87,7 +87,7 @@ def dropout_tolerance(cfg: RunConfig, n_sites: int, aggregation: AggregationSett
     fewest = max(3, cfg.fed.min_sites) if secure else cfg.fed.min_sites
     honest = None
     if cfg.dp.enabled and cfg.dp.noise == "distributed":
-        from secure_fed.distributed_plan import honest_min
+        from secure_fed.dp.distributed.run import honest_min
 
         honest = honest_min(cfg, n_sites)
         fewest = max(fewest, honest)

@@ -37,9 +37,9 @@ from secure_fed.algorithms.fedtar.temporal import chain_weights, temporal_step
 from secure_fed.clients.distributed import ClippedSum, clipped_gradient_sum
 from secure_fed.clients.site import SiteData, attach_profiles, load_site, patient_profiles
 from secure_fed.config import RunConfig
-from secure_fed.distributed_plan import delta, histogram_sigma, plan_for
 from secure_fed.dp.accountants import epsilon_rdp
 from secure_fed.dp.distributed import padded_size
+from secure_fed.dp.distributed.run import delta, histogram_sigma, plan_for
 from secure_fed.dp.histogram import histogram_event
 from secure_fed.dp.keystream import NoiseStream
 from secure_fed.model.report_model import ReportModel

@@ -1,4 +1,4 @@
-"""Distributed DP (dp/distributed.py): the encoding, the noise shares, the ring and the accounting."""
+"""Distributed DP (dp/distributed/): the encoding, the noise shares, the ring and the accounting."""
 
 from __future__ import annotations
 

@@ -21,7 +21,7 @@ class NoiseSpy:
 def noise_spy(monkeypatch: pytest.MonkeyPatch) -> NoiseSpy:
     """Measure a distributed run's released noise: the decoded sum minus the sites' clipped sums."""
     import secure_fed.clients.distributed as site_side
-    import secure_fed.dp.distributed as mechanism
+    import secure_fed.dp.distributed.interface as mechanism
 
     spy = NoiseSpy()
     real_sum, real_decode = site_side.clipped_gradient_sum, mechanism.decode_sum

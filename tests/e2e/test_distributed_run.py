@@ -63,7 +63,7 @@ def test_distributed_run_completes_verifies_and_releases_the_planned_noise(
         assert all(0.1 <= a <= 0.9 for row in alphas for a in row)  # the write-up's bounds
     if release == "one-vector":
         # the round is priced as FedAvg's: its plan bar the vector's length, which pads alike
-        from secure_fed.distributed_plan import plan_for
+        from secure_fed.dp.distributed.run import plan_for
 
         ours = released[0][1]
         fedavg = plan_for(cfg, ours.dim - cfg.data.max_visits * cfg.train.fedtar_sketch_dim, 3)  # type: ignore[attr-defined]

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from secure_fed.crypto.secagg_protocol import PLAIN_SUM
-from secure_fed.distributed_plan import plan_digest, plan_for, round_seed
 from secure_fed.dp.distributed import decode_sum, encode_share
+from secure_fed.dp.distributed.run import plan_digest, plan_for, round_seed
 from secure_fed.dp.keystream import NoiseStream
 from secure_fed.server.aggregation import AggregationSettings
 from secure_fed.server.strategies import RoundContext, make_strategy

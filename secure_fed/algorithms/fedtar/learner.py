@@ -248,8 +248,7 @@ class ReportLearner:
         `train.fedtar_release = "one-vector"` a patient releases one vector made of those gradients
         and the round's α (`release.py`), clipped to C as one vector: the same sensitivity."""
         from secure_fed.clients.distributed import ClippedSum, clipped_gradient_sum
-        from secure_fed.distributed_plan import round_seed
-        from secure_fed.dp.distributed import encode_layered_share
+        from secure_fed.dp.distributed import DistributedSum, round_seed
 
         assert privacy.distributed is not None
         model = self._model()
@@ -270,12 +269,10 @@ class ReportLearner:
         )  # fmt: skip
         # the sample above, then the share's rounding and Skellam noise, all from this one keystream;
         # the noise in layers, those the confirmed survivors do not need removed at the unmask
-        share, layers = encode_layered_share(
-            clipped, privacy.distributed, round_seed(self.cfg, round_id), stream
-        )
-        privacy.keep_layers(round_id, layers)
+        share = DistributedSum(privacy.distributed, round_seed(self.cfg, round_id)).encode(clipped, stream)
+        privacy.keep_layers(round_id, share.layer_seeds)
         log.debug("site %s round %d: %d patients sampled", self.data.name, round_id, sampled)
-        return share, 1, float("nan")
+        return share.ring, 1, float("nan")
 
     def hypergradients(self, final: np.ndarray, directions: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         if len(self.data.val) == 0:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from secure_fed.config import RunConfig
-from secure_fed.distributed_plan import plan_digest, plan_for, round_seed
+from secure_fed.dp.distributed import DistributedSum, padded_size
 from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy
 
 
@@ -56,11 +56,8 @@ def noisy_gradient(
     """The round's released step: the survivors' decoded noisy sum of clipped gradients over the
     expected batch (length `step_dim`), and the secure sum's outcome. Refuses, before any sum, a
     round in which a site encoded with another plan than the server derives."""
-    from secure_fed.dp.distributed import decode_sum, padded_size
-
-    plan = plan_for(strategy.cfg, step_dim, len(ctx.sites))
-    mine = plan_digest(plan)
-    other = sorted(ctx.sites[n] for n in participants if info["distributed_plans"].get(n) != mine)
+    dsum = DistributedSum.for_round(strategy.cfg, step_dim, len(ctx.sites), ctx.round)
+    other = sorted(ctx.sites[n] for n in participants if info["distributed_plans"].get(n) != dsum.digest)
     if other:
         # their shares are on another ring, granularity or noise: the sum would decode to noise
         raise ValueError(
@@ -68,42 +65,17 @@ def noisy_gradient(
             f"server's ({len(ctx.sites)} sites, this config): every site and the server need the same "
             "[dp] settings and the same provisioned sites"
         )
-    total, summed = strategy.sum_uploads(ctx, participants, padded_size(step_dim))
-    total = _without_freed_layers(strategy, ctx, total, summed, plan)
-    noisy_sum = decode_sum(total, plan, round_seed(strategy.cfg, ctx.round))
+    total, summed = strategy.sum_uploads(ctx, participants, dsum.length)
+    # the noise layers survivors revealed ("add-then-remove"), those the decode may take out
+    accepted = dsum.accepted_reveals(getattr(summed, "noise_layers", None) or {}, set(summed.survivors))
+    if any(layers for _, layers in accepted.values()):
+        removed = {ctx.sites[node]: count for node, (count, _) in accepted.items()}
+        ctx.log_event("noise_layers_removed", {"round": ctx.round, "removed": removed})
+    noisy_sum = dsum.decode(total, accepted)
     floors = info.get("population_floors", {})
     patients = sum(floors.get(n, 0) for n in summed.survivors)
     expected_batch = max(strategy.cfg.dp.sample_rate * patients, 1.0)
     return noisy_sum / expected_batch, summed
-
-
-def _without_freed_layers(
-    strategy: Strategy, ctx: RoundContext, total: np.ndarray, summed: Any, plan: Any
-) -> np.ndarray:
-    """The ring sum less the noise layers survivors revealed (dp.distributed, "add-then-remove"):
-    each survivor's exactly for the count it confirmed, or none of its (a reveal that names other
-    layers is left in: more noise, never less)."""
-    from secure_fed.dp.distributed import layers_for
-
-    revealed = getattr(summed, "noise_layers", None) or {}
-    survivors = set(summed.survivors)
-    removed: dict[str, int] = {}
-    pairs = []
-    for node, (count, layers) in sorted(revealed.items()):
-        try:
-            expected = layers_for(plan, count)
-        except ValueError:
-            continue
-        if node not in survivors or [index for index, _ in layers] != expected:
-            continue
-        removed[ctx.sites[node]] = count
-        pairs.extend(layers)
-    if not pairs:
-        return total
-    from secure_fed.dp.distributed import remove_layers
-
-    ctx.log_event("noise_layers_removed", {"round": ctx.round, "removed": removed})
-    return remove_layers(total, plan, pairs)
 
 
 class DistributedFedAvg(Strategy):
@@ -115,8 +87,6 @@ class DistributedFedAvg(Strategy):
 
     def upload_dim(self) -> int:
         """The shares' length: the update padded for the mechanism's blockwise Hadamard rotation."""
-        from secure_fed.dp.distributed import padded_size
-
         return padded_size(self.dim)
 
     def run_round(self, ctx: RoundContext, global_state: np.ndarray) -> RoundResult:

@@ -1,6 +1,6 @@
 """The numeric solvers behind plan_distributed: (ε, δ) from an RDP curve, the Skellam noise that
-meets an ε target, and how far the ring's integer sum can reach. Kept apart from distributed.py
-so that file stays one job (the plan and its encoding); nothing here knows a plan."""
+meets an ε target, and how far the ring's integer sum can reach. Kept apart from plan.py so that
+file stays one job (the plan); nothing here knows a plan."""
 
 from __future__ import annotations
 

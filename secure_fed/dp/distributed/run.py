@@ -13,9 +13,9 @@ import json
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from secure_fed.config import RunConfig
+from secure_fed.dp.distributed.plan import DistributedPlan, plan_distributed
 
 DEFAULT_RING_BITS = 32
 # the union of the sites' patients has no exact public size, so distributed mode's δ is one public
@@ -38,24 +38,18 @@ def honest_min(cfg: RunConfig, n_sites: int) -> int:
     return cfg.dp.honest_min if cfg.dp.honest_min is not None else n_sites - cfg.dp.colluders
 
 
-def neighbourhood(cfg: RunConfig, n_sites: int) -> int:
-    """Sites in one site's SecAgg+ neighbourhood, itself included: all it can see survive, so the
-    most h (dp.honest_min) its unmask rule can ever be met with."""
-    from secure_fed.crypto.secagg_protocol import SecAggSettings, round_params
-
-    settings = SecAggSettings.from_config(cfg.secagg)
-    return round_params(n_sites, 1, settings).degree + 1
-
-
-def check_honest_min(cfg: RunConfig, n_sites: int) -> None:
-    """ValueError (one line, naming the key and the fix) when h cannot work with this many sites."""
+def check_honest_min(cfg: RunConfig, n_sites: int, neighbourhood: int) -> None:
+    """ValueError (one line, naming the key and the fix) when h cannot work with this many sites.
+    `neighbourhood`: the sites in one site's SecAgg+ neighbourhood, itself included (SecAgg+'s
+    number, `crypto.secagg_protocol.neighbourhood_size`): all it can see survive, so the most h its
+    unmask rule can ever be met with."""
     h, c = honest_min(cfg, n_sites), cfg.dp.colluders
     if not c < h <= n_sites:
         raise ValueError(
             f"dp.honest_min = {h} with dp.colluders = {c} does not fit this run's {n_sites} sites: "
             "h must exceed c and be at most the sites"
         )
-    seen = neighbourhood(cfg, n_sites)
+    seen = neighbourhood
     if seen < h:
         # a site unmasks only with h survivors in its own view, so with a sparser graph every round
         # would abort at setup (measured: every round, from 10 sites on, at the defaults)
@@ -91,7 +85,7 @@ def round_seed(cfg: RunConfig, round_id: int) -> bytes:
 SITE_BOUND_PATIENTS = 1024
 
 
-def plan_for(cfg: RunConfig, dim: int, n_sites: int) -> Any:
+def plan_for(cfg: RunConfig, dim: int, n_sites: int) -> DistributedPlan:
     """The run's `DistributedPlan`: one DP step a round over `cfg.fed.rounds` rounds at Poisson
     rate q, calibrated so that they and the site's GMM histogram together meet the target ε, the
     ring and granularity sized for `n_sites` sites, shares sized so h − c honest survivors carry
@@ -173,7 +167,7 @@ def _site_sigma(
     return split.dpsgd_noise_multiplier
 
 
-def compare_noise(cfg: RunConfig, plan: Any) -> NoiseComparison:
+def compare_noise(cfg: RunConfig, plan: DistributedPlan) -> NoiseComparison:
     """Released-sum noise of `plan` (this run's distributed plan) against site mode's."""
     sigma = site_mode_sigma(cfg)
     multiplier = plan.noise_std / plan.clip
@@ -187,7 +181,7 @@ def compare_noise(cfg: RunConfig, plan: Any) -> NoiseComparison:
     )
 
 
-def site_mode_warning(cfg: RunConfig, plan: Any) -> str | None:
+def site_mode_warning(cfg: RunConfig, plan: DistributedPlan) -> str | None:
     """One line when distributed mode releases more noise than site mode would at these settings,
     else None. Site mode is the stronger guarantee (each site's update is private on its own, even
     if SecAgg+ failed); distributed mode's one gain is less noise in the sum."""
@@ -225,9 +219,8 @@ def _plan(
     bits: int,
     max_sites: int,
     amplification: str,
-) -> Any:
+) -> DistributedPlan:
     # calibration bisects an RDP curve: seconds, so one process plans a run once
-    from secure_fed.dp.distributed import plan_distributed
     from secure_fed.dp.histogram import histogram_event
 
     return plan_distributed(
@@ -247,6 +240,6 @@ def _plan(
     )
 
 
-def plan_digest(plan: Any) -> str:
+def plan_digest(plan: DistributedPlan) -> str:
     """SHA-256 of the plan's JSON: what a site and the server compare before a sum is decoded."""
     return hashlib.sha256(json.dumps(plan.to_json(), sort_keys=True).encode()).hexdigest()
