@@ -12,8 +12,7 @@ from secure_fed.config import ConfigError, DPConfig, load_config
 from secure_fed.dp.accountants import ACCOUNTANTS, PRV, RDP, accountant_named, epsilon_rdp, prv_epsilon
 from secure_fed.dp.budget import BudgetGuard
 from secure_fed.dp.calibration import calibrate_noise
-from secure_fed.dp.distributed import rounded_sensitivities
-from secure_fed.dp.events import Event, Gaussian, PoissonSampledGaussian, SkellamSum
+from secure_fed.dp.events import Event, Gaussian, PoissonSampledGaussian, SkellamSum, rounded_sensitivities
 from secure_fed.dp.ledger import PrivacyLedger
 
 DELTA = 1e-5
