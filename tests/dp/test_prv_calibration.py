@@ -28,6 +28,7 @@ def _hospital_split(accountant: str):
     )  # fmt: skip
 
 
+@pytest.mark.slow  # calibrates at the hospital recipe's size: make test-fast leaves it out
 def test_prv_calibrates_less_noise_than_rdp_at_the_hospital_recipe() -> None:
     rdp, prv = _hospital_split("rdp"), _hospital_split("prv")
     assert rdp.dpsgd_noise_multiplier == pytest.approx(0.863, abs=5e-4)
