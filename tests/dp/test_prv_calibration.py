@@ -51,6 +51,7 @@ def test_dp_sgd_alone_pins_both_accountants() -> None:
     assert sigma["prv"] == pytest.approx(0.804, abs=5e-4)
 
 
+@pytest.mark.slow  # a site's private rounds: make test-fast leaves it out
 def test_a_prv_site_spends_its_rounds_within_budget_and_the_verifier_rederives_it() -> None:
     cfg = build_config(
         {
