@@ -71,7 +71,13 @@ def test_ckks_smoke() -> None:
     assert shaped[:2] == [5, 5] and len(shaped) == len(table["columns"])
 
 
-@pytest.mark.parametrize("script", ["secagg.py", pytest.param("round_time.py", marks=pytest.mark.bench)])
+@pytest.mark.parametrize(
+    "script",
+    [
+        pytest.param("secagg.py", marks=pytest.mark.slow),
+        pytest.param("round_time.py", marks=pytest.mark.bench),
+    ],
+)
 def test_smoke_runs(script: str) -> None:
     out = _smoke(script)
     assert out.get("results") or out.get("codec_baseline", {}).get("results"), list(out)
@@ -200,6 +206,7 @@ def test_distributed_noise_smoke() -> None:
     assert all(value > 0 for value in out["timing_ms"].values()) and out["encode_over_site_noise"] > 0
 
 
+@pytest.mark.slow  # a benchmark script in a subprocess: make test-fast leaves it out
 def test_distributed_survivors_smoke() -> None:
     out = _smoke("distributed_survivors.py")
     cases = {row["case"]: row for row in out["rows"]}

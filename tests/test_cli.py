@@ -730,6 +730,7 @@ def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir, signum, code, word, en
 
 
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+@pytest.mark.slow  # a run from the CLI, stopped: make test-fast leaves it out
 def test_a_stop_that_library_code_swallowed_still_ends_the_run(tmp_path, cache_dir, monkeypatch, signum):
     """A signal handler's exception can be lost: C code that clears errors (PyDict_GetItem,
     PyObject_HasAttr) while a Python `__hash__` or `__getattr__` it called is running. Seen in a

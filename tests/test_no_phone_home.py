@@ -172,6 +172,7 @@ def test_flower_telemetry_and_update_check_send_nothing(
     assert outbound == []
 
 
+@pytest.mark.slow  # a whole run in process: make test-fast leaves it out
 def test_a_run_opens_no_outbound_connection(outbound: list, make_config, tmp_path: Path) -> None:
     from flwr.supercore import telemetry
 

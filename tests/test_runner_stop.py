@@ -133,6 +133,7 @@ def test_the_stop_takes_a_site_log_whose_holder_the_first_scan_missed(tmp_path):
     assert [r["event"] for r in records] == ["alpha", "run_aborted"]
 
 
+@pytest.mark.slow  # waits on a holder process: make test-fast leaves it out
 def test_the_stop_takes_a_site_log_from_a_holder_outside_the_process_tree(tmp_path):
     path = tmp_path / "audit" / "site0.jsonl"
     path.parent.mkdir(parents=True)

@@ -470,6 +470,7 @@ def test_results_md_sweep_commands_are_valid():
         _check_sweep_command(cmd)
 
 
+@pytest.mark.slow  # a sweep's cells: make test-fast leaves it out
 def test_fine_tuned_cell_starts_from_its_federated_cells_final_model(
     make_config, tmp_path: Path, monkeypatch, one_torch_thread
 ):
@@ -542,6 +543,7 @@ def test_fine_tuned_reference_trains_for_its_configured_epochs(
     assert epochs == [want]
 
 
+@pytest.mark.slow  # a sweep's cells: make test-fast leaves it out
 def test_fine_tuned_cell_of_a_distributed_dp_sweep_scores_its_sites(
     make_config, tmp_path: Path, one_torch_thread
 ):
@@ -703,6 +705,7 @@ def test_an_interrupted_cell_is_set_aside_not_reused(tmp_path: Path, monkeypatch
     assert (folder / "cell.json").exists()
 
 
+@pytest.mark.slow  # a sweep's cell: make test-fast leaves it out
 def test_private_central_is_dp_sgd_on_the_pooled_patients_and_spends_its_target(
     tmp_path: Path, cache_dir: Path
 ):
@@ -734,6 +737,7 @@ def test_private_central_is_dp_sgd_on_the_pooled_patients_and_spends_its_target(
     assert row["epsilon_spent"] == pytest.approx(spent)
 
 
+@pytest.mark.slow  # a sweep's cells: make test-fast leaves it out
 def test_local_and_central_report_their_training_as_it_goes(tmp_path: Path, cache_dir: Path):
     """`local` trains each site in turn and non-private `central` takes hundreds of steps on the
     pooled patients at hospital scale: each says how far it is (the sweep turns it into lines)."""

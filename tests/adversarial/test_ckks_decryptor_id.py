@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import pytest
 
 from secure_fed.crypto import ckks, scalars
 from secure_fed.crypto.scalars import DECRYPT_PHASE, ENCRYPT_PHASE, KEYS_PHASE, HESettings
@@ -22,6 +23,7 @@ from tests.adversarial.test_ckks_fresh_rounds import _admitted_round, _encrypt_r
 __all__ = ["he_server"]  # the fixture, shared with the fresh-round attacks
 
 
+@pytest.mark.slow  # private rounds of three sites under CKKS: make test-fast leaves it out
 def test_a_site_decrypts_only_as_its_own_node(he_server: MaliciousServer) -> None:
     sites = _admitted_round(he_server, 1)
     nodes = list(range(len(sites)))
@@ -53,6 +55,7 @@ def test_a_site_decrypts_only_as_its_own_node(he_server: MaliciousServer) -> Non
     np.testing.assert_allclose(reply["sum"], exact, atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow  # private rounds of three sites under CKKS: make test-fast leaves it out
 def test_a_site_keys_and_encrypts_only_as_its_own_node(he_server: MaliciousServer) -> None:
     sites = _admitted_round(he_server, 1)
     victim = sites[0]

@@ -99,6 +99,7 @@ def _encrypt_request(
     }
 
 
+@pytest.mark.slow  # private rounds of three sites under CKKS: make test-fast leaves it out
 def test_scalar_phases_only_for_the_admitted_alpha_round(he_server: MaliciousServer) -> None:
     sites = _admitted_round(he_server, 1)
     victim = sites[0]
@@ -171,6 +172,7 @@ def test_last_rounds_alpha_cannot_be_summed_again(he_server: MaliciousServer) ->
         assert reply["status"] == "refused" and reply["code"] == "alpha_round", reply
 
 
+@pytest.mark.slow  # private rounds of three sites under CKKS: make test-fast leaves it out
 def test_a_restarted_node_still_remembers_what_it_encrypted(he_server: MaliciousServer) -> None:
     """Flower keeps the protocol state in the SuperNode's memory: a restart would forget that the
     site already encrypted round 1, and the server could have the same scalars masked for a second,

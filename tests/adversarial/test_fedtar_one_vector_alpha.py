@@ -24,6 +24,7 @@ MALFORMED: list[tuple[str, dict[str, Any]]] = [
 ]
 
 
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_a_malformed_alpha_is_refused_uncharged_and_a_sound_one_trains(make_config, one_torch_thread) -> None:  # noqa: ANN001
     cfg = make_config(**DISTRIBUTED_DP, fed__method="fedtar", fed__rounds=2)
     assert cfg.train.fedtar_release == "one-vector"

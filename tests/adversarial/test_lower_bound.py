@@ -108,6 +108,7 @@ def test_zero_noise_control_is_a_violation(stated: tuple[float, float]) -> None:
     assert problem is None and again == pytest.approx(record["epsilon_hat"], abs=1e-4)
 
 
+@pytest.mark.slow  # trains the canary audit's runs: make test-fast leaves it out
 def test_the_real_mechanism_passes_an_audit_that_could_have_failed(stated: tuple[float, float]) -> None:
     sigma, epsilon = stated
     m = default_canaries(epsilon, DELTA)

@@ -100,6 +100,7 @@ def test_a_release_planned_before_hello_is_never_summed_under_the_plan_hello_fix
     assert "20 rounds" in said[0]["detail"] and "\n" not in said[0]["detail"]
 
 
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_a_hello_that_changes_the_round_count_is_refused_and_logged(announced: RunConfig) -> None:
     server = MaliciousServer(_with_rounds(announced, 20))
     assert server.victim.send("train", server.honest_train(1))["status"] == "ok"

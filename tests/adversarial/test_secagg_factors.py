@@ -134,6 +134,7 @@ def test_a_site_trains_only_for_the_methods_its_policy_names(make_config, one_to
     assert server.victim.send("train", server.honest_train(1))["status"] == "ok"
 
 
+@pytest.mark.slow  # a whole run in process: make test-fast leaves it out
 def test_an_honest_drfa_run_under_secagg_sums_every_site(make_config, one_torch_thread) -> None:
     """Our own server: DRFA's factors reach every site alike, the sum's setup runs after training
     (no plan rides on DRFA's training message), and every site masks with every other."""

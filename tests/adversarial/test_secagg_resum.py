@@ -37,6 +37,7 @@ def no_dp(make_config, one_torch_thread) -> MaliciousServer:
     return MaliciousServer(cfg)
 
 
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_a_round_retrained_from_a_global_one_ulp_away_gets_no_second_sum(no_dp: MaliciousServer) -> None:
     server = no_dp
     first = [site.send("train", server.honest_train(1)) for site in server.sites]
@@ -68,6 +69,7 @@ def test_a_round_retrained_from_a_global_one_ulp_away_gets_no_second_sum(no_dp: 
         assert "already masked for round 1" in said["detail"]
 
 
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_a_new_training_round_sums_as_usual(no_dp: MaliciousServer) -> None:
     """The control: the record is per training round, so round 2, trained from round 1's
     aggregate as an honest server does, sums as round 1 did."""

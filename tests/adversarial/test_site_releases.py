@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from tests.adversarial.harness import MaliciousServer
 
@@ -70,6 +71,7 @@ def test_validation_split_is_never_scored_for_the_server(server: MaliciousServer
     assert reply["status"] == "refused" and "BLEU-4" not in reply
 
 
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_test_split_is_scored_once_after_the_last_round(server: MaliciousServer) -> None:
     request = {"global": server.global_state, "split": "test"}
     early = server.victim.send("evaluate", request)
@@ -83,6 +85,7 @@ def test_test_split_is_scored_once_after_the_last_round(server: MaliciousServer)
     assert second["status"] == "refused" and second["code"] == "evaluate_repeated"
 
 
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_exact_population_sizes_stay_on_the_site(server: MaliciousServer) -> None:
     for round_id in (1, 2):
         reply = server.victim.send("train", server.honest_train(round_id))

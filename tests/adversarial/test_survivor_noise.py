@@ -86,6 +86,7 @@ def _revealed(replies: dict[int, dict[str, Any]]) -> dict[int, list[int]]:
 
 @pytest.mark.parametrize("shown", ["four", "five-with-a-silent-one"])
 @pytest.mark.parametrize("naive", [True, False], ids=["site-takes-the-servers-m", "site-counts-m-itself"])
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_a_server_that_claims_more_survivors_gets_no_layer(
     make_config, one_torch_thread, monkeypatch, shown: str, naive: bool
 ) -> None:  # noqa: ANN001
@@ -123,6 +124,7 @@ def test_a_server_that_claims_more_survivors_gets_no_layer(
 
 
 @pytest.mark.parametrize("colluder", [0, 1, 2, 3, 4])
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_a_site_that_drops_after_confirming_keeps_its_layers_in_the_sum(
     make_config, one_torch_thread, colluder: int
 ) -> None:  # noqa: ANN001
@@ -146,6 +148,7 @@ def test_a_site_that_drops_after_confirming_keeps_its_layers_in_the_sum(
 
 
 @pytest.mark.parametrize("naive", [True, False], ids=["no-reveal-mark", "real"])
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_a_second_reveal_of_a_round_is_refused(
     make_config, one_torch_thread, monkeypatch, naive: bool
 ) -> None:  # noqa: ANN001

@@ -77,6 +77,7 @@ def _verify_problems(server: MaliciousServer) -> list[str]:
 
 
 @pytest.mark.parametrize("alias", [False, True], ids=["plain", "node-id-alias"])
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_reflected_confirmations_unmask_no_sum_with_less_noise_than_accounted(
     make_config, one_torch_thread, alias: bool
 ) -> None:  # noqa: ANN001
@@ -95,6 +96,7 @@ def test_reflected_confirmations_unmask_no_sum_with_less_noise_than_accounted(
         assert all("confirmation is not" in r for r in refusals.values()), refusals
 
 
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_verify_names_the_round_and_sites_when_sites_confirmed_an_aliased_set(
     make_config, one_torch_thread, monkeypatch
 ) -> None:  # noqa: ANN001
@@ -112,6 +114,7 @@ def test_verify_names_the_round_and_sites_when_sites_confirmed_an_aliased_set(
     assert all(f"site{n} confirmed {{" in differ[0] for n in SPLIT), differ[0]
 
 
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_without_direction_binding_the_reflection_attack_works(
     make_config, one_torch_thread, monkeypatch
 ) -> None:  # noqa: ANN001

@@ -106,6 +106,7 @@ def unmask_request(round_id: int, held: list[int], view: list[int], tags: dict[i
 
 
 @pytest.mark.parametrize("method", ["fedavg"])
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_split_survivor_views_unmask_no_sum_with_less_noise_than_accounted(
     make_config, one_torch_thread, method: str
 ) -> None:  # noqa: ANN001

@@ -75,6 +75,7 @@ def test_the_test_split_is_scored_once_across_runs(policy: RunConfig, one_torch_
     assert refusals  # the refusal is in the site's own signed log
 
 
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_the_site_scores_the_last_global_it_trained_from_not_weights_the_server_picks(
     policy: RunConfig, one_torch_thread
 ) -> None:
@@ -94,6 +95,7 @@ def test_the_site_scores_the_last_global_it_trained_from_not_weights_the_server_
     assert {k: reply[k] for k in honest} == honest and reply["scored"] == "global of round 1"
 
 
+@pytest.mark.slow  # rounds of three sites in process: make test-fast leaves it out
 def test_a_changed_test_split_is_not_new_test_patients(policy: RunConfig, one_torch_thread) -> None:
     """Adding rows to the test split (here: a larger test fraction, as a re-split or a refresh would)
     changed the digest the scoring was keyed by, and bought a second scoring of the same patients."""

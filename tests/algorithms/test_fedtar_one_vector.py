@@ -79,6 +79,7 @@ def _stream() -> NoiseStream:
     return NoiseStream(bytes([7]) * 32)
 
 
+@pytest.mark.slow  # per-patient gradients of a whole site: make test-fast leaves it out
 def test_a_patients_vector_is_its_weighted_gradient_and_sketches_clipped_as_one(
     prepared: tuple[RunConfig, SiteData, ReportModel],
 ) -> None:
@@ -150,6 +151,7 @@ def test_a_patients_vector_is_its_weighted_gradient_and_sketches_clipped_as_one(
     np.testing.assert_allclose(together, expected, rtol=1e-4, atol=1e-6 * float(np.abs(expected).max()))
 
 
+@pytest.mark.slow  # two private rounds of a site: make test-fast leaves it out
 def test_the_one_vector_round_is_priced_as_fedavgs(prepared: tuple[RunConfig, SiteData, ReportModel]) -> None:
     """Same sensitivity C, same sampling, one event a round: FedAvg's ledger event and ε. The
     vector is T·k longer, which pads to the same rotation size, so even the rounding's share of the

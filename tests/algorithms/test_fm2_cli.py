@@ -31,6 +31,7 @@ def _synth(out: Path, *extra: str) -> Path:
     return out / "manifest.jsonl"
 
 
+@pytest.mark.slow  # a whole DP run from the CLI: make test-fast leaves it out
 def test_a_dp_fm2_run_over_a_synthesised_manifest(tmp_path, cache_dir) -> None:
     manifest = _synth(tmp_path / "mm", "--phi", "0.3")
     records = [json.loads(line) for line in manifest.read_text().splitlines()]

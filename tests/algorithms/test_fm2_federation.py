@@ -68,6 +68,7 @@ def _values(module: torch.nn.Module) -> np.ndarray:
     return flat[np.abs(flat) > 1e-6]
 
 
+@pytest.mark.slow  # a whole run in process: make test-fast leaves it out
 def test_class_experts_never_cross_the_wire(cache_dir, tmp_path, monkeypatch) -> None:
     RecordingTransport.wire = []
     monkeypatch.setattr("secure_fed.runner.InProcessTransport", RecordingTransport)
@@ -135,6 +136,7 @@ def test_fm2_dp_run_with_secagg_logs_verify_with_rederived_epsilon(cache_dir, tm
         assert '"dp_sgd"' in text and '"alpha_scalars"' not in text
 
 
+@pytest.mark.slow  # whole runs in process: make test-fast leaves it out
 def test_every_imaging_method_runs_and_scores(cache_dir, tmp_path) -> None:
     for method in ("fedavg", "fedprox", "fedrep", "fedbn"):
         cfg = _config(cache_dir, tmp_path / method, **{"fed.method": method, "fed.rounds": 1})
@@ -164,6 +166,7 @@ def test_fm2_config_names_what_dp_forbids() -> None:
         load_config(None, {"fed.method": "fm2", "data.kind": "reports"})
 
 
+@pytest.mark.slow  # whole runs in process: make test-fast leaves it out
 def test_top_k_and_cel_run_without_dp(cache_dir, tmp_path) -> None:
     cfg = _config(cache_dir, tmp_path / "topk", **{"fm2.top_k": 3, "fm2.cel_weight": 0.1, "fed.rounds": 1})
     outcome = run_inprocess(cfg, cfg.out)
@@ -182,6 +185,7 @@ def test_an_imaging_site_s_ledger_is_keyed_by_its_own_images(cache_dir, tmp_path
     assert dataset_digest(reshuffled, "site0") != digests["site0"]
 
 
+@pytest.mark.slow  # a whole run in process: make test-fast leaves it out
 def test_the_orchestrator_names_each_phase_of_each_round(cache_dir, tmp_path) -> None:
     seen: list[tuple[int, str]] = []
     cfg = _config(cache_dir, tmp_path / "phases", **{"secagg.enabled": True, "data.imaging.sites": 3})

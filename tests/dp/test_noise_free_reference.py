@@ -94,6 +94,7 @@ def test_the_pooled_central_reference_runs_the_recipe_and_reports_no_epsilon(mak
     assert spent_per_site(privacy) == []
 
 
+@pytest.mark.slow  # a whole run in process: make test-fast leaves it out
 def test_a_federated_reference_run_logs_no_privacy_record_and_its_report_reads_infinity(make_config) -> None:
     import json
 

@@ -28,6 +28,7 @@ def _hospital_split(accountant: str):
     )  # fmt: skip
 
 
+@pytest.mark.slow  # calibrates at the hospital recipe's size: make test-fast leaves it out
 def test_prv_calibrates_less_noise_than_rdp_at_the_hospital_recipe() -> None:
     rdp, prv = _hospital_split("rdp"), _hospital_split("prv")
     assert rdp.dpsgd_noise_multiplier == pytest.approx(0.863, abs=5e-4)
@@ -50,6 +51,7 @@ def test_dp_sgd_alone_pins_both_accountants() -> None:
     assert sigma["prv"] == pytest.approx(0.804, abs=5e-4)
 
 
+@pytest.mark.slow  # a site's private rounds: make test-fast leaves it out
 def test_a_prv_site_spends_its_rounds_within_budget_and_the_verifier_rederives_it() -> None:
     cfg = build_config(
         {

@@ -55,6 +55,7 @@ def test_gaussian_pair_at_the_same_variance_does_not_dominate() -> None:
         assert np.min(gaussian_hockey_stick(s, EPSILONS) - exact) < -1e-4, (mu, shift)
 
 
+@pytest.mark.slow  # a dense numerical sweep: make test-fast leaves it out
 def test_centre_step_pair_dominates_every_checked_shift() -> None:
     """(N(0, 1), N(M·‖v‖₂, 1)) with M the centre step lies above every exact profile checked, the
     crossing pair included: the envelope the route needs, here where it can be computed."""
@@ -89,6 +90,7 @@ def test_centre_step_tends_to_the_gaussian_as_one_sixth_over_mu() -> None:
     assert centre_step(1e2) * 10 > 1 + 1 / 600  # above the Gaussian: the 1-D pair needs the factor
 
 
+@pytest.mark.slow  # a numerical check at the hospital recipe: make test-fast leaves it out
 def test_hospital_gap_pinned() -> None:
     """The hospital plan's numbers (benchmarks/skellam_gdp.py): its RDP-calibrated z = 0.8357 would
     price at ε ≈ 7.06 on the route, which would calibrate z = 0.7903 for ε = 8. Inputs pinned from

@@ -147,6 +147,7 @@ def test_policy_refuses_plain_sum_when_secagg_required(make_config):
 @pytest.mark.parametrize(
     "method", ["fedavg", "fedprox", "fedadam", "scaffold", "drfa", "fedtar-no-gmm", "fedtar-no-temporal"]
 )
+@pytest.mark.slow  # seven whole runs in process: make test-fast leaves it out
 def test_every_method_runs(make_config, method):
     metrics = _run(make_config(fed__method=method, fed__rounds=1)).metrics
     assert metrics["method"] == method and metrics["rounds"] == 1
@@ -199,6 +200,7 @@ def test_secagg_keys_ride_on_the_training_message(make_config, monkeypatch):
 
 
 @pytest.mark.parametrize("method", [None, "drfa"])  # DRFA's own round takes the shared training phase too
+@pytest.mark.slow  # two whole runs in process: make test-fast leaves it out
 def test_a_plain_round_is_one_message_phase(make_config, monkeypatch, method):
     """The plain sum's vectors come back with the training replies: no plain-sum query of its own,
     and the sum is the same one the query gave."""

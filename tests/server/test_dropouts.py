@@ -185,6 +185,7 @@ def test_a_site_killed_mid_round_costs_that_round_and_the_run_finishes_on_three(
     assert "id='skipped'" in page and "round 1 (sites gone: site3)" in page
 
 
+@pytest.mark.slow  # a whole run in process: make test-fast leaves it out
 def test_a_site_absent_at_the_start_is_one_of_the_dropouts_the_run_tolerates(make_config) -> None:
     """Four sites configured with fed.dropouts = 1, three nodes come (the fourth died in an earlier
     run): the absent site spends the one dropout, the three go on, and the log and report say so."""

@@ -271,6 +271,7 @@ def _dying_site1(
     return made
 
 
+@pytest.mark.slow  # a whole run in process: make test-fast leaves it out
 def test_a_lost_worker_stops_an_inprocess_run_for_resume_and_signs_only_our_words(
     make_config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -310,6 +311,7 @@ def test_a_lost_worker_stops_an_inprocess_run_for_resume_and_signs_only_our_word
     assert result.ok, [str(p) for p in result.problems]
 
 
+@pytest.mark.slow  # a whole run in process: make test-fast leaves it out
 def test_a_lost_worker_the_run_tolerates_leaves_its_log_without_an_end_and_says_so(
     make_config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -328,6 +330,7 @@ def test_a_lost_worker_the_run_tolerates_leaves_its_log_without_an_end_and_says_
     _no_leak(cfg.out)
 
 
+@pytest.mark.slow  # a whole run in process: make test-fast leaves it out
 def test_no_site_evaluating_the_final_model_stops_the_run_for_resume(
     make_config, monkeypatch: pytest.MonkeyPatch
 ) -> None:
