@@ -129,8 +129,8 @@ def _model_dim() -> int:
 
 def run(epsilons: list[float], seeds: list[int], out: Path) -> None:
     from secure_fed.config import load_config
-    from secure_fed.console import quiet_frameworks
     from secure_fed.lab.sweep import sweep
+    from secure_fed.launch.console import quiet_frameworks
 
     quiet_frameworks()  # the sweep's console, as `secure-fed-lab sweep` shows it
     if (dim := _model_dim()) != DIM:

@@ -11,7 +11,7 @@ distributed mode trains), on one fixed batch of patients so that both modes do t
   clipping, sum, Gaussian noise from a NoiseStream, divided by q·n), the gradients flattened to the
   float64 update vector;
 - distributed: the same forward and backward on the engine of the site's kept work copy
-  (`secure_fed.clients.distributed.ClippedSum`, as `clipped_gradient_sum` runs it: σ = 0 and
+  (`secure_fed.site.distributed.ClippedSum`, as `clipped_gradient_sum` runs it: σ = 0 and
   divisor 1, the clipped sum), flattened, then `encode_layered_share` (projection, scaling,
   rotation, rounding, the Skellam share in a base and its removable layers) with the run's plan
   (`secure_fed.dp.distributed.run.plan_for`: h = K − 1,
@@ -25,7 +25,7 @@ The secure sum: one SecAgg+ round over K sites through the project's protocol co
 identity, as benchmarks/secagg.py drives it), with `secure-fed run --secagg`'s settings: site mode
 sums K float vectors of the update's length plus its weight (quantised into the ring by each
 site); distributed mode sums K `encode_share` outputs as ring integers (`ring_bits` = the plan's
-bits, each site's `SiteRules` with the plan's h, as `clients/handler.py` sets them). The round's
+bits, each site's `SiteRules` with the plan's h, as `site/handler.py` sets them). The round's
 time over K is a site's share of it. The distributed sum is checked to be the exact residue sum.
 Distributed mode's server then takes out the layers every site reveals when all K survive
 (`remove_layers`, the seeds of layers h .. K − 1 from each site): `distributed_removal`, charged
@@ -39,7 +39,7 @@ A distributed round is one step, so what a site does before it every round count
 cleared, the round's keystream handed to the engine) and `ratio_with_round_setup` charges it to the
 distributed step. `build_ms` is the copy and engine `ClippedSum` builds once, in a site's first
 round (until they were kept, every round paid it). Site mode rebuilds per round too
-(`secure_fed.clients.training.train_copies`: a copy of the model, a new engine, an AdamW),
+(`secure_fed.site.training.train_copies`: a copy of the model, a new engine, an AdamW),
 `site_round_setup_ms`, but spreads it over its ⌈1/q⌉ local steps; `ratio_with_both_setups` charges
 each mode its own per-step share of its round's setup.
 """
@@ -63,9 +63,6 @@ import torch
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from secure_fed.algorithms.fedtar.profile import fit_gmm
-from secure_fed.clients.distributed import ClippedSum
-from secure_fed.clients.private import steps_per_epoch
-from secure_fed.clients.site import attach_profiles, load_site, patient_profiles
 from secure_fed.config import RunConfig, SecAggConfig, build_config
 from secure_fed.crypto.secagg_identity import SecAggIdentity
 from secure_fed.crypto.secagg_protocol import SecAggSettings, round_params
@@ -77,6 +74,9 @@ from secure_fed.dp.distributed.run import delta, plan_for, round_seed
 from secure_fed.dp.dpsgd import PatientDPSGD
 from secure_fed.dp.keystream import NoiseStream
 from secure_fed.model.setup import build_report_model, visit_slots
+from secure_fed.site.distributed import ClippedSum
+from secure_fed.site.private import steps_per_epoch
+from secure_fed.site.site import attach_profiles, load_site, patient_profiles
 
 TARGET_RATIO = 1.3
 

@@ -1,6 +1,6 @@
 """Cost of patient-level DP-SGD per training step, against the non-private step; prints JSON.
 
-One step = what `secure_fed.clients.training.train_copies` does per step: forward of each of the
+One step = what `secure_fed.site.training.train_copies` does per step: forward of each of the
 T per-visit-index adapter copies on the chosen patients' rows of its visit index, the backward,
 and one AdamW step per copy. The variants share the model, the copies' starting point and the
 batch (a fixed set of patients; by default q·n, the expected Poisson batch of the default site):
@@ -39,14 +39,14 @@ from typing import Any
 import torch
 
 from secure_fed.algorithms.fedtar.profile import fit_gmm
-from secure_fed.clients.private import DPGradients
-from secure_fed.clients.site import attach_profiles, load_site, patient_profiles
-from secure_fed.clients.training import MinibatchGradients, _trainable
 from secure_fed.config import RunConfig, build_config
 from secure_fed.data.batching import Examples
 from secure_fed.dp.dpsgd import PatientDPSGD
 from secure_fed.dp.keystream import NoiseStream
 from secure_fed.model.setup import build_report_model, visit_slots
+from secure_fed.site.private import DPGradients
+from secure_fed.site.site import attach_profiles, load_site, patient_profiles
+from secure_fed.site.training import MinibatchGradients, _trainable
 
 
 def make_config(preset: str, cache: Path, visits: int, patients: int, pretrain_steps: int) -> RunConfig:

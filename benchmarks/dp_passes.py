@@ -47,12 +47,12 @@ def child(
     import torch
 
     torch.set_num_threads(1)
-    from secure_fed.clients.private import DPGradients
-    from secure_fed.clients.training import LocalTrainSettings, train_copies
     from secure_fed.config import load_config
     from secure_fed.dp.keystream import NoiseStream
     from secure_fed.lab.centralised import pooled_splits
     from secure_fed.model.setup import build_report_model
+    from secure_fed.site.private import DPGradients
+    from secure_fed.site.training import LocalTrainSettings, train_copies
 
     # the step this benchmark measures (700 patients at q = 0.1), not the smaller one of the
     # configs' tuned recipe: the memory question is the largest pooled step

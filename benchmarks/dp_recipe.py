@@ -33,8 +33,6 @@ from typing import Any
 
 import torch
 
-from secure_fed.clients.private import steps_per_epoch
-from secure_fed.clients.site import with_visit
 from secure_fed.config import RunConfig, load_config
 from secure_fed.data.batching import Examples, make_examples
 from secure_fed.data.cohort import load_cohort
@@ -42,6 +40,8 @@ from secure_fed.data.synthetic import synthesize
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.dp.calibration import default_delta, split_budget
 from secure_fed.model.setup import PUBLIC_SEED, build_report_model, visit_slots
+from secure_fed.site.private import steps_per_epoch
+from secure_fed.site.site import with_visit
 
 CONFIG = Path(__file__).parents[1] / "configs" / "hospital-scale.toml"
 RATES = (0.25, 0.2, 0.1, 0.05, 0.02)

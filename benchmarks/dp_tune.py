@@ -70,10 +70,6 @@ from dp_recipe import (  # noqa: E402  (benchmarks/ is on sys.path when run as a
     train_sizes,
 )
 
-from secure_fed.averaging import IterateAverage  # noqa: E402
-from secure_fed.clients.evaluation import evaluate_split  # noqa: E402
-from secure_fed.clients.private import DPGradients, steps_per_epoch  # noqa: E402
-from secure_fed.clients.training import LocalTrainSettings, State, evaluate_loss, train_copies  # noqa: E402
 from secure_fed.config import RunConfig  # noqa: E402
 from secure_fed.data.batching import Examples  # noqa: E402
 from secure_fed.data.tokenizer import load_tokenizer  # noqa: E402
@@ -82,6 +78,10 @@ from secure_fed.dp.keystream import NOISE_KEY_BYTES, NoiseStream  # noqa: E402
 from secure_fed.model.report_model import ReportModel  # noqa: E402
 from secure_fed.model.setup import build_report_model  # noqa: E402
 from secure_fed.model.vectors import flatten, unflatten  # noqa: E402
+from secure_fed.server.averaging import IterateAverage  # noqa: E402
+from secure_fed.site.evaluation import evaluate_split  # noqa: E402
+from secure_fed.site.private import DPGradients, steps_per_epoch  # noqa: E402
+from secure_fed.site.training import LocalTrainSettings, State, evaluate_loss, train_copies  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TRAIN_SEED = FRESH_PUBLIC_SEED + 1  # the tuning's training pool: not dp_recipe.py's norm patients

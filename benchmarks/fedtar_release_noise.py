@@ -5,7 +5,7 @@ together, so it carries less signal per unit of noise than FedAvg's. This measur
 a config (default: configs/hospital-scale-distributed.toml's smallest site, its ε = 8 plan for 5
 sites) computes its clipped sum over ALL its training patients (q = 1 here, so the mean is over the
 whole site, not a sample) with the real path a distributed site takes
-(`secure_fed.clients.distributed.clipped_gradient_sum`, the learner's groups and, for one-vector, the
+(`secure_fed.site.distributed.clipped_gradient_sum`, the learner's groups and, for one-vector, the
 learner's `OneVectorRelease`), from the round-1 global state, for three releases:
 
 - FedAvg: one pooled adapter, each patient's gradient clipped to C;
@@ -53,13 +53,13 @@ from secure_fed.algorithms.fedtar.learner import ReportLearner
 from secure_fed.algorithms.fedtar.profile import fit_gmm
 from secure_fed.algorithms.fedtar.release import OneVectorRelease, sketch_scale
 from secure_fed.algorithms.fedtar.temporal import alpha_bounds, chain_weights
-from secure_fed.clients.distributed import ClippedSum, clipped_gradient_sum
-from secure_fed.clients.site import attach_profiles, load_site, patient_profiles
 from secure_fed.config import RunConfig, load_config
 from secure_fed.dp.distributed import DistributedPlan, decode_sum, encode_share
 from secure_fed.dp.distributed.run import delta, plan_for, round_seed
 from secure_fed.dp.keystream import NoiseStream
 from secure_fed.model.setup import build_report_model, visit_slots
+from secure_fed.site.distributed import ClippedSum, clipped_gradient_sum
+from secure_fed.site.site import attach_profiles, load_site, patient_profiles
 
 ROOT = Path(__file__).resolve().parent.parent
 HOSPITAL = ROOT / "configs" / "hospital-scale-distributed.toml"

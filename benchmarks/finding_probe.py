@@ -42,11 +42,11 @@ def measure(cfg: Any) -> dict[str, Any]:
     from sklearn.metrics import f1_score, roc_auc_score
     from sklearn.preprocessing import StandardScaler
 
-    from secure_fed.clients.site import load_site
     from secure_fed.data.lexicon import FINDINGS
     from secure_fed.data.sites import site_names
     from secure_fed.eval.clinical import confusion, finding_counts, macro_f1, micro_f1
     from secure_fed.model.setup import build_report_model
+    from secure_fed.site.site import load_site
 
     sites = [load_site(cfg, name) for name in site_names(cfg)]
     pairs = [(row, rep) for s in sites for row, rep in zip(s.test.labels, s.test.reports, strict=True)]

@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--epsilon", type=float, default=None, help="DP-SGD at this ε per image")
     args = parser.parse_args()
 
-    from secure_fed.runner import run_inprocess
+    from secure_fed.launch.runner import run_inprocess
 
     methods = args.methods.split(",")
     columns = [("overlapped", float(p)) for p in args.phis.split(",")]

@@ -37,15 +37,15 @@ from typing import Any
 import torch
 
 from secure_fed.algorithms.fedtar.profile import fit_gmm
-from secure_fed.clients.evaluation import generate_reports
-from secure_fed.clients.private import DPGradients, steps_per_epoch
-from secure_fed.clients.site import attach_profiles, load_site, patient_profiles
-from secure_fed.clients.training import LocalTrainSettings, MinibatchGradients, train_copies
 from secure_fed.config import RunConfig, load_config
 from secure_fed.data.tokenizer import load_tokenizer
 from secure_fed.dp.keystream import NOISE_KEY_BYTES, NoiseStream
 from secure_fed.model import report_model
 from secure_fed.model.setup import build_report_model, visit_slots
+from secure_fed.site.evaluation import generate_reports
+from secure_fed.site.private import DPGradients, steps_per_epoch
+from secure_fed.site.site import attach_profiles, load_site, patient_profiles
+from secure_fed.site.training import LocalTrainSettings, MinibatchGradients, train_copies
 
 CONFIG = Path(__file__).parents[1] / "configs" / "hospital-scale.toml"
 EPSILONS = (1.0, 2.0, 4.0, 8.0, 16.0)

@@ -1,6 +1,6 @@
 """In-process FedTAR round time vs number of sites and T (tiny preset); prints JSON.
 
-Each (sites, T) cell is `--repeats` `secure_fed.runner.run_inprocess` runs of `--rounds` rounds
+Each (sites, T) cell is `--repeats` `secure_fed.launch.runner.run_inprocess` runs of `--rounds` rounds
 (default one) on a small synthetic cohort. The time reported is the orchestrator's own per-round
 "seconds" in metrics.json (the strategy's round: every site's local training of its T copies, the
 secure sum, the α hypergradient phase and the temporal aggregation), so setup — cohort synthesis,
@@ -37,7 +37,7 @@ import torch
 from secure_fed.config import RunConfig, build_config
 from secure_fed.crypto.keys import init_keys
 from secure_fed.data.cohort import _split_sizes
-from secure_fed.runner import run_inprocess
+from secure_fed.launch.runner import run_inprocess
 
 VAL_FRACTION = TEST_FRACTION = 0.25
 

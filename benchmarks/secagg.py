@@ -4,7 +4,7 @@ Two baselines, both reported:
 - "codec": both rounds go through `LocalTransport`, whose byte codec is little more than a memory
   copy, so the plain round is close to free and the ratio is the protocol's cost against nothing.
 - "records": both rounds go through `RecordsTransport`, which moves every payload as a Flower
-  deployment does: `secure_fed.wire.to_records` → protobuf bytes → `from_records`. Reported twice:
+  deployment does: `secure_fed.protocol.wire.to_records` → protobuf bytes → `from_records`. Reported twice:
   with float32 update vectors (the plain round ships 4 bytes per value, as many as SecAgg+'s ring
   words, so the ratio is the protocol's extra phases, keys, shares and masks alone; this is the
   comparison to Flower's own SecAgg+ on a float32 model) and with float64 vectors, as
@@ -47,7 +47,7 @@ from secure_fed.crypto.secagg_shamir import SECRET_BYTES, combine_secret, split_
 from secure_fed.crypto.threads import crypto_threads
 from secure_fed.crypto.transport import LocalTransport, Received
 from secure_fed.crypto.vectors import client_step, sum_vectors
-from secure_fed.wire import from_records, to_records
+from secure_fed.protocol.wire import from_records, to_records
 
 
 def _over_flower(payload: dict[str, Any]) -> tuple[dict[str, Any], int]:

@@ -74,10 +74,10 @@ from secure_fed.crypto.vectors import (
     plain_sum_request,
     sum_vectors,
 )
-from secure_fed.runner import loopback_ray_backend, without_ray_dashboard
-from secure_fed.server.app import wait_for_nodes
+from secure_fed.launch.runner import loopback_ray_backend, without_ray_dashboard
+from secure_fed.launch.server_app import wait_for_nodes
+from secure_fed.protocol.wire import from_records, load_state, store_state, to_records
 from secure_fed.server.transports import GridTransport
-from secure_fed.wire import from_records, load_state, store_state, to_records
 
 # Ray workers do not have benchmarks/ on their path: ship the helpers with the pickled ClientApp
 cloudpickle.register_pickle_by_value(_identities)

@@ -1,7 +1,7 @@
 """What putting an array into a Flower message and taking it out costs, per megabyte; prints JSON.
 
 Issue 53's item 2: a round's vectors (the global state, an update, a masked SecAgg+ vector) cross
-`secure_fed.wire` twice a message (`to_records` at the sender, `from_records` at the receiver).
+`secure_fed.protocol.wire` twice a message (`to_records` at the sender, `from_records` at the receiver).
 Flower's own `Array(ndarray)` writes the array with `np.save` into a BytesIO and reads it with
 `np.load`; ours carries the array's bytes as they lie in memory (`wire.RAW_STYPE`, one copy each
 way, dtype and length checked on the way in). Both are timed on the same arrays, interleaved, on
@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 from flwr.app import Array, ArrayRecord, RecordDict
 
-from secure_fed.wire import from_records, to_records
+from secure_fed.protocol.wire import from_records, to_records
 
 DTYPES = ("float64", "float32", "uint32")
 

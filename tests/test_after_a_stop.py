@@ -27,7 +27,7 @@ import pytest
 from typer.testing import CliRunner
 
 from secure_fed.cli import app
-from tests.audits.test_report_truth import Scenario, summary_text, write_run
+from tests.verifier.test_report_truth import Scenario, summary_text, write_run
 
 runner = CliRunner()
 
@@ -134,10 +134,12 @@ def test_a_stop_a_damaged_checkpoint_and_a_resume_each_tell_the_truth(tmp_path, 
     good = state.read_bytes()
     state.write_bytes(good[: len(good) // 2])
     before = _digests(out / "audit")
-    import secure_fed.runner
+    import secure_fed.launch.runner
 
     started: list[str] = []
-    monkeypatch.setattr(secure_fed.runner, "run_federated", lambda *a, **k: started.append("run") or None)
+    monkeypatch.setattr(
+        secure_fed.launch.runner, "run_federated", lambda *a, **k: started.append("run") or None
+    )
     refused = runner.invoke(app, ["run", "--resume", str(out)])
     assert refused.exit_code == 2, refused.output
     assert not started, "the federation started on a damaged checkpoint"
@@ -267,7 +269,7 @@ def test_a_failure_of_the_runs_own_machinery_leaves_it_resumable(tmp_path, cache
 def test_resume_refuses_what_it_could_not_finish_before_anything_starts(tmp_path, damage, monkeypatch):
     """A resume checks every file it will need before it starts anything: a log already closed with
     its head record, a signing key gone. One line naming the file and the fix, nothing changed."""
-    import secure_fed.runner
+    import secure_fed.launch.runner
 
     written = write_run(tmp_path / "w", Scenario(stop_after=1, signal="SIGINT"))
     out = tmp_path / "w"
@@ -290,7 +292,7 @@ def test_resume_refuses_what_it_could_not_finish_before_anything_starts(tmp_path
         named, fix = key, "key"
     before = _digests(out)
     started: list[str] = []
-    monkeypatch.setattr(secure_fed.runner, "run_federated", lambda *a, **k: started.append("run"))
+    monkeypatch.setattr(secure_fed.launch.runner, "run_federated", lambda *a, **k: started.append("run"))
     refused = runner.invoke(app, ["run", "--resume", str(out)])
     assert refused.exit_code == 2, refused.output
     assert not started
@@ -307,7 +309,7 @@ def test_a_lost_worker_is_named_a_lost_worker_not_a_failure_of_the_servers_code(
     signed resumable like a failure of the server's own code, and verify and the report named it
     one. The signed record's `code` says which it was (a lost worker's kind), and they word it so."""
     import secure_fed.server.orchestrator as orchestrator
-    from secure_fed.failures import WORKER_KILLED, Failure
+    from secure_fed.protocol.failures import WORKER_KILLED, Failure
 
     out = tmp_path / "o"
     config = _config(tmp_path / "run.toml", cache_dir, rounds=2, dp=False)
@@ -338,8 +340,8 @@ def test_every_lost_worker_code_is_worded_as_lost_site_workers():
     """The verifier words a resumable stop from its signed `code` without importing the code that
     ran the run: every code the server signs for lost workers is one it knows, and any other code
     (`internal`, a classified error of its own) stays a failure of the server's own code."""
-    from secure_fed.audits.verify import _LOST_WORKERS, _signal_stop_words
-    from secure_fed.failures import LOST_WORKER
+    from secure_fed.protocol.failures import LOST_WORKER
+    from secure_fed.verifier.verify import _LOST_WORKERS, _signal_stop_words
 
     assert set(_LOST_WORKERS) == LOST_WORKER | {"workers_lost"}  # SitesLost's codes (Orchestrator._lost)
     for code in _LOST_WORKERS:

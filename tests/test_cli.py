@@ -434,7 +434,7 @@ def test_a_site_refusing_a_sweeps_cell_is_one_line_not_a_traceback(tmp_path, mon
     """A site's refusal inside a cell (a distributed-DP site without SecAgg+ keys was one) stopped
     `secure-fed sweep` with a page of traceback; it is one line naming the refusal and what is kept."""
     import secure_fed.lab.sweep
-    from secure_fed.clients.guard import Refusal
+    from secure_fed.site.guard import Refusal
 
     def cells(*args, **kwargs):
         raise Refusal("no_keys", "dp.noise = 'distributed' needs the sites' provisioned keys (SecAgg+)")
@@ -528,7 +528,7 @@ def test_default_console_drops_framework_debug_and_filters_no_flower_warning(mon
 
     from flwr.common.logger import FLOWER_LOGGER, console_handler
 
-    from secure_fed.console import quiet_frameworks
+    from secure_fed.launch.console import quiet_frameworks
 
     monkeypatch.delenv("FLWR_LOG_LEVEL", raising=False)
     monkeypatch.delenv("TRANSFORMERS_VERBOSITY", raising=False)
@@ -558,7 +558,7 @@ def test_default_console_drops_no_python_warning():
     warning that reaches the console is one the operator should see, with or without --verbose."""
     import warnings
 
-    from secure_fed.console import quiet_frameworks
+    from secure_fed.launch.console import quiet_frameworks
 
     def shown(verbose: bool) -> list[str]:
         with warnings.catch_warnings(record=True) as caught:
@@ -588,7 +588,7 @@ def test_progress_follows_pretraining_and_rounds():
 
     from rich.console import Console
 
-    from secure_fed.console import run_progress
+    from secure_fed.launch.console import run_progress
 
     buffer = io.StringIO()
     screen = Console(file=buffer, force_terminal=False, width=120)
@@ -622,7 +622,7 @@ def test_progress_follows_pretraining_and_rounds():
 
 
 def test_closing_privacy_line_names_accountant_delta_and_budget():
-    from secure_fed.console import privacy_line
+    from secure_fed.launch.console import privacy_line
 
     metrics = {
         "privacy": {
@@ -720,7 +720,7 @@ def test_ctrl_c_stops_a_run_promptly(tmp_path, cache_dir, signum, code, word, en
         assert last["payload"] == {"signal": signum, "round": at_signal + 1}, (party, last, err[-3000:])
     # so verify calls it an interruption, not a log cut short
     from secure_fed.audits.keys import load_public_keys
-    from secure_fed.audits.verify import verify_logs
+    from secure_fed.verifier.verify import verify_logs
 
     result = verify_logs(sorted((out / "audit").glob("*.jsonl")), load_public_keys(out / "keys"))
     assert result.ok and not result.complete, [str(p) for p in result.problems]
@@ -811,15 +811,15 @@ def test_client_dry_run_prints_the_hardened_environment_with_the_command(tmp_pat
 def test_a_failed_simulation_is_one_line_naming_flowers_log(tmp_path, monkeypatch):
     """The simulation process ended without a result (its own error, or killed): one line with the
     reason and the log that holds the traceback, never a traceback."""
-    import secure_fed.runner
-    from secure_fed.runner import SimulationFailed
+    import secure_fed.launch.runner
+    from secure_fed.launch.runner import SimulationFailed
 
     log = tmp_path / "o" / "flower" / "simulation.log"
 
     def fail(*args, **kwargs):
         raise SimulationFailed(f"the simulation ended without a result (exit code -9); see {log}")
 
-    monkeypatch.setattr(secure_fed.runner, "run_federated", fail)
+    monkeypatch.setattr(secure_fed.launch.runner, "run_federated", fail)
     result = runner.invoke(app, ["run", "--rounds", "1", "-o", str(tmp_path / "o")])
     assert result.exit_code == 1, result.output
     assert "exit code -9" in result.output and "simulation.log" in result.output
@@ -936,8 +936,8 @@ def test_the_round_line_counts_the_sites_that_delivered_the_round():
 
 
 def test_a_lost_worker_is_one_line_with_the_way_back_and_exit_1(tmp_path, monkeypatch):
-    import secure_fed.runner
-    from secure_fed.failures import WORKER_KILLED, failure
+    import secure_fed.launch.runner
+    from secure_fed.protocol.failures import WORKER_KILLED, failure
     from secure_fed.server.orchestrator import SitesLost
 
     def lost(*args, **kwargs):
@@ -945,7 +945,7 @@ def test_a_lost_worker_is_one_line_with_the_way_back_and_exit_1(tmp_path, monkey
             "round 2 stopped: too few sites could train", WORKER_KILLED, {"site1": failure(WORKER_KILLED)}
         )
 
-    monkeypatch.setattr(secure_fed.runner, "run_federated", lost)
+    monkeypatch.setattr(secure_fed.launch.runner, "run_federated", lost)
     out = tmp_path / "o"
     result = runner.invoke(app, ["run", "--rounds", "2", "-o", str(out)])
     assert result.exit_code == 1, result.output
@@ -957,12 +957,12 @@ def test_a_lost_worker_is_one_line_with_the_way_back_and_exit_1(tmp_path, monkey
 
 def test_a_site_log_left_without_its_end_exits_1_naming_the_log(tmp_path, monkeypatch):
     """Seen: a run whose every `finish` failed exited 0."""
-    import secure_fed.runner
+    import secure_fed.launch.runner
     from secure_fed.server.orchestrator import RunOutcome
 
     metrics = {"method": "fedavg", "seed": 0, "rounds": 2, "test": {"CIDEr": 0.5}}
     outcome = RunOutcome(metrics=metrics, unfinished={"site1": "its worker process crashed; see its log"})
-    monkeypatch.setattr(secure_fed.runner, "run_federated", lambda *a, **k: outcome)
+    monkeypatch.setattr(secure_fed.launch.runner, "run_federated", lambda *a, **k: outcome)
     out = tmp_path / "o"
     result = runner.invoke(app, ["run", "--rounds", "2", "-o", str(out)])
     assert result.exit_code == 1, result.output

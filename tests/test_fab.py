@@ -13,7 +13,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from secure_fed.clients.approved_app import package_files, review_fab
+from secure_fed.launch.approved_app import package_files, review_fab
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE = REPO / "secure_fed"
@@ -68,7 +68,7 @@ def test_the_release_fab_holds_the_approved_code_and_no_lab_file(tmp_path: Path)
         for path in PACKAGE.rglob("*.py")
         if "__pycache__" not in path.parts and (PACKAGE / "lab") not in path.parents
     }
-    assert "secure_fed/clients/app.py" in approved and "secure_fed/server/app.py" in approved
+    assert "secure_fed/launch/client_app.py" in approved and "secure_fed/launch/server_app.py" in approved
     assert {name: data for name, data in members.items() if name.startswith("secure_fed/")} == approved
     # the site's review compares the same files: none missing, none differing, no lab file in it
     review = review_fab(fab)

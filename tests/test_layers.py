@@ -1,10 +1,15 @@
-"""The folders follow the data's path: a module imports only from its own layer or an earlier one.
+"""Each folder says whose code it is, and keeps the rule its party keeps (docs/ARCHITECTURE.md
+opens with this map): a module imports only what its folder's rule allows.
 
-dp, crypto and audits know nothing of FedTAR, FM2 or Flower messages; data knows no model; the
-server knows no client code; an algorithm folder registers itself with the core
-(secure_fed.registry), and no core folder imports an algorithm; the research harness
-(secure_fed/lab) is imported by no module outside it; and no module of the package imports itself
-back through others, not even from inside a function (no import cycle)."""
+The parties: `site/` (a hospital's node: knows no server code), `server/` (knows no site code and no
+launcher), `verifier/` (reads the signed logs' contract, secure_fed.audits, and nothing else, so
+an officer's check runs no code of the parties it checks), `protocol/` (what site and server
+agree on, built from the libraries alone), `launch/` (starts the parties: may import any of them),
+`cli/` (parses and hands over) and `lab/` (the research harness, which nothing imports and the FAB
+leaves out). The libraries under them: dp, crypto and audits know nothing of FedTAR, FM2 or Flower
+messages; data knows no model; an algorithm folder registers itself with the core
+(secure_fed.registry), and no core folder imports an algorithm; and no module of the package imports
+itself back through others, not even from inside a function (no import cycle)."""
 
 from __future__ import annotations
 
@@ -14,67 +19,98 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "secure_fed"
 
-# folder → the secure_fed folders (and top-level modules) it must not import, even lazily
-FORBIDDEN = {
-    "dp": {
-        "clients",
-        "server",
-        "model",
-        "data",
-        "algorithms",
-        "crypto",
-        "audits",
-        "runner",
-        "wire",
-        "registry",
-    },
-    "crypto": {
-        "clients",
-        "server",
-        "model",
-        "data",
-        "algorithms",
-        "dp",
-        "audits",
-        "runner",
-        "wire",
-        "registry",
-    },
-    "audits": {"clients", "server", "model", "data", "algorithms", "crypto", "runner", "wire", "registry"},
-    "data": {"clients", "server", "model", "algorithms", "runner", "registry"},
-    "model": {"clients", "server", "algorithms", "runner"},
-    "server": {"clients"},
+# folder (or top-level module) -> ("only", what it may import) or ("never", what it must not);
+# the names are secure_fed's folders and top-level modules; a folder may always import itself
+RULES: dict[str, tuple[str, frozenset[str]]] = {
+    # the parties
+    "site": ("never", frozenset({"server", "launch", "cli", "lab"})),
+    "server": (
+        "only",
+        frozenset({"protocol", "audits", "config", "crypto", "dp", "eval", "registry", "facade"}),
+    ),
+    "verifier": ("only", frozenset({"audits", "facade"})),
+    "protocol": ("only", frozenset({"config", "crypto", "dp", "facade"})),
+    "launch": ("never", frozenset({"cli", "lab"})),
+    "cli": ("never", frozenset({"lab"})),
+    "lab": ("never", frozenset()),
+    # the libraries the parties share
+    "audits": ("only", frozenset({"facade"})),
+    "dp": ("only", frozenset({"config", "facade"})),
+    "crypto": ("only", frozenset({"config", "facade"})),
+    "config": ("only", frozenset({"registry", "dp"})),  # names checked against the tables they live in
+    "data": ("only", frozenset({"config", "facade"})),
+    "eval": ("only", frozenset({"config", "data", "facade"})),
+    "model": ("only", frozenset({"config", "data", "registry", "facade"})),
+    "algorithms": ("never", frozenset({"launch", "cli", "lab", "verifier"})),
+    # the package's own plumbing
+    "registry": ("only", frozenset({"algorithms"})),
+    "facade": ("only", frozenset()),
+    "_env": ("only", frozenset()),
+    "__init__": ("only", frozenset({"_env"})),
 }
 
 
-def _imports(path: Path) -> set[str]:
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("secure_fed."):
-            found.add(node.module.split(".")[1])
-        elif isinstance(node, ast.Import):
-            found |= {a.name.split(".")[1] for a in node.names if a.name.startswith("secure_fed.")}
-    return found
+def _folder_of(module: str) -> str | None:
+    """The folder (or top-level module) a secure_fed module belongs to; None for the package."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else None
 
 
-def test_no_folder_imports_against_the_data_path() -> None:
+def _rule_breaks(root: Path = PACKAGE) -> list[str]:
     wrong = []
-    for folder, forbidden in FORBIDDEN.items():
-        for path in sorted((PACKAGE / folder).rglob("*.py")):
-            bad = _imports(path) & forbidden
-            if bad:
-                wrong.append(f"{path.relative_to(PACKAGE)} imports {sorted(bad)}")
-    assert wrong == []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root)
+        own = rel.parts[0].removesuffix(".py")
+        kind, names = RULES[own]
+        reached = {_folder_of(m) for m in _imported_modules(path, root)}
+        # `from secure_fed import x` reaches x
+        reached |= {n for m, ns in _import_statements(path, root) if m == "secure_fed" for n in ns}
+        reached -= {own, None}
+        bad = reached - names if kind == "only" else reached & names
+        if bad:
+            wrong.append(f"{rel} imports {sorted(bad)} (its rule: {kind} {sorted(names)})")
+    return wrong
 
 
-def test_the_check_sees_a_violation(tmp_path: Path) -> None:
-    probe = tmp_path / "probe.py"
-    probe.write_text("def f():\n    from secure_fed.clients.site import load_site\n")
-    assert _imports(probe) == {"clients"}
+def test_every_folder_keeps_its_party_rule() -> None:
+    assert _rule_breaks() == []
+
+
+def test_every_folder_has_a_rule() -> None:
+    """A new folder says whose code it is before it lands."""
+    found = {
+        p.name.removesuffix(".py")
+        for p in PACKAGE.iterdir()
+        if p.suffix == ".py" or (p / "__init__.py").exists()
+    }
+    assert found - RULES.keys() == set(), "give each new folder a rule in RULES"
+    assert RULES.keys() - found == set(), "a rule names a folder that is gone"
+
+
+def test_the_rule_check_sees_a_violation(tmp_path: Path) -> None:
+    pkg = tmp_path / "secure_fed"
+    files = {
+        "verifier/check.py": "def f():\n    from secure_fed.site.runtime import SiteRuntime\n",  # lazily
+        "server/loop.py": "from ..site import runtime\n",  # relative
+        "site/runtime.py": "from secure_fed import launch\n",  # through the package
+        "protocol/wire.py": "from secure_fed.dp.events import Event\n",  # allowed
+        "dp/events.py": "",
+        "launch/__init__.py": "",
+        "site/__init__.py": "",
+    }
+    for name, text in files.items():
+        (pkg / name).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / name).write_text(text)
+    found = [line.split(" (")[0] for line in _rule_breaks(pkg)]
+    assert found == [
+        "server/loop.py imports ['site']",
+        "site/runtime.py imports ['launch']",
+        "verifier/check.py imports ['site']",
+    ], found
 
 
 # The federation core: it dispatches to algorithms through secure_fed.registry, never by import.
-CORE = ("clients", "server", "crypto", "dp", "audits", "data", "model")
+CORE = ("site", "server", "verifier", "protocol", "launch", "crypto", "dp", "audits", "data", "model")
 
 
 def _module_name(path: Path, root: Path = PACKAGE) -> str:

@@ -12,10 +12,10 @@ import pytest
 
 import secure_fed.algorithms
 from secure_fed import registry
-from secure_fed.clients.learner import SiteStart
 from secure_fed.config import ConfigError, RunConfig
-from secure_fed.runner import run_inprocess
+from secure_fed.launch.runner import run_inprocess
 from secure_fed.server.strategies import make_strategy
+from secure_fed.site.learner import SiteStart
 from tests.conftest import small_config
 
 # The whole method: its site half (a proximal pull, counted) and its server half (FedAvg's step),

@@ -176,7 +176,7 @@ def test_flower_telemetry_and_update_check_send_nothing(
 def test_a_run_opens_no_outbound_connection(outbound: list, make_config, tmp_path: Path) -> None:
     from flwr.supercore import telemetry
 
-    from secure_fed.runner import run_inprocess
+    from secure_fed.launch.runner import run_inprocess
 
     cfg = make_config(fed__rounds=1, fed__method="fedavg")
     outcome = run_inprocess(cfg, tmp_path / "run")

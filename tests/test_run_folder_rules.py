@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from secure_fed.config import RunConfig
-from secure_fed.runner.folder import (
+from secure_fed.launch.runner.folder import (
     RunFolderRefused,
     check_new_folder,
     check_resumable,

@@ -12,9 +12,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from secure_fed.cli import app
-from secure_fed.clients.lifetime import site_ledger_of
-from secure_fed.clients.runtime import SiteRuntime
-from secure_fed.runner import run_id_for
+from secure_fed.launch.runner import run_id_for
+from secure_fed.site.lifetime import site_ledger_of
+from secure_fed.site.runtime import SiteRuntime
 
 runner = CliRunner()
 

@@ -43,10 +43,10 @@ time.sleep(600)
 DRIVER = """
 import contextlib, os, signal, subprocess, sys
 from pathlib import Path
-from secure_fed.runner import _reopen_ray_site_logs
+from secure_fed.launch.runner import _reopen_ray_site_logs
 worker, path, keys = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 if len(sys.argv) > 4:  # the first scan for holders finds none, as when the holder was forked after it
-    import secure_fed.runner.processes as runner  # where _reopen_ray_site_logs looks it up
+    import secure_fed.launch.runner.processes as runner  # where _reopen_ray_site_logs looks it up
     scan, scans = runner._own_processes, []
 
     def missing_the_first(scan=scan, scans=scans):

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from secure_fed.superlink import local_superlink
+from secure_fed.launch.superlink import local_superlink
 from tests import conftest
 from tests.conftest import starts_a_federation
 

@@ -1,4 +1,4 @@
-"""The run's own SuperLink (secure_fed.superlink): on loopback only, its task taken only with the
+"""The run's own SuperLink (secure_fed.launch.superlink): on loopback only, its task taken only with the
 run's secret, a FAB that carries no code, and gone when the run is."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from secure_fed.superlink import SuperLinkError, local_superlink, start_run, take_task
+from secure_fed.launch.superlink import SuperLinkError, local_superlink, start_run, take_task
 
 
 def _listening(port: int) -> set[str]:
@@ -84,16 +84,16 @@ def test_the_fab_carries_no_code(tmp_path: Path) -> None:
     names the installed components and holds nothing else."""
     from flwr.cli.build import build_fab_from_files
 
-    from secure_fed.superlink import _PYPROJECT
+    from secure_fed.launch.superlink import _PYPROJECT
 
     fab, _ = build_fab_from_files({"pyproject.toml": _PYPROJECT.encode()})
     names = [n for n in zipfile.ZipFile(io.BytesIO(fab)).namelist() if not n.startswith(".info/")]
     assert names == ["pyproject.toml"]
-    assert 'serverapp = "secure_fed.flower_apps:server_app"' in _PYPROJECT
+    assert 'serverapp = "secure_fed.launch.flower_apps:server_app"' in _PYPROJECT
 
 
 def test_a_superlink_that_cannot_start_is_one_error_naming_its_log(tmp_path: Path, monkeypatch) -> None:
-    import secure_fed.superlink as sl
+    import secure_fed.launch.superlink as sl
 
     monkeypatch.setattr(sl, "_START_TIMEOUT_S", 0.5)
     monkeypatch.setattr(sl.sys, "executable", str(tmp_path / "no-python"))
@@ -144,7 +144,7 @@ def test_the_runs_superlink_holds_a_taken_task_for_its_configured_heartbeat_wind
 
 
 def test_a_run_lost_to_a_lapsed_heartbeat_is_named_from_flowers_log(tmp_path: Path) -> None:
-    from secure_fed.runner import heartbeat_lapsed
+    from secure_fed.launch.runner import heartbeat_lapsed
 
     logs = tmp_path / "flower"
     logs.mkdir()

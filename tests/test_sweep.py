@@ -13,7 +13,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.config import RunConfig
 from secure_fed.data.cohort import _split_sizes
 from secure_fed.data.sites import split_seed
@@ -26,6 +25,7 @@ from secure_fed.lab import tables as lab_tables
 from secure_fed.lab.cells import t975
 from secure_fed.lab.statistics import paired_differences, privacy_utility, summarise
 from secure_fed.lab.tables import markdown_table, privacy_table, wall_table
+from secure_fed.site.evaluation import METRIC_NAMES
 from tests.conftest import DISTRIBUTED_DP
 from tests.scripts import ROOT
 
@@ -477,7 +477,7 @@ def test_fine_tuned_cell_starts_from_its_federated_cells_final_model(
     # imported before the patch: a module that binds train_copies at import (the FedTAR learner)
     # would otherwise keep the spy for every later test in the process
     import secure_fed.algorithms.fedtar.learner  # noqa: F401
-    from secure_fed.clients import training
+    from secure_fed.site import training
 
     cfg = make_config()
     out = tmp_path / "sw"
@@ -519,10 +519,10 @@ def test_fine_tuned_reference_trains_for_its_configured_epochs(
 ):
     """`local` trains rounds × local_epochs; the fine-tuned reference one round's epochs unless
     `train.fine_tune_epochs` gives it its own budget (e.g. local's, for a like-for-like site)."""
-    from secure_fed.clients import training
     from secure_fed.model.setup import build_report_model
     from secure_fed.model.vectors import flatten
     from secure_fed.server.checkpoint import save_checkpoint
+    from secure_fed.site import training
 
     cfg = make_config(train__fine_tune_epochs=fine_tune_epochs)
     federated = tmp_path / "fedavg-epsinf-seed0"
@@ -661,7 +661,7 @@ def test_a_long_cell_says_about_ten_round_lines_with_the_time_left():
 
 
 def test_a_cell_writes_its_report(tmp_path: Path):
-    from tests.audits.conftest import build_run
+    from tests.verifier.conftest import build_run
 
     folder = tmp_path / "fedtar-eps8.0-seed0"
     build_run(folder)  # audit/*.jsonl and keys/ as a run's cell folder holds them

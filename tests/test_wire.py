@@ -17,7 +17,7 @@ from secure_fed.crypto.scalars import HESettings, sum_scalars
 from secure_fed.crypto.secagg_identity import SecAggIdentity
 from secure_fed.crypto.secagg_protocol import SecAggSettings
 from secure_fed.crypto.vectors import sum_vectors
-from secure_fed.wire import from_records, load_state, store_state, to_records
+from secure_fed.protocol.wire import from_records, load_state, store_state, to_records
 from tests.crypto.test_secagg_rounds import site_step, with_identities
 
 
@@ -84,7 +84,7 @@ def test_payload_values_round_trip(value):
 
 
 def test_arrays_travel_raw_and_come_back_exact_and_writable():
-    from secure_fed.wire import RAW_STYPE
+    from secure_fed.protocol.wire import RAW_STYPE
 
     rng = np.random.default_rng(2)
     values = {
@@ -107,7 +107,7 @@ def test_arrays_travel_raw_and_come_back_exact_and_writable():
 def test_flower_made_arrays_are_still_read_and_malformed_raw_arrays_are_refused():
     from flwr.app import Array, ArrayRecord, RecordDict
 
-    from secure_fed.wire import RAW_STYPE
+    from secure_fed.protocol.wire import RAW_STYPE
 
     flower_made = RecordDict({"arrays": ArrayRecord({"v": Array(np.arange(4.0))})})
     assert np.array_equal(from_records(flower_made)["v"], np.arange(4.0))

@@ -1,7 +1,7 @@
-"""Hash-chained, signed audit logs; their verifier (with an independent ε accountant); the report."""
+"""Hash-chained, signed audit logs: the record format, the writer, the reader and the signing keys
+(the contract every party writes to and the verifier reads)."""
 
-# The names load on first use (PEP 562): the report draws with matplotlib and the verifier prices
-# with Opacus, and a site that only appends to its log imports this package too.
+# The names load on first use (PEP 562): a site that only appends to its log imports this package.
 
 from __future__ import annotations
 
@@ -18,16 +18,6 @@ _NAMES: dict[str, tuple[str, ...]] = {
         "AuditLogError",
         "EVENTS",
     ),
-    "secure_fed.audits.report": (
-        "report_main",
-        "write_report",
-    ),
-    "secure_fed.audits.verify": (
-        "Problem",
-        "Verification",
-        "verify_logs",
-    ),
-    "secure_fed.audits.verify_console": ("verify_main",),
 }
 
 __getattr__, __dir__, __all__ = lazy_names(__name__, _NAMES)

@@ -29,7 +29,7 @@ ledger_app = typer.Typer(
 
 def _known_site(cfg: RunConfig, site: str, config: Path) -> None:
     """A misspelt site has no ledger, which must not read as "this site spent no ε"."""
-    from secure_fed.clients.preflight import PreflightError, check_site_name
+    from secure_fed.launch.preflight import PreflightError, check_site_name
 
     try:
         check_site_name(cfg, site, config)
@@ -46,7 +46,7 @@ def ledger_show(
 
     Example: secure-fed ledger show --site site0 --config site0.toml
     """
-    from secure_fed.clients.lifetime import site_ledger_of
+    from secure_fed.site.lifetime import site_ledger_of
 
     cfg = read_config(config, {})
     _known_site(cfg, site, config)
@@ -78,7 +78,7 @@ def ledger_reset(
 
     Example: secure-fed ledger reset --site site0 --config site0.toml --keys keys --reason "new cohort" --yes
     """
-    from secure_fed.clients.lifetime import reset_site_ledger, site_ledger_of
+    from secure_fed.site.lifetime import reset_site_ledger, site_ledger_of
 
     cfg = read_config(config, {})
     _known_site(cfg, site, config)
@@ -112,7 +112,7 @@ def audit_verify(
 
     Example: secure-fed audit verify runs/demo/audit/*.jsonl --keys runs/demo/public-keys
     """
-    from secure_fed.audits.verify_console import verify_main
+    from secure_fed.verifier.verify_console import verify_main
 
     raise typer.Exit(verify_main(logs, keys))
 
@@ -133,7 +133,7 @@ def audit_report(
 
     Example: secure-fed audit report runs/demo/audit/*.jsonl -o report.html --keys runs/demo/public-keys
     """
-    from secure_fed.audits.report import report_main
+    from secure_fed.verifier.report import report_main
 
     missing = [str(log) for log in logs if not log.is_file()]
     if missing:  # a report on logs that are not there would only list that they are not

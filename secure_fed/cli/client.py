@@ -53,7 +53,7 @@ def client(
     Example: secure-fed client --site site0 --config site0.toml --superlink link.hospital.net:8000
     --root-certificates ca.crt --auth-key node.key --keys keys
     """
-    from secure_fed.clients.preflight import PreflightError, check_connection, check_node
+    from secure_fed.launch.preflight import PreflightError, check_connection, check_node
 
     policy = read_config(config, {})  # fail here, not mid-round, on a bad policy file
     if not insecure and root_certificates is None and not prepare_only:
@@ -70,10 +70,10 @@ def client(
     cmd = _supernode_command(
         site, config, superlink, keys, approvals, insecure, root_certificates, auth_key, runtime_port
     )
-    from secure_fed.clients.approved_app import node_path, write_launcher
+    from secure_fed.launch.approved_app import node_path, write_launcher
 
     # Flower's SuperExec starts `flwr-clientapp` from PATH for every message; ours comes first, and
-    # runs the site's installed code for approved FABs only (secure_fed/clients/approved_app.py).
+    # runs the site's installed code for approved FABs only (secure_fed/launch/approved_app.py).
     node_bin = Path(policy.out).resolve() / "node-bin"
     env = {**os.environ, "PATH": node_path(node_bin, os.environ.get("PATH"))}
     if not prepare_only:
@@ -95,7 +95,7 @@ _SERVICE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 def _approved_fabs(policy: RunConfig, config: Path) -> Path:
     """The site's approval list, absolute; refused when it pins no FAB (the node would run nothing)."""
-    from secure_fed.clients.approved_app import ApprovalError, approved_hashes
+    from secure_fed.launch.approved_app import ApprovalError, approved_hashes
 
     if policy.deploy.approved_fabs is None:
         fail(
@@ -147,7 +147,7 @@ def _print_node_command(node_bin: Path, cmd: list[str]) -> None:
     """--dry-run: the launcher and the node's command, quoted, unwrapped, with the hardening a
     service file would not get: ready to paste."""
     from secure_fed._env import node_environment
-    from secure_fed.clients.approved_app import launcher_text, node_path
+    from secure_fed.launch.approved_app import launcher_text, node_path
 
     typer.echo(f"# {node_bin / 'flwr-clientapp'}: {launcher_text().splitlines()[-1]}")
     hardening = [f"{key}={value}" for key, value in node_environment().items()]
@@ -157,7 +157,7 @@ def _print_node_command(node_bin: Path, cmd: list[str]) -> None:
 
 
 def _prepare_site(policy: RunConfig, site: str) -> None:
-    from secure_fed.clients.preflight import prepare_site
+    from secure_fed.launch.preflight import prepare_site
 
     # The base model and the site's data are ready before the node connects, not in its first
     # message: the first pretraining takes minutes on a CPU.
@@ -171,7 +171,7 @@ def _prepare_site(policy: RunConfig, site: str) -> None:
 
 
 def _run_node(cmd: list[str], env: dict[str, str], site: str, superlink: str, tls: str) -> NoReturn:
-    from secure_fed.clients.supervise import run_node
+    from secure_fed.launch.supervise import run_node
 
     # The SuperNode process does not import secure_fed itself: hand it the hardened environment.
     # Its SuperExec child would outlive it; run_node ends the whole process group with it.

@@ -39,7 +39,7 @@ def code_review(
     The node never runs the FAB's code: for an approved FAB it runs the site's installed package.
     Files that differ show where the coordinator's release and this site's install part.
     """
-    from secure_fed.clients.approved_app import ApprovalError, approved_hashes, package_digest, review_fab
+    from secure_fed.launch.approved_app import ApprovalError, approved_hashes, package_digest, review_fab
 
     try:
         found = review_fab(fab)
@@ -70,7 +70,7 @@ def code_approve(
     """
     import getpass
 
-    from secure_fed.clients.approved_app import ApprovalError, approve_fab
+    from secure_fed.launch.approved_app import ApprovalError, approve_fab
 
     approvals = _approvals_of(config)
     try:

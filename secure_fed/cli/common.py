@@ -21,8 +21,8 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from secure_fed.config import ConfigError, RunConfig, load_config
-from secure_fed.console import Terminated
-from secure_fed.stops import forget_stop, raise_remembered
+from secure_fed.launch.console import Terminated
+from secure_fed.protocol.stops import forget_stop, raise_remembered
 
 _OS_FIXES: tuple[tuple[type[OSError], str], ...] = (
     (PermissionError, "fix its permissions or choose a path you can write to"),
@@ -163,7 +163,7 @@ def raise_interrupted(signum: int, frame: object) -> None:
 @contextlib.contextmanager
 def stop_signals() -> Iterator[None]:
     """SIGTERM (a service manager's stop) ends a command as Ctrl-C does; both are kept for the
-    run's safe points, should code that clears errors swallow them (secure_fed.stops). A Ctrl-C
+    run's safe points, should code that clears errors swallow them (secure_fed.protocol.stops). A Ctrl-C
     ignored at the start (a background job) stays ignored."""
     previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, raise_terminated)}
     if signal.getsignal(signal.SIGINT) is signal.default_int_handler:

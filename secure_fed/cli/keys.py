@@ -162,7 +162,7 @@ def certs_init(
 
     Example: secure-fed certs init --out certs --host 127.0.0.1 --host localhost --nodes site0,site1,site2
     """
-    from secure_fed.certs import DEFAULT_HOSTS, CertsError, init_certs
+    from secure_fed.launch.certs import DEFAULT_HOSTS, CertsError, init_certs
 
     names = [n.strip() for n in nodes.split(",") if n.strip()]
     try:

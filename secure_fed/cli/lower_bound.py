@@ -65,8 +65,8 @@ def lower_bound(
     if (folder / "sites").exists() or any((folder / "audit").glob("*.jsonl")):
         # a second measurement there would resume the first one's ledgers and logs
         fail(f"{folder}: already holds a run; give a new --out folder")
-    from secure_fed.clients.lower_bound import run_lower_bound, write_lower_bound_report
     from secure_fed.data.sites import site_names
+    from secure_fed.site.lower_bound import run_lower_bound, write_lower_bound_report
 
     names = site_names(cfg)
     chosen = site or names

@@ -22,7 +22,7 @@ from secure_fed.cli.common import (
     stopped,
 )
 from secure_fed.config import RunConfig
-from secure_fed.console import Terminated
+from secure_fed.launch.console import Terminated
 
 
 def _round_line(round_id: int, rounds: int, result: Any) -> str:
@@ -52,7 +52,7 @@ def _print_metrics(metrics: dict[str, Any]) -> None:
             "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.4f}",
         )
     Console().print(table)
-    from secure_fed.audits.alpha_path import alpha_path, summary_lines
+    from secure_fed.verifier.alpha_path import alpha_path, summary_lines
 
     # FedTAR: α's path over the rounds, flagged where it left the write-up's [0.1, 0.9]
     for line in summary_lines(alpha_path(metrics.get("per_round") or [])):
@@ -107,7 +107,12 @@ def run(
         "he.keys_dir": str(keys) if keys else None,
         "fed.engine": engine,
     }
-    from secure_fed.runner.folder import RunFolderRefused, check_new_folder, check_resumable, resumed_config
+    from secure_fed.launch.runner.folder import (
+        RunFolderRefused,
+        check_new_folder,
+        check_resumable,
+        resumed_config,
+    )
 
     given = {
         "--method": method, "--rounds": rounds, "--sites": sites, "--seed": seed, "--dp/--no-dp": dp,
@@ -149,7 +154,7 @@ def _prepare(cfg: RunConfig, folder: Path, resumed: bool, keys: Path | None, ver
     """Everything refusable is refused before the run folder or anything slow exists; then the
     folder and its config.json are written."""
     if resumed:
-        from secure_fed.resume_check import ResumeRefused, check_resume
+        from secure_fed.launch.resume_check import ResumeRefused, check_resume
 
         try:
             # every file the resumed run needs, before anything starts or any log is touched
@@ -165,11 +170,11 @@ def _prepare(cfg: RunConfig, folder: Path, resumed: bool, keys: Path | None, ver
         resolve_device(cfg.train.device)  # a missing GPU is a start-up error, not a mid-round one
     except DeviceUnavailable as err:
         fail(str(err))
-    from secure_fed.console import quiet_frameworks
+    from secure_fed.launch.console import quiet_frameworks
 
     quiet_frameworks(verbose)  # before the frameworks are imported: some read their settings then
     from secure_fed.data.manifest import DataValidationError
-    from secure_fed.runner import preflight
+    from secure_fed.launch.runner import preflight
 
     try:
         preflight(cfg)  # refuse bad data before the run folder or anything slow exists
@@ -186,10 +191,10 @@ def _prepare(cfg: RunConfig, folder: Path, resumed: bool, keys: Path | None, ver
 def _federate(cfg: RunConfig, folder: Path, resumed: bool) -> Any:
     """The run itself, its progress on the console; a failure or a stop is one line and an exit."""
     from secure_fed.audits.log import AuditLogError
-    from secure_fed.console import run_progress
-    from secure_fed.runner import SimulationFailed, run_federated
+    from secure_fed.launch.console import run_progress
+    from secure_fed.launch.runner import SimulationFailed, run_federated
+    from secure_fed.launch.superlink import SuperLinkError
     from secure_fed.server.orchestrator import MachineryFailed, SitesLost
-    from secure_fed.superlink import SuperLinkError
 
     console.print(
         f"secure-fed: {cfg.fed.method}, {cfg.fed.rounds} rounds, engine={cfg.fed.engine}, "
@@ -206,7 +211,7 @@ def _federate(cfg: RunConfig, folder: Path, resumed: bool) -> Any:
                 cfg, folder, resume=resumed, progress=shown.on_round, on_phase=shown.on_phase
             )
     except (SitesLost, MachineryFailed) as err:
-        from secure_fed.runner import report_after_stop
+        from secure_fed.launch.runner import report_after_stop
 
         # the run is not over (every log stays open for --resume), but the officer's report of how
         # far it got is written now, as after a stop signal
@@ -229,7 +234,7 @@ def _federate(cfg: RunConfig, folder: Path, resumed: bool) -> Any:
     except KeyboardInterrupt as err:
         # Click would swallow it with a bare newline; say what happened, what the stop cost (the
         # round's ε the sites were charged) and how to go on, then write the report the officer reads
-        from secure_fed.runner import report_after_stop, stop_words
+        from secure_fed.launch.runner import report_after_stop, stop_words
 
         word = "terminated" if isinstance(err, Terminated) else "interrupted"
         console.print(f"{word} {stop_words(folder)}", highlight=False, soft_wrap=True, markup=False)
@@ -242,7 +247,7 @@ def _federate(cfg: RunConfig, folder: Path, resumed: bool) -> Any:
 def _report_outcome(cfg: RunConfig, folder: Path, outcome: Any) -> None:
     """The finished run on the console: metrics, privacy, report; exit 1 for a log without its
     end record, 3 for fewer rounds than configured."""
-    from secure_fed.console import privacy_line
+    from secure_fed.launch.console import privacy_line
 
     _print_metrics(outcome.metrics)
     if outcome.stopped_early:
@@ -255,7 +260,7 @@ def _report_outcome(cfg: RunConfig, folder: Path, outcome: Any) -> None:
     console.print(f"wrote {folder / 'metrics.json'}")
     report = folder / "report.html"
     if report.exists():
-        from secure_fed.runner import report_line
+        from secure_fed.launch.runner import report_line
 
         # the report's verdict beside the console's: both say whether the run was the one asked for
         say(report_line(report))

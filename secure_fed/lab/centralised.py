@@ -13,10 +13,6 @@ import torch
 
 from secure_fed.algorithms.fedtar.profile import fit_gmm
 from secure_fed.algorithms.fedtar.profile_gmm import PatientGMM
-from secure_fed.clients.evaluation import evaluate_split, free_text_labeler
-from secure_fed.clients.private import DPGradients, steps_per_epoch
-from secure_fed.clients.site import attach_profiles, load_site, patient_profiles
-from secure_fed.clients.training import LocalTrainSettings, State, train_copies
 from secure_fed.config import RunConfig
 from secure_fed.data.batching import Examples
 from secure_fed.data.sites import site_names
@@ -27,6 +23,10 @@ from secure_fed.dp.keystream import NOISE_KEY_BYTES, NoiseStream
 from secure_fed.dp.ledger import PrivacyLedger
 from secure_fed.model.report_model import ReportModel
 from secure_fed.model.setup import build_report_model, visit_slots
+from secure_fed.site.evaluation import evaluate_split, free_text_labeler
+from secure_fed.site.private import DPGradients, steps_per_epoch
+from secure_fed.site.site import attach_profiles, load_site, patient_profiles
+from secure_fed.site.training import LocalTrainSettings, State, train_copies
 
 
 def _concat(parts: list[Examples]) -> Examples:
@@ -85,8 +85,8 @@ def train_averaged(
     """`train_copies` on the pooled patients, the state it releases (the last iterate, or with
     `train.average` the average over its optimiser steps: post-processing of DP-SGD's released
     steps, charged nothing) and the steps taken."""
-    from secure_fed.averaging import IterateAverage
     from secure_fed.model.vectors import flatten, unflatten
+    from secure_fed.server.averaging import IterateAverage
 
     n_patients = 1 + max((int(g.patient_slot.max()) for g in groups if len(g)), default=-1)
     per_epoch = (gradients.steps_per_epoch(n_patients) if gradients is not None

@@ -123,11 +123,11 @@ def sweep(
     Example: secure-fed-lab sweep --methods base,fedtar,fedavg --seeds 0,1,2 --epsilons inf,8,4,1
     -o runs/sweep
     """
-    from secure_fed.console import quiet_frameworks
+    from secure_fed.launch.console import quiet_frameworks
 
     quiet_frameworks()  # a sweep trains and scores as `run` does: the operator's console, not the libraries'
-    from secure_fed.clients.guard import Refusal
     from secure_fed.lab.sweep import sweep as run_sweep
+    from secure_fed.site.guard import Refusal
 
     overrides = set_options(set_ or [])
     if "fed.engine" in overrides:

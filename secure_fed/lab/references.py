@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.config import RunConfig
 from secure_fed.lab.cells import (
     BASE,
@@ -18,6 +17,7 @@ from secure_fed.lab.cells import (
     LOCAL,
     seed_config,
 )
+from secure_fed.site.evaluation import METRIC_NAMES
 
 Scores = tuple[dict[str, float], dict[str, dict[str, float]]]
 
@@ -27,10 +27,10 @@ def evaluate_reference(
 ) -> Scores:
     """``base``, ``local`` or ``central``, scored as a run's final evaluation; also per site.
     `progress` hears ``central``'s optimiser steps and ``local``'s sites as each is trained."""
-    from secure_fed.clients.training import LocalTrainSettings, train_copies
     from secure_fed.data.sites import site_names
     from secure_fed.lab.centralised import pooled_splits, train_averaged
     from secure_fed.model.setup import build_report_model
+    from secure_fed.site.training import LocalTrainSettings, train_copies
 
     epochs = cfg.fed.rounds * cfg.train.local_epochs  # the passes over its data each site gets in FL
     settings = LocalTrainSettings(lr=cfg.train.lr, epochs=epochs, batch_patients=cfg.train.batch_size)
@@ -80,10 +80,10 @@ def evaluate_fine_tuned(cfg: RunConfig, federated: Path, out: Path) -> Scores:
     site) and scores it."""
     import torch
 
-    from secure_fed.clients.training import LocalTrainSettings, train_copies
     from secure_fed.model.setup import build_report_model
     from secure_fed.model.vectors import unflatten
     from secure_fed.server.checkpoint import load_checkpoint
+    from secure_fed.site.training import LocalTrainSettings, train_copies
 
     if not (federated / "cell.json").exists():
         # a running or interrupted run's checkpoint is a model of some round, not its final one
@@ -113,13 +113,13 @@ def _score_sites(
     """Every site scores ``state_for(its train split)`` on its test split, exactly as a run's final
     evaluation; ``gmms``: each site's patient profiles from these GMMs (the ones a model trained
     with), not from the site's own fit."""
-    from secure_fed.clients.handler import handle
-    from secure_fed.clients.runtime import SiteRuntime
-    from secure_fed.clients.site import attach_profiles
     from secure_fed.data.sites import site_names
     from secure_fed.model.setup import visit_slots
     from secure_fed.model.vectors import flatten
     from secure_fed.server.orchestrator import pool_scores
+    from secure_fed.site.handler import handle
+    from secure_fed.site.runtime import SiteRuntime
+    from secure_fed.site.site import attach_profiles
 
     cfg = cfg.model_copy(deep=True, update={"out": out})
     cfg.audit.enabled = False

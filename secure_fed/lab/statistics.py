@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.lab.cells import (
     BASE,
     LOCAL,
@@ -20,6 +19,7 @@ from secure_fed.lab.cells import (
     spent_per_site,
     t975,
 )
+from secure_fed.site.evaluation import METRIC_NAMES
 
 PAIRED_METRICS: tuple[str, ...] = ("CIDEr", "CE-F1", "CE-F1-micro")
 

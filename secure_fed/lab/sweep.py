@@ -63,7 +63,7 @@ from secure_fed.lab.records import _check_base_model, _check_folder, _write_cell
 from secure_fed.lab.references import evaluate_fine_tuned, evaluate_private_central, evaluate_reference
 from secure_fed.lab.statistics import _max_epsilon
 from secure_fed.lab.tables import write_outputs
-from secure_fed.runner import run_inprocess
+from secure_fed.launch.runner import run_inprocess
 
 
 def base_model_digest(cfg: RunConfig) -> str:
@@ -268,7 +268,7 @@ def write_cell_report(cfg: RunConfig, folder: Path) -> Path | None:
     """The cell's compliance report (report.html, .json, .csv) from its audit logs, as `secure-fed
     audit report` writes it for a run; None where the cell wrote no audit log."""
     from secure_fed.audits.keys import KeyFileError, load_public_keys
-    from secure_fed.audits.report import write_report
+    from secure_fed.verifier.report import write_report
 
     logs = sorted((folder / "audit").glob("*.jsonl"))
     if not logs:

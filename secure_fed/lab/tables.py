@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.lab.cells import (
     BASE,
     CENTRAL,
@@ -40,6 +39,7 @@ from secure_fed.lab.statistics import (
     privacy_utility,
     results_of,
 )
+from secure_fed.site.evaluation import METRIC_NAMES
 
 # The columns tables show by default (every metric stays in results.json).
 TABLE_METRICS: tuple[str, ...] = (

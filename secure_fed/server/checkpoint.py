@@ -31,7 +31,7 @@ class Checkpoint(NamedTuple):
     global_state: np.ndarray  # the raw iterate: training resumes from it
     strategy: dict[str, Any]
     meta: dict[str, Any]
-    # train.average's state (secure_fed.averaging), None when the run does not average
+    # train.average's state (secure_fed.server.averaging), None when the run does not average
     average: dict[str, Any] | None = None
 
     @property
@@ -39,7 +39,7 @@ class Checkpoint(NamedTuple):
         """The model the run releases at this round: the iterate average where one was kept."""
         if self.average is None:
             return self.global_state
-        from secure_fed.averaging import IterateAverage
+        from secure_fed.server.averaging import IterateAverage
 
         settings = self.average
         average = IterateAverage(

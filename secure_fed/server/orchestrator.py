@@ -17,19 +17,19 @@ from typing import Any
 
 import numpy as np
 
-from secure_fed.averaging import AverageMismatch, IterateAverage
 from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_protocol import SecAggAbort
 from secure_fed.crypto.transport import Transport
 from secure_fed.eval.metrics import REPORT_SCORES
-from secure_fed.failures import LOST_WORKER, Failure, one_line, signed_reason
+from secure_fed.protocol.failures import LOST_WORKER, Failure, one_line, signed_reason
+from secure_fed.protocol.stops import raise_pending_stop
 from secure_fed.server.aggregation import AggregationSettings
+from secure_fed.server.averaging import AverageMismatch, IterateAverage
 from secure_fed.server.checkpoint import load_checkpoint, save_checkpoint
 from secure_fed.server.dropouts import DropoutTolerance, dropout_tolerance
 from secure_fed.server.participation import sample_sites
 from secure_fed.server.strategies import RoundContext, RoundResult, make_strategy
 from secure_fed.server.strategies.base import TooFewSites
-from secure_fed.stops import raise_pending_stop
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from flwr.serverapp import Grid
 from flwr.superlink.grid import InMemoryGrid
 
 from secure_fed.crypto.transport import decode_payload, encode_payload
-from secure_fed.failures import SITE_ERROR, UNKNOWN, Failure, classify, failure
-from secure_fed.wire import from_records, to_records
+from secure_fed.protocol.failures import SITE_ERROR, UNKNOWN, Failure, classify, failure
+from secure_fed.protocol.wire import from_records, to_records
 
 log = logging.getLogger(__name__)
 # Flower's own log (its file handler is flower/simulation.log under `secure-fed run`): the one

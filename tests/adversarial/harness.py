@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from secure_fed.clients.handler import handle
-from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
 from secure_fed.data.sites import site_names
-from secure_fed.keyring import audit_keys_dir
+from secure_fed.launch.runner import run_id_for
+from secure_fed.protocol.keyring import audit_keys_dir
 from secure_fed.registry import initial_state, strategy_factory
-from secure_fed.runner import run_id_for
+from secure_fed.site.handler import handle
+from secure_fed.site.runtime import SiteRuntime
 
 
 @dataclass

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from secure_fed.clients.guard import Refusal
-from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.registry import initial_state
+from secure_fed.site.guard import Refusal
+from secure_fed.site.runtime import SiteRuntime
 
 
 def test_alpha_for_a_trained_fedavg_round_is_refused_and_uncharged(make_config) -> None:

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from secure_fed.audits.keys import load_public_keys
-from secure_fed.audits.verify import Verification, verify_logs
-from tests.audits.conftest import Run, build_run, copy_run
-from tests.audits.tamper import read_records, remove_records, reseal_from, subject, write_records
+from secure_fed.verifier.verify import Verification, verify_logs
+from tests.verifier.conftest import Run, build_run, copy_run
+from tests.verifier.tamper import read_records, remove_records, reseal_from, subject, write_records
 
 
 @pytest.fixture(scope="module")

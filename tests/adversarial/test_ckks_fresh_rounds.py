@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from secure_fed.clients.handler import handle
 from secure_fed.config import RunConfig
 from secure_fed.crypto import ckks, scalars
 from secure_fed.crypto.keys import init_keys
 from secure_fed.crypto.scalars import DECRYPT_PHASE, ENCRYPT_PHASE, KEYS_PHASE, HESettings
-from secure_fed.run_context import site_secret_context
+from secure_fed.protocol.run_context import site_secret_context
+from secure_fed.site.handler import handle
 from tests.adversarial.harness import MaliciousServer, Site
 
 

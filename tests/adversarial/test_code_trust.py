@@ -23,7 +23,7 @@ import pytest
 from typer.testing import CliRunner
 
 from secure_fed.cli import app
-from secure_fed.clients import approved_app
+from secure_fed.launch import approved_app
 
 runner = CliRunner()
 SHADOW = """from pathlib import Path
@@ -32,11 +32,11 @@ Path({marker!r}).write_text("a FAB's secure_fed was imported")
 
 
 def make_fab(path: Path, client_app: bytes) -> Path:
-    """A FAB-shaped zip: the site's package with secure_fed/clients/app.py replaced."""
+    """A FAB-shaped zip: the site's package with secure_fed/launch/client_app.py replaced."""
     with zipfile.ZipFile(path, "w") as fab:
         fab.writestr("pyproject.toml", "[project]\nname = 'secure-fed'\n")
         for name, data in approved_app.package_files().items():
-            fab.writestr(name, client_app if name == "secure_fed/clients/app.py" else data)
+            fab.writestr(name, client_app if name == "secure_fed/launch/client_app.py" else data)
     return path
 
 
@@ -50,7 +50,7 @@ def site(tmp_path: Path) -> dict[str, Path]:
         f'out = "{tmp_path / "out"}"\n[audit]\nkeys_dir = "{keys}"\n'
         f'[deploy]\napproved_fabs = "{tmp_path / "approved.json"}"\n'
     )
-    own = (approved_app.package_root() / "clients" / "app.py").read_bytes()
+    own = (approved_app.package_root() / "launch" / "client_app.py").read_bytes()
     return {
         "keys": keys,
         "policy": policy,
@@ -77,7 +77,7 @@ def test_the_node_resolves_flwr_clientapp_to_the_sites_runner(site: dict[str, Pa
     path = variables["PATH"]
     found = shutil.which("flwr-clientapp", path=path)
     assert found is not None and Path(found).parent == tmp_path / "out" / "node-bin"
-    assert "secure_fed.clients.approved_app" in Path(found).read_text()
+    assert "secure_fed.launch.approved_app" in Path(found).read_text()
     assert "flower-superexec" not in os.listdir(Path(found).parent)  # SuperExec stays Flower's own
     node_config = command[command.index("--node-config") + 1]
     assert f"approved-fabs='{site['approvals']}'" in node_config
@@ -99,7 +99,7 @@ def test_the_launcher_imports_nothing_from_the_working_folder_or_pythonpath(tmp_
     assert "--runtime-api-address" in ran.stdout  # flwr-clientapp's own arguments
     assert not marker.exists()
     # the same command without the launcher's isolation imports the shadow: the check can fail
-    plain = [sys.executable, "-m", "secure_fed.clients.approved_app", "--help"]
+    plain = [sys.executable, "-m", "secure_fed.launch.approved_app", "--help"]
     subprocess.run(plain, cwd=shadow, env=env, capture_output=True, timeout=120)
     assert marker.exists()
 
@@ -111,7 +111,7 @@ def test_only_a_pinned_fab_hash_runs(site: dict[str, Path]) -> None:
     assert "not approved" in (approved_app.refusal(node, good) or "")  # nothing approved yet
     review = runner.invoke(app, ["code", "review", str(site["evil"]), "--config", str(site["policy"])])
     assert review.exit_code == 0, review.output
-    assert "differs                    secure_fed/clients/app.py" in review.output
+    assert "differs                    secure_fed/launch/client_app.py" in review.output
     assert f"FAB sha256 {evil} (not approved)" in review.output
     approve = ["code", "approve", str(site["good"]), "--config", str(site["policy"]), "--note", "v1"]
     assert runner.invoke(app, approve).exit_code == 0
@@ -143,8 +143,8 @@ def test_the_code_each_run_ran_is_signed_in_the_sites_log(site: dict[str, Path],
     verify = runner.invoke(app, ["audit", "verify", str(second), "--keys", str(site["keys"])])
     assert verify.exit_code == 0, verify.output
     # the compliance report shows the code each site ran (and the FAB it refused)
-    from secure_fed.audits.report import render_html
-    from secure_fed.audits.report_data import collect
+    from secure_fed.verifier.report import render_html
+    from secure_fed.verifier.report_data import collect
 
     page = render_html(collect([tmp_path / "out/runs/run1/audit/site0.jsonl", second], None))
     # collected without verification: the section is marked unverified, and still shows what was logged

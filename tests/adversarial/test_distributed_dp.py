@@ -216,9 +216,9 @@ def test_a_each_sites_refusal_below_h_goes_to_its_own_log(tmp_path) -> None:  # 
     instruction record, its detail naming h and the view it was shown."""
     from types import SimpleNamespace
 
-    from secure_fed.clients.guard import SiteGuard
-    from secure_fed.clients.handler import handle
     from secure_fed.config import build_config
+    from secure_fed.site.guard import SiteGuard
+    from secure_fed.site.handler import handle
 
     sites = _sites(5, honest_min=5, colluder=5)
     transcript = honest_until_unmask(sites, settings=RING)

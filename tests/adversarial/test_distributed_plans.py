@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from secure_fed.audits.verify import verify_logs
 from secure_fed.crypto.keys import load_public_keys
+from secure_fed.verifier.verify import verify_logs
 from tests.adversarial.harness import MaliciousServer, secure_round_until_masked
 from tests.conftest import DISTRIBUTED_DP
 

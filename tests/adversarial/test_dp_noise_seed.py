@@ -14,7 +14,7 @@ import hashlib
 import torch
 from torch import nn
 
-from secure_fed.clients.private import SitePrivacy
+from secure_fed.site.private import SitePrivacy
 
 LOW_32 = 0xFFFFFFFF
 

@@ -25,9 +25,9 @@ import torch
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 
-from secure_fed.clients.private import DPGradients
-from secure_fed.clients.training import LocalTrainSettings, State, train_copies
 from secure_fed.dp.keystream import NoiseStream
+from secure_fed.site.private import DPGradients
+from secure_fed.site.training import LocalTrainSettings, State, train_copies
 
 CLIP, MU, LR, N = 2.0, 15.0, 0.1, 6
 QUIET, B, A = [0, 1, 2, 3], 4, 5  # quiet patients (tiny data gradient), a step-1 patient, A

@@ -23,12 +23,12 @@ import pytest
 import torch
 
 from secure_fed.algorithms.fm2.learner import ImagingLearner
-from secure_fed.clients.private import DPGradients
 from secure_fed.config import RunConfig, load_config
 from secure_fed.data.manifest import DataValidationError
 from secure_fed.data.multimodal import MODALITIES, imaging_manifest, load_imaging_manifest
 from secure_fed.dp.keystream import NoiseStream
-from secure_fed.runner import preflight
+from secure_fed.launch.runner import preflight
+from secure_fed.site.private import DPGradients
 
 
 def _config(cache_dir: Path, out: Path, **overrides: Any) -> RunConfig:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from secure_fed.runner import run_inprocess
+from secure_fed.launch.runner import run_inprocess
 
 
 def _records(out: Path, party: str) -> list[dict[str, Any]]:
@@ -37,7 +37,7 @@ def _logged_epsilon(out: Path, site: str) -> dict[str, float]:
 def test_a_resumed_run_reports_the_sites_epsilon_and_who_declined(make_config, monkeypatch):
     from secure_fed.algorithms.fedtar.learner import ReportLearner
     from secure_fed.audits.keys import load_public_keys
-    from secure_fed.audits.verify import verify_logs
+    from secure_fed.verifier.verify import verify_logs
 
     cfg = make_config(
         dp__enabled=True, dp__target_epsilon=8.0, dp__sample_rate=0.5, fed__rounds=3, train__threads=1
@@ -89,7 +89,7 @@ def test_a_resumed_run_reports_the_sites_epsilon_and_who_declined(make_config, m
 def test_a_run_short_of_its_rounds_exits_non_zero_and_says_why(tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
-    import secure_fed.runner
+    import secure_fed.launch.runner
     from secure_fed.cli import app
     from secure_fed.server.orchestrator import RunOutcome
 
@@ -108,7 +108,9 @@ def test_a_run_short_of_its_rounds_exits_non_zero_and_says_why(tmp_path, monkeyp
             }
         ],
     }
-    monkeypatch.setattr(secure_fed.runner, "run_federated", lambda *a, **k: RunOutcome(metrics=metrics))
+    monkeypatch.setattr(
+        secure_fed.launch.runner, "run_federated", lambda *a, **k: RunOutcome(metrics=metrics)
+    )
     result = CliRunner().invoke(
         app, ["run", "--rounds", "3", "--engine", "inprocess", "--out", str(tmp_path / "o")]
     )

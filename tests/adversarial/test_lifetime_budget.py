@@ -1,7 +1,7 @@
 """A site's lifetime budget against a server that simply starts new runs, and against the data
 and folder changes of ordinary operation.
 
-Each test drives a deployed node's real runtime (`clients/app.py` builds it per run id, as a
+Each test drives a deployed node's real runtime (`launch/client_app.py` builds it per run id, as a
 SuperNode does for every `flwr run`) on one site's data, with its persistent ledger. Attacks:
 every new run used to release (and charge, without asking the budget) a fresh noisy GMM histogram;
 the ledger was found by a hash of the exact records, so a refreshed data set met an empty one; and
@@ -14,13 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from secure_fed.clients import app as client_app
-from secure_fed.clients.guard import Refusal
-from secure_fed.clients.lifetime import reset_site_ledger, site_ledger_of
-from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
 from secure_fed.crypto.keys import init_keys
 from secure_fed.dp.ledger import LedgerError
+from secure_fed.launch import client_app
+from secure_fed.site.guard import Refusal
+from secure_fed.site.lifetime import reset_site_ledger, site_ledger_of
+from secure_fed.site.runtime import SiteRuntime
 
 SITE = "site0"
 
@@ -46,7 +46,7 @@ def policy(make_config, keys: Path, **extra: object) -> RunConfig:
 
 
 def node_runtime(cfg: RunConfig, keys: Path, run_id: str) -> SiteRuntime:
-    """What a deployed node builds for a run the server started (clients/app.py)."""
+    """What a deployed node builds for a run the server started (launch/client_app.py)."""
     return client_app._runtime(cfg, SITE, keys, run_id, deployed=True)
 
 

@@ -21,9 +21,6 @@ import pytest
 import torch
 from torch import nn
 
-from secure_fed.audits.lower_bound import check_record
-from secure_fed.clients.lower_bound import CanaryGradients
-from secure_fed.clients.private import DPGradients
 from secure_fed.dp.accountants import epsilon_rdp
 from secure_fed.dp.calibration import calibrate_noise
 from secure_fed.dp.canaries import (
@@ -37,6 +34,9 @@ from secure_fed.dp.canaries import (
 from secure_fed.dp.events import PoissonSampledGaussian
 from secure_fed.dp.keystream import NoiseStream
 from secure_fed.dp.lower_bound import epsilon_ceiling, verdict
+from secure_fed.site.lower_bound import CanaryGradients
+from secure_fed.site.private import DPGradients
+from secure_fed.verifier.lower_bound import check_record
 
 STATED, DELTA, Q, STEPS, CLIP, N_PATIENTS = 4.0, 1e-5, 0.25, 40, 1.0, 32
 
@@ -161,9 +161,9 @@ def test_verify_rejects_a_passed_verdict_for_an_audit_that_could_not_fail() -> N
 
 
 def test_the_report_calls_an_audit_that_could_not_fail_inconclusive() -> None:
-    from secure_fed.audits.report import _empirical_html
-    from secure_fed.audits.report_data import ReportData
-    from secure_fed.audits.verdict import verdict
+    from secure_fed.verifier.report import _empirical_html
+    from secure_fed.verifier.report_data import ReportData
+    from secure_fed.verifier.verdict import verdict
 
     ceiling = epsilon_ceiling(1000, 100, DELTA)
     data = ReportData()
@@ -190,8 +190,8 @@ def test_the_report_calls_an_audit_that_could_not_fail_inconclusive() -> None:
 def test_zero_noise_through_the_site_runtime_is_a_violation(make_config, tmp_path, monkeypatch) -> None:
     """The same control through `run_lower_bound` (the site's runtime, model and cohort) with
     the default M: DP-SGD adds nothing while the site's accountant states its ε."""
-    from secure_fed.clients.lower_bound import run_lower_bound
     from secure_fed.dp import dpsgd
+    from secure_fed.site.lower_bound import run_lower_bound
 
     made = dpsgd.PatientDPSGD.__init__
 

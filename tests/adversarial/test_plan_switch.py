@@ -25,7 +25,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from secure_fed.audits.verify import verify_logs
 from secure_fed.config import RunConfig
 from secure_fed.crypto.keys import load_public_keys
 from secure_fed.crypto.secagg_protocol import SETUP, VectorSum, embed_setup, embedded_setup
@@ -33,6 +32,7 @@ from secure_fed.crypto.secagg_server import plan_setup
 from secure_fed.dp.distributed import padded_size
 from secure_fed.server.aggregation import AggregationSettings, secure_sum
 from secure_fed.server.transports import InProcessTransport
+from secure_fed.verifier.verify import verify_logs
 from tests.adversarial.harness import MaliciousServer
 from tests.conftest import DISTRIBUTED_DP
 
@@ -161,9 +161,9 @@ def test_verify_names_the_round_and_the_site_of_the_plan_switch(announced: RunCo
     """The logs of the attack as the sites wrote them before the refusals above: those are switched
     off here (with them the victim refuses the attack and logs only its refusals); everything else
     is the real runtimes, their signed logs and `audit verify`."""
-    from secure_fed.clients import handler
-    from secure_fed.clients.guard import SiteGuard
-    from secure_fed.clients.runtime import SiteRuntime
+    from secure_fed.site import handler
+    from secure_fed.site.guard import SiteGuard
+    from secure_fed.site.runtime import SiteRuntime
 
     monkeypatch.setattr(SiteGuard, "fix_run", lambda self, method, rounds: None)
     monkeypatch.setattr(SiteGuard, "check_announced", lambda self, method, rounds, source: None)

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from secure_fed.clients.site import SiteData
+from secure_fed.site.site import SiteData
 from tests.adversarial.harness import MaliciousServer
 
 # a local file, a Windows user folder and a database host: none matched the old blocklist
@@ -108,10 +108,10 @@ def test_failure_text_naming_paths_and_hosts_is_never_signed(
     verbatim (site1's refusal in the server's `run_stopped` and in every site's `finish`, the
     server's error in `run_aborted` and every site's `finish`, the sites' exceptions in their own
     `instruction` records)."""
-    from secure_fed import runner
-    from secure_fed.clients.guard import Refusal
     from secure_fed.data.manifest import DataValidationError
+    from secure_fed.launch import runner
     from secure_fed.server.orchestrator import MachineryFailed, Orchestrator
+    from secure_fed.site.guard import Refusal
 
     cfg = make_config("leaks", fed__method="fedavg", fed__rounds=2, fed__min_sites=3)
     made = runner.make_site_handler

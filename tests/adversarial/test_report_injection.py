@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from secure_fed.audits.keys import load_public_keys
-from secure_fed.audits.report import write_report
-from secure_fed.audits.verify import verify_logs
-from tests.audits.conftest import Run, build_run
-from tests.audits.tamper import read_records, reseal_from, write_records
+from secure_fed.verifier.report import write_report
+from secure_fed.verifier.verify import verify_logs
+from tests.verifier.conftest import Run, build_run
+from tests.verifier.tamper import read_records, reseal_from, write_records
 
 INJECTED = "<style>"  # the rest of the page becomes CSS text: nothing after it is shown
 
@@ -41,7 +41,7 @@ def _server_writes_time(run: Run, time: str, index: int = -2) -> None:
 
 
 def _copy(honest: Run, tmp_path: Path) -> Run:
-    from tests.audits.conftest import copy_run
+    from tests.verifier.conftest import copy_run
 
     return copy_run(honest, tmp_path / "run")
 

@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from secure_fed.audits.log import AuditLog, AuditLogError
-from secure_fed.audits.verify import verify_logs
+from secure_fed.verifier.verify import verify_logs
 
 
 def test_a_closed_log_is_never_reopened(tmp_path: Path) -> None:
@@ -94,7 +94,7 @@ def test_a_missing_key_folder_is_refused_before_the_run_folder_exists(tmp_path: 
 
 
 def test_each_run_gets_its_own_id_and_a_resumed_run_keeps_it(tmp_path: Path) -> None:
-    from secure_fed.runner import run_id_for
+    from secure_fed.launch.runner import run_id_for
 
     first = run_id_for(tmp_path / "a")
     assert run_id_for(tmp_path / "a", resume=True) == first  # --resume continues the same run

@@ -14,9 +14,9 @@ import random
 import numpy as np
 import pytest
 
-from secure_fed.clients.factors import factors_digest
 from secure_fed.crypto.secagg_protocol import MASKED, SHARES, embed_setup, embedded_setup
 from secure_fed.crypto.secagg_server import plan_setup
+from secure_fed.site.factors import factors_digest
 from tests.adversarial.harness import MaliciousServer
 from tests.adversarial.harness_secagg import SETTINGS, inbox, keys_request, masked_request
 
@@ -138,7 +138,7 @@ def test_a_site_trains_only_for_the_methods_its_policy_names(make_config, one_to
 def test_an_honest_drfa_run_under_secagg_sums_every_site(make_config, one_torch_thread) -> None:
     """Our own server: DRFA's factors reach every site alike, the sum's setup runs after training
     (no plan rides on DRFA's training message), and every site masks with every other."""
-    from secure_fed.runner import run_inprocess
+    from secure_fed.launch.runner import run_inprocess
 
     cfg = make_config(fed__method="drfa", secagg__enabled=True, fed__rounds=2)
     metrics = run_inprocess(cfg, cfg.out).metrics

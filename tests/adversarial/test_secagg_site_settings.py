@@ -18,11 +18,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from secure_fed.clients.handler import handle
 from secure_fed.crypto.keys import init_keys
 from secure_fed.crypto.secagg_protocol import SETUP, SecAggSettings, round_params, word_bits
-from tests.clients.test_handler import StubRuntime, _train
+from secure_fed.site.handler import handle
 from tests.crypto.test_secagg_privacy import _setup_request
+from tests.site.test_handler import StubRuntime, _train
 
 
 @pytest.fixture(scope="module")

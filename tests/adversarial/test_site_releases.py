@@ -159,7 +159,7 @@ def test_a_sites_own_fault_is_not_reported_as_the_servers_malformed_request(
     def unusable(*args: object, **kwargs: object) -> BudgetGuard:
         return BudgetGuard(privacy.ledger, float("inf"))
 
-    monkeypatch.setattr("secure_fed.clients.private.BudgetGuard", unusable)
+    monkeypatch.setattr("secure_fed.site.private.BudgetGuard", unusable)
     reply = server.victim.send("train", server.honest_train(1))
     assert reply["status"] == "error" and reply["code"] == "site_fault", reply
     assert "malformed" not in reply["error"] and "could not complete 'train'" in reply["error"]
@@ -195,9 +195,9 @@ def test_with_secagg_per_site_losses_and_counts_stay_on_the_site(make_config, on
 def test_a_deployed_sites_patient_id_key_is_its_own_secret(make_config, one_torch_thread) -> None:
     # The simulation's stand-in key follows from the seed and the site's name: with it, a hashed
     # patient id is a dictionary lookup away from the record number.
-    from secure_fed.clients import app
-    from secure_fed.clients.site import simulation_site_key
-    from secure_fed.keyring import audit_keys_dir
+    from secure_fed.launch import client_app as app
+    from secure_fed.protocol.keyring import audit_keys_dir
+    from secure_fed.site.site import simulation_site_key
 
     cfg = make_config(fed__method="fedtar")
     runtime = app._runtime(cfg, "site0", audit_keys_dir(cfg, ["site0"]), "run", deployed=True)

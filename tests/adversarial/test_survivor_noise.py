@@ -74,8 +74,8 @@ def _honest_floor(
 
 
 def _verify_problems(server: MaliciousServer) -> list[str]:
-    from secure_fed.audits.verify import verify_logs
     from secure_fed.crypto.keys import load_public_keys
+    from secure_fed.verifier.verify import verify_logs
 
     return [p.reason for p in verify_logs(server.log_paths(), load_public_keys(server.keys_dir)).problems]
 
@@ -92,7 +92,7 @@ def test_a_server_that_claims_more_survivors_gets_no_layer(
 ) -> None:  # noqa: ANN001
     """Site 4's input is not in the sum (the server treats it as dropped after the masked phase);
     the server asks sites 0-3 to size their noise for 5 survivors. Site 3 colludes."""
-    from secure_fed.clients import handler
+    from secure_fed.site import handler
 
     if naive:  # the deliberately naive site: m is whatever the server says
         monkeypatch.setattr(
@@ -155,7 +155,7 @@ def test_a_second_reveal_of_a_round_is_refused(
     """A second unmask of the round: refused by the protocol (its state is past the unmask), and by
     the site's mark of revealed rounds where the protocol state is rolled back to before the unmask
     (a node whose context.state was lost after it replied): the mark lives in the guard's file."""
-    from secure_fed.clients import handler
+    from secure_fed.site import handler
 
     if naive:  # the deliberately naive site: no mark of the rounds it revealed
         monkeypatch.setattr(handler, "_check_not_revealed", lambda *args: None)

@@ -70,8 +70,8 @@ def _attacked_round(make_config, alias: bool) -> tuple[MaliciousServer, Any, dic
 
 
 def _verify_problems(server: MaliciousServer) -> list[str]:
-    from secure_fed.audits.verify import verify_logs
     from secure_fed.crypto.keys import load_public_keys
+    from secure_fed.verifier.verify import verify_logs
 
     return [p.reason for p in verify_logs(server.log_paths(), load_public_keys(server.keys_dir)).problems]
 

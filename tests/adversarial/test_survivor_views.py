@@ -130,8 +130,8 @@ def test_split_survivor_views_unmask_no_sum_with_less_noise_than_accounted(
         last = server.sites[n].events("instruction")[-1]["payload"]
         assert (last["phase"], last["outcome"]) == (UNMASK, "refused"), last
     # the four sets the sites confirmed differ, and `audit verify` says so, naming the round and sites
-    from secure_fed.audits.verify import verify_logs
     from secure_fed.crypto.keys import load_public_keys
+    from secure_fed.verifier.verify import verify_logs
 
     result = verify_logs(server.log_paths(), load_public_keys(server.keys_dir))
     differ = [p.reason for p in result.problems if "confirmed different survivor sets" in p.reason]

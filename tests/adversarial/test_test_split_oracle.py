@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from secure_fed.clients import app as client_app
 from secure_fed.config import RunConfig
 from secure_fed.crypto.keys import init_keys
+from secure_fed.launch import client_app
 from secure_fed.registry import initial_state
 from tests.adversarial.harness import Site
 
@@ -40,7 +40,7 @@ def policy(make_config, tmp_path: Path) -> RunConfig:
 
 
 def node(cfg: RunConfig, run_id: str) -> Site:
-    """The node's runtime for a run the server started (clients/app.py, as for every `flwr run`)."""
+    """The node's runtime for a run the server started (launch/client_app.py, as for every `flwr run`)."""
     assert cfg.audit.keys_dir is not None
     return Site(client_app._runtime(cfg, SITE, Path(cfg.audit.keys_dir), run_id, deployed=True))
 

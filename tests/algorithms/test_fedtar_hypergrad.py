@@ -18,10 +18,10 @@ from torch.func import functional_call
 
 from secure_fed.algorithms.fedtar.hypergrad import per_patient_hypergradients
 from secure_fed.algorithms.fedtar.temporal import ResidualChain, residual_chain
-from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.data.batching import Examples
 from secure_fed.model.report_model import ReportModel
 from secure_fed.model.vectors import flatten, unflatten
+from secure_fed.site.runtime import SiteRuntime
 from tests.conftest import small_config
 
 ALPHA = np.array([0.5, 0.3, 0.2])
@@ -201,7 +201,7 @@ def test_the_hypergradient_raises_no_warning_of_its_own(site: SiteRuntime) -> No
     script = (
         "import sys, warnings, torch\n"
         "from secure_fed.config import RunConfig\n"
-        "from secure_fed.clients.runtime import SiteRuntime\n"
+        "from secure_fed.site.runtime import SiteRuntime\n"
         "from secure_fed.algorithms.fedtar.hypergrad import per_patient_hypergradients\n"
         "from secure_fed.model.vectors import flatten\n"
         "cfg = RunConfig.model_validate_json(sys.stdin.read())\n"

@@ -34,8 +34,6 @@ from secure_fed.algorithms.fedtar.release import (
     surrogate_steps,
 )
 from secure_fed.algorithms.fedtar.temporal import chain_weights, temporal_step
-from secure_fed.clients.distributed import ClippedSum, clipped_gradient_sum
-from secure_fed.clients.site import SiteData, attach_profiles, load_site, patient_profiles
 from secure_fed.config import RunConfig
 from secure_fed.dp.accountants import epsilon_rdp
 from secure_fed.dp.distributed import padded_size
@@ -43,6 +41,8 @@ from secure_fed.dp.distributed.run import delta, histogram_sigma, plan_for
 from secure_fed.dp.histogram import histogram_event
 from secure_fed.dp.keystream import NoiseStream
 from secure_fed.model.report_model import ReportModel
+from secure_fed.site.distributed import ClippedSum, clipped_gradient_sum
+from secure_fed.site.site import SiteData, attach_profiles, load_site, patient_profiles
 from tests.conftest import DISTRIBUTED_DP, small_config
 
 ALPHA = np.array([0.5, 0.3, 0.2])  # T = 3 (the small config), inside the floor's [0.1, 0.8]

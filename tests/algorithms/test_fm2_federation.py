@@ -13,12 +13,12 @@ import torch
 from secure_fed.algorithms.fm2.learner import ImageClassifier, ImagingLearner, shared_names
 from secure_fed.algorithms.fm2.model import FM2Model
 from secure_fed.audits.keys import load_public_keys
-from secure_fed.audits.verify import verify_logs
-from secure_fed.clients.guard import Refusal
-from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import ConfigError, RunConfig, load_config
-from secure_fed.runner import run_inprocess
+from secure_fed.launch.runner import run_inprocess
 from secure_fed.server.transports import InProcessTransport, decode_payload, encode_payload
+from secure_fed.site.guard import Refusal
+from secure_fed.site.runtime import SiteRuntime
+from secure_fed.verifier.verify import verify_logs
 
 
 def _config(cache_dir: Path, out: Path, **overrides: Any) -> RunConfig:
@@ -71,7 +71,7 @@ def _values(module: torch.nn.Module) -> np.ndarray:
 @pytest.mark.slow  # a whole run in process: make test-fast leaves it out
 def test_class_experts_never_cross_the_wire(cache_dir, tmp_path, monkeypatch) -> None:
     RecordingTransport.wire = []
-    monkeypatch.setattr("secure_fed.runner.InProcessTransport", RecordingTransport)
+    monkeypatch.setattr("secure_fed.launch.runner.InProcessTransport", RecordingTransport)
     local: list[np.ndarray] = []
     domain: list[np.ndarray] = []
     original = ImagingLearner.local_update
@@ -174,7 +174,7 @@ def test_top_k_and_cel_run_without_dp(cache_dir, tmp_path) -> None:
 
 
 def test_an_imaging_site_s_ledger_is_keyed_by_its_own_images(cache_dir, tmp_path) -> None:
-    from secure_fed.clients.lifetime import dataset_digest
+    from secure_fed.site.lifetime import dataset_digest
 
     cfg = _config(cache_dir, tmp_path / "a")
     again = _config(cache_dir, tmp_path / "b", **{"fed.method": "fedrep"})  # another run, same images

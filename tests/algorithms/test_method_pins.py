@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from secure_fed import registry
-from secure_fed.clients.learner import SiteStart
+from secure_fed.site.learner import SiteStart
 from tests.conftest import small_config
 
 # (data.kind, method) → (length, sum, sum of squares, first value, last value) of each round's upload

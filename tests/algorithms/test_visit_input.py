@@ -13,9 +13,9 @@ import torch
 from typer.testing import CliRunner
 
 from secure_fed.cli import app
-from secure_fed.clients.site import attach_profiles, load_site
 from secure_fed.config import ConfigError
 from secure_fed.model.setup import build_report_model, visit_slots
+from secure_fed.site.site import attach_profiles, load_site
 from tests.conftest import small_config
 
 

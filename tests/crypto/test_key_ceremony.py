@@ -14,7 +14,6 @@ import pytest
 
 from secure_fed.audits.keys import load_public_keys as verifier_public_keys
 from secure_fed.audits.log import AuditLog
-from secure_fed.audits.verify import verify_logs
 from secure_fed.crypto import ckks
 from secure_fed.crypto.key_ceremony import assemble
 from secure_fed.crypto.keys import (
@@ -27,6 +26,7 @@ from secure_fed.crypto.keys import (
     secret_context_path,
 )
 from secure_fed.crypto.secagg_identity import key_statement, load_identity
+from secure_fed.verifier.verify import verify_logs
 
 ROOT = Path(__file__).resolve().parents[2]
 SITES = ["site0", "site1", "site2"]

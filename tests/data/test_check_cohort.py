@@ -12,7 +12,7 @@ from secure_fed.config import load_config
 from secure_fed.data.cohort import check_main, cohort_problems, load_image, min_patients
 from secure_fed.data.manifest import DataValidationError
 from secure_fed.data.synthetic import synthesize
-from secure_fed.runner import preflight
+from secure_fed.launch.runner import preflight
 
 
 @pytest.fixture(scope="module")

@@ -110,7 +110,7 @@ def test_invalid_input_loads_nothing(tmp_path, synth_manifest):
 
 
 def test_split_seed_holds_a_site_s_split_across_run_seeds(make_config):
-    from secure_fed.clients.site import load_site
+    from secure_fed.site.site import load_site
 
     def test_patients(**overrides) -> set[bytes]:
         data = load_site(make_config(**overrides), "site0")

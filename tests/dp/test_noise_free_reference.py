@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from secure_fed.clients.private import TRAIN, VALIDATION, SitePrivacy
 from secure_fed.config import ConfigError, build_config
 from secure_fed.dp.histogram import histogram_event
 from secure_fed.lab.cells import NOISE_FREE_METHODS, seed_config, spent_per_site
 from secure_fed.server.orchestrator import NOISE_FREE_PRIVACY
+from secure_fed.site.private import TRAIN, VALIDATION, SitePrivacy
 
 REFERENCE = {
     "fed": {"rounds": 3, "method": "fedtar"},
@@ -99,9 +99,9 @@ def test_a_federated_reference_run_logs_no_privacy_record_and_its_report_reads_i
     import json
 
     from secure_fed.audits.keys import load_public_keys
-    from secure_fed.audits.report import write_report
-    from secure_fed.audits.verify import verify_logs
-    from secure_fed.runner import run_inprocess
+    from secure_fed.launch.runner import run_inprocess
+    from secure_fed.verifier.report import write_report
+    from secure_fed.verifier.verify import verify_logs
 
     cfg = make_config(
         model__pretrain_steps=0, dp__enabled=True, dp__noise_free_reference=True, dp__sample_rate=0.5,

@@ -11,12 +11,12 @@ import json
 
 import pytest
 
-from secure_fed.audits.accounting import StreamAccountant, prv_matches
-from secure_fed.clients.private import TRAIN, SitePrivacy
 from secure_fed.config import build_config
 from secure_fed.dp.calibration import epsilon_of, split_budget
 from secure_fed.dp.events import PoissonSampledGaussian
 from secure_fed.dp.histogram import histogram_event
+from secure_fed.site.private import TRAIN, SitePrivacy
+from secure_fed.verifier.accounting import StreamAccountant, prv_matches
 
 TARGET, DELTA, Q = 8.0, 1e-5, 0.1
 

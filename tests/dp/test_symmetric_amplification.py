@@ -18,10 +18,10 @@ import pytest
 from scipy.special import gammaln, logsumexp
 from scipy.stats import skellam
 
-from secure_fed.audits.accounting import StreamAccountant
 from secure_fed.dp.accountants import epsilon_rdp
 from secure_fed.dp.events import SkellamSum, from_json, rounded_sensitivities
 from secure_fed.dp.skellam import ORDERS, _subsampled_curve, skellam_rdp
+from secure_fed.verifier.accounting import StreamAccountant
 
 
 def _two_point_gap(q: float, ratio: float, alpha: float) -> mpmath.mpf:
@@ -173,8 +173,8 @@ def test_a_logged_event_is_priced_with_its_own_bound_by_the_site_and_the_verifie
 
 
 def test_an_unknown_bound_is_refused_by_the_site_and_the_verifier() -> None:
-    from secure_fed.audits.accounting import EventError
     from secure_fed.dp.events import EventFormatError
+    from secure_fed.verifier.accounting import EventError
 
     forged = {**_event("symmetric"), "amplification": "none"}
     with pytest.raises(EventFormatError, match="amplification"):

@@ -20,8 +20,8 @@ class NoiseSpy:
 @pytest.fixture
 def noise_spy(monkeypatch: pytest.MonkeyPatch) -> NoiseSpy:
     """Measure a distributed run's released noise: the decoded sum minus the sites' clipped sums."""
-    import secure_fed.clients.distributed as site_side
     import secure_fed.dp.distributed.interface as mechanism
+    import secure_fed.site.distributed as site_side
 
     spy = NoiseSpy()
     real_sum, real_decode = site_side.clipped_gradient_sum, mechanism.decode_sum

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 from secure_fed.audits.keys import load_public_keys
-from secure_fed.audits.verify import verify_logs
-from secure_fed.runner import run_inprocess
+from secure_fed.launch.runner import run_inprocess
+from secure_fed.verifier.verify import verify_logs
 from tests.conftest import DISTRIBUTED_DP
 
 

@@ -10,12 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from secure_fed import runner
 from secure_fed.algorithms.fedtar.temporal import alpha_bounds
-from secure_fed.audits.alpha_path import alpha_path, outside
 from secure_fed.audits.keys import load_public_keys
-from secure_fed.audits.verify import verify_logs
-from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.crypto.keys import init_keys
 from secure_fed.crypto.secagg_protocol import (
     MASKED,
@@ -27,8 +23,12 @@ from secure_fed.crypto.secagg_protocol import (
     embedded_setup,
 )
 from secure_fed.crypto.vectors import embedded_plain_sum
-from secure_fed.runner import run_inprocess
+from secure_fed.launch import runner
+from secure_fed.launch.runner import run_inprocess
 from secure_fed.server.transports import InProcessTransport
+from secure_fed.site.evaluation import METRIC_NAMES
+from secure_fed.verifier.alpha_path import alpha_path, outside
+from secure_fed.verifier.verify import verify_logs
 from tests.conftest import small_config
 
 METRICS = METRIC_NAMES
@@ -134,7 +134,7 @@ def test_he_alpha_trajectory_equals_plain_run(make_config, tmp_path, plain):
 
 
 def test_policy_refuses_plain_sum_when_secagg_required(make_config):
-    from secure_fed.clients.policy import PolicyViolation, SitePolicy
+    from secure_fed.site.policy import PolicyViolation, SitePolicy
 
     policy = SitePolicy.from_config(make_config(dp__enabled=True, dp__target_epsilon=4.0))
     assert policy.require_secagg and policy.require_dp

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 
 from secure_fed.audits.keys import load_public_keys
-from secure_fed.audits.verify import verify_logs
 from secure_fed.config import RunConfig
 from secure_fed.dp.ledger import PrivacyLedger
-from secure_fed.runner import run_inprocess
+from secure_fed.launch.runner import run_inprocess
 from secure_fed.server.orchestrator import RunOutcome
+from secure_fed.verifier.verify import verify_logs
 from tests.conftest import small_config
 
 # One straight 3-round DP run serves two tests: the first asserts on it, the resume test compares a
@@ -63,8 +63,8 @@ def test_dp_run_reports_epsilon_within_target_and_logs_verify(straight_dp_run):
 def test_a_method_without_alpha_charges_no_alpha_and_refuses_to_release_it(make_config):
     """FedAvg never asks for α scalars: its validation patients are not charged for them, and a
     server that asks anyway is refused (the release would be uncharged)."""
-    from secure_fed.clients.guard import Refusal
-    from secure_fed.clients.runtime import SiteRuntime
+    from secure_fed.site.guard import Refusal
+    from secure_fed.site.runtime import SiteRuntime
 
     cfg = make_config(dp__enabled=True, dp__target_epsilon=8.0, dp__sample_rate=0.5, fed__method="fedavg")
     run_inprocess(cfg, cfg.out)

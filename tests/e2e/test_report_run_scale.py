@@ -1,6 +1,6 @@
 """The compliance report of real runs (the in-process engine, tiny preset) at 3 sites and at 20:
 verdict first, one table row per site, no per-site sentence repeated, and a 20-site summary no
-longer in prose than a 3-site one's plus its rows. (tests/audits/test_report_scale.py holds the
+longer in prose than a 3-site one's plus its rows. (tests/verifier/test_report_scale.py holds the
 same properties on written logs with exceptions in them; these are the logs a run writes.)"""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import re
 import pytest
 
 from secure_fed.audits.keys import load_public_keys
-from secure_fed.audits.report import write_report
 from secure_fed.crypto.keys import init_keys
-from secure_fed.runner import run_inprocess
-from tests.audits.test_report_scale import SITE_NAME, _prose, _sentences, _text
-from tests.audits.test_report_truth import site_table
+from secure_fed.launch.runner import run_inprocess
+from secure_fed.verifier.report import write_report
+from tests.verifier.test_report_scale import SITE_NAME, _prose, _sentences, _text
+from tests.verifier.test_report_truth import site_table
 
 
 @pytest.fixture(scope="module")

@@ -98,7 +98,7 @@ def test_the_config_names_a_missing_file_at_load(tmp_path: Path) -> None:
 
 
 def test_a_site_scores_free_text_with_the_configured_checkpoint(tmp_path: Path) -> None:
-    from secure_fed.clients.evaluation import free_text_labeler, score
+    from secure_fed.site.evaluation import free_text_labeler, score
 
     cfg = load_config(None, {"model.chexbert_path": str(write_checkpoint(tmp_path / "c"))})
     labeler = free_text_labeler(cfg)

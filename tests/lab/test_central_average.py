@@ -7,10 +7,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from secure_fed.clients.training import LocalTrainSettings, train_copies
 from secure_fed.lab.centralised import pooled_splits, train_averaged, train_private_central
 from secure_fed.model.setup import build_report_model
 from secure_fed.model.vectors import flatten
+from secure_fed.site.training import LocalTrainSettings, train_copies
 
 
 def test_central_releases_the_mean_of_its_last_iterates(make_config, one_torch_thread) -> None:

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from secure_fed.clients.evaluation import METRIC_NAMES
 from secure_fed.lab.centralised import train_centralised
+from secure_fed.site.evaluation import METRIC_NAMES
 
 
 @pytest.mark.slow

@@ -75,7 +75,7 @@ def test_paper_model_has_lora_on_every_transformer_layer_and_a_frozen_eval_base(
 
 @pytest.mark.slow
 def test_one_dp_round_through_the_paper_preset(make_config, paper_checkpoints, one_torch_thread):
-    from secure_fed.runner import run_inprocess
+    from secure_fed.launch.runner import run_inprocess
 
     cfg = _paper_config(
         make_config,

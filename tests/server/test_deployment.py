@@ -175,9 +175,9 @@ rounds = {rounds}
 
 def warm_cache(cfg: RunConfig) -> None:
     """Build the pretrained base and cohorts once here, not in four processes racing for the cache."""
-    from secure_fed.clients.site import load_site
     from secure_fed.data.sites import site_names
     from secure_fed.registry import initial_state
+    from secure_fed.site.site import load_site
 
     initial_state(cfg)
     for site in site_names(cfg):
@@ -236,7 +236,7 @@ def copy_app(dest: Path) -> Path:
     return dest
 
 
-ATTACK_CLIENT = '''"""Not the site's code: a coordinator's FAB can ship as secure_fed/clients/app.py."""
+ATTACK_CLIENT = '''"""Not the site's code: a coordinator's FAB can ship as secure_fed/launch/client_app.py."""
 import os
 from pathlib import Path
 
@@ -295,7 +295,7 @@ def make_attack_app(dest: Path, marker: Path, result: Path) -> Path:
     site's key folder when called, and a ServerApp that records what each node sent back."""
     copy_app(dest)
     client = ATTACK_CLIENT.replace("MARKER_PATH", repr(str(marker)))
-    (dest / "secure_fed" / "clients" / "app.py").write_text(client)
+    (dest / "secure_fed" / "launch" / "client_app.py").write_text(client)
     server = ATTACK_SERVER.replace("NODES", str(SITES)).replace("REPLY_TIMEOUT", "60")
     (dest / "secure_fed" / "server" / "app.py").write_text(server.replace("RESULT_PATH", repr(str(result))))
     return dest
@@ -719,7 +719,7 @@ def test_flwr_run_on_a_local_deployment(tmp_path: Path, cache_dir: Path) -> None
     names = {name for _, name, *_ in watch.seen}  # as the kernel has them: 15 characters at most
     assert {"flower-superlin", "flower-supernod", "flwr-serverapp"} <= names, names
     # every message ran in the site's runner (a `python` process), never in Flower's flwr-clientapp
-    assert any("-m secure_fed.clients.approved_app" in command for command in watch.commands)
+    assert any("-m secure_fed.launch.approved_app" in command for command in watch.commands)
     assert not any(str(BIN / "flwr-clientapp") in command for command in watch.commands)
     listening = watch.listening()
     assert len(listening) >= 1 + SITES, listening
@@ -1175,9 +1175,9 @@ def test_client_app_keeps_its_memory_in_context_state(make_config) -> None:
     from flwr.app import Context, Message, RecordDict
     from flwr.supercore.task_identity import TaskIdentity
 
-    from secure_fed.clients import app as client_module
+    from secure_fed.launch import client_app as client_module
+    from secure_fed.protocol.wire import from_records, to_records
     from secure_fed.registry import initial_state
-    from secure_fed.wire import from_records, to_records
 
     cfg = make_config(fed__method="scaffold")
     TaskIdentity.run_id, TaskIdentity.node_id, TaskIdentity.task_id = 7, 1, 1

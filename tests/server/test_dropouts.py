@@ -13,19 +13,19 @@ from typing import Any
 import pytest
 
 from secure_fed.audits.keys import load_public_keys
-from secure_fed.audits.report import render_html
-from secure_fed.audits.report_data import collect
-from secure_fed.audits.verify import verify_logs
-from secure_fed.clients.runtime import SiteRuntime
 from secure_fed.config import RunConfig
 from secure_fed.crypto.secagg_protocol import round_params
 from secure_fed.data.sites import site_names
+from secure_fed.launch.runner import make_site_handler, run_id_for, run_keys_dir
 from secure_fed.registry import initial_state
-from secure_fed.runner import make_site_handler, run_id_for, run_keys_dir
 from secure_fed.server.aggregation import AggregationSettings
 from secure_fed.server.orchestrator import Orchestrator, RunAborted, RunOutcome, dropout_tolerance
 from secure_fed.server.trail import ServerTrail
 from secure_fed.server.transports import InProcessTransport
+from secure_fed.site.runtime import SiteRuntime
+from secure_fed.verifier.report import render_html
+from secure_fed.verifier.report_data import collect
+from secure_fed.verifier.verify import verify_logs
 
 
 class KillAfter:
@@ -227,7 +227,7 @@ def test_more_sites_absent_than_the_run_tolerates_is_refused_at_start(make_confi
 def test_an_aborted_inprocess_run_closes_the_servers_log(make_config) -> None:
     """`secure-fed run` itself (not the test wiring above): every site declines on budget, the run
     aborts, and the server's log ends with `run_aborted` and a signed head, not abandoned."""
-    from secure_fed.runner import run_inprocess
+    from secure_fed.launch.runner import run_inprocess
 
     # a fixed σ: a budget below a calibrated run's target is refused at load, before any run
     cfg = make_config(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from ray.exceptions import ActorDiedError, OutOfMemoryError, WorkerCrashedError
 
-from secure_fed.failures import (
+from secure_fed.protocol.failures import (
     OUT_OF_MEMORY,
     SIGNED_REASONS,
     SITE_ERROR,
@@ -250,7 +250,7 @@ def _dying_site1(
 ) -> Any:
     """The sites' handlers die as a killed Ray worker's does, from round 2's training on (or from
     the final evaluation on: ``at="evaluate"``)."""
-    from secure_fed import runner
+    from secure_fed.launch import runner
 
     made = runner.make_site_handler
     dead: set[str] = set()
@@ -278,11 +278,11 @@ def test_a_lost_worker_stops_an_inprocess_run_for_resume_and_signs_only_our_word
     """The orchestrator's side, without Ray: with every site needed (fed.min_sites = 3), site1's
     lost worker stops the run (SitesLost); the server's log ends with our code and reason and no
     head record, nothing is evaluated or written as a result; `--resume` finishes it."""
-    from secure_fed import runner
     from secure_fed.audits.keys import load_public_keys
-    from secure_fed.audits.verify import verify_logs
     from secure_fed.data.sites import site_names
+    from secure_fed.launch import runner
     from secure_fed.server.orchestrator import SitesLost
+    from secure_fed.verifier.verify import verify_logs
 
     cfg = make_config("lost", fed__method="fedavg", fed__rounds=2, fed__min_sites=3)
     made = _dying_site1(monkeypatch)
@@ -317,7 +317,7 @@ def test_a_lost_worker_the_run_tolerates_leaves_its_log_without_an_end_and_says_
 ) -> None:
     """One of three sites lost where two suffice: the run finishes on two, and names the site
     whose log lacks its end record (the CLI exits 1 on it)."""
-    from secure_fed import runner
+    from secure_fed.launch import runner
 
     cfg = make_config("tolerated", fed__method="fedavg", fed__rounds=2)
     _dying_site1(monkeypatch)
@@ -336,7 +336,7 @@ def test_no_site_evaluating_the_final_model_stops_the_run_for_resume(
 ) -> None:
     """Seen: a run whose every `evaluate` and `finish` failed exited 0 with NaN scores. Now there
     is no result: the run stops for `--resume`, which goes straight to the evaluation."""
-    from secure_fed import runner
+    from secure_fed.launch import runner
     from secure_fed.server.orchestrator import SitesLost
 
     cfg = make_config("no-eval", fed__method="fedavg", fed__rounds=2)
@@ -362,8 +362,8 @@ def test_the_simulation_names_a_node_by_its_partitions_site_before_hello() -> No
     from flwr.server.superlink.fleet.vce import vce_api
 
     from secure_fed.config import build_config
-    from secure_fed.runner import _naming_simulated_nodes
-    from secure_fed.server.app import SIMULATED_NODES, simulated_site_of
+    from secure_fed.launch.runner import _naming_simulated_nodes
+    from secure_fed.launch.server_app import SIMULATED_NODES, simulated_site_of
 
     ids = iter([9001, 7, 123456789])
     state = SimpleNamespace(

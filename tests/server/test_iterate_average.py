@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from secure_fed.averaging import IterateAverage
 from secure_fed.crypto.secagg_protocol import PLAIN_SUM
-from secure_fed.resume_check import ResumeRefused, check_average
+from secure_fed.launch.resume_check import ResumeRefused, check_average
+from secure_fed.server.averaging import IterateAverage
 from secure_fed.server.checkpoint import load_checkpoint
 from secure_fed.server.orchestrator import MachineryFailed, Orchestrator, RunAborted
 

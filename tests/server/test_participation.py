@@ -41,7 +41,7 @@ def test_a_run_trains_only_the_sampled_sites_and_charges_only_them(make_config) 
     import json
     from pathlib import Path
 
-    from secure_fed.runner import run_inprocess
+    from secure_fed.launch.runner import run_inprocess
 
     cfg = make_config(
         data__synth__sites=4,

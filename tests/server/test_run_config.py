@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from flwr.app import Context, RecordDict
 
-from secure_fed.clients.app import _remember_announcement, site_config_from_context
-from secure_fed.run_context import config_from_context
+from secure_fed.launch.client_app import _remember_announcement, site_config_from_context
+from secure_fed.protocol.run_context import config_from_context
 
 
 def _context(run_config: dict, node_config: dict | None = None) -> Context:
@@ -61,7 +61,7 @@ def test_an_announcement_of_the_wrong_type_is_ignored(tmp_path: Path, bad: dict)
 def test_the_app_defaults_are_pyprojects() -> None:
     import tomllib
 
-    from secure_fed.run_context import APP_DEFAULTS
+    from secure_fed.protocol.run_context import APP_DEFAULTS
 
     pyproject = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text())
     declared = pyproject["tool"]["flwr"]["app"]["config"]
@@ -82,8 +82,8 @@ def test_a_train_before_any_hello_fixes_the_run_configs_round_count(tmp_path: Pa
 
 def test_a_restarted_node_keeps_what_its_guard_fixed(tmp_path: Path) -> None:
     """`context.state` dies with the SuperNode; the site's guard file does not."""
-    from secure_fed.clients.app import _fixed_by_guard
-    from secure_fed.clients.guard import SiteGuard
+    from secure_fed.launch.client_app import _fixed_by_guard
+    from secure_fed.site.guard import SiteGuard
 
     policy = tmp_path / "site0.toml"
     policy.write_text(f'out = "{tmp_path / "out"}"\n')

@@ -23,12 +23,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from flwr.app import Context, RecordDict
 from flwr.supercore.run import RunNotRunningException
 
+import secure_fed.launch.server_app as server_app
+import secure_fed.protocol.run_context
 import secure_fed.registry
-import secure_fed.run_context
-import secure_fed.server.app as server_app
 from secure_fed.audits.keys import load_public_keys, write_key_pair
-from secure_fed.audits.verify import verify_logs
 from secure_fed.server.orchestrator import Orchestrator
+from secure_fed.verifier.verify import verify_logs
 
 from ..conftest import small_config
 
@@ -38,7 +38,7 @@ def _serve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, run: Any) -> tuple[P
     keys = tmp_path / "keys"
     write_key_pair(keys, "server", Ed25519PrivateKey.generate())
     cfg = small_config(tmp_path / "cache", tmp_path / "out", fed__rounds=3, audit__keys_dir=str(keys))
-    monkeypatch.setattr(secure_fed.run_context, "config_from_context", lambda context: cfg)
+    monkeypatch.setattr(secure_fed.protocol.run_context, "config_from_context", lambda context: cfg)
     monkeypatch.setattr(server_app, "wait_for_nodes", lambda *a, **k: [1, 2, 3])
     monkeypatch.setattr(secure_fed.registry, "initial_state", lambda cfg: np.zeros(4))
     monkeypatch.setattr(Orchestrator, "run", run)

@@ -12,28 +12,28 @@ import pytest
 from typer.testing import CliRunner
 
 from secure_fed.audits.keys import load_public_keys
-from secure_fed.audits.report import render_html
-from secure_fed.audits.report_data import collect
-from secure_fed.audits.verdict import population_words
-from secure_fed.audits.verify import verify_logs
 from secure_fed.cli import app
-from secure_fed.clients.lifetime import site_ledger_of, site_run_config
-from secure_fed.clients.runtime import SiteRuntime
-from secure_fed.clients.site import deployment_site_key
 from secure_fed.config import RunConfig
 from secure_fed.crypto.keys import init_keys
 from secure_fed.data.sites import site_names
+from secure_fed.launch.runner import lifetime_handler
+from secure_fed.protocol.run_context import run_folder
 from secure_fed.registry import initial_state
-from secure_fed.run_context import run_folder
-from secure_fed.runner import lifetime_handler
 from secure_fed.server.orchestrator import Orchestrator, RunAborted
 from secure_fed.server.trail import ServerTrail
 from secure_fed.server.transports import InProcessTransport
+from secure_fed.site.lifetime import site_ledger_of, site_run_config
+from secure_fed.site.runtime import SiteRuntime
+from secure_fed.site.site import deployment_site_key
+from secure_fed.verifier.report import render_html
+from secure_fed.verifier.report_data import collect
+from secure_fed.verifier.verdict import population_words
+from secure_fed.verifier.verify import verify_logs
 
 
 def deployed_run(cfg: RunConfig, run_id: str, keys: Path) -> tuple[Path, RunAborted | None]:
     """One run as `flwr run` makes it: each party in <out>/runs/<run id>, sites on their
-    persistent ledgers (what clients/app.py does for a deployed node), in one process."""
+    persistent ledgers (what launch/client_app.py does for a deployed node), in one process."""
     folder = run_folder(cfg, run_id)
     run_cfg = site_run_config(cfg, run_id)
     handlers = {}

@@ -3,7 +3,7 @@ simplex over sites, sites pre-scale their updates by their λ_k, and λ ascends 
 
 The loss of each site is an individual (non-aggregated) release: DRFA is a non-private baseline.
 Sites accept a weight only as their entry of one factor vector every site is shown alike, each
-entry at least `fed.factor_floor` and averaging one (clients/factors.py): a λ of zero for all but
+entry at least `fed.factor_floor` and averaging one (site/factors.py): a λ of zero for all but
 one site would make the secure sum that site's update. So the factors sent are λ mixed with the
 uniform weights, floor + (1 − floor)·n·λ, which keeps DRFA's ordering of the sites.
 """

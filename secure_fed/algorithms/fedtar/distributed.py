@@ -3,7 +3,7 @@ of the sites' patients, taken by the server, for every visit index at once.
 
 Each site's share covers its clipped gradient sum over all T per-visit-index copies of the adapters,
 each copy starting at the global state and seeing only its visit's rows; a patient's gradients in
-every copy are clipped together to C (secure_fed.clients.distributed), so one step costs one
+every copy are clipped together to C (secure_fed.site.distributed), so one step costs one
 sampled-Gaussian-like event whatever visits a patient has. The server decodes the survivors' sum
 (secure_fed.server.strategies.distributed.noisy_gradient), takes one Adam step per visit index from
 the global state (the snapshots w̄^(t)), and goes on as FedTAR does: the residual chain, the α

@@ -23,13 +23,6 @@ from secure_fed import registry
 from secure_fed.algorithms.fedtar.hypergrad import per_patient_hypergradients
 from secure_fed.algorithms.fedtar.profile import fit_gmm
 from secure_fed.algorithms.fedtar.release import OneVectorRelease, check_alpha, release_dim
-from secure_fed.clients.evaluation import evaluate_split, free_text_labeler
-from secure_fed.clients.learner import LocalUpdate, SiteStart, private_weight
-from secure_fed.clients.private import TRAIN, SitePrivacy
-from secure_fed.clients.runtime import BudgetExhausted
-from secure_fed.clients.site import SiteData, attach_profiles, load_site, patient_profiles
-from secure_fed.clients.trail import SiteTrail
-from secure_fed.clients.training import LocalTrainSettings, PatientGradients, train_copies
 from secure_fed.config import RunConfig
 from secure_fed.data.batching import Examples
 from secure_fed.data.tokenizer import load_tokenizer
@@ -38,9 +31,16 @@ from secure_fed.dp.site_ledger import SiteLedger
 from secure_fed.model.report_model import ReportModel
 from secure_fed.model.setup import build_report_model, visit_slots
 from secure_fed.model.vectors import flatten, unflatten
+from secure_fed.site.evaluation import evaluate_split, free_text_labeler
+from secure_fed.site.learner import LocalUpdate, SiteStart, private_weight
+from secure_fed.site.private import TRAIN, SitePrivacy
+from secure_fed.site.runtime import BudgetExhausted
+from secure_fed.site.site import SiteData, attach_profiles, load_site, patient_profiles
+from secure_fed.site.trail import SiteTrail
+from secure_fed.site.training import LocalTrainSettings, PatientGradients, train_copies
 
 if TYPE_CHECKING:
-    from secure_fed.clients.distributed import ClippedSum
+    from secure_fed.site.distributed import ClippedSum
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +247,8 @@ class ReportLearner:
         clipped together, so the step's sensitivity is C whatever visits the patient has. With
         `train.fedtar_release = "one-vector"` a patient releases one vector made of those gradients
         and the round's α (`release.py`), clipped to C as one vector: the same sensitivity."""
-        from secure_fed.clients.distributed import ClippedSum, clipped_gradient_sum
         from secure_fed.dp.distributed import DistributedSum, round_seed
+        from secure_fed.site.distributed import ClippedSum, clipped_gradient_sum
 
         assert privacy.distributed is not None
         model = self._model()

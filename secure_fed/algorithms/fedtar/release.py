@@ -114,7 +114,7 @@ class OneVectorRelease:
 
     `weights` ω (T,), `sketch` P (k × D, or None: no sketch), `scales` κ·ω_t (T,). Applied row by row: a
     patient's vector depends on its own gradients only, so clipping it bounds the patient's effect
-    on the sum by C (`secure_fed.clients.distributed.clipped_gradient_sum`)."""
+    on the sum by C (`secure_fed.site.distributed.clipped_gradient_sum`)."""
 
     weights: np.ndarray
     sketch: np.ndarray | None

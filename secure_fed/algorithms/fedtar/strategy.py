@@ -21,7 +21,7 @@ from secure_fed.algorithms.fedtar.temporal import (
 )
 from secure_fed.config import RunConfig
 from secure_fed.crypto.scalars import ScalarAggregationError
-from secure_fed.failures import signed_reason
+from secure_fed.protocol.failures import signed_reason
 from secure_fed.server.aggregation import scalar_sum
 from secure_fed.server.strategies.base import RoundContext, RoundResult, Strategy
 

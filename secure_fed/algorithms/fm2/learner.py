@@ -3,7 +3,7 @@ FedRep, FedBN): the model, which of its parameters the federation shares, one ro
 training, the final scoring. A baseline's additions (a proximal term, the parameters it keeps
 local, stages trained in turn) come from its site hook (`secure_fed.registry`).
 
-The site runtime (`secure_fed.clients.runtime`) keeps everything that makes a site safe — the
+The site runtime (`secure_fed.site.runtime`) keeps everything that makes a site safe — the
 guard, the budget, the released values, the audit trail — and asks a learner only for an upload
 and for scores. What a learner uploads is the shared parameters' change, weighted, flattened:
 `shared_names` is the one place that decides what may leave a site; the rest (FM2's class-wise
@@ -36,12 +36,12 @@ from secure_fed.algorithms.fm2.site import (
     train_stage2,
     training_only,
 )
-from secure_fed.clients.learner import LocalUpdate, SiteStart, private_weight
-from secure_fed.clients.private import SitePrivacy
-from secure_fed.clients.training import PatientGradients
 from secure_fed.config import RunConfig
 from secure_fed.data.multimodal import CLASSES, MODALITIES
 from secure_fed.dp.private_files import atomic_write_bytes
+from secure_fed.site.learner import LocalUpdate, SiteStart, private_weight
+from secure_fed.site.private import SitePrivacy
+from secure_fed.site.training import PatientGradients
 
 
 class ImageClassifier(nn.Module):

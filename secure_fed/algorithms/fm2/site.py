@@ -3,7 +3,7 @@
 FM2's stage 1 trains the Observer with a plain head; stage 2 freezes it and trains both MoEs on
 (the Top-K sample of) the site's images, with the HMA pull towards the round's global M_d. Every
 stage runs through one step loop that takes the site's gradient rule: plain shuffled minibatches,
-or DP-SGD with the patient as the privacy unit (`secure_fed.clients.private.DPGradients`: a step
+or DP-SGD with the patient as the privacy unit (`secure_fed.site.private.DPGradients`: a step
 Poisson-samples patients, and all images of a sampled patient enter it, clipped jointly). Terms
 that do not depend on any image (HMA, FedProx) are added to the gradient after it was privatised:
 post-processing, so clipping and noise cover exactly the data-dependent part.
@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from secure_fed.algorithms.fm2.model import FM2Model, cel_loss
-from secure_fed.clients.training import MinibatchGradients, PatientGradients, patient_passes
+from secure_fed.site.training import MinibatchGradients, PatientGradients, patient_passes
 
 RowLoss = Callable[[nn.Module, torch.Tensor], torch.Tensor]
 

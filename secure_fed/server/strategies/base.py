@@ -20,7 +20,7 @@ from secure_fed.crypto.vectors import (
     embedded_plain_sum,
     plain_sum_request,
 )
-from secure_fed.failures import declined_reason, one_line
+from secure_fed.protocol.failures import declined_reason, one_line
 from secure_fed.server.aggregation import AggregationSettings, secure_sum
 
 

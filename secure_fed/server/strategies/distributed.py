@@ -2,7 +2,7 @@
 of the sites' patients, and the server takes it.
 
 Each site uploads, through SecAgg+ in the sites' own ring, its clipped gradient sum encoded with its
-noise share (secure_fed.clients.distributed). The server unmasks only the survivors' sum, which is
+noise share (secure_fed.site.distributed). The server unmasks only the survivors' sum, which is
 the released noisy sum of clipped gradients; it decodes it with the plan it derives itself from the
 config (the same function the sites use), divides by the expected batch q × Σ_k floor_k, where
 floor_k is site k's patient count as its operator declares it public (`fed.public_patients`, 1 where
