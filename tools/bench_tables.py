@@ -555,7 +555,7 @@ def distributed_accounting_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
             f"{' / '.join(f'{p:g}' for p in passes)} passes over the patients at other rates (steps = "
             f"passes / q), C = {first['clip']:g}, δ = {out['target']['delta']:g}, its GMM histogram at "
             f"{100 * first['gmm_fraction']:g} % of ε composed in every column, "
-            f"d = {_int(out['accounting_dim'])}; site mode's σ is `distributed_plan.site_mode_sigma`, "
+            f"d = {_int(out['accounting_dim'])}; site mode's σ is `dp/distributed/run.site_mode_sigma`, "
             "the figure the run's warning compares with. Benchmark row: the first table's point, "
             "no other release."
         )
