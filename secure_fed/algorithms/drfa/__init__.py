@@ -3,7 +3,21 @@ ascends its site weights on the sites' losses (`strategy.py`)."""
 
 from __future__ import annotations
 
-from secure_fed import registry
-from secure_fed.algorithms.drfa.strategy import DRFA
+from typing import TYPE_CHECKING, Any
 
-registry.register_method(registry.Method("drfa", lambda dim, t_max, cfg: DRFA(dim, cfg), ("reports",)))
+from secure_fed import registry
+
+if TYPE_CHECKING:
+    from secure_fed.config import RunConfig
+
+# The registry imports this folder whenever a config names a method, so its heavy halves (torch,
+# the model) are imported only when a run builds them.
+
+
+def _strategy(dim: int, t_max: int, cfg: RunConfig) -> Any:  # noqa: ANN401
+    from secure_fed.algorithms.drfa.strategy import DRFA
+
+    return DRFA(dim, cfg)
+
+
+registry.register_method(registry.Method("drfa", _strategy, ("reports",)))

@@ -2,7 +2,21 @@
 
 from __future__ import annotations
 
-from secure_fed import registry
-from secure_fed.algorithms.fedadam.strategy import FedAdam
+from typing import TYPE_CHECKING, Any
 
-registry.register_method(registry.Method("fedadam", lambda dim, t_max, cfg: FedAdam(dim, cfg), ("reports",)))
+from secure_fed import registry
+
+if TYPE_CHECKING:
+    from secure_fed.config import RunConfig
+
+# The registry imports this folder whenever a config names a method, so its heavy halves (torch,
+# the model) are imported only when a run builds them.
+
+
+def _strategy(dim: int, t_max: int, cfg: RunConfig) -> Any:  # noqa: ANN401
+    from secure_fed.algorithms.fedadam.strategy import FedAdam
+
+    return FedAdam(dim, cfg)
+
+
+registry.register_method(registry.Method("fedadam", _strategy, ("reports",)))

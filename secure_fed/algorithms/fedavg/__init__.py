@@ -4,9 +4,16 @@ round on the decoded sum of the sites' noise shares. It runs on both kinds of da
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from secure_fed import registry
-from secure_fed.config import RunConfig
-from secure_fed.server.strategies import FedAvg, Strategy
+
+if TYPE_CHECKING:
+    from secure_fed.config import RunConfig
+    from secure_fed.server.strategies import Strategy
+
+# The registry imports this folder whenever a config names a method, so its heavy halves (torch,
+# the model) are imported only when a run builds them.
 
 
 def _strategy(dim: int, t_max: int, cfg: RunConfig) -> Strategy:
@@ -14,6 +21,8 @@ def _strategy(dim: int, t_max: int, cfg: RunConfig) -> Strategy:
         from secure_fed.server.strategies.distributed import DistributedFedAvg
 
         return DistributedFedAvg(dim, cfg)
+    from secure_fed.server.strategies import FedAvg
+
     return FedAvg(dim, cfg)
 
 

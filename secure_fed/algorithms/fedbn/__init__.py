@@ -3,10 +3,27 @@ normalisation layers, which each site keeps (`site.py`)."""
 
 from __future__ import annotations
 
-from secure_fed import registry
-from secure_fed.algorithms.fedbn.site import LocalNormalisation
-from secure_fed.algorithms.fedbn.strategy import FedBN
+from typing import TYPE_CHECKING, Any
 
-registry.register_method(
-    registry.Method("fedbn", lambda dim, t_max, cfg: FedBN(dim, cfg), ("imaging",), LocalNormalisation)
-)
+from secure_fed import registry
+
+if TYPE_CHECKING:
+    from secure_fed.config import RunConfig
+
+# The registry imports this folder whenever a config names a method, so its heavy halves (torch,
+# the model) are imported only when a run builds them.
+
+
+def _strategy(dim: int, t_max: int, cfg: RunConfig) -> Any:  # noqa: ANN401
+    from secure_fed.algorithms.fedbn.strategy import FedBN
+
+    return FedBN(dim, cfg)
+
+
+def _site() -> registry.SiteHook:
+    from secure_fed.algorithms.fedbn.site import LocalNormalisation
+
+    return LocalNormalisation()
+
+
+registry.register_method(registry.Method("fedbn", _strategy, ("imaging",), _site))

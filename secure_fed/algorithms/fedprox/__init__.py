@@ -3,9 +3,15 @@ training towards the round's global state (`SiteHook.prox_mu`, μ = `fed.fedprox
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from secure_fed import registry
-from secure_fed.algorithms.fedprox.strategy import FedProx
-from secure_fed.config import RunConfig
+
+if TYPE_CHECKING:
+    from secure_fed.config import RunConfig
+
+# The registry imports this folder whenever a config names a method, so its heavy halves (torch,
+# the model) are imported only when a run builds them.
 
 
 class ProximalSite(registry.SiteHook):
@@ -13,8 +19,10 @@ class ProximalSite(registry.SiteHook):
         return cfg.fed.fedprox_mu
 
 
-registry.register_method(
-    registry.Method(
-        "fedprox", lambda dim, t_max, cfg: FedProx(dim, cfg), ("reports", "imaging"), ProximalSite
-    )
-)
+def _strategy(dim: int, t_max: int, cfg: RunConfig) -> Any:  # noqa: ANN401
+    from secure_fed.algorithms.fedprox.strategy import FedProx
+
+    return FedProx(dim, cfg)
+
+
+registry.register_method(registry.Method("fedprox", _strategy, ("reports", "imaging"), ProximalSite))

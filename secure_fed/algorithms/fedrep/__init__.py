@@ -3,10 +3,27 @@
 
 from __future__ import annotations
 
-from secure_fed import registry
-from secure_fed.algorithms.fedrep.site import SharedRepresentation
-from secure_fed.algorithms.fedrep.strategy import FedRep
+from typing import TYPE_CHECKING, Any
 
-registry.register_method(
-    registry.Method("fedrep", lambda dim, t_max, cfg: FedRep(dim, cfg), ("imaging",), SharedRepresentation)
-)
+from secure_fed import registry
+
+if TYPE_CHECKING:
+    from secure_fed.config import RunConfig
+
+# The registry imports this folder whenever a config names a method, so its heavy halves (torch,
+# the model) are imported only when a run builds them.
+
+
+def _strategy(dim: int, t_max: int, cfg: RunConfig) -> Any:  # noqa: ANN401
+    from secure_fed.algorithms.fedrep.strategy import FedRep
+
+    return FedRep(dim, cfg)
+
+
+def _site() -> registry.SiteHook:
+    from secure_fed.algorithms.fedrep.site import SharedRepresentation
+
+    return SharedRepresentation()
+
+
+registry.register_method(registry.Method("fedrep", _strategy, ("imaging",), _site))
