@@ -24,7 +24,8 @@ def test_each_algorithm_folder_registers_its_strategies_and_learner() -> None:
 def test_checking_a_method_name_imports_no_model_code() -> None:
     """Every config names a method, and the registry imports every algorithm folder to check it: a
     folder that imported torch or the model there made each `secure-fed` process, and each process
-    Flower's deployment starts per message, pay seconds before its first line (9 s measured)."""
+    Flower's deployment starts per message, pay seconds before its first line
+    (8.6-10.9 s against 0.2 s, measured with the suite running beside it)."""
     code = (
         "import sys\n"
         "from secure_fed.config import RunConfig\n"

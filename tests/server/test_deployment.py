@@ -297,7 +297,9 @@ def make_attack_app(dest: Path, marker: Path, result: Path) -> Path:
     client = ATTACK_CLIENT.replace("MARKER_PATH", repr(str(marker)))
     (dest / "secure_fed" / "launch" / "client_app.py").write_text(client)
     server = ATTACK_SERVER.replace("NODES", str(SITES)).replace("REPLY_TIMEOUT", "60")
-    (dest / "secure_fed" / "server" / "app.py").write_text(server.replace("RESULT_PATH", repr(str(result))))
+    (dest / "secure_fed" / "launch" / "server_app.py").write_text(
+        server.replace("RESULT_PATH", repr(str(result)))
+    )
     return dest
 
 
