@@ -33,9 +33,8 @@ test: $(STAMP) browser
 	$(PY) -m pytest -q -m "not bench"
 
 # the suite less its `slow` tests (those that start Ray, a SuperLink or SuperNode or a `secure-fed
-# run`, and the in-process runs, rounds and scripts of several seconds): 3 min 57 s for 1,671 tests
-# on the 2-core machine at load average 1.4-2 (3 min 45 s CPU, 2026-12-07), against `make test`'s
-# 21 min 36 s idle at 8fde3b2 (README)
+# run`, and the in-process runs, rounds and scripts of several seconds): 4 min 18 s for 1,703 tests
+# on the idle 2-core machine, against `make test`'s 26 min 4 s (README, commit 54e76c3)
 test-fast: $(STAMP) browser
 	$(PY) -m pytest -q -m "not slow and not bench"
 
