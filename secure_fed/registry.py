@@ -124,6 +124,23 @@ def _register(table: dict[str, Any], what: str, name: str, value: Any) -> None: 
     table[name] = value
 
 
+def deferred(module: str, name: str) -> Callable[..., Any]:
+    """`module.name`, imported at its first call: the registry imports every algorithm folder
+    whenever a config names a method, so a folder names its heavy halves (torch, the model) this
+    way and they load only when a run builds them."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
+
+    return call
+
+
+def deferred_strategy(module: str, name: str) -> StrategyFactory:
+    """A server strategy class built as `name(dim, cfg)` (every baseline's), imported at first use."""
+    make = deferred(module, name)
+    return lambda dim, t_max, cfg: make(dim, cfg)
+
+
 def register_method(method: Method) -> None:
     _register(_methods, "method", method.name, method)
 

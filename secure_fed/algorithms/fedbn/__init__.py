@@ -3,27 +3,14 @@ normalisation layers, which each site keeps (`site.py`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from secure_fed import registry
 
-if TYPE_CHECKING:
-    from secure_fed.config import RunConfig
-
-# The registry imports this folder whenever a config names a method, so its heavy halves (torch,
-# the model) are imported only when a run builds them.
-
-
-def _strategy(dim: int, t_max: int, cfg: RunConfig) -> Any:  # noqa: ANN401
-    from secure_fed.algorithms.fedbn.strategy import FedBN
-
-    return FedBN(dim, cfg)
-
-
-def _site() -> registry.SiteHook:
-    from secure_fed.algorithms.fedbn.site import LocalNormalisation
-
-    return LocalNormalisation()
-
-
-registry.register_method(registry.Method("fedbn", _strategy, ("imaging",), _site))
+# its strategy and site hook load when a run builds them (registry.deferred), not at each config check
+registry.register_method(
+    registry.Method(
+        "fedbn",
+        registry.deferred_strategy(f"{__name__}.strategy", "FedBN"),
+        ("imaging",),
+        registry.deferred(f"{__name__}.site", "LocalNormalisation"),
+    )
+)

@@ -3,7 +3,7 @@ training towards the round's global state (`SiteHook.prox_mu`, μ = `fed.fedprox
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from secure_fed import registry
 
@@ -19,10 +19,11 @@ class ProximalSite(registry.SiteHook):
         return cfg.fed.fedprox_mu
 
 
-def _strategy(dim: int, t_max: int, cfg: RunConfig) -> Any:  # noqa: ANN401
-    from secure_fed.algorithms.fedprox.strategy import FedProx
-
-    return FedProx(dim, cfg)
-
-
-registry.register_method(registry.Method("fedprox", _strategy, ("reports", "imaging"), ProximalSite))
+registry.register_method(
+    registry.Method(
+        "fedprox",
+        registry.deferred_strategy(f"{__name__}.strategy", "FedProx"),
+        ("reports", "imaging"),
+        ProximalSite,
+    )
+)

@@ -44,12 +44,6 @@ def _report_learner(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
     return ReportLearner.create(*args, **kwargs)
 
 
-def _patient_head(*args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
-    from secure_fed.algorithms.fedtar.hyper_lora import add_patient_head
-
-    return add_patient_head(*args, **kwargs)
-
-
 for _name in ("fedtar", "fedtar-no-gmm", "fedtar-no-temporal"):
     # FedTAR's site step is its learner's own (per-visit copies, α hypergradients): the default hook
     registry.register_method(
@@ -57,4 +51,4 @@ for _name in ("fedtar", "fedtar-no-gmm", "fedtar-no-temporal"):
     )
 registry.register_learner("reports", _report_learner)
 registry.register_initial_state("reports", initial_report_state)
-registry.register_model_head("patient", _patient_head)
+registry.register_model_head("patient", registry.deferred(f"{__name__}.hyper_lora", "add_patient_head"))

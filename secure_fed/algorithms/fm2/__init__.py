@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING, Any
 from secure_fed import registry
 
 if TYPE_CHECKING:
-    import numpy as np
-
     from secure_fed.config import RunConfig
 
 # The registry imports this folder whenever a config names a method, so its heavy halves (torch,
@@ -23,19 +21,9 @@ def _imaging_learner(cfg: RunConfig, site: str, folder: Path, site_key: bytes | 
     return ImagingLearner.create(cfg, site, folder)  # the imaging records carry no keyed ids
 
 
-def _initial_imaging_state(cfg: RunConfig) -> np.ndarray:
-    from secure_fed.algorithms.fm2.learner import initial_imaging_state
-
-    return initial_imaging_state(cfg)
-
-
-def _strategy(dim: int, t_max: int, cfg: RunConfig) -> Any:  # noqa: ANN401
-    from secure_fed.algorithms.fm2.strategy import FM2
-
-    return FM2(dim, cfg)
-
-
 # FM2's site step is its learner's own (two stages, the class-wise experts kept): the default hook
-registry.register_method(registry.Method("fm2", _strategy, ("imaging",)))
+registry.register_method(
+    registry.Method("fm2", registry.deferred_strategy(f"{__name__}.strategy", "FM2"), ("imaging",))
+)
 registry.register_learner("imaging", _imaging_learner)
-registry.register_initial_state("imaging", _initial_imaging_state)
+registry.register_initial_state("imaging", registry.deferred(f"{__name__}.learner", "initial_imaging_state"))
