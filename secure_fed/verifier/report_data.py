@@ -205,6 +205,8 @@ def run_facts(data: ReportData) -> dict[str, Any]:
         "planned_rounds": data.planned_rounds,
         "rounds_done": list(data.rounds_done),
         "skipped_rounds": [item["round"] for item in data.skipped_rounds],
+        # who the server's round_skipped record says was gone, so the verdict can name them
+        "skipped_gone": {str(item["round"]): list(item.get("dropped") or []) for item in data.skipped_rounds},
         "stopped": data.stopped,
     }
     if worst is not None:

@@ -164,7 +164,11 @@ def _short(run: Mapping[str, Any] | None) -> str | None:
     done, skipped = list(run.get("rounds_done") or []), list(run.get("skipped_rounds") or [])
     if not (done or skipped) or len(done) >= run["planned_rounds"]:
         return None
-    why = [f"round {item} skipped" for item in skipped]
+    gone = run.get("skipped_gone") or {}
+    why = [
+        f"round {item} skipped" + (f", {', '.join(gone[str(item)])} gone" if gone.get(str(item)) else "")
+        for item in skipped
+    ]
     if run.get("stopped"):
         why.append(f"stopped early: {run['stopped']}")
     detail = f" ({'; '.join(why)})" if why else ""

@@ -519,3 +519,22 @@ def test_a_skipped_round_names_who_declined(tmp_path: Path) -> None:
     page, _, _ = write_report([path], tmp_path / "r.html", {"server": key.public_key()})
     text = summary_text(page.read_text(encoding="utf-8"))
     assert "round 2 (sites gone: none; declined: site1 (charged before a restart))" in text
+
+
+def test_a_skipped_round_in_the_verdict_names_who_was_gone() -> None:
+    """A run that lost a site mid-round and finished its other rounds on the rest (the deployment
+    drill): INCOMPLETE as `secure-fed run`'s exit 3 says, and the verdict names who was gone."""
+    from secure_fed.verifier.report_data import run_facts
+    from secure_fed.verifier.report_types import ReportData
+    from secure_fed.verifier.verdict import verdict
+
+    data = ReportData(
+        planned_rounds=2,
+        rounds_done=[2],
+        skipped_rounds=[{"round": 1, "reason": "site left", "dropped": ["site3"], "declined": {}}],
+    )
+    facts = run_facts(data)
+    assert facts["skipped_rounds"] == [1] and facts["skipped_gone"] == {"1": ["site3"]}
+    said = verdict({"ok": True, "keys_checked": True, "rederived": 15}, facts)
+    assert said.word == "INCOMPLETE" and said.exit_code == EXIT_INTERRUPTED, said
+    assert said.why.startswith("1 of 2 planned rounds completed (round 1 skipped, site3 gone);"), said.why
