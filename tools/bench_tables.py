@@ -747,18 +747,22 @@ def fedtar_release_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
     ]
 
 
-ALPHA_CLIP_COLUMNS = [
-    "preset: rounds",
-    "α at the round",
-    "patients",
-    "10 %",
-    "25 %",
-    "median",
-    "75 %",
-    "90 %",
-    "above C_α = 1",
-    "C_α (the rule)",
-]
+def alpha_clip_columns(outs: Sequence[dict[str, Any]]) -> list[str]:
+    before = {_output(out)["target"]["alpha_clip_now"] for out in outs}
+    if len(before) != 1:
+        raise ValueError(f"the outputs ran at different C_α: {sorted(before)}")
+    return [
+        "preset: rounds",
+        "α at the round",
+        "patients",
+        "10 %",
+        "25 %",
+        "median",
+        "75 %",
+        "90 %",
+        f"above C_α = {before.pop():g}",
+        "C_α (the rule)",
+    ]
 
 
 def _preset(out: dict[str, Any]) -> str:
@@ -807,7 +811,8 @@ def alpha_clip_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
         "(Poisson sample, the one vector from the round's α, clipped to C), Gaussian noise matched to "
         "the target's std on the averaged step, the real server path (Adam step, surrogate snapshots, "
         "the chain's directions), the scalars at the round's model, and ψ's step on an emulated α "
-        "release at the config's current C_α = 1. α is ψ's at the round's start.",
+        "release at the C_α the config had before this sizing (the column 'above'). α is ψ's at the "
+        "round's start.",
     ]
     for out in map(_output, outs):
         t, noise, pub, src = out["target"], out["noise"], out["public"], out["source"]
@@ -1008,7 +1013,7 @@ SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[
     "alpha-clip": (
         "C_α sized on public patients: each validation patient's α-scalar norm in an emulated private "
         "FedTAR run (one-vector release, distributed DP)",
-        ALPHA_CLIP_COLUMNS,
+        alpha_clip_columns,
         alpha_clip_rows,
         alpha_clip_notes,
     ),
