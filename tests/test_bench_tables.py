@@ -240,3 +240,47 @@ def test_skellam_gdp_rows_are_the_outputs_and_the_rdp_row_is_the_ledgers() -> No
     for row in (rdp, route):
         expected = math.sqrt(5 / 4) * row["z"] * (1 + out["inflation"]) / out["curator_sigma_prv"]
         assert row["ratio_all_five"] == pytest.approx(expected, rel=1e-12)
+
+
+# each committed benchmarks/alpha_clip.py output, and the configs whose FedTAR cells take its C_α:
+# paper-drift-0-distributed shares paper-drift-distributed's public sizes, rounds, rate, C and lr, and
+# the emulation reads no site data, so their drift (the one key they differ in) does not enter
+ALPHA_CLIP = {
+    "alpha-clip-paper-drift": (
+        "configs/paper-drift-distributed.toml",
+        ("configs/paper-drift-distributed.toml", "configs/paper-drift-0-distributed.toml"),
+    ),
+    "alpha-clip-hospital": (
+        "configs/hospital-scale-distributed.toml",
+        ("configs/hospital-scale-distributed.toml",),
+    ),
+}
+
+
+def test_alpha_clip_table_is_the_raw_outputs_and_the_configs_carry_the_rule() -> None:
+    """benchmarks/alpha_clip.py's committed outputs shaped are the committed table, figure for figure;
+    C_α is the pooled median to one digit over round 1, the middle and the last round; and each
+    preset measured carries it as [dp] alpha_clip."""
+    from secure_fed.config import DPConfig, load_config
+
+    raws = [_raw(name) for name in ALPHA_CLIP]
+    committed = json.loads((RESULTS / "bench-alpha-clip.json").read_text(encoding="utf-8"))
+    fresh = bench_tables.shape("alpha-clip", raws, "cmd", "machine", None, "0" * 40)
+    assert (fresh["columns"], fresh["rows"], fresh["notes"]) == (
+        committed["columns"],
+        committed["rows"],
+        committed["notes"],
+    )
+    for (config, carriers), raw in zip(ALPHA_CLIP.values(), raws, strict=True):
+        assert raw["config"] == config and raw["release"] == "one-vector"
+        rounds = raw["target"]["rounds"]
+        assert [r["round"] for r in raw["rounds"]] == [1, math.ceil(rounds / 2), rounds]
+        assert raw["pooled"]["norms"] == 3 * raw["public"]["held_out_patients"]
+        # the rate rule: the target's noise on the averaged step
+        noise = raw["noise"]
+        assert math.isclose(noise["emulated_step_std"], noise["target_step_std"])
+        assert raw["alpha_clip"] == float(f"{raw['pooled']['median']:.1g}")
+        for path in carriers:
+            assert load_config(ROOT / path).dp.alpha_clip == raw["alpha_clip"], path
+    # the presets differ, so the default stays where it was
+    assert DPConfig().alpha_clip == 1.0

@@ -450,3 +450,28 @@ def test_fedtar_release_noise_smoke(cache_dir: Path) -> None:
             assert math.isclose(row[key]["over_fedavg"], ratio)
         assert 0 < row["one_vector"]["sketch_share_median"] < 1
     assert out["noise"]["one-vector"]["padded_dim"] == out["noise"]["fedavg"]["padded_dim"]
+
+
+@pytest.mark.bench
+@pytest.mark.slow  # a benchmark script in a subprocess: make test-fast leaves it out
+def test_alpha_clip_smoke(cache_dir: Path) -> None:
+    """benchmarks/alpha_clip.py --quick: the emulated private FedTAR run on public patients, each
+    measured round's norms, the target's noise matched on the averaged step, and C_α by the median
+    rule to one digit (2 rounds of the tests' small shape, no pretraining)."""
+    out = _smoke("alpha_clip.py", "--cache", str(cache_dir))
+    assert out["release"] == "one-vector" and out["method"] == "fedtar"
+    noise, public, target = out["noise"], out["public"], out["target"]
+    assert public["train_patients"] == 12 and public["held_out_patients"] == 6
+    # the rate rule: the same std on the averaged step, from the sum's std times M/N
+    assert noise["emulated_step_std"] == pytest.approx(noise["target_step_std"])
+    assert noise["emulated_sum_std"] == pytest.approx(
+        noise["target_sum_std"] * public["train_patients"] / target["train_patients"]
+    )
+    assert [r["round"] for r in out["rounds"]] == out["measured_rounds"] == [1, 2]
+    for found in out["rounds"]:
+        q = found["quantiles"]
+        assert 0 < q["p10"] <= q["p25"] <= q["p50"] == found["median"] <= q["p75"] <= q["p90"]
+        assert abs(sum(found["alpha"]) - 1) < 1e-3 and 0 <= found["clipped_at_current_C_alpha"] <= 1
+    assert out["pooled"]["norms"] == 2 * public["held_out_patients"]
+    assert out["alpha_clip"] == float(f"{out['pooled']['median']:.1g}") > 0
+    assert out["source"]["command"].startswith("python benchmarks/alpha_clip.py")

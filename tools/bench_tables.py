@@ -747,6 +747,92 @@ def fedtar_release_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
     ]
 
 
+def alpha_clip_columns(outs: Sequence[dict[str, Any]]) -> list[str]:
+    before = {_output(out)["target"]["alpha_clip_now"] for out in outs}
+    if len(before) != 1:
+        raise ValueError(f"the outputs ran at different C_α: {sorted(before)}")
+    return [
+        "preset: rounds",
+        "α at the round",
+        "patients",
+        "10 %",
+        "25 %",
+        "median",
+        "75 %",
+        "90 %",
+        f"above C_α = {before.pop():g}",
+        "C_α (the rule)",
+    ]
+
+
+def _preset(out: dict[str, Any]) -> str:
+    return Path(out["config"]).stem
+
+
+def alpha_clip_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
+    """benchmarks/alpha_clip.py, one output per preset: each measured round's per-patient norms of
+    the α scalars, then the rounds pooled, whose median gives C_α."""
+    rows = []
+    for out in map(_output, outs):
+        name = _preset(out)
+        for found in out["rounds"]:
+            q = found["quantiles"]
+            rows.append(
+                [
+                    f"{name}: round {found['round']}",
+                    "[" + ", ".join(f"{a:.3f}" for a in found["alpha"]) + "]",
+                    out["public"]["held_out_patients"],
+                    *(f"{q[f'p{p}']:.4f}" for p in (10, 25, 50, 75, 90)),
+                    f"{100 * found['clipped_at_current_C_alpha']:.0f} %",
+                    "",
+                ]
+            )
+        pooled = out["pooled"]
+        q = pooled["quantiles"]
+        above = statistics.fmean(found["clipped_at_current_C_alpha"] for found in out["rounds"])
+        rows.append(
+            [
+                f"{name}: pooled",
+                "",
+                pooled["norms"],
+                *(f"{q[f'p{p}']:.4f}" for p in (10, 25, 50, 75, 90)),
+                f"{100 * above:.0f} %",
+                f"{out['alpha_clip']:g}",
+            ]
+        )
+    return rows
+
+
+def alpha_clip_notes(outs: Sequence[dict[str, Any]]) -> list[str]:
+    notes = [
+        "Per-patient L2 norm of the T-vector of α hypergradient scalars (each validation patient's sum "
+        "over its reports, as a site releases it) of the public held-out patients, in an emulated "
+        "private FedTAR run (the one-vector release) on fresh public patients: the real site path "
+        "(Poisson sample, the one vector from the round's α, clipped to C), Gaussian noise matched to "
+        "the target's std on the averaged step, the real server path (Adam step, surrogate snapshots, "
+        "the chain's directions), the scalars at the round's model, and ψ's step on an emulated α "
+        "release at the C_α the config had before this sizing (the column 'above'). α is ψ's at the "
+        "round's start.",
+    ]
+    for out in map(_output, outs):
+        t, noise, pub, src = out["target"], out["noise"], out["public"], out["source"]
+        notes.append(
+            f"{out['config']} at ε = {t['epsilon']:g} (δ = {t['delta']:g}): {t['sites']} sites, "
+            f"N = {_int(t['train_patients'])} training and {_int(t['val_patients'])} validation patients, "
+            f"q = {t['sample_rate']:g}, {t['rounds']} rounds, C = {t['max_grad_norm']:g}, "
+            f"lr {t['lr']:g}. Emulated on M = {pub['train_patients']} public training patients and "
+            f"{pub['held_out_patients']} held-out patients ({pub['held_out_reports']} reports); noise "
+            f"per coordinate of the averaged step {noise['target_step_std']:.4g} (the target's; the sum's "
+            f"{noise['target_sum_std']:.4g} × M/N); the α release's summed σ_α {noise['alpha_sum_sigma']:g} "
+            f"× M_val/N_val. Rounds measured and pooled: "
+            f"{', '.join(str(found['round']) for found in out['rounds'])} of {t['rounds']}. "
+            f"`{src['command']}`; commit {src['commit']} ({src['date']}); {src['machine']}; "
+            f"wall {out['wall_s'] / 60:.0f} min.",
+        )
+    notes.append(f"The rule, fixed before any measurement: C_α = {_output(outs[0])['rule']}.")
+    return notes
+
+
 SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[Outs], list[str]]]] = {
     "upload-bytes": (
         "Upload per site per round: values and bytes",
@@ -923,6 +1009,13 @@ SHAPERS: dict[str, tuple[str, Any, Callable[[Outs], list[list[Any]]], Callable[[
             f"{_one(outs)['values']:,} values an array; {_one(outs)['repeats']} interleaved repeats after "
             "a warm-up; each round trip checked exact."
         ],
+    ),
+    "alpha-clip": (
+        "C_α sized on public patients: each validation patient's α-scalar norm in an emulated private "
+        "FedTAR run (one-vector release, distributed DP)",
+        alpha_clip_columns,
+        alpha_clip_rows,
+        alpha_clip_notes,
     ),
     "fedtar-release-noise": (
         "FedTAR's distributed-DP release against FedAvg's: effective noise of the model update, same plan "

@@ -25,7 +25,12 @@ class DPConfig(_Strict):
     noise_multiplier: float | None = Field(None, ge=0, description="σ; None = calibrate")
     budget_epsilon: float | None = Field(None, gt=0, description="site policy; None = target")
     gmm_fraction: float = Field(0.1, gt=0, lt=0.5, description="share of the train ε for the GMM histogram")
-    alpha_clip: float = Field(1.0, gt=0, description="C_α for the hypergradient scalars")
+    alpha_clip: float = Field(
+        1.0,
+        gt=0,
+        description="C_α for the hypergradient scalars; the private FedTAR presets carry their own, sized "
+        "on public data (benchmarks/alpha_clip.py)",
+    )
     alpha_noise_multiplier: float | None = Field(None, gt=0, description="σ_α; None = calibrate")
     alpha_direction_norm: float = Field(
         100.0, gt=0, description="largest L2 norm of one α direction the site accepts from the server"
