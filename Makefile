@@ -28,15 +28,21 @@ install: $(STAMP)
 browser:
 	bash .ci/ensure-browser
 
+# Two pytest workers (pytest-xdist), a test file to a worker: the tests run torch on one thread
+# (tests/conftest.py), so one worker leaves the second core of the 2-core machine mostly idle. A
+# file's tests stay together, in order, with its module fixtures. TEST_WORKERS=0 runs in one process.
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile
+
 # the benchmark scripts' slower smoke runs are `make bench`'s (pytest -m bench)
 test: $(STAMP) browser
-	$(PY) -m pytest -q -m "not bench"
+	$(PYTEST) -m "not bench"
 
 # the suite less its `slow` tests (those that start Ray, a SuperLink or SuperNode or a `secure-fed
 # run`, and the in-process runs, rounds and scripts of several seconds): 4 min 18 s for 1,703 tests
 # on the idle 2-core machine, against `make test`'s 26 min 4 s (README, commit 54e76c3)
 test-fast: $(STAMP) browser
-	$(PY) -m pytest -q -m "not slow and not bench"
+	$(PYTEST) -m "not slow and not bench"
 
 # docs/RESULTS.md's tables, resumable (finished cells are skipped): run it in the background with
 #   nohup make results > runs/results.log 2>&1 &

@@ -3,6 +3,7 @@ SuperNode, `secure-fed run`) without it fails, so `make test-fast` cannot grow s
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -45,8 +46,13 @@ def _recipe(makefile: str, target: str) -> str:
 def test_make_test_runs_the_slow_tests_and_make_test_fast_leaves_them_out() -> None:
     root = Path(__file__).resolve().parents[1]
     makefile = (root / "Makefile").read_text(encoding="utf-8")
-    assert _recipe(makefile, "test").endswith('pytest -q -m "not bench"')
-    assert _recipe(makefile, "test-fast").endswith('pytest -q -m "not slow and not bench"')
+    pytest = re.search(r"^PYTEST := (.+)$", makefile, flags=re.MULTILINE)
+    assert pytest and "-m pytest -q" in pytest[1], "make test and test-fast run pytest through $(PYTEST)"
+    # the two workers take whole files (--dist loadfile): a file's module fixtures run once, its
+    # tests in order, as in one process
+    assert "-n $(TEST_WORKERS) --dist loadfile" in pytest[1] and "TEST_WORKERS ?= 2" in makefile
+    assert _recipe(makefile, "test") == '$(PYTEST) -m "not bench"'
+    assert _recipe(makefile, "test-fast") == '$(PYTEST) -m "not slow and not bench"'
     pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
     assert '"slow: ' in pyproject and "--strict-markers" in pyproject  # a misspelt marker is an error
     readme = (root / "README.md").read_text(encoding="utf-8")
