@@ -12,7 +12,7 @@ export FLWR_DISABLE_UPDATE_CHECK := 1
 export RAY_USAGE_STATS_ENABLED := 0
 export HF_HUB_OFFLINE := 1
 
-.PHONY: install browser test test-fast test-deploy demo lint bench clean results results-paper results-paper-drift0 results-paper-drift results-paper-powered results-paper-powered-plain results-paper-powered-private results-paper-powered-visit-blind results-paper-powered-ablation results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2 results-hospital-grid results-hospital-grid-site results-hospital-grid-distributed hospital-grid-worker-1 hospital-grid-worker-2
+.PHONY: install browser test test-fast test-deploy demo lint bench clean results results-paper results-paper-drift0 results-paper-drift results-paper-powered results-paper-powered-plain results-paper-powered-private results-paper-powered-visit-blind results-paper-powered-ablation results-paper-powered-calpha results-hospital results-hospital-site results-hospital-distributed hospital-worker-1 hospital-worker-2 results-hospital-grid results-hospital-grid-site results-hospital-grid-distributed hospital-grid-worker-1 hospital-grid-worker-2
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || bash .ci/check-install-space $(dir $(abspath $(VENV))) $(INSTALL_NEEDS_GIB)
@@ -102,6 +102,12 @@ results-paper-powered-visit-blind: results-paper-powered-plain results-paper-pow
 results-paper-powered-ablation: results-paper-powered-visit-blind
 	$(SWEEP) --config configs/paper-drift.toml --methods fedtar-no-temporal --seeds $(PAPER_POWERED_SEEDS) --epsilons inf -o runs/results-paper-powered-ablation
 	$(SWEEP) --config configs/paper-drift-distributed.toml --methods fedtar-no-temporal --seeds $(PAPER_POWERED_SEEDS) --epsilons 8 -o runs/results-paper-powered-ablation-distributed
+
+# the private FedTAR cells again at the sized C_α (dp.alpha_clip = 0.01 in the distributed config,
+# benchmarks/alpha_clip.py): docs/experiments/paper-table-powered.md, "At the sized C_α"
+results-paper-powered-calpha: $(STAMP)
+	$(SWEEP) --config configs/paper-drift-distributed.toml --methods fedtar --seeds $(PAPER_POWERED_SEEDS) --epsilons 8 -o runs/results-paper-powered-calpha-distributed
+	$(SWEEP) --config configs/paper-drift-distributed.toml --methods fedtar --seeds $(PAPER_POWERED_SEEDS) --epsilons 8 --set model.visit_input=false -o runs/results-paper-powered-calpha-visit-blind-distributed
 
 results-paper-drift: $(STAMP)
 	$(SWEEP) --config configs/paper-drift.toml --methods $(PAPER_METHODS) --seeds 0,1,2 --epsilons inf -o runs/results-paper-drift

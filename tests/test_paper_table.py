@@ -254,7 +254,7 @@ def test_the_powered_recipe_runs_the_seeds_the_power_computation_asks_for_with_f
             re.MULTILINE,
         )
     ]
-    assert len(lines) == 6
+    assert len(lines) == 8
     by_out = {}
     for args in lines:
         opt = {args[i]: args[i + 1] for i in range(0, len(args) - 1, 2)}
@@ -276,3 +276,11 @@ def test_the_powered_recipe_runs_the_seeds_the_power_computation_asks_for_with_f
         assert by_out[out]["--methods"] == "fedtar" and by_out[out]["--set"] == "model.visit_input=false"
     for out in ("runs/results-paper-powered-ablation", "runs/results-paper-powered-ablation-distributed"):
         assert by_out[out]["--methods"] == "fedtar-no-temporal"
+    # the private FedTAR cells again at the sized C_α: the config the other private cells name, which
+    # now carries benchmarks/alpha_clip.py's value
+    aware = by_out["runs/results-paper-powered-calpha-distributed"]
+    blind = by_out["runs/results-paper-powered-calpha-visit-blind-distributed"]
+    assert aware["--methods"] == blind["--methods"] == "fedtar" and "--set" not in aware
+    assert blind["--set"] == "model.visit_input=false"
+    assert aware["--config"] == by_out["runs/results-paper-powered-distributed"]["--config"]
+    assert load_config(ROOT / aware["--config"]).dp.alpha_clip == 0.01
