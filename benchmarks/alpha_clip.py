@@ -44,7 +44,6 @@ import math
 import os
 import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -55,8 +54,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
-from dp_recipe import one_digit, public_examples, train_sizes  # noqa: E402
-from dp_tune import HELD_OUT_SEED, TRAIN_SEED  # noqa: E402
+from dp_recipe import one_digit, public_examples, train_sizes, val_sizes  # noqa: E402
+from dp_tune import HELD_OUT_SEED, TRAIN_SEED, _git_commit, _log  # noqa: E402
 
 from secure_fed.algorithms.fedtar.distributed import DistributedFedTAR  # noqa: E402
 from secure_fed.algorithms.fedtar.hypergrad import per_patient_hypergradients  # noqa: E402
@@ -126,26 +125,9 @@ def preset_config(path: Path | None, out: Path, args: argparse.Namespace) -> Run
     return load_config(path, overrides)
 
 
-def val_sizes(cfg: RunConfig) -> list[int]:
-    """Each site's validation patients, from the public site sizes and split fractions."""
-    sizes = cfg.data.synth.site_patients or [cfg.data.synth.patients] * cfg.data.synth.sites
-    return [round(n * cfg.data.val_fraction) for n in sizes]
-
-
 def quantiles(values: list[float]) -> dict[str, float]:
     cuts = statistics.quantiles(values, n=100, method="inclusive") if len(values) > 1 else values * 99
     return {f"p{q}": round(cuts[q - 1], 6) for q in QUANTILES}
-
-
-def _git_commit() -> str:
-    done = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=False
-    )
-    return done.stdout.strip() or "unknown"
-
-
-def _log(message: str) -> None:
-    print(f"[{dt.datetime.now():%H:%M:%S}] {message}", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

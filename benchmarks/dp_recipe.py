@@ -94,11 +94,19 @@ def public_examples(cfg: RunConfig, patients: int, seed: int, folder: Path) -> E
     return examples
 
 
+def _site_sizes(cfg: RunConfig) -> list[int]:
+    return cfg.data.synth.site_patients or [cfg.data.synth.patients] * cfg.data.synth.sites
+
+
 def train_sizes(cfg: RunConfig) -> list[int]:
     """Each site's training patients, from the public site sizes and split fractions."""
-    sizes = cfg.data.synth.site_patients or [cfg.data.synth.patients] * cfg.data.synth.sites
     d = cfg.data
-    return [n - round(n * d.val_fraction) - round(n * d.test_fraction) for n in sizes]
+    return [n - round(n * d.val_fraction) - round(n * d.test_fraction) for n in _site_sizes(cfg)]
+
+
+def val_sizes(cfg: RunConfig) -> list[int]:
+    """Each site's validation patients, from the public site sizes and split fractions."""
+    return [round(n * cfg.data.val_fraction) for n in _site_sizes(cfg)]
 
 
 def one_digit(x: float) -> float:

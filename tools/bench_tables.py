@@ -769,6 +769,10 @@ def _preset(out: dict[str, Any]) -> str:
     return Path(out["config"]).stem
 
 
+def _quantile_cells(q: dict[str, float]) -> list[str]:
+    return [f"{q[f'p{p}']:.4f}" for p in (10, 25, 50, 75, 90)]
+
+
 def alpha_clip_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
     """benchmarks/alpha_clip.py, one output per preset: each measured round's per-patient norms of
     the α scalars, then the rounds pooled, whose median gives C_α."""
@@ -782,7 +786,7 @@ def alpha_clip_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
                     f"{name}: round {found['round']}",
                     "[" + ", ".join(f"{a:.3f}" for a in found["alpha"]) + "]",
                     out["public"]["held_out_patients"],
-                    *(f"{q[f'p{p}']:.4f}" for p in (10, 25, 50, 75, 90)),
+                    *_quantile_cells(q),
                     f"{100 * found['clipped_at_current_C_alpha']:.0f} %",
                     "",
                 ]
@@ -795,7 +799,7 @@ def alpha_clip_rows(outs: Sequence[dict[str, Any]]) -> list[list[Any]]:
                 f"{name}: pooled",
                 "",
                 pooled["norms"],
-                *(f"{q[f'p{p}']:.4f}" for p in (10, 25, 50, 75, 90)),
+                *_quantile_cells(q),
                 f"{100 * above:.0f} %",
                 f"{out['alpha_clip']:g}",
             ]
