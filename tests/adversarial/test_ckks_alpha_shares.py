@@ -24,6 +24,7 @@ c. the share requested twice for one round: refused, with no second noise draw, 
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -223,8 +224,8 @@ def test_a_a_sum_over_fewer_sites_than_the_run_has_gets_shares_sized_for_them(
     keyed = _keys(sites, nodes)
     replies = {n: sites[n].send(ENCRYPT_PHASE, _encrypt_request(five, 1, n, keyed)) for n in nodes}
     assert all("ciphertext" in r for r in replies.values()), replies
-    assert all(_share_records(sites[n])[0]["participants"] == 4 for n in nodes)
     assert _honest_variance(sites, nodes) >= 1.0 - 1e-12
+    assert all(_share_records(sites[n])[0]["participants"] == 4 for n in nodes)
     assert "sum" in _decrypt(five, sites, keyed, replies)
 
 
@@ -291,3 +292,56 @@ def test_c_a_share_asked_twice_is_refused_without_a_second_draw(
     assert retry["status"] == "refused" and "ciphertext" not in retry, retry
     assert "drew its α noise share already" in retry["error"]
     assert draws.count[1] == 1 and len(_share_records(target)) == 1
+
+
+def _share_problems(server: MaliciousServer) -> list[str]:
+    from secure_fed.crypto.keys import load_public_keys
+    from secure_fed.verifier.verify import verify_logs
+
+    found = verify_logs(server.log_paths(), load_public_keys(server.keys_dir)).problems
+    return [p.reason for p in found if "α share" in p.reason or "hash" in p.reason or "signature" in p.reason]
+
+
+@pytest.mark.slow
+def test_audit_verify_re_derives_each_share_from_the_signed_records(
+    five: MaliciousServer, sites: list[_HESite]
+) -> None:
+    """An honest round verifies; a share record edited after signing fails its signature; one its
+    site re-signed (the key holder's forgery) fails the re-derivation: m against the participants
+    listed, and std against σ_α·C_α/√(m − c) with the σ_α and C_α the site charged."""
+    from secure_fed.audits.keys import load_private_key
+    from tests.verifier.tamper import first_index, read_records, reseal_from, write_records
+
+    nodes = list(range(SITES))
+    keyed = _keys(sites, nodes)
+    replies = {n: sites[n].send(ENCRYPT_PHASE, _encrypt_request(five, 1, n, keyed)) for n in nodes}
+    assert "sum" in _decrypt(five, sites, keyed, replies)
+    assert _share_problems(five) == []
+
+    path = five.log_paths()[0]
+    honest = read_records(path)
+    index = first_index(honest, "alpha_share")
+    key = load_private_key(five.keys_dir, "site0")
+
+    def forged(change: dict[str, Any], resign: bool) -> list[str]:
+        records = json.loads(json.dumps(honest))
+        records[index]["payload"].update(change)
+        write_records(path, reseal_from(records, index, key) if resign else records)
+        return _share_problems(five)
+
+    # edited after signing: the chain and the signature no longer hold
+    assert forged({"share_std": honest[index]["payload"]["share_std"] / 2}, resign=False)
+    # re-signed by the site's own key: a share that claims more participants than it lists
+    reasons = forged({"participants": 6, "share_std": _unit(sites[0]) / math.sqrt(5)}, resign=True)
+    assert any(
+        "round 1: site0 logged an α share sized for m = 6 participants but lists 5" in r for r in reasons
+    )
+    # a smaller share than the rule gives for the five it lists
+    reasons = forged({"share_std": _unit(sites[0]) / 3, "share_over_sigma": 1 / 3}, resign=True)
+    assert any("round 1: site0 drew an α share of std" in r and "σ_α·C_α/√(m − c)" in r for r in reasons)
+    # a list of participants unlike the other sites' (the server told it five, them four)
+    members = honest[index]["payload"]["members"]
+    reasons = forged({"members": [*members[:4], [7, "site4"]]}, resign=True)
+    assert any("sized their α shares for different participant lists" in r for r in reasons), reasons
+    write_records(path, honest)
+    assert _share_problems(five) == []
