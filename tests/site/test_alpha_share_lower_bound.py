@@ -61,3 +61,16 @@ def test_the_view_carries_the_charged_noise(privacy: tuple[SitePrivacy, RunConfi
     draws = np.array([sum(site.alpha_share(np.zeros(3), 5, noise) for _ in range(4)) for _ in range(4000)])
     ratio = float(draws.std() / (site.alpha_sigma * site.alpha_clip))
     assert 0.97 < ratio < 1.03, ratio
+
+
+def test_the_report_says_what_the_alpha_audit_measured(privacy: tuple[SitePrivacy, RunConfig]) -> None:
+    from secure_fed.verifier.report import _empirical_html
+    from secure_fed.verifier.report_data import ReportData
+    from secure_fed.verifier.verdict import verdict
+
+    site, cfg = privacy
+    data = ReportData()
+    data.empirical_audits = [alpha_share_lower_bound(site, cfg, 40, 10, 0.95, np.random.default_rng(1))]
+    page = _empirical_html(data, verdict(data.verification))
+    assert "the α sum as a server with c = 1 colluding sites sees it" in page
+    assert "the 5 sites&#x27; noise shares less the colluders&#x27;" in page  # escaped as HTML
