@@ -30,6 +30,7 @@ from secure_fed.crypto.secagg_protocol import (
     embed_setup,
     embedded_setup,
 )
+from secure_fed.site.alpha_shares import draw_share
 from secure_fed.site.guard import Refusal, SiteFault, SiteGuard, request_digest
 from secure_fed.site.policy import PolicyViolation, SitePolicy
 from secure_fed.site.runtime import SiteRuntime
@@ -206,7 +207,7 @@ def _shared_alpha(runtime: SiteRuntime, request: Payload, scalars: Any) -> Any:
         nodes, sites = request["peer_nodes"], request["peer_sites"]
         if len(nodes) != participants:  # the protocol passes the list it verified: never otherwise
             raise scalar_sum.ValuesRefused("the participants counted are not the ones listed")
-        return runtime.alpha_share(round_id, list(zip(nodes, sites, strict=True)))
+        return draw_share(runtime, round_id, list(zip(nodes, sites, strict=True)))
 
     return scalar_sum.SizedValues(int(np.asarray(scalars).size), share)
 

@@ -598,8 +598,8 @@ class SiteRuntime:
         per_patient, losses = self.learner.hypergradients(final, directions)
         if self.privacy is not None and self.privacy.alpha_shared:
             # no noise yet: the share is sized for the participants the CKKS round verifies
-            # (`alpha_share`), drawn once; the un-noised sum stays in the site's memory, and a retry
-            # recomputes the same sum, drawing nothing
+            # (`site.alpha_shares.draw_share`), drawn once; the un-noised sum stays in the site's
+            # memory, and a retry recomputes the same sum, drawing nothing
             self.stash["scalars"] = self.privacy.clipped_alpha_sum(per_patient.numpy())
             return {"status": "ok"}
         if self.privacy is not None:
@@ -615,49 +615,6 @@ class SiteRuntime:
         if not self._losses_leave():
             return {"status": "ok"}
         return {"status": "ok", "val_loss_sum": float(losses.sum()), "val_patients": int(losses.numel())}
-
-    def alpha_share(self, round_id: int, members: list[tuple[int, str]]) -> np.ndarray:
-        """This site's α values for a CKKS sum over `members` (node, site), whose signed keys the
-        encrypt phase has verified: the clipped sum plus a share of σ_α·C_α sized for m − c of
-        the m participants, drawn once a round (kept, and logged with its sizing, before it leaves
-        this function; a second request for the round is refused, whatever its participants)."""
-        from secure_fed.crypto.scalars import ValuesRefused
-
-        privacy = self.privacy
-        clipped = self.stash.get("scalars")
-        if privacy is None or not privacy.alpha_shared or clipped is None:
-            raise ValuesRefused("this site holds no α sum to share the noise of")
-        if self.stash.get("scalars_round") != round_id:
-            raise ValuesRefused(f"this site's α scalars are for round {self.stash.get('scalars_round')}")
-        drawn = self.folder / f"alpha-r{round_id}.share.npy"
-        if drawn.exists():
-            raise ValuesRefused(
-                f"round {round_id}: this site drew its α noise share already; a second share of the round "
-                "is refused (its sum fails rather than being made again over other participants)"
-            )
-        m = len(members)
-        try:
-            std = privacy.alpha_share_std(m)
-        except ValueError as err:
-            raise ValuesRefused(f"round {round_id}: {err}") from None
-        values = privacy.alpha_share(clipped, m, privacy.noise_stream("alpha", round_id))
-        save_release(drawn, values)
-        if self.trail is not None:
-            self.trail.append(
-                "alpha_share",
-                {
-                    "site": self.site,
-                    "participants": m,
-                    "colluders": privacy.colluders,
-                    "members": sorted([int(node), str(site)] for node, site in members),
-                    "alpha_sigma": privacy.alpha_sigma,
-                    "clip_norm": privacy.alpha_clip,
-                    "share_std": std,
-                    "share_over_sigma": float(1.0 / np.sqrt(m - privacy.colluders)),
-                },
-                round_id,
-            )
-        return values
 
     def _score_once(self) -> None:
         """The test split is scored once in the life of the site, not once per run: the server
