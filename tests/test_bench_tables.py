@@ -284,3 +284,22 @@ def test_alpha_clip_table_is_the_raw_outputs_and_the_configs_carry_the_rule() ->
             assert load_config(ROOT / path).dp.alpha_clip == raw["alpha_clip"], path
     # the presets differ, so the default stays where it was
     assert DPConfig().alpha_clip == 1.0
+
+
+def test_alpha_shares_table_is_the_raw_output_and_the_shares_carry_what_they_should() -> None:
+    """benchmarks/alpha_shares.py's committed output shaped is the committed table, figure for
+    figure; the measured noise of the released α sum is √m × σ_α·C_α with each site's own release and
+    √(m/(m − c)) × with shares (within 4 standard errors), the issue's cut from √5 to √(5/4)."""
+    from tests.scripts import load_script
+
+    raw = _raw("alpha-shares")
+    committed = json.loads((RESULTS / "bench-alpha-shares.json").read_text(encoding="utf-8"))
+    assert load_script("benchmarks/alpha_shares.py").shape(raw) == committed
+    out = raw["output"]
+    assert out["sites"] == 5 and out["colluders"] == 1 and not out["quick"]
+    cases = {c["case"]: c for c in out["cases"]}
+    m, c = out["sites"], out["colluders"]
+    assert cases["before"]["expected"] == pytest.approx(math.sqrt(m))
+    assert cases["after"]["expected"] == pytest.approx(math.sqrt(m / (m - c)))
+    for case in cases.values():
+        assert abs(case["std_over_unit"] - case["expected"]) <= 4 * case["standard_error"], case

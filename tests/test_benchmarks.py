@@ -475,3 +475,16 @@ def test_alpha_clip_smoke(cache_dir: Path) -> None:
     assert out["pooled"]["norms"] == 2 * public["held_out_patients"]
     assert out["alpha_clip"] == float(f"{out['pooled']['median']:.1g}") > 0
     assert out["source"]["command"].startswith("python benchmarks/alpha_clip.py")
+
+
+@pytest.mark.slow  # a benchmark script in a subprocess: make test-fast leaves it out
+def test_alpha_shares_smoke() -> None:
+    out = _smoke("alpha_shares.py")
+    cases = {row["case"]: row for row in out["cases"]}
+    assert set(cases) == {"before", "after"} and out["quick"]
+    # through the real CKKS protocol: each site's own σ_α sums to √5, shares for 5 of c = 1 to √(5/4)
+    for case in cases.values():
+        assert abs(case["std_over_unit"] - case["expected"]) <= 5 * case["standard_error"], case
+    assert all(
+        case["encrypt_ms_per_round"] > 0 and case["decrypt_ms_per_round"] > 0 for case in cases.values()
+    )

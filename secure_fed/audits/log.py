@@ -56,6 +56,9 @@ EVENTS: dict[str, str] = {
     '"kept_variance", "sized_for", "rungs", "honest_min", "colluders", "mu_total"}',
     "noise_layers_removed": "the server took survivors' revealed noise layers out of a distributed-DP sum "
     'before decoding it: {"round", "removed": {site: survivor count}}',
+    "alpha_share": "a distributed-DP site's share of its α scalars' noise in their CKKS sum, sized for the "
+    'participants whose signed keys it verified: {"site", "participants": m, "colluders": c, "members": '
+    '[[node, site]], "alpha_sigma", "clip_norm", "share_std" (σ_α·C_α/√(m − c)), "share_over_sigma"}',
     "alpha": "the aggregated (final) α",
     "alpha_skipped": 'the round\'s α sum could not be completed and α kept its value: {"reason"}',
     "participation": 'the sites sampled for a round: {"fraction", "sampled": [...]}',

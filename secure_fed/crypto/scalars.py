@@ -28,13 +28,20 @@ differenced; and the decryptor decrypts one aggregate per round. Rounding and re
 T used slots keep the CKKS decryption noise, which carries information about the secret key, out
 of the server's hands. A participant that drops after step 1 leaves masks that cannot cancel: the
 round's α sum fails rather than being retried over another subset.
+
+Values sized for the verified participants (`SizedValues`): a site may leave what it encrypts
+open until step 2 has verified the participants, e.g. a share of noise that m − c of m
+participants must carry between them. The hook is called once, after every signature checked and
+before the ciphertext is made, with the number of verified participants (the tag then binds
+exactly that list, and the decryptor decrypts only a sum over it); it may refuse (`ValuesRefused`).
+A site with such values sends nothing in the clear.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,6 +74,20 @@ ROUND_MARKS = (_ENCRYPTED, _DECRYPTED)
 
 class ScalarAggregationError(RuntimeError):
     """A round of scalar aggregation could not produce a sum (and says why)."""
+
+
+class ValuesRefused(Exception):
+    """Raised by a `SizedValues` hook that gives no values for that many participants (its reason)."""
+
+
+@dataclass(frozen=True)
+class SizedValues:
+    """A site's T values that depend on how many participants the sum is over: `values(m)` for m
+    participants whose signed keys this site verified, called at most once a round, by the encrypt
+    phase only (the decryptor reads `length`)."""
+
+    length: int
+    values: Callable[[int], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -353,10 +374,31 @@ def _peers(
     return nodes, pks, others
 
 
+def _length(scalars: np.ndarray | SizedValues) -> int:
+    if isinstance(scalars, SizedValues):
+        if isinstance(scalars.length, bool) or not isinstance(scalars.length, int) or scalars.length < 1:
+            raise _Refusal(f"this site's scalars must be a non-empty vector, got length {scalars.length!r}")
+        return scalars.length
+    return _own_scalars(scalars).size
+
+
+def _sized(scalars: np.ndarray | SizedValues, participants: int) -> np.ndarray:
+    """The values to encrypt for `participants` verified participants (fixed values: themselves)."""
+    if not isinstance(scalars, SizedValues):
+        return _own_scalars(scalars)
+    try:
+        values = _own_scalars(scalars.values(participants))
+    except ValuesRefused as refusal:
+        raise _Refusal(str(refusal)) from None
+    if values.size != scalars.length:
+        raise _Refusal(f"this site's sized values hold {values.size} values, not its T = {scalars.length}")
+    return values
+
+
 def _encrypt(
     request: Mapping[str, Any],
     state: dict[str, Any],
-    scalars: np.ndarray,
+    scalars: np.ndarray | SizedValues,
     ctx: ts.Context | None,
     identity: SecAggIdentity | None,
     minimum: int,
@@ -383,7 +425,9 @@ def _encrypt(
     own_pk = secagg_channel.public_key(secret)
     nodes, pks, others = _peers(request, identity, round_id, node_id, own_pk, minimum)
     context = f"{identity.run_id}|{round_id}".encode()
-    values = scalar_masks.masked(_own_scalars(scalars), identity.site, secret, others, context)
+    # only now, with every participant's signed key verified, is the sum's size known: `len(nodes)`
+    # is the list the tag binds and the decryptor checks, not a count the server merely asserts
+    values = scalar_masks.masked(_sized(scalars, len(nodes)), identity.site, secret, others, context)
     ciphertext = ckks.encrypt_vector(ctx, values)
     tag = make_tag(tag_key(ctx), round_id, node_id, decryptor, participants_digest(nodes, pks), ciphertext)
     # the round's mask secret is dropped: this site masks nothing else with it
@@ -394,7 +438,7 @@ def _encrypt(
 def _decrypt(
     request: Mapping[str, Any],
     state: dict[str, Any],
-    scalars: np.ndarray,
+    scalars: np.ndarray | SizedValues,
     ctx: ts.Context | None,
     minimum: int,
     node: int | None,
@@ -435,7 +479,7 @@ def _decrypt(
             f"round {round_id}: tags of nodes {forged} do not verify for this round, decryptor and set of "
             "participants; those ciphertexts were not masked and made for this decryption"
         )
-    t = _own_scalars(scalars).size
+    t = _length(scalars)
     try:
         sizes = {ckks.vector_size(ctx, ct) for ct in cts}
         if sizes != {t}:
@@ -454,7 +498,7 @@ def client_step(
     phase: str,
     request: Mapping[str, Any],
     state: Mapping[str, Any],
-    scalars: np.ndarray,
+    scalars: np.ndarray | SizedValues,
     secret_context: ts.Context | None,
     identity: SecAggIdentity | None = None,
     min_participants: int = MIN_PARTICIPANTS,
@@ -462,11 +506,12 @@ def client_step(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """One site's answer to one phase; pure (state in, new state out, input state untouched).
 
-    `scalars` are this site's DP-noised T values; `secret_context` is None for plain rounds (and a
-    site that holds one refuses plain rounds); `identity` signs this site's α mask key and checks
-    its peers'; `min_participants` is the smallest sum the site takes part in or decrypts;
-    `node_id` is the node the site is, from its runtime (a request naming another is refused;
-    None only where the caller has no runtime, as the protocol's own tests).
+    `scalars` are this site's DP-noised T values, or `SizedValues` whose values depend on the
+    number of verified participants (called once, inside the encrypt phase); `secret_context` is
+    None for plain rounds (and a site that holds one refuses plain rounds); `identity` signs this
+    site's α mask key and checks its peers'; `min_participants` is the smallest sum the site takes
+    part in or decrypts; `node_id` is the node the site is, from its runtime (a request naming
+    another is refused; None only where the caller has no runtime, as the protocol's own tests).
     Refusals are replies {"error": reason} with the state unchanged.
     """
     current = dict(state)
@@ -474,6 +519,10 @@ def client_step(
         if secret_context is not None:
             # a site provisioned for HE never lets the server downgrade it to cleartext scalars
             return {"error": "this site sends its scalars only under CKKS"}, current
+        if isinstance(scalars, SizedValues):
+            # values sized for a secure sum (a share of its noise) mean nothing, and protect nothing, alone
+            refusal = "this site's scalars are sized for a sum under CKKS; none go in the clear"
+            return {"error": refusal}, current
         return {"scalars": np.asarray(scalars, dtype=np.float64)}, current
     try:
         if phase == KEYS_PHASE:

@@ -30,6 +30,7 @@ from secure_fed.crypto.secagg_protocol import (
     embed_setup,
     embedded_setup,
 )
+from secure_fed.site.alpha_shares import draw_share
 from secure_fed.site.guard import Refusal, SiteFault, SiteGuard, request_digest
 from secure_fed.site.policy import PolicyViolation, SitePolicy
 from secure_fed.site.runtime import SiteRuntime
@@ -185,10 +186,30 @@ def _dispatch(
             # decrypt as the round's decryptor
             raise Refusal("bad_request", "this site's runtime knows no node id; CKKS rounds need one")
         minimum = max(3, runtime.cfg.fed.min_sites)
+        values = _shared_alpha(runtime, request, scalars)
         return scalar_sum.client_step(
-            phase, request, state, scalars, secret_context, identity, minimum, node_id=runtime.node_id
+            phase, request, state, values, secret_context, identity, minimum, node_id=runtime.node_id
         )
     raise Refusal("unknown_phase", f"unknown phase {phase!r}")
+
+
+def _shared_alpha(runtime: SiteRuntime, request: Payload, scalars: Any) -> Any:
+    """Under distributed DP with CKKS the site's α values are its clipped sum plus a share of the
+    noise, sized for the participants the encrypt phase verifies: the protocol calls the hook only
+    after every listed participant's signed key checked, with their number, so the share is sized
+    for the list its tag binds, never for a count the server asserts. Elsewhere: the stashed release."""
+    privacy = runtime.privacy
+    if privacy is None or not privacy.alpha_shared:
+        return scalars
+    round_id = request.get("round_id")
+
+    def share(participants: int) -> np.ndarray:
+        nodes, sites = request["peer_nodes"], request["peer_sites"]
+        if len(nodes) != participants:  # the protocol passes the list it verified: never otherwise
+            raise scalar_sum.ValuesRefused("the participants counted are not the ones listed")
+        return draw_share(runtime, round_id, list(zip(nodes, sites, strict=True)))
+
+    return scalar_sum.SizedValues(int(np.asarray(scalars).size), share)
 
 
 def _carry_plain_sum(

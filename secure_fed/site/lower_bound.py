@@ -42,6 +42,7 @@ from secure_fed.dp.canaries import (
     evaluate,
     likelihood_scores,
 )
+from secure_fed.dp.clipped_sum import clip_rows
 from secure_fed.dp.distributed_lower_bound import DistributedLowerBound, bound_distributed
 from secure_fed.dp.events import PoissonSampledGaussian
 from secure_fed.dp.histogram import HistogramBins
@@ -225,6 +226,60 @@ def release_lower_bounds(
             }
         )
     return out
+
+
+def alpha_share_lower_bound(
+    privacy: SitePrivacy,
+    cfg: RunConfig,
+    m: int,
+    guesses: int,
+    confidence: float,
+    rng: np.random.Generator,
+    others: int = 16,
+) -> dict[str, Any]:
+    """The α scalars' measurement where their noise is shares of the CKKS sum (distributed DP with
+    HE): the view the threat model grants is the sum of the n participants' values less the c
+    colluders' (they know their own), so each release is the canary site's clipped sum plus its
+    share and the n − c − 1 other honest sites' shares (their data known to the canary holder: white
+    box), each drawn by the site's own `alpha_share` for n participants. That view carries σ_α·C_α,
+    so the stated ε is one release's at σ_α; a view of one site's share alone (σ_α/√(n − c)) is
+    outside the model (it needs all n − 1 others colluding) and is not what this measures."""
+    n, c = len(site_names(cfg)), privacy.colluders
+    privacy.alpha_share_std(n)  # refuses n ≤ c: no honest share carries the noise
+    noise = NoiseStream(rng.bytes(STREAM_KEY_BYTES))
+    dim, clip = cfg.data.max_visits, privacy.alpha_clip
+    included = rng.random(m) < 0.5
+    data = rng.normal(size=(others, dim)) * clip
+    known = clip_rows(data, clip).sum(axis=0)
+    directions = rng.normal(size=(m, dim))
+    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
+    scores = np.empty(m)
+    for j in range(m):
+        rows = np.vstack([data, 2 * clip * directions[j]]) if included[j] else data
+        released = privacy.alpha_share(privacy.clipped_alpha_sum(rows), n, noise)
+        for _ in range(n - c - 1):  # the other honest sites' shares, around their known sums (0 here)
+            released = released + privacy.alpha_share(np.zeros(dim), n, noise)
+        scores[j] = float((released - known) @ directions[j])
+    delta = privacy.delta[VALIDATION]
+    outcome = evaluate(scores, included, guesses, delta, confidence)
+    stated = single_release_epsilon(privacy.alpha_sigma, delta)
+    return {
+        "site": privacy.site,
+        "population": VALIDATION,
+        "mechanism": "alpha_scalars",
+        **outcome.to_json(),
+        "stated_epsilon": stated,
+        "verdict": verdict(outcome.epsilon_hat, outcome.epsilon_hat_max, stated),
+        "stated_for": "one release (exact Gaussian ε) of the sum's noise σ_α·C_α",
+        "noise_multiplier": privacy.alpha_sigma,
+        "noise": "shares",
+        "participants": n,
+        "colluders": c,
+        "canary": "a per-patient T-vector of norm 2·C_α (clipping must halve it) along a random direction",
+        "adversary_view": f"the α sum less c = {c} colluders' shares: the {n - c} honest sites' shares of "
+        f"σ_α·C_α/√({n} − {c}) each, one release per canary",
+        "score": "release minus the known others' sum, along the canary",
+    }
 
 
 def lower_bound_run_id(out: Path) -> str:
@@ -434,11 +489,16 @@ def _run_distributed_lower_bound(
         log=None if runtime.trail is None else runtime.trail.log.path,
         scores=audit.scores,
         included=audit.included,
-        releases=[],
+        # the α scalars' noise is shares of their CKKS sum: measured as the threat model sees it
+        releases=[alpha_share_lower_bound(privacy, cfg, canaries, audit.outcome.guesses, confidence, rng)]
+        if privacy.alpha_shared and privacy.releases_alpha
+        else [],
         distributed=audit,
     )
     if runtime.trail is not None:
         runtime.trail.append("empirical_audit", result.payload())
+        for payload in result.releases:
+            runtime.trail.append("empirical_audit", payload)
         runtime.finish(
             stopped_early="distributed DP: the measurement ran the plan's rounds itself, "
             "not the site's training"

@@ -32,7 +32,7 @@ from secure_fed.dp.calibration import (
     default_delta,
     split_budget,
 )
-from secure_fed.dp.clipped_sum import clip_and_noise_sum, clipped_sum_event
+from secure_fed.dp.clipped_sum import clip_and_noise_sum, clip_rows, clipped_sum_event
 from secure_fed.dp.dpsgd import PatientDPSGD, poisson_sample
 from secure_fed.dp.events import Event, Gaussian, PoissonSampledGaussian
 from secure_fed.dp.keystream import NOISE_KEY_BYTES, NoiseStream
@@ -126,6 +126,11 @@ class SitePrivacy:
     max_patients_per_pass: int | None = None
     # dp.noise_free_reference: σ = 0 everywhere, nothing charged or logged, ε = ∞ (not private)
     noise_free: bool = False
+    # dp.noise = "distributed" with he.enabled: the α scalars' noise is shared among the participants
+    # of their CKKS sum (`alpha_share`), sized once the participants are verified; else (HE off, or
+    # site mode) each site's α release carries the whole σ_α·C_α itself
+    alpha_shared: bool = False
+    colluders: int = 0  # c: sites that may collude with the server and take their shares out
     _streams: dict[tuple[str, int], NoiseStream] = field(default_factory=dict, init=False, repr=False)
     # distributed DP: the seeds of the removable noise layers of each round's share, from its
     # encoding until the runtime takes them (`take_layers`) to keep with the release
@@ -216,6 +221,10 @@ class SitePrivacy:
             releases_alpha=alpha,
             max_patients_per_pass=dp.max_patients_per_pass,
             noise_free=dp.noise_free_reference,
+            # only a sum the server cannot see into may carry shares: in the clear (HE off) every
+            # site's scalars are seen alone, so each carries the whole noise
+            alpha_shared=distributed and cfg.he.enabled and not dp.noise_free_reference,
+            colluders=dp.colluders,
         )
 
     # -- releases ---------------------------------------------------------------------------
@@ -256,6 +265,9 @@ class SitePrivacy:
             )
         elif mechanism == "alpha_scalars":
             extra.update(clip_norm=self.alpha_clip)
+            if self.alpha_shared:
+                # the same event (σ_α over the whole sum); what carries it is m − c honest shares
+                extra.update(noise="shares", colluders=self.colluders)
         budget = self.budget if math.isfinite(self.budget) else None  # JSON has no infinity
         self.trail.privacy(round_id, population, mechanism, event, self.delta[population], eps, budget, extra)
 
@@ -311,7 +323,8 @@ class SitePrivacy:
             ]
         }
         if self.releases_alpha:
-            # in either mode the α scalars are the site's own Gaussian release, summed under CKKS
+            # the same event either way: σ_α·C_α on the sum, the site's own release or carried by
+            # the m − c honest shares of its CKKS sum (alpha_shared)
             events[VALIDATION] = [("alpha_scalars", clipped_sum_event(self.alpha_sigma))]
         return events
 
@@ -358,9 +371,33 @@ class SitePrivacy:
         )
 
     def release_alpha_scalars(self, per_patient: np.ndarray, round_id: int) -> np.ndarray:
+        """The site's own Gaussian release: the whole σ_α·C_α (site mode, or a sum in the clear)."""
+        if self.alpha_shared:
+            raise RuntimeError("the α scalars' noise is shared in their CKKS sum: use alpha_share")
         return clip_and_noise_sum(
             per_patient, self.alpha_clip, self.alpha_sigma, self.noise_stream("alpha", round_id)
         )
+
+    def clipped_alpha_sum(self, per_patient: np.ndarray) -> np.ndarray:
+        """Σ_p clip(v_p), un-noised: kept in the site's memory until its share is drawn, never sent."""
+        return clip_rows(per_patient, self.alpha_clip).sum(axis=0)
+
+    def alpha_share_std(self, participants: int) -> float:
+        """σ_α·C_α/√(m − c): the shares of any m − c honest participants of m carry σ_α·C_α, the
+        noise `clipped_sum_event(σ_α)` charges. Refused (ValueError) where m ≤ c: no honest share."""
+        m, c = participants, self.colluders
+        if isinstance(m, bool) or not isinstance(m, int) or m <= c:
+            raise ValueError(
+                f"an α sum over {m!r} participants with dp.colluders = {c} leaves no honest share to carry "
+                "the noise; this site sends no share"
+            )
+        return self.alpha_sigma * self.alpha_clip / math.sqrt(m - c)
+
+    def alpha_share(self, clipped_sum: np.ndarray, participants: int, noise: NoiseStream) -> np.ndarray:
+        """The clipped sum plus this site's share of the α noise for a sum over `participants`."""
+        std = self.alpha_share_std(participants)
+        clipped_sum = np.asarray(clipped_sum, dtype=np.float64)
+        return clipped_sum + noise.normal(0.0, std, size=clipped_sum.shape)
 
     # -- reporting --------------------------------------------------------------------------
     def epsilon(self) -> dict[str, Any]:

@@ -596,6 +596,12 @@ class SiteRuntime:
                 else {"status": "ok"}
             )
         per_patient, losses = self.learner.hypergradients(final, directions)
+        if self.privacy is not None and self.privacy.alpha_shared:
+            # no noise yet: the share is sized for the participants the CKKS round verifies
+            # (`site.alpha_shares.draw_share`), drawn once; the un-noised sum stays in the site's
+            # memory, and a retry recomputes the same sum, drawing nothing
+            self.stash["scalars"] = self.privacy.clipped_alpha_sum(per_patient.numpy())
+            return {"status": "ok"}
         if self.privacy is not None:
             released = self.folder / f"alpha-r{round_id}.npy"
             if released.exists():

@@ -41,6 +41,10 @@ class SiteRounds:
     unmasked: set[int] = field(default_factory=set)  # rounds whose unmask request the site acted on
     # round → [(line, payload)] of the site's `noise_layers_revealed` records (one a round, or a finding)
     reveals: dict[int, list[tuple[int | None, Mapping[str, Any]]]] = field(default_factory=dict)
+    # round → [(line, payload)] of the site's `alpha_share` records (α's noise shared under CKKS)
+    alpha_shares: dict[int, list[tuple[int | None, Mapping[str, Any]]]] = field(default_factory=dict)
+    # round → (line, payload) of the site's `alpha_scalars` privacy record: the σ_α and C_α charged
+    alpha_charges: dict[int, tuple[int | None, Mapping[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -85,8 +85,24 @@ def mechanism_words(mechanism: str, settings: Mapping[str, Any] | None) -> str:
         )
         words += _AMPLIFICATION_WORDS.get(settings.get("amplification"), "")
     if mechanism == "alpha_scalars":
-        words += _ALPHA_SUM[None if settings is None else settings.get("he")]
+        if alpha_shared(settings):
+            c = settings.get("colluders") if settings is not None else None
+            return (
+                "how much each of the site's validation patients favours each time step (α hypergradients): "
+                "clipped per patient to C, then summed with the other sites under CKKS encryption (the "
+                "server saw only the total); the Gaussian noise σ·C is the sum's, shared by its m sites: "
+                "each site added a share of σ·C/√(m − c), sized for the m sites whose signed keys it "
+                f"verified, so any m − c honest sites carry all of it (ε holds against a server with at "
+                f"most c = {c} colluding sites; with more, the sum carries less noise than charged)"
+            )
+        words += " added by the site itself" + _ALPHA_SUM[None if settings is None else settings.get("he")]
     return words
+
+
+def alpha_shared(settings: Mapping[str, Any] | None) -> bool:
+    """Whether the run's α noise was shares of its CKKS sum (distributed DP with HE), not each site's
+    own release: the logged run_config says so."""
+    return settings is not None and settings.get("noise") == "distributed" and settings.get("he") is True
 
 
 def _cell(row: MechanismRow, name: str) -> str:

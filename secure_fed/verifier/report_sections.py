@@ -167,6 +167,12 @@ def empirical_html(data: ReportData, said: Verdict) -> str:
         )
         verdict = ""
         what = _AUDITED.get(str(audit.get("mechanism")), "its releases")
+        if audit.get("mechanism") == "alpha_scalars" and audit.get("noise") == "shares":
+            # the site's α noise was its share of the sum's: measured as the sum less c colluders'
+            what = (
+                f"one release of the α sum as a server with c = {audit.get('colluders')} colluding sites "
+                f"sees it (the {audit.get('participants')} sites' noise shares less the colluders')"
+            )
         if isinstance(stated, int | float) and isinstance(measured, int | float):
             if measured > stated:
                 level = num(100 * (1 - float(audit.get("confidence", 0))), 3)

@@ -94,10 +94,17 @@ def _releases(
             "summed under CKKS encryption: the server saw only the total",
             "summed as plain values: the server saw this site's own values",
         )
+        noised = "; clipped and noised per patient first"
+        if settings is not None and settings.noise == "distributed" and he:
+            # the noise is the sum's, in shares: this site's alone carries σ·C/√(m − c) of it
+            noised = (
+                "; clipped per patient, then noised with this site's share of the sum's noise, sized for "
+                f"m − c of the m sites in the sum (c = {settings.colluders})"
+            )
         out.append(
             Release(
                 "α scalars",
-                how + ("; clipped and noised per patient first" if covered else ""),
+                how + (noised if covered else ""),
                 covered,
                 _label(he, "CKKS", "DP" if covered else None),
             )

@@ -1,7 +1,7 @@
 """`audit verify`'s checks across logs, against the server's own account of each round: copies
 equal their originals, every participant's release logged (DP on), every site's privacy record
-handed over, distributed DP's plan and survivor sets (`distributed_checks`), and the logs not
-supplied."""
+handed over, distributed DP's plan and survivor sets (`distributed_checks`) and α noise shares
+(`alpha_shares`), and the logs not supplied."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import Any
 
 from secure_fed.audits.payloads import record_round, run_settings
 from secure_fed.audits.reader import Line
+from secure_fed.verifier.alpha_shares import alpha_share_findings
 from secure_fed.verifier.distributed_checks import (
     UNMASK_PHASE,
     SiteRounds,
@@ -66,7 +67,8 @@ def check_distributed(checker: RecordChecker, states: list[LogState]) -> None:
         if isinstance(record.get("round"), int) and isinstance(record.get("payload"), dict)
     ]
     sites = [site_rounds(state) for state in states if state.party]
-    for finding in distributed_findings(sites) + removal_findings(sites, removals):
+    found = distributed_findings(sites) + removal_findings(sites, removals) + alpha_share_findings(sites)
+    for finding in found:
         checker.problems.append(Problem(finding.path, finding.line, finding.reason))
 
 
@@ -160,6 +162,13 @@ def site_rounds(state: LogState) -> SiteRounds:
             and isinstance(record.get("round"), int)
         ):
             rounds.plans.setdefault(record["round"], (item.line.number, event))
+        if (
+            not item.label
+            and isinstance(payload, dict)
+            and payload.get("mechanism") == "alpha_scalars"
+            and isinstance(record.get("round"), int)
+        ):
+            rounds.alpha_charges.setdefault(record["round"], (item.line.number, payload))
     for line, record in state.survivors:
         payload = record["payload"]
         sites = _survivors_named(payload) if isinstance(payload, dict) else None
@@ -174,6 +183,9 @@ def site_rounds(state: LogState) -> SiteRounds:
     for line, record in state.reveals:
         if isinstance(record.get("round"), int) and isinstance(record.get("payload"), dict):
             rounds.reveals.setdefault(record["round"], []).append((line.number, record["payload"]))
+    for line, record in state.alpha_shares:
+        if isinstance(record.get("round"), int) and isinstance(record.get("payload"), dict):
+            rounds.alpha_shares.setdefault(record["round"], []).append((line.number, record["payload"]))
     return rounds
 
 

@@ -16,6 +16,7 @@ from secure_fed.audits.keys import key_fingerprint
 from secure_fed.audits.payloads import instruction_problem, record_round, round_sites
 from secure_fed.audits.reader import TORN, Line
 from secure_fed.audits.records import GENESIS_HASH, record_hash, shape_problem, signature_holds
+from secure_fed.verifier.alpha_shares import ALPHA_SHARE_EVENT
 from secure_fed.verifier.distributed_checks import REMOVAL_EVENT, REVEAL_EVENT, SURVIVORS_EVENT
 from secure_fed.verifier.verify_results import Interruption, Problem, time_problem
 
@@ -52,6 +53,8 @@ class LogState:
     # this log's own reveals of removable noise layers, and any server records of their removal
     reveals: list[tuple[Line, dict[str, Any]]] = field(default_factory=list)
     removals: list[tuple[Line, dict[str, Any]]] = field(default_factory=list)
+    # this log's own records of the α noise shares it drew (distributed DP with CKKS)
+    alpha_shares: list[tuple[Line, dict[str, Any]]] = field(default_factory=list)
 
     def participated(self, site: str) -> dict[int, Line]:
         """Rounds in which this log says `site` took part, with the line that says so first."""
@@ -302,6 +305,8 @@ class RecordChecker:
             state.reveals.append((line, record))
         elif event == REMOVAL_EVENT:
             state.removals.append((line, record))
+        elif event == ALPHA_SHARE_EVENT and record["party"] == state.party:
+            state.alpha_shares.append((line, record))
         elif event == "budget_refusal" and isinstance(payload.get("site"), str):
             state.named.add(payload["site"])
         elif event == "instruction":

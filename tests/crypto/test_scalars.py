@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -570,3 +571,84 @@ def test_a_site_not_listed_among_participants_is_refused(keyed: _Round) -> None:
     request["peer_sites"][0] = "site9"
     reply, _ = keyed.client(victim, ENCRYPT_PHASE, request)
     assert "own entry is not the key it sent" in reply["error"]
+
+
+# ------------------------------------------------------------------ values sized for the participants
+
+
+class _Sized:
+    """A site's `SizedValues` hook that records each call (the count it was asked for)."""
+
+    def __init__(self, base: np.ndarray) -> None:
+        self.base, self.asked = base, []
+
+    def __call__(self, participants: int) -> np.ndarray:
+        self.asked.append(participants)
+        return self.base + participants  # a value that shows which count it was made for
+
+    def values(self) -> scalars.SizedValues:
+        return scalars.SizedValues(self.base.size, self)
+
+
+def _sized_round(secret: ts.Context, settings: HESettings, identities: Mapping[str, SecAggIdentity]) -> tuple:
+    rnd = _Round(secret, settings, identities, n=4, round_id=9, encrypt=False)
+    hooks = {n: _Sized(rnd.sites[n].values) for n in rnd.ids}
+    for n in rnd.ids:
+        rnd.sites[n] = dataclasses.replace(rnd.sites[n], values=hooks[n].values())
+    return rnd, hooks
+
+
+def test_sized_values_are_asked_once_with_the_verified_count(
+    secret: ts.Context, settings: HESettings, identities: dict[str, SecAggIdentity]
+) -> None:
+    rnd, hooks = _sized_round(secret, settings, identities)
+    for n in rnd.ids:
+        reply, rnd.states[n] = rnd.client(n, ENCRYPT_PHASE, rnd.encrypt_request(n))
+        rnd.cts[n], rnd.tags[n] = reply["ciphertext"], reply["tag"]
+        again, _ = rnd.client(n, ENCRYPT_PHASE, rnd.encrypt_request(n))
+        assert "already encrypted" in again["error"]
+    assert {n: h.asked for n, h in hooks.items()} == {n: [4] for n in rnd.ids}
+    reply, _ = rnd.client(rnd.decryptor, DECRYPT_PHASE, rnd.decrypt_request(rnd.ids))
+    expected = np.sum([hooks[n].base + 4 for n in rnd.ids], axis=0)
+    np.testing.assert_allclose(reply["sum"], expected, atol=1e-6, rtol=0)
+    assert all(h.asked == [4] for h in hooks.values())  # the decryptor reads the length only
+
+
+def test_sized_values_are_never_asked_for_a_list_that_does_not_verify(
+    secret: ts.Context, settings: HESettings, identities: dict[str, SecAggIdentity]
+) -> None:
+    rnd, hooks = _sized_round(secret, settings, identities)
+    victim, other = rnd.ids[0], rnd.ids[1]
+    forged = rnd.encrypt_request(victim)
+    forged["peer_signatures"] = [
+        b"\0" * 64 if n == other else s for n, s in zip(rnd.ids, forged["peer_signatures"], strict=True)
+    ]
+    longer = rnd.encrypt_request(victim, [*rnd.ids, rnd.ids[1]])  # a real participant twice: m + 1
+    for request in (forged, longer, rnd.encrypt_request(victim, key_id="another")):
+        reply, state = rnd.client(victim, ENCRYPT_PHASE, request)
+        assert "ciphertext" not in reply and state == rnd.states[victim]
+    assert hooks[victim].asked == []
+
+
+def test_a_hook_that_refuses_is_a_refusal_that_leaves_the_round_open_and_plain_rounds_get_nothing(
+    secret: ts.Context, settings: HESettings, identities: dict[str, SecAggIdentity]
+) -> None:
+    rnd, hooks = _sized_round(secret, settings, identities)
+    victim = rnd.ids[0]
+
+    def refuse(participants: int) -> np.ndarray:
+        raise scalars.ValuesRefused(f"no share for {participants}")
+
+    rnd.sites[victim] = dataclasses.replace(rnd.sites[victim], values=scalars.SizedValues(T, refuse))
+    reply, state = rnd.client(victim, ENCRYPT_PHASE, rnd.encrypt_request(victim))
+    assert reply == {"error": "no share for 4"} and state == rnd.states[victim]
+    # a hook that gives the wrong length is refused too
+    rnd.sites[victim] = dataclasses.replace(
+        rnd.sites[victim], values=scalars.SizedValues(T, lambda m: np.zeros(T + 1))
+    )
+    reply, _ = rnd.client(victim, ENCRYPT_PHASE, rnd.encrypt_request(victim))
+    assert "ciphertext" not in reply and "not its T" in reply["error"]
+    # in the clear, values sized for a secure sum are never sent, even by a site with no HE context
+    reply, _ = client_step(scalars.PLAIN_PHASE, {"round_id": 0}, {}, hooks[rnd.ids[1]].values(), None)
+    assert "scalars" not in reply and "none go in the clear" in reply["error"]
+    assert hooks[rnd.ids[1]].asked == []
