@@ -17,6 +17,8 @@ exact (analytic Gaussian) ε of one release at the site's δ.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from secure_fed.dp.accountants import prv_epsilon
@@ -45,8 +47,11 @@ def bound_clipped_sum(
     noise: NoiseStream,
     others: int = 16,
     confidence: float = DEFAULT_CONFIDENCE,
+    release: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> BoundOutcome:
-    """m releases of `clip_and_noise_sum` (the α scalars), canary j in release j or not."""
+    """m releases of `clip_and_noise_sum` (the α scalars), canary j in release j or not.
+    `release` (rows → released vector) replaces it where the released view is made otherwise, as
+    a sum of noise shares; the canaries, data and score stay these."""
     included = rng.random(m) < 0.5
     data = rng.normal(size=(others, dim)) * clip  # the other patients, known to the canary holder
     known = clip_rows(data, clip).sum(axis=0)
@@ -55,7 +60,7 @@ def bound_clipped_sum(
     scores = np.empty(m)
     for j in range(m):
         rows = np.vstack([data, 2 * clip * directions[j]]) if included[j] else data
-        released = clip_and_noise_sum(rows, clip, sigma, noise)
+        released = clip_and_noise_sum(rows, clip, sigma, noise) if release is None else release(rows)
         scores[j] = float((released - known) @ directions[j])
     return evaluate(scores, included, guesses, delta, confidence)
 

@@ -42,7 +42,6 @@ from secure_fed.dp.canaries import (
     evaluate,
     likelihood_scores,
 )
-from secure_fed.dp.clipped_sum import clip_rows
 from secure_fed.dp.distributed_lower_bound import DistributedLowerBound, bound_distributed
 from secure_fed.dp.events import PoissonSampledGaussian
 from secure_fed.dp.histogram import HistogramBins
@@ -248,20 +247,17 @@ def alpha_share_lower_bound(
     privacy.alpha_share_std(n)  # refuses n ≤ c: no honest share carries the noise
     noise = NoiseStream(rng.bytes(STREAM_KEY_BYTES))
     dim, clip = cfg.data.max_visits, privacy.alpha_clip
-    included = rng.random(m) < 0.5
-    data = rng.normal(size=(others, dim)) * clip
-    known = clip_rows(data, clip).sum(axis=0)
-    directions = rng.normal(size=(m, dim))
-    directions /= np.linalg.norm(directions, axis=1, keepdims=True)
-    scores = np.empty(m)
-    for j in range(m):
-        rows = np.vstack([data, 2 * clip * directions[j]]) if included[j] else data
+
+    def view(rows: np.ndarray) -> np.ndarray:
         released = privacy.alpha_share(privacy.clipped_alpha_sum(rows), n, noise)
         for _ in range(n - c - 1):  # the other honest sites' shares, around their known sums (0 here)
             released = released + privacy.alpha_share(np.zeros(dim), n, noise)
-        scores[j] = float((released - known) @ directions[j])
+        return released
+
     delta = privacy.delta[VALIDATION]
-    outcome = evaluate(scores, included, guesses, delta, confidence)
+    outcome = bound_clipped_sum(
+        m, guesses, clip, privacy.alpha_sigma, dim, delta, rng, noise, others, confidence, release=view
+    )
     stated = single_release_epsilon(privacy.alpha_sigma, delta)
     return {
         "site": privacy.site,
