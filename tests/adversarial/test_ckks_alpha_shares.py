@@ -37,10 +37,9 @@ from secure_fed.config import RunConfig
 from secure_fed.crypto import ckks, scalars
 from secure_fed.crypto.keys import init_keys
 from secure_fed.crypto.scalars import DECRYPT_PHASE, ENCRYPT_PHASE, KEYS_PHASE, PLAIN_PHASE, HESettings
-from secure_fed.protocol.run_context import site_secret_context
 from secure_fed.site.guard import SiteGuard
 from tests.adversarial.harness import MaliciousServer
-from tests.adversarial.test_ckks_fresh_rounds import _encrypt_request, _HESite
+from tests.adversarial.test_ckks_fresh_rounds import _admitted_round, _encrypt_request, _HESite
 from tests.conftest import DISTRIBUTED_DP
 
 SITES = 5
@@ -77,17 +76,6 @@ class Draws:
                 return original(purpose, round_id)
 
             privacy.noise_stream = counted  # type: ignore[method-assign]
-
-
-def _admitted(server: MaliciousServer, round_id: int = 1) -> list[_HESite]:
-    secret = site_secret_context(server.cfg)
-    sites = [_HESite(s, secret) for s in server.sites]
-    final, directions = server.directions()
-    for site in sites:
-        assert site.send("train", server.honest_train(round_id))["status"] == "ok"
-        reply = site.send("hypergrad", {"round": round_id, "final": final, "directions": directions})
-        assert reply["status"] == "ok", reply
-    return sites
 
 
 def _keys(sites: list[_HESite], nodes: list[int], round_id: int = 1) -> dict[int, dict[str, Any]]:
@@ -140,7 +128,7 @@ def _honest_variance(sites: list[_HESite], summed: list[int], colluders: int = 1
 
 @pytest.fixture
 def sites(five: MaliciousServer) -> Iterator[list[_HESite]]:
-    yield _admitted(five)
+    yield _admitted_round(five)
 
 
 @pytest.mark.slow  # five private FedTAR sites under CKKS: make test-fast leaves it out
