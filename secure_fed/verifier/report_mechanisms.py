@@ -85,8 +85,9 @@ def mechanism_words(mechanism: str, settings: Mapping[str, Any] | None) -> str:
         )
         words += _AMPLIFICATION_WORDS.get(settings.get("amplification"), "")
     if mechanism == "alpha_scalars":
-        if alpha_shared(settings):
-            c = settings.get("colluders") if settings is not None else None
+        if settings is not None and settings.get("noise") == "distributed" and settings.get("he") is True:
+            # the run's α noise was shares of its CKKS sum, not each site's own release
+            c = settings.get("colluders")
             return (
                 "how much each of the site's validation patients favours each time step (α hypergradients): "
                 "clipped per patient to C, then summed with the other sites under CKKS encryption (the "
@@ -97,12 +98,6 @@ def mechanism_words(mechanism: str, settings: Mapping[str, Any] | None) -> str:
             )
         words += " added by the site itself" + _ALPHA_SUM[None if settings is None else settings.get("he")]
     return words
-
-
-def alpha_shared(settings: Mapping[str, Any] | None) -> bool:
-    """Whether the run's α noise was shares of its CKKS sum (distributed DP with HE), not each site's
-    own release: the logged run_config says so."""
-    return settings is not None and settings.get("noise") == "distributed" and settings.get("he") is True
 
 
 def _cell(row: MechanismRow, name: str) -> str:
