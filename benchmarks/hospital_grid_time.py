@@ -2,14 +2,14 @@
 
 The hospital-scale sweeps are too long to time end to end here, but their cell kinds ran, three
 seeds each, and every sweep table keeps each cell's wall time. This script sets each cell of a
-target's two sweeps (the Makefile's `<target>-site` and `<target>-distributed`) to the mean minutes
-per cell of the same method and ε in the committed wall tables (the newest measurement first, see
-WALL_TABLES), a cell kind that never ran to the mean of its method's private cells that did (marked
-imputed), and plays the Makefile's schedule: under `-j2` two workers each run one sweep and then the
-other, in opposite orders, one cell at a time, each taking the next cell in its order that no one
-has started; a fine-tuned cell whose federated cell has not finished is passed over (the other
-worker runs it if it gets there after that cell ends), and the last recipe runs any cells left, one
-after another.
+target's sweeps (each recipe line of the Makefile's `<target>-site` and `<target>-distributed`) to
+the mean minutes per cell of the same method and ε in the committed wall tables (the newest
+measurement first, see WALL_TABLES), a cell kind that never ran to the mean of its method's private
+cells that did (marked imputed), and plays the Makefile's schedule: under `-j2` two workers each run
+one sub-target's sweeps and then the other's, in opposite orders, one cell at a time, each taking
+the next cell in its order that no one has started; a fine-tuned cell whose federated cell has not
+finished is passed over (the other worker runs it if it gets there after that cell ends), and the
+last recipe runs any cells left, one after another.
 
 Each wall table was measured at some number of passes (rounds × local epochs, or distributed rounds
 × Poisson rate); a cell taken from a table at other passes than its config's is rescaled (marked):
@@ -45,7 +45,8 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "docs" / "results"
-# each target's two sweeps (the Makefile's `<target>-site` and `<target>-distributed`), by mode
+# each target's two sub-targets (the Makefile's `<target>-site` and `<target>-distributed`), by mode;
+# each recipe line of a sub-target is one sweep
 TARGETS = {
     target: {f"{target}-site": "site mode", f"{target}-distributed": "distributed DP"}
     for target in ("results-hospital", "results-hospital-grid")
@@ -88,21 +89,23 @@ def grid(makefile: Path = ROOT / "Makefile", target: str = "results-hospital") -
     text = makefile.read_text(encoding="utf-8")
     sweeps = []
     for sub, mode in TARGETS[target].items():
-        m = re.search(rf"^{re.escape(sub)}:.*\n\t(.+)$", text, re.MULTILINE)
+        # the recipe: every tab-indented line under the target, each a sweep, run one after the other
+        m = re.search(rf"^{re.escape(sub)}:.*\n((?:\t.+\n?)+)", text, re.MULTILINE)
         if m is None:
             raise ValueError(f"{makefile}: no `{sub}` target with a sweep line")
-        args = shlex.split(m.group(1))
-        opt = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("-")}
-        sweeps.append(
-            {
-                "target": sub,
-                "mode": mode,
-                "config": opt["--config"],
-                "methods": opt["--methods"].split(","),
-                "seeds": len(opt["--seeds"].split(",")),
-                "epsilons": [None if e == "inf" else float(e) for e in opt["--epsilons"].split(",")],
-            }
-        )
+        for line in m.group(1).splitlines():
+            args = shlex.split(line)
+            opt = {args[i]: args[i + 1] for i in range(len(args) - 1) if args[i].startswith("-")}
+            sweeps.append(
+                {
+                    "target": sub,
+                    "mode": mode,
+                    "config": opt["--config"],
+                    "methods": opt["--methods"].split(","),
+                    "seeds": len(opt["--seeds"].split(",")),
+                    "epsilons": [None if e == "inf" else float(e) for e in opt["--epsilons"].split(",")],
+                }
+            )
     return sweeps
 
 
@@ -252,7 +255,12 @@ def two_workers(sweeps: list[dict[str, Any]]) -> tuple[list[float], float]:
         per_kind = {r["cell"]: r["min_per_cell"] for r in sw["rows"]}
         cells.append([(k, method, e, seed) for method, e, seed in sweep_order(sw)])
         minutes.update({cell: per_kind[_label(cell[1], cell[2])] for cell in cells[-1]})
-    orders = [[c for sweep in cells for c in sweep], [c for sweep in reversed(cells) for c in sweep]]
+    # worker 2 runs the sub-targets in the other order, each sub-target's sweep lines in their own
+    groups: dict[Any, list[int]] = {}
+    for k, sw in enumerate(sweeps):
+        groups.setdefault(sw.get("target", k), []).append(k)
+    second = [k for group in reversed(list(groups.values())) for k in group]
+    orders = [[c for sweep in cells for c in sweep], [c for k in second for c in cells[k]]]
     finish: dict[tuple, float] = {}
     clock = [0.0 for _ in orders]
     position = [0 for _ in orders]

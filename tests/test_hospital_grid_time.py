@@ -169,3 +169,35 @@ def test_passes_rescale_only_the_training_share() -> None:
     assert rows["central ε=8"]["source"] == "hospital-retuned-site-wall.json", rows["central ε=8"]
     doubled = grid_time.estimate(passes=20)
     assert doubled["j2_hours"] > grid_time.estimate()["j2_hours"]
+
+
+def test_each_recipe_line_is_a_sweep_and_worker_two_keeps_a_sub_targets_lines_in_order(
+    tmp_path: Path,
+) -> None:
+    """A sub-target whose recipe has two sweep lines runs them one after the other on either worker:
+    worker 2 starts with the other sub-target, then runs this one's lines in their own order."""
+    makefile = tmp_path / "Makefile"
+    makefile.write_text(
+        "results-hospital-site: $(STAMP)\n"
+        "\t$(SWEEP) --config a.toml --methods central --seeds 0,1 --epsilons inf -o runs/x\n"
+        "\t$(SWEEP) --config a.toml --methods fedavg --seeds 0 --epsilons inf -o runs/x\n"
+        "\n"
+        "results-hospital-distributed: $(STAMP)\n"
+        "\t$(SWEEP) --config b.toml --methods fedtar --seeds 0 --epsilons 8 -o runs/y\n"
+    )
+    first, second, distributed = grid_time.grid(makefile)
+    assert [first["methods"], second["methods"], distributed["methods"]] == [
+        ["central"],
+        ["fedavg"],
+        ["fedtar"],
+    ]
+    assert first["target"] == second["target"] == "results-hospital-site" and first["seeds"] == 2
+    for sw, cell, minutes in (
+        (first, "central ε=∞", 5.0),
+        (second, "fedavg ε=∞", 3.0),
+        (distributed, "fedtar ε=8", 1.0),
+    ):
+        sw["rows"] = [{"cell": cell, "min_per_cell": minutes}]
+    # w1: central s0 [0, 5], fedavg [5, 8]; w2: fedtar [0, 1], central s1 [1, 6], then nothing left.
+    # Had worker 2 run the site lines reversed, it would take fedavg [1, 4] and central s1 [4, 9].
+    assert grid_time.two_workers([first, second, distributed]) == ([8.0, 6.0], 0.0)
