@@ -54,7 +54,8 @@ TARGETS = {
 OUTPUT = {"results-hospital": "hospital-time.json", "results-hospital-grid": "hospital-grid-time.json"}
 # per sweep config: (wall table, the passes its cells trained), newest measurement first (a later
 # table's cell kind wins only where no newer one has it). The retuned recipe's cells (ten passes)
-# ran last: FedTAR at its defaults (distributed, three at a time); before it site mode's private
+# ran last: distributed FedAvg with survivor-sized shares, and before it FedTAR at its defaults
+# (distributed, three at a time each); before them site mode's private
 # central and its noise-free reference, distributed FedAvg and FedTAR's earlier release.
 # Before them, at five passes: site-mode FedAvg and FedTAR at finite ε on the shipped base, two cells
 # at a time and in passes; the other site-mode private cells but central before DP steps ran in
@@ -70,6 +71,7 @@ WALL_TABLES: dict[str, list[tuple[str, int]]] = {
         ("hospital-wall.json", 5),
     ],
     "configs/hospital-scale-distributed.toml": [
+        ("hospital-fedavg-wall.json", 10),
         ("hospital-fedtar-wall.json", 10),
         ("hospital-retuned-distributed-wall.json", 10),
         ("hospital-distributed-here-wall.json", 5),
