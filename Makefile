@@ -140,6 +140,7 @@ hospital-worker-2: $(STAMP)
 
 results-hospital-site: $(STAMP)
 	$(SWEEP) --config configs/hospital-scale.toml --methods base,central,central-clip --seeds 0,1,2 --epsilons inf,8 -o runs/results-hospital
+	$(SWEEP) --config configs/hospital-scale.toml --methods fedavg,fedtar --seeds 0,1,2 --epsilons inf -o runs/results-hospital
 
 results-hospital-distributed: $(STAMP)
 	$(SWEEP) --config configs/hospital-scale-distributed.toml --methods fedavg,fedtar --seeds 0,1,2 --epsilons 8 -o runs/results-hospital-distributed

@@ -54,8 +54,9 @@ TARGETS = {
 OUTPUT = {"results-hospital": "hospital-time.json", "results-hospital-grid": "hospital-grid-time.json"}
 # per sweep config: (wall table, the passes its cells trained), newest measurement first (a later
 # table's cell kind wins only where no newer one has it). The retuned recipe's cells (ten passes)
-# ran last: distributed FedAvg with survivor-sized shares, and before it FedTAR at its defaults
-# (distributed, three at a time each); before them site mode's private
+# ran last: site-mode FedAvg and FedTAR without DP (six at a time), distributed FedAvg with
+# survivor-sized shares, and before it FedTAR at its defaults (distributed, three at a time each);
+# before them site mode's private
 # central and its noise-free reference, distributed FedAvg and FedTAR's earlier release.
 # Before them, at five passes: site-mode FedAvg and FedTAR at finite ε on the shipped base, two cells
 # at a time and in passes; the other site-mode private cells but central before DP steps ran in
@@ -63,6 +64,7 @@ OUTPUT = {"results-hospital": "hospital-time.json", "results-hospital-grid": "ho
 # central at ∞ and private central at ε = 16, then FedTAR at ∞, two at a time.
 WALL_TABLES: dict[str, list[tuple[str, int]]] = {
     "configs/hospital-scale.toml": [
+        ("hospital-inf-wall.json", 10),
         ("hospital-retuned-site-wall.json", 10),
         ("hospital-fedtar-inf-wall.json", 5),
         ("hospital-central-e16-wall.json", 5),

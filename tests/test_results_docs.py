@@ -162,11 +162,12 @@ def test_every_readme_result_traces_to_one_recipe():
     makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
     assert "make -j2 results-hospital" in section
     for target in ("results-hospital-site", "results-hospital-distributed"):
-        line = re.search(rf"^{target}:.*\n\t(.+)$", makefile, flags=re.M)
-        assert line, target
+        lines = re.search(rf"^{target}:.*\n((?:\t.+\n?)+)", makefile, flags=re.M)
+        assert lines, target
         ran = {
             sweep_recipe(m["args"])
-            for m in SWEEP.finditer(line[1].replace("$(SWEEP)", "secure-fed-lab sweep"))
+            for line in lines[1].splitlines()
+            for m in SWEEP.finditer(line.replace("$(SWEEP)", "secure-fed-lab sweep"))
         }
         assert ran == today, target
     # the sweeps' command is the lab's: an old `secure-fed sweep` line would go unchecked (and fails)

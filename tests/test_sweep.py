@@ -754,16 +754,22 @@ def test_local_and_central_report_their_training_as_it_goes(tmp_path: Path, cach
     assert steps and steps == [(k, steps[-1][1]) for k in range(1, steps[-1][1] + 1)]
 
 
+def _make_recipes(text: str, target: str) -> list[str]:
+    """The command lines of a Makefile target."""
+    return text.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+
+
 def _make_recipe(text: str, target: str) -> str:
     """The one command line of a Makefile target."""
-    (line,) = text.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0].splitlines()[1:]
+    (line,) = _make_recipes(text, target)
     return line
 
 
 @pytest.mark.parametrize(
     ("target", "site_methods", "site_epsilons", "distributed_methods", "distributed_epsilons"),
     [
-        # the section at the configs' recipe: ε = 8 and the references
+        # the section at the configs' recipe: ε = 8 and the references (and, as a second site-mode
+        # line, FedAvg and FedTAR without DP)
         ("results-hospital", ["base", "central", "central-clip"], ["inf", "8"], ["fedavg", "fedtar"], ["8"]),
         # the whole grid of issues 30 and 31, and FedAvg fine-tuned at each site, whose local epoch
         # releases nothing (the small sites' question)
@@ -794,8 +800,20 @@ def test_make_results_hospital_runs_on_the_hospital_configs(
     assert recipe(target) == ([f"{worker}-1", f"{worker}-2"], [site, dist])
     assert recipe(f"{worker}-1") == (["$(STAMP)"], [site, dist])
     assert recipe(f"{worker}-2") == (["$(STAMP)"], [dist, site])
-    line = _make_recipe(text, site)
+    line, *more = _make_recipes(text, site)
     distributed = _make_recipe(text, dist)
+    if target == "results-hospital":  # the methods' own non-private cells, into the same folder
+        (own,) = more
+        own_args = own.replace("$(SWEEP)", ".venv/bin/secure-fed-lab sweep").split()
+        _check_sweep_command(own_args)
+        own_opts = dict(zip(own_args[2::2], own_args[3::2], strict=True))
+        assert own_opts["--methods"] == "fedavg,fedtar" and own_opts["--epsilons"] == "inf"
+        assert (
+            own_opts["-o"] == "runs/results-hospital"
+            and own_opts["--config"] == "configs/hospital-scale.toml"
+        )
+    else:
+        assert more == []
     cmd = line.replace("$(SWEEP)", ".venv/bin/secure-fed-lab sweep").split()
     _check_sweep_command(cmd)
     args = dict(zip(cmd[2::2], cmd[3::2], strict=True))
