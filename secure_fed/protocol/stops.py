@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
@@ -27,7 +28,23 @@ def raise_remembered(stop: BaseException) -> NoReturn:
     """From a signal handler: raise `stop` where the process is, and keep it for the safe points."""
     global _pending
     _pending = stop
+    if not getattr(sys.unraisablehook, "keeps_stops", False):
+        sys.unraisablehook = _quiet_about_the_pending_stop(sys.unraisablehook)
     raise stop
+
+
+def _quiet_about_the_pending_stop(previous: Callable[[Any], object]) -> Callable[[Any], None]:
+    """Where Python cannot raise (a finaliser, a weakref or module-lock callback) it hands the stop
+    to the unraisable hook, which prints "Exception ignored" and a traceback (seen in CI: a Ctrl-C
+    during an import). That stop is pending and a safe point raises it, so it is printed nowhere;
+    every other unraisable error goes to the hook that was there."""
+
+    def hook(unraisable: Any) -> None:
+        if _pending is None or unraisable.exc_value is not _pending:
+            previous(unraisable)
+
+    hook.keeps_stops = True  # type: ignore[attr-defined]
+    return hook
 
 
 def raise_pending_stop() -> None:
