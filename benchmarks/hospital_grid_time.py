@@ -56,8 +56,8 @@ OUTPUT = {"results-hospital": "hospital-time.json", "results-hospital-grid": "ho
 # table's cell kind wins only where no newer one has it). The retuned recipe's cells (ten passes)
 # ran last: site-mode FedAvg and FedTAR without DP (six at a time), distributed FedAvg with
 # survivor-sized shares, and before it FedTAR at its defaults (distributed, three at a time each);
-# before them site mode's private
-# central and its noise-free reference, distributed FedAvg and FedTAR's earlier release.
+# before them site mode's private central and its noise-free reference, distributed FedAvg and
+# FedTAR's earlier release.
 # Before them, at five passes: site-mode FedAvg and FedTAR at finite ε on the shipped base, two cells
 # at a time and in passes; the other site-mode private cells but central before DP steps ran in
 # passes (one pass a step); central's shipped-base cells in passes where the table says so; base,
